@@ -1,0 +1,430 @@
+// Package ipam hands out IPv4 addresses from the node's pod subnet, one per
+// pod interface, keyed by container ID + interface name (the CNI spec 1.1
+// attachment key, section "Attachment"), and persists every lease before it
+// is returned so that a crash of the daemon can never hand out one IP twice.
+//
+// # Design history / why one file
+//
+// host-local (containernetworking/plugins/plugins/ipam/host-local) keeps one
+// file per lease plus a last_reserved_ip file, and takes a lock file for
+// every call because it runs as a separate process per CNI call. ofsdn runs
+// IPAM inside the long-lived node daemon, so the in-memory index is the truth
+// while the daemon runs and the disk only has to survive a crash. We keep the
+// whole state in ONE small JSON file, DIR/ipam/leases.json, and rewrite it
+// atomically on every change:
+//
+//	write DIR/ipam/leases.json.tmp-*  → fsync(tmp) → rename over leases.json → fsync(DIR/ipam)
+//
+// Why one file rather than one per lease:
+//   - Same cost: both designs need one file fsync and one directory fsync per
+//     allocation; the file is small (about 150 bytes per lease, ~16 KiB for a
+//     full /25 of 110 pods, the kubelet's default pod limit), so rewriting it
+//     is cheaper than the fsyncs.
+//   - Always consistent: the rename swaps the old state for the new in one
+//     step, so the round-robin cursor and the leases can never disagree, and a
+//     half-written lease file (crash between create and write) cannot exist.
+//   - Open is one read and one decode (and one fuzz target, FuzzDecodeStore).
+//
+// Crash safety: Allocate and Release mutate the in-memory index only after
+// the new file is durable; a failed write leaves memory and disk unchanged and
+// returns the error. A crash before the rename leaves the old file plus a
+// stale temp file, which Open deletes. A corrupt leases.json is an error
+// naming the file: starting from an empty pool would hand out IPs that running
+// pods hold.
+//
+// A Store also takes an exclusive flock(2) on DIR/ipam/lock so that two
+// daemons (for example an overlapping DaemonSet roll-out) cannot share one
+// pool; Close releases it.
+package ipam
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+const (
+	// stateFile is the name of the lease file inside DIR/ipam.
+	stateFile = "leases.json"
+	// lockFile is the name of the flock(2) file inside DIR/ipam.
+	lockFile = "lock"
+	// tmpPrefix starts the names of temporary files written by persist.
+	tmpPrefix = stateFile + ".tmp-"
+	// maxPrefixLen is the longest IPv4 prefix accepted as a pod subnet:
+	// a /30 has two allocatable addresses, a /31 or /32 has none once the
+	// network and broadcast addresses are excluded.
+	maxPrefixLen = 30
+)
+
+// Lease is one allocated address.
+type Lease struct {
+	// IP is the allocated IPv4 address (4-byte form).
+	IP net.IP
+	// ContainerID is the CNI_CONTAINERID of the attachment.
+	ContainerID string
+	// IfName is the CNI_IFNAME of the attachment (the interface in the pod).
+	IfName string
+	// Owner is a free-form label of the holder, by convention "namespace/name"
+	// of the pod; it is not part of the key.
+	Owner string
+	// Allocated is when the lease was first handed out (wall clock, UTC).
+	Allocated time.Time
+}
+
+// key is the identity of one attachment (CNI spec 1.1: container ID + ifname).
+type key struct{ containerID, ifName string }
+
+// lease is the in-memory form of a Lease, with the address as an offset-free
+// uint32 for cheap arithmetic.
+type lease struct {
+	ip        uint32
+	key       key
+	owner     string
+	allocated time.Time
+}
+
+// Store is a persistent IPv4 address pool. All methods are safe for
+// concurrent use.
+type Store struct {
+	dir    string // DIR/ipam
+	subnet *net.IPNet
+	first  uint32 // first allocatable address (network + 1)
+	last   uint32 // last allocatable address (broadcast - 1)
+
+	reserved map[uint32]bool // never allocated (gateway etc.), inside [first,last]
+
+	lockFD int // flock(2) descriptor on DIR/ipam/lock; -1 once closed
+
+	mu     sync.Mutex
+	byIP   map[uint32]*lease
+	byKey  map[key]*lease
+	cursor uint32 // last address handed out; the next scan starts after it
+}
+
+// Open loads (or creates) the pool for subnet under dir (files go in
+// dir/ipam). The network address, the broadcast address and every address in
+// reserved (typically the node's gateway) are never allocated.
+//
+// Errors: subnet not IPv4 or longer than /30; a reserved address outside
+// subnet; the directory cannot be created; another process holds the pool
+// (flock); leases.json is corrupt (the error names the file); leases.json
+// was written for a different subnet (the error names both and the fix); an
+// on-disk lease sits on a reserved address.
+func Open(dir string, subnet *net.IPNet, reserved ...net.IP) (*Store, error) {
+	sn, first, last, err := canonicalSubnet(subnet)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{
+		dir:      filepath.Join(dir, "ipam"),
+		subnet:   sn,
+		first:    first,
+		last:     last,
+		reserved: map[uint32]bool{},
+		lockFD:   -1,
+		byIP:     map[uint32]*lease{},
+		byKey:    map[key]*lease{},
+	}
+	for _, r := range reserved {
+		r4 := r.To4()
+		if r4 == nil || !sn.Contains(r4) {
+			return nil, fmt.Errorf("ipam: reserved address %v is not in pod subnet %v: pass an address of the pod subnet (the node gateway)", r, sn)
+		}
+		if u := ipToU32(r4); u >= first && u <= last {
+			s.reserved[u] = true
+		}
+	}
+	if err := os.MkdirAll(s.dir, 0o700); err != nil {
+		return nil, fmt.Errorf("ipam: create data directory %s: %w", s.dir, err)
+	}
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
+	if err := s.load(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// canonicalSubnet validates an IPv4 pod subnet and returns it in canonical
+// form (host bits cleared) with its first and last allocatable addresses.
+func canonicalSubnet(subnet *net.IPNet) (*net.IPNet, uint32, uint32, error) {
+	if subnet == nil {
+		return nil, 0, 0, errors.New("ipam: pod subnet is nil: pass the node's pod subnet (e.g. 10.128.0.0/24)")
+	}
+	ip4 := subnet.IP.To4()
+	ones, bitsLen := subnet.Mask.Size()
+	if ip4 == nil || bitsLen != 32 {
+		return nil, 0, 0, fmt.Errorf("ipam: pod subnet %v is not IPv4: only IPv4 pod subnets are supported", subnet)
+	}
+	if ones > maxPrefixLen {
+		return nil, 0, 0, fmt.Errorf("ipam: pod subnet %v is too small: use a prefix of /%d or shorter", subnet, maxPrefixLen)
+	}
+	mask := net.CIDRMask(ones, 32)
+	sn := &net.IPNet{IP: ip4.Mask(mask), Mask: mask}
+	network := ipToU32(sn.IP)
+	broadcast := network | ^binary.BigEndian.Uint32(mask)
+	return sn, network + 1, broadcast - 1, nil
+}
+
+// lock takes a non-blocking exclusive flock on DIR/ipam/lock.
+func (s *Store) lock() error {
+	path := filepath.Join(s.dir, lockFile)
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("ipam: open lock file %s: %w", path, err)
+	}
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		unix.Close(fd)
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return fmt.Errorf("ipam: pool %s is in use by another process or Store (flock %s): stop the other ofsdn-node or Close the other Store", s.dir, path)
+		}
+		return fmt.Errorf("ipam: lock %s: %w", path, err)
+	}
+	s.lockFD = fd
+	return nil
+}
+
+// Close releases the pool's lock. The Store must not be used afterwards.
+// Close is idempotent and returns the error of close(2), if any.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lockFD < 0 {
+		return nil
+	}
+	err := unix.Close(s.lockFD) // closing the last descriptor drops the flock
+	s.lockFD = -1
+	return err
+}
+
+// load removes stale temp files and reads leases.json, if present.
+func (s *Store) load() error {
+	if err := s.removeTempFiles(); err != nil {
+		return err
+	}
+	path := filepath.Join(s.dir, stateFile)
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		s.cursor = s.first - 1 // first scan starts at the first address
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("ipam: read lease file %s: %w", path, err)
+	}
+	st, err := decodeState(data)
+	if err != nil {
+		return fmt.Errorf("ipam: lease file %s is corrupt: %w; restore it from a backup, or, if no pod on this node holds an address, remove it", path, err)
+	}
+	if st.subnet.String() != s.subnet.String() {
+		return fmt.Errorf("ipam: lease file %s is for pod subnet %v but this node's pod subnet is %v: fix the node's pod subnet, or drain the node and remove %s", path, st.subnet, s.subnet, path)
+	}
+	for _, l := range st.leases {
+		if s.reserved[l.ip] {
+			return fmt.Errorf("ipam: lease file %s gives reserved address %s to container %s/%s: release that pod or change the reserved address", path, u32ToIP(l.ip), l.key.containerID, l.key.ifName)
+		}
+		s.byIP[l.ip] = l
+		s.byKey[l.key] = l
+	}
+	s.cursor = s.first - 1
+	if st.cursor >= s.first && st.cursor <= s.last {
+		s.cursor = st.cursor
+	}
+	return nil
+}
+
+// removeTempFiles deletes temp files left by a crash between create and
+// rename; they never held committed state.
+func (s *Store) removeTempFiles() error {
+	ents, err := os.ReadDir(s.dir)
+	if err != nil {
+		return fmt.Errorf("ipam: list %s: %w", s.dir, err)
+	}
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), tmpPrefix) {
+			p := filepath.Join(s.dir, e.Name())
+			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("ipam: remove stale temp file %s: %w", p, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Subnet returns the pod subnet of the pool (canonical, host bits zero).
+func (s *Store) Subnet() *net.IPNet {
+	return &net.IPNet{IP: append(net.IP(nil), s.subnet.IP...), Mask: append(net.IPMask(nil), s.subnet.Mask...)}
+}
+
+// Size returns the number of allocatable addresses: the subnet's addresses
+// minus network, broadcast and the reserved addresses.
+func (s *Store) Size() int {
+	return int(s.last-s.first+1) - len(s.reserved)
+}
+
+// InUse returns the number of leases.
+func (s *Store) InUse() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.byIP)
+}
+
+// Allocate returns the address leased to (containerID, ifName), allocating
+// one if there is none. A second call with the same key returns the same
+// address (idempotent retry of a CNI ADD); owner is recorded only on the
+// first call. New addresses are picked round-robin after the last one handed
+// out, so an address freed by a deleted pod is not reused at once.
+//
+// The lease is durable on disk before Allocate returns. Errors: empty
+// containerID or ifName; pool exhausted ("IP pool 10.128.0.0/24 exhausted
+// (253 in use)"); the lease file cannot be written (nothing is allocated).
+func (s *Store) Allocate(containerID, ifName, owner string) (net.IP, error) {
+	if containerID == "" || ifName == "" {
+		return nil, fmt.Errorf("ipam: allocate needs a container ID and an interface name (got %q, %q)", containerID, ifName)
+	}
+	k := key{containerID, ifName}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	if l, ok := s.byKey[k]; ok {
+		return u32ToIP(l.ip), nil
+	}
+	ip, ok := s.nextFree()
+	if !ok {
+		return nil, fmt.Errorf("IP pool %v exhausted (%d in use): delete unused pods or give the node a larger pod subnet", s.subnet, len(s.byIP))
+	}
+	l := &lease{ip: ip, key: k, owner: owner, allocated: time.Now().UTC().Truncate(time.Second)}
+	s.byIP[ip], s.byKey[k] = l, l
+	prevCursor := s.cursor
+	s.cursor = ip
+	if err := s.persist(); err != nil {
+		delete(s.byIP, ip)
+		delete(s.byKey, k)
+		s.cursor = prevCursor
+		return nil, err
+	}
+	return u32ToIP(ip), nil
+}
+
+// nextFree scans round-robin from the address after the cursor. It returns
+// false when every allocatable address is taken.
+func (s *Store) nextFree() (uint32, bool) {
+	n := s.last - s.first + 1
+	start := s.cursor + 1
+	if start < s.first || start > s.last {
+		start = s.first
+	}
+	for i := uint32(0); i < n; i++ {
+		ip := s.first + (start-s.first+i)%n
+		if s.reserved[ip] {
+			continue
+		}
+		if _, used := s.byIP[ip]; !used {
+			return ip, true
+		}
+	}
+	return 0, false
+}
+
+// Release frees the address of (containerID, ifName). Releasing a key that
+// holds no lease is not an error (CNI DEL is idempotent, CNI spec 1.1
+// section "DEL"). Errors: the lease file cannot be written (the lease stays).
+func (s *Store) Release(containerID, ifName string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.usable(); err != nil {
+		return err
+	}
+	l, ok := s.byKey[key{containerID, ifName}]
+	if !ok {
+		return nil
+	}
+	return s.drop(l)
+}
+
+// ReleaseIP frees ip whoever holds it; an address without a lease (or
+// outside the pool) is not an error. Errors: the lease file cannot be
+// written (the lease stays).
+func (s *Store) ReleaseIP(ip net.IP) error {
+	ip4 := ip.To4()
+	if ip4 == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.usable(); err != nil {
+		return err
+	}
+	l, ok := s.byIP[ipToU32(ip4)]
+	if !ok {
+		return nil
+	}
+	return s.drop(l)
+}
+
+// drop removes l and persists; on a write error it restores l.
+func (s *Store) drop(l *lease) error {
+	delete(s.byIP, l.ip)
+	delete(s.byKey, l.key)
+	if err := s.persist(); err != nil {
+		s.byIP[l.ip], s.byKey[l.key] = l, l
+		return err
+	}
+	return nil
+}
+
+// usable reports an error once the Store is closed. Caller holds s.mu.
+func (s *Store) usable() error {
+	if s.lockFD < 0 {
+		return fmt.Errorf("ipam: pool %s is closed: Open it again", s.dir)
+	}
+	return nil
+}
+
+// Get returns the lease of (containerID, ifName), if any.
+func (s *Store) Get(containerID, ifName string) (Lease, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l, ok := s.byKey[key{containerID, ifName}]
+	if !ok {
+		return Lease{}, false
+	}
+	return l.export(), true
+}
+
+// List returns every lease, ordered by address.
+func (s *Store) List() []Lease {
+	s.mu.Lock()
+	out := make([]Lease, 0, len(s.byIP))
+	for _, l := range s.byIP {
+		out = append(out, l.export())
+	}
+	s.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return ipToU32(out[i].IP) < ipToU32(out[j].IP) })
+	return out
+}
+
+func (l *lease) export() Lease {
+	return Lease{IP: u32ToIP(l.ip), ContainerID: l.key.containerID, IfName: l.key.ifName, Owner: l.owner, Allocated: l.allocated}
+}
+
+func ipToU32(ip4 net.IP) uint32 { return binary.BigEndian.Uint32(ip4) }
+
+func u32ToIP(u uint32) net.IP {
+	ip := make(net.IP, 4)
+	binary.BigEndian.PutUint32(ip, u)
+	return ip
+}

@@ -1,0 +1,431 @@
+package ipam
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+)
+
+func mustCIDR(t testing.TB, s string) *net.IPNet {
+	t.Helper()
+	_, n, err := net.ParseCIDR(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func openT(t *testing.T, dir, cidr string, reserved ...string) *Store {
+	t.Helper()
+	var rs []net.IP
+	for _, r := range reserved {
+		rs = append(rs, net.ParseIP(r))
+	}
+	s, err := Open(dir, mustCIDR(t, cidr), rs...)
+	if err != nil {
+		t.Fatalf("Open(%s, %s): %v", dir, cidr, err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func alloc(t *testing.T, s *Store, cid, ifn string) string {
+	t.Helper()
+	ip, err := s.Allocate(cid, ifn, "ns/"+cid)
+	if err != nil {
+		t.Fatalf("Allocate(%s, %s): %v", cid, ifn, err)
+	}
+	return ip.String()
+}
+
+func TestAllocateIdempotent(t *testing.T) {
+	s := openT(t, t.TempDir(), "10.128.0.0/24", "10.128.0.1")
+	a := alloc(t, s, "c1", "eth0")
+	if a != "10.128.0.2" {
+		t.Errorf("first allocation = %s, want 10.128.0.2 (network .0 and gateway .1 are excluded)", a)
+	}
+	if b := alloc(t, s, "c1", "eth0"); b != a {
+		t.Errorf("retry of the same key gave %s, want %s", b, a)
+	}
+	if c := alloc(t, s, "c1", "net1"); c == a {
+		t.Errorf("a second interface of the same container got the same IP %s", c)
+	}
+	if s.InUse() != 2 {
+		t.Errorf("InUse = %d, want 2", s.InUse())
+	}
+	l, ok := s.Get("c1", "eth0")
+	if !ok || l.IP.String() != a || l.Owner != "ns/c1" || l.ContainerID != "c1" || l.IfName != "eth0" || l.Allocated.IsZero() {
+		t.Errorf("Get = %+v, %v", l, ok)
+	}
+	if _, ok := s.Get("c2", "eth0"); ok {
+		t.Error("Get of an unknown key reported a lease")
+	}
+	if _, err := s.Allocate("", "eth0", ""); err == nil {
+		t.Error("Allocate with an empty container ID succeeded")
+	}
+}
+
+func TestExhaustionSlash29(t *testing.T) {
+	s := openT(t, t.TempDir(), "10.0.0.0/29", "10.0.0.1")
+	if s.Size() != 5 { // .0 network, .7 broadcast, .1 gateway
+		t.Fatalf("Size = %d, want 5", s.Size())
+	}
+	got := map[string]bool{}
+	for i := 0; i < 5; i++ {
+		got[alloc(t, s, fmt.Sprint("c", i), "eth0")] = true
+	}
+	for _, bad := range []string{"10.0.0.0", "10.0.0.1", "10.0.0.7"} {
+		if got[bad] {
+			t.Errorf("allocated excluded address %s", bad)
+		}
+	}
+	_, err := s.Allocate("c5", "eth0", "")
+	if err == nil || !strings.HasPrefix(err.Error(), "IP pool 10.0.0.0/29 exhausted (5 in use)") {
+		t.Fatalf("6th Allocate error = %v, want IP pool 10.0.0.0/29 exhausted (5 in use)", err)
+	}
+	if s.InUse() != 5 {
+		t.Errorf("InUse = %d after failed allocation, want 5", s.InUse())
+	}
+	// The retry of an existing key still works on a full pool.
+	if _, err := s.Allocate("c0", "eth0", ""); err != nil {
+		t.Errorf("retry on full pool: %v", err)
+	}
+}
+
+func TestReleaseReuseOrder(t *testing.T) {
+	s := openT(t, t.TempDir(), "10.0.0.0/29", "10.0.0.1")
+	a := alloc(t, s, "a", "eth0") // .2
+	b := alloc(t, s, "b", "eth0") // .3
+	if err := s.Release("a", "eth0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release("a", "eth0"); err != nil {
+		t.Fatalf("second Release: %v", err)
+	}
+	if _, ok := s.Get("a", "eth0"); ok {
+		t.Fatal("lease still present after Release")
+	}
+	// Round-robin: .4, .5, .6 come before the freed .2.
+	var seq []string
+	for _, c := range []string{"c", "d", "e", "f"} {
+		seq = append(seq, alloc(t, s, c, "eth0"))
+	}
+	want := []string{"10.0.0.4", "10.0.0.5", "10.0.0.6", a}
+	if !reflect.DeepEqual(seq, want) {
+		t.Errorf("allocation order after release = %v, want %v (b=%s)", seq, want, b)
+	}
+	if err := s.ReleaseIP(net.ParseIP(b)); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.Get("b", "eth0"); ok {
+		t.Error("ReleaseIP left the lease")
+	}
+	if err := s.ReleaseIP(net.ParseIP(b)); err != nil {
+		t.Errorf("second ReleaseIP: %v", err)
+	}
+	list := s.List()
+	var ips []string
+	for _, l := range list {
+		ips = append(ips, l.IP.String())
+	}
+	if want := []string{"10.0.0.2", "10.0.0.4", "10.0.0.5", "10.0.0.6"}; !reflect.DeepEqual(ips, want) {
+		t.Errorf("List = %v, want %v", ips, want)
+	}
+}
+
+func TestPersistenceAcrossReopen(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, dir, "10.1.0.0/24", "10.1.0.1")
+	a := alloc(t, s, "a", "eth0")
+	b := alloc(t, s, "b", "eth0")
+	c := alloc(t, s, "c", "eth0")
+	if err := s.Release("b", "eth0"); err != nil {
+		t.Fatal(err)
+	}
+	before := s.List()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Allocate("x", "eth0", ""); err == nil {
+		t.Error("Allocate on a closed Store succeeded")
+	}
+
+	s2 := openT(t, dir, "10.1.0.0/24", "10.1.0.1")
+	if after := s2.List(); !reflect.DeepEqual(before, after) {
+		t.Errorf("leases after reopen = %+v, want %+v", after, before)
+	}
+	if l, _ := s2.Get("a", "eth0"); l.IP.String() != a {
+		t.Errorf("a = %v, want %s", l.IP, a)
+	}
+	if ip := alloc(t, s2, "a", "eth0"); ip != a {
+		t.Errorf("retry after reopen = %s, want %s", ip, a)
+	}
+	// The round-robin cursor survives too: the next address follows c, not b.
+	if d := alloc(t, s2, "d", "eth0"); d == b || d != "10.1.0.5" {
+		t.Errorf("first allocation after reopen = %s, want 10.1.0.5 (after %s, not the freed %s)", d, c, b)
+	}
+}
+
+func TestConcurrentAllocate(t *testing.T) {
+	s := openT(t, t.TempDir(), "10.2.0.0/24", "10.2.0.1")
+	const n = 32
+	ips := make([]string, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ip, err := s.Allocate(fmt.Sprint("c", i), "eth0", "")
+			ips[i], errs[i] = ip.String(), err
+			// A concurrent retry must agree.
+			if ip2, err := s.Allocate(fmt.Sprint("c", i), "eth0", ""); err != nil || !ip2.Equal(ip) {
+				errs[i] = fmt.Errorf("retry gave %v, %v", ip2, err)
+			}
+		}()
+	}
+	wg.Wait()
+	seen := map[string]int{}
+	for i, ip := range ips {
+		if errs[i] != nil {
+			t.Fatalf("goroutine %d: %v", i, errs[i])
+		}
+		if j, dup := seen[ip]; dup {
+			t.Fatalf("goroutines %d and %d both got %s", j, i, ip)
+		}
+		seen[ip] = i
+	}
+	if s.InUse() != n {
+		t.Errorf("InUse = %d, want %d", s.InUse(), n)
+	}
+}
+
+// TestCrashSafety checks that what Allocate returned is on disk at once (a
+// copy of the directory taken without Close, as a crash would leave it,
+// opens with the lease), that no temp file is left behind, and that a stale
+// temp file from a crash mid-write is ignored and removed.
+func TestCrashSafety(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, dir, "10.3.0.0/24", "10.3.0.1")
+	var want []string
+	for i := 0; i < 10; i++ {
+		want = append(want, alloc(t, s, fmt.Sprint("c", i), "eth0"))
+	}
+	if err := s.Release("c3", "eth0"); err != nil {
+		t.Fatal(err)
+	}
+	ents, _ := os.ReadDir(filepath.Join(dir, "ipam"))
+	for _, e := range ents {
+		if strings.Contains(e.Name(), ".tmp") {
+			t.Errorf("temp file %s left behind", e.Name())
+		}
+	}
+
+	// "Crash": copy the state file as it is now, without Close.
+	crashed := t.TempDir()
+	os.MkdirAll(filepath.Join(crashed, "ipam"), 0o700)
+	data, err := os.ReadFile(filepath.Join(dir, "ipam", stateFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(crashed, "ipam", stateFile), data, 0o600)
+	// A crash between creating the temp file and the rename leaves this:
+	stale := filepath.Join(crashed, "ipam", tmpPrefix+"123")
+	os.WriteFile(stale, []byte(`{"version":1,"subnet":"10.3.0.0/24","leases":{}}`), 0o600)
+
+	s2 := openT(t, crashed, "10.3.0.0/24", "10.3.0.1")
+	for i, ip := range want {
+		l, ok := s2.Get(fmt.Sprint("c", i), "eth0")
+		if i == 3 {
+			if ok {
+				t.Errorf("released lease c3 is back after crash")
+			}
+			continue
+		}
+		if !ok || l.IP.String() != ip {
+			t.Errorf("after crash c%d = %v (%v), want %s", i, l.IP, ok, ip)
+		}
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("stale temp file not removed by Open: %v", err)
+	}
+}
+
+// TestWriteFailureAllocatesNothing: when the lease file cannot be written,
+// Allocate fails and the address is not handed out.
+func TestWriteFailureAllocatesNothing(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, dir, "10.4.0.0/24", "10.4.0.1")
+	a := alloc(t, s, "a", "eth0")
+	if err := os.RemoveAll(filepath.Join(dir, "ipam")); err != nil {
+		t.Fatal(err)
+	}
+	if ip, err := s.Allocate("b", "eth0", ""); err == nil {
+		t.Fatalf("Allocate with an unwritable directory returned %v", ip)
+	}
+	if s.InUse() != 1 {
+		t.Errorf("InUse = %d after failed write, want 1", s.InUse())
+	}
+	if err := s.Release("a", "eth0"); err == nil {
+		t.Error("Release with an unwritable directory succeeded")
+	}
+	if l, ok := s.Get("a", "eth0"); !ok || l.IP.String() != a {
+		t.Errorf("lease a lost after failed Release: %v %v", l, ok)
+	}
+	// Once the directory is back, the next allocation continues after a.
+	os.MkdirAll(filepath.Join(dir, "ipam"), 0o700)
+	if b := alloc(t, s, "b", "eth0"); b != "10.4.0.3" {
+		t.Errorf("allocation after recovery = %s, want 10.4.0.3", b)
+	}
+}
+
+func TestOpenErrors(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, dir, "10.5.0.0/24", "10.5.0.1")
+	alloc(t, s, "a", "eth0")
+
+	if _, err := Open(dir, mustCIDR(t, "10.5.0.0/24")); err == nil || !strings.Contains(err.Error(), "in use by another") {
+		t.Errorf("second Open while the first is open: %v", err)
+	}
+	s.Close()
+
+	_, err := Open(dir, mustCIDR(t, "10.6.0.0/24"))
+	if err == nil || !strings.Contains(err.Error(), "10.5.0.0/24") || !strings.Contains(err.Error(), "10.6.0.0/24") {
+		t.Errorf("subnet mismatch error = %v, want both subnets named", err)
+	}
+	// The lease at 10.5.0.2 conflicts with a new reserved address.
+	if _, err := Open(dir, mustCIDR(t, "10.5.0.0/24"), net.ParseIP("10.5.0.2")); err == nil || !strings.Contains(err.Error(), "reserved") {
+		t.Errorf("lease on reserved address: %v", err)
+	}
+	// Host bits in the subnet are cleared: 10.5.0.7/24 is the same pool.
+	s3, err := Open(dir, &net.IPNet{IP: net.ParseIP("10.5.0.7"), Mask: net.CIDRMask(24, 32)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s3.Subnet().String(); got != "10.5.0.0/24" {
+		t.Errorf("Subnet = %s", got)
+	}
+	s3.Close()
+
+	for _, tc := range []struct {
+		cidr, reserved string
+	}{
+		{"fd00::/64", ""},
+		{"10.0.0.0/31", ""},
+		{"10.0.0.0/24", "10.0.1.1"},
+	} {
+		var rs []net.IP
+		if tc.reserved != "" {
+			rs = append(rs, net.ParseIP(tc.reserved))
+		}
+		if s, err := Open(t.TempDir(), mustCIDR(t, tc.cidr), rs...); err == nil {
+			s.Close()
+			t.Errorf("Open(%s, reserved %s) succeeded", tc.cidr, tc.reserved)
+		}
+	}
+
+	path := filepath.Join(dir, "ipam", stateFile)
+	os.WriteFile(path, []byte(`{"version":1,"subnet":"10.5.0.0/24","leases":{"10.5.0.2":`), 0o600)
+	if _, err := Open(dir, mustCIDR(t, "10.5.0.0/24")); err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "corrupt") {
+		t.Errorf("corrupt file error = %v, want it to name %s", err, path)
+	}
+}
+
+func TestDecodeStateRejects(t *testing.T) {
+	for name, doc := range map[string]string{
+		"version":       `{"version":2,"subnet":"10.0.0.0/24","leases":{}}`,
+		"subnet":        `{"version":1,"subnet":"10.0.0.0/33","leases":{}}`,
+		"noncanonical":  `{"version":1,"subnet":"10.0.0.1/24","leases":{}}`,
+		"v6":            `{"version":1,"subnet":"fd00::/64","leases":{}}`,
+		"ip":            `{"version":1,"subnet":"10.0.0.0/24","leases":{"10.0.0.x":{"containerID":"a","ifName":"eth0"}}}`,
+		"outside":       `{"version":1,"subnet":"10.0.0.0/24","leases":{"10.0.1.2":{"containerID":"a","ifName":"eth0"}}}`,
+		"network":       `{"version":1,"subnet":"10.0.0.0/24","leases":{"10.0.0.0":{"containerID":"a","ifName":"eth0"}}}`,
+		"broadcast":     `{"version":1,"subnet":"10.0.0.0/24","leases":{"10.0.0.255":{"containerID":"a","ifName":"eth0"}}}`,
+		"mapped":        `{"version":1,"subnet":"10.0.0.0/24","leases":{"::ffff:10.0.0.2":{"containerID":"a","ifName":"eth0"}}}`,
+		"emptykey":      `{"version":1,"subnet":"10.0.0.0/24","leases":{"10.0.0.2":{"containerID":"","ifName":"eth0"}}}`,
+		"dupkey":        `{"version":1,"subnet":"10.0.0.0/24","leases":{"10.0.0.2":{"containerID":"a","ifName":"eth0"},"10.0.0.3":{"containerID":"a","ifName":"eth0"}}}`,
+		"time":          `{"version":1,"subnet":"10.0.0.0/24","leases":{"10.0.0.2":{"containerID":"a","ifName":"eth0","allocated":"yesterday"}}}`,
+		"lastAllocated": `{"version":1,"subnet":"10.0.0.0/24","lastAllocated":"10.9.0.1","leases":{}}`,
+		"trailing":      `{"version":1,"subnet":"10.0.0.0/24","leases":{}} x`,
+		"empty":         ``,
+	} {
+		if _, err := decodeState([]byte(doc)); err == nil {
+			t.Errorf("%s: decodeState accepted %s", name, doc)
+		}
+	}
+}
+
+// realStateFile returns the bytes of a leases.json written by a Store.
+func realStateFile(t testing.TB) []byte {
+	dir := t.TempDir()
+	s, err := Open(dir, mustCIDR(t, "10.128.0.0/24"), net.ParseIP("10.128.0.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for i, owner := range []string{"default/web-0", "kube-system/coredns-abc", ""} {
+		if _, err := s.Allocate(fmt.Sprintf("%064x", i+1), "eth0", owner); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Release(fmt.Sprintf("%064x", 2), "eth0"); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "ipam", stateFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// FuzzDecodeStore feeds arbitrary bytes to the leases.json decoder: it must
+// never panic, and whatever it accepts must survive an encode/decode round
+// trip unchanged.
+func FuzzDecodeStore(f *testing.F) {
+	f.Add(realStateFile(f))
+	f.Add([]byte(`{"version":1,"subnet":"10.0.0.0/30","lastAllocated":"10.0.0.2","leases":{"10.0.0.1":{"containerID":"a","ifName":"eth0","allocated":"2025-01-02T03:04:05Z"}}}`))
+	f.Add([]byte(`{"version":1,"subnet":"0.0.0.0/0","leases":null}`))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		d, err := decodeState(data)
+		if err != nil {
+			return
+		}
+		sn, first, last, err := canonicalSubnet(d.subnet)
+		if err != nil {
+			t.Fatalf("decoded subnet %v is invalid: %v", d.subnet, err)
+		}
+		s := &Store{subnet: sn, first: first, last: last, cursor: d.cursor, byIP: map[uint32]*lease{}, byKey: map[key]*lease{}}
+		for _, l := range d.leases {
+			if l.ip < first || l.ip > last {
+				t.Fatalf("decoded lease %s outside %v", u32ToIP(l.ip), sn)
+			}
+			if _, dup := s.byIP[l.ip]; dup {
+				t.Fatalf("decoded two leases for %s", u32ToIP(l.ip))
+			}
+			s.byIP[l.ip], s.byKey[l.key] = l, l
+		}
+		out, err := s.encodeState()
+		if err != nil {
+			t.Fatalf("encode: %v", err)
+		}
+		d2, err := decodeState(out)
+		if err != nil {
+			t.Fatalf("re-decoding our own output failed: %v\n%s", err, out)
+		}
+		if d2.subnet.String() != d.subnet.String() || len(d2.leases) != len(d.leases) {
+			t.Fatalf("round trip changed the state: %v/%d → %v/%d", d.subnet, len(d.leases), d2.subnet, len(d2.leases))
+		}
+		for _, l := range d2.leases {
+			o := s.byIP[l.ip]
+			if o == nil || o.key != l.key || o.owner != l.owner || !o.allocated.Equal(l.allocated) {
+				t.Fatalf("round trip changed lease %s: %+v → %+v", u32ToIP(l.ip), o, l)
+			}
+		}
+	})
+}

@@ -1,0 +1,173 @@
+package ipam
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// formatVersion is the version of the leases.json layout written by this
+// package. Open refuses other versions rather than guess.
+const formatVersion = 1
+
+// fileState is the JSON layout of DIR/ipam/leases.json:
+//
+//	{
+//	  "version": 1,
+//	  "subnet": "10.128.0.0/24",
+//	  "lastAllocated": "10.128.0.7",
+//	  "leases": {
+//	    "10.128.0.7": {"containerID": "3f1c…", "ifName": "eth0",
+//	                   "owner": "default/web-0", "allocated": "2025-01-02T03:04:05Z"}
+//	  }
+//	}
+type fileState struct {
+	Version       int                  `json:"version"`
+	Subnet        string               `json:"subnet"`
+	LastAllocated string               `json:"lastAllocated,omitempty"`
+	Leases        map[string]fileLease `json:"leases"`
+}
+
+type fileLease struct {
+	ContainerID string    `json:"containerID"`
+	IfName      string    `json:"ifName"`
+	Owner       string    `json:"owner,omitempty"`
+	Allocated   time.Time `json:"allocated"`
+}
+
+// decoded is a validated fileState.
+type decoded struct {
+	subnet *net.IPNet
+	cursor uint32 // 0 when lastAllocated is absent
+	leases []*lease
+}
+
+// decodeState parses and validates the content of leases.json. It never
+// panics on any input (see FuzzDecodeStore). Errors name the offending field.
+func decodeState(data []byte) (*decoded, error) {
+	var fsx fileState
+	if err := json.Unmarshal(data, &fsx); err != nil {
+		return nil, fmt.Errorf("invalid JSON: %w", err)
+	}
+	if fsx.Version != formatVersion {
+		return nil, fmt.Errorf("version %d is not supported (want %d)", fsx.Version, formatVersion)
+	}
+	_, n, err := net.ParseCIDR(fsx.Subnet)
+	if err != nil {
+		return nil, fmt.Errorf("subnet %q: %w", fsx.Subnet, err)
+	}
+	if n.String() != fsx.Subnet {
+		return nil, fmt.Errorf("subnet %q is not in canonical form %q", fsx.Subnet, n.String())
+	}
+	sn, first, last, err := canonicalSubnet(n)
+	if err != nil {
+		return nil, err
+	}
+	d := &decoded{subnet: sn}
+	if fsx.LastAllocated != "" {
+		u, err := parsePoolIP(fsx.LastAllocated, first, last)
+		if err != nil {
+			return nil, fmt.Errorf("lastAllocated: %w", err)
+		}
+		d.cursor = u
+	}
+	seen := make(map[key]string, len(fsx.Leases))
+	for ipStr, fl := range fsx.Leases {
+		u, err := parsePoolIP(ipStr, first, last)
+		if err != nil {
+			return nil, fmt.Errorf("lease %q: %w", ipStr, err)
+		}
+		if fl.ContainerID == "" || fl.IfName == "" {
+			return nil, fmt.Errorf("lease %s: containerID and ifName must not be empty", ipStr)
+		}
+		k := key{fl.ContainerID, fl.IfName}
+		if other, dup := seen[k]; dup {
+			return nil, fmt.Errorf("container %s interface %s holds two leases, %s and %s", k.containerID, k.ifName, other, ipStr)
+		}
+		seen[k] = ipStr
+		d.leases = append(d.leases, &lease{ip: u, key: k, owner: fl.Owner, allocated: fl.Allocated})
+	}
+	return d, nil
+}
+
+// parsePoolIP parses a canonical dotted-quad IPv4 address inside [first,last].
+func parsePoolIP(s string, first, last uint32) (uint32, error) {
+	ip := net.ParseIP(s).To4()
+	if ip == nil || ip.String() != s {
+		return 0, fmt.Errorf("%q is not a dotted-quad IPv4 address", s)
+	}
+	u := ipToU32(ip)
+	if u < first || u > last {
+		return 0, fmt.Errorf("%s is outside the allocatable range %s-%s", s, u32ToIP(first), u32ToIP(last))
+	}
+	return u, nil
+}
+
+// encodeState renders the in-memory state as leases.json. Caller holds s.mu.
+func (s *Store) encodeState() ([]byte, error) {
+	fsx := fileState{Version: formatVersion, Subnet: s.subnet.String(), Leases: make(map[string]fileLease, len(s.byIP))}
+	if s.cursor >= s.first && s.cursor <= s.last {
+		fsx.LastAllocated = u32ToIP(s.cursor).String()
+	}
+	for ip, l := range s.byIP {
+		fsx.Leases[u32ToIP(ip).String()] = fileLease{ContainerID: l.key.containerID, IfName: l.key.ifName, Owner: l.owner, Allocated: l.allocated}
+	}
+	return json.MarshalIndent(&fsx, "", "  ")
+}
+
+// persist writes the in-memory state durably: temp file in the same
+// directory, fsync, rename over leases.json, fsync of the directory (so the
+// rename itself survives a power loss). Caller holds s.mu. On error the old
+// leases.json is untouched and no temp file is left behind.
+func (s *Store) persist() (err error) {
+	data, err := s.encodeState()
+	if err != nil {
+		return fmt.Errorf("ipam: encode leases: %w", err)
+	}
+	path := filepath.Join(s.dir, stateFile)
+	f, err := os.CreateTemp(s.dir, tmpPrefix+"*")
+	if err != nil {
+		return fmt.Errorf("ipam: create temp file in %s: %w", s.dir, err)
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	if _, err = f.Write(data); err != nil {
+		return fmt.Errorf("ipam: write %s: %w", tmp, err)
+	}
+	if err = f.Sync(); err != nil {
+		return fmt.Errorf("ipam: fsync %s: %w", tmp, err)
+	}
+	if err = f.Close(); err != nil {
+		return fmt.Errorf("ipam: close %s: %w", tmp, err)
+	}
+	if err = os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("ipam: rename %s to %s: %w", tmp, path, err)
+	}
+	// The rename is done and the new state is what any reader (and a restart
+	// without power loss) sees, so memory must follow it: a failed directory
+	// fsync is logged, not returned, because rolling memory back would make it
+	// disagree with the file.
+	if derr := syncDir(s.dir); derr != nil {
+		slog.Warn("ipam: fsync of lease directory failed; the last change may not survive a power loss", "dir", s.dir, "err", derr)
+	}
+	return nil
+}
+
+// syncDir fsyncs a directory so that a rename in it is durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
