@@ -1,0 +1,154 @@
+// Command ofsdn is the ofsdn CNI plugin: the binary the container runtime
+// executes (installed as /opt/cni/bin/ofsdn) for every CNI operation on a
+// pod. It does no networking itself; it forwards each operation to the
+// ofsdn-node daemon over the daemon's root-only unix socket (netconf key
+// "socket", default /var/run/ofsdn/cni.sock) and relays the answer.
+//
+// Protocol (CNI specification 1.1.0):
+//   - SPEC.md "Section 2: Execution Protocol": parameters come from CNI_*
+//     environment variables and the netconf from stdin; pkg/skel parses and
+//     checks them (code 4 for missing variables, 1 for an unsupported
+//     cniVersion) before this code runs.
+//   - ADD: the daemon answers a CNI 1.1.0 result, which is converted to the
+//     netconf's cniVersion and printed on stdout (SPEC.md "Section 5: Result
+//     Types", "ADD Success"; "Version").
+//   - DEL, CHECK, GC, STATUS: no output on success. The whole netconf,
+//     including prevResult and "cni.dev/valid-attachments", is forwarded
+//     so the daemon can use them.
+//   - VERSION: answered here; every version the CNI library knows, 0.1.0
+//     through 1.1.0.
+//   - Errors are printed as CNI error JSON on stdout with exit status 1
+//     (SPEC.md "Section 5: Result Types", "Error"). The daemon's error codes
+//     are kept; a daemon that cannot be reached gives 11 (try again later),
+//     or 50 (plugin not available) for STATUS, naming the socket.
+//
+// The plugin delegates to no other plugin (SPEC.md "Section 4: Plugin
+// Delegation"): IPAM is done inside the daemon, so there is no "ipam" key to
+// forward GC or STATUS to.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/ofsdn/ofsdn/cni"
+)
+
+// supportedVersions are the CNI spec versions the plugin accepts in a netconf
+// and reports for VERSION: all those the CNI library can convert a 1.1.0
+// result to.
+var supportedVersions = version.PluginSupports("0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
+
+const about = "CNI plugin ofsdn: forwards CNI operations to the ofsdn-node daemon (Open vSwitch pod network)"
+
+// logger writes warnings to stderr, which runtimes keep in their logs (SPEC.md
+// "Section 5: Result Types", "Error": "stderr can be used for unstructured
+// output such as logs"). stdout is reserved for the CNI result.
+var logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+func main() {
+	skel.PluginMainFuncs(skel.CNIFuncs{
+		Add:    cmdAdd,
+		Del:    cmdDel,
+		Check:  cmdCheck,
+		Status: cmdStatus,
+		GC:     cmdGC,
+	}, supportedVersions, about)
+}
+
+// forward loads the netconf, sends the operation to the daemon and returns
+// the netconf and the daemon's result bytes (ADD only). Errors are
+// *types.Error, which skel prints with their code.
+func forward(command string, args *skel.CmdArgs) (*cni.NetConf, []byte, error) {
+	conf, err := cni.LoadNetConf(args.StdinData)
+	if err != nil {
+		return nil, nil, err
+	}
+	req := &cni.Request{
+		Command:     command,
+		ContainerID: args.ContainerID,
+		Netns:       args.Netns,
+		IfName:      args.IfName,
+		Args:        args.Args,
+		Path:        args.Path,
+		Config:      args.StdinData,
+	}
+	res, err := cni.NewClient(conf.Socket, cni.DefaultTimeout).Do(context.Background(), req)
+	if err != nil {
+		logger.Warn("ofsdn-node did not carry out the CNI operation", "command", command,
+			"containerID", args.ContainerID, "ifName", args.IfName, "socket", conf.Socket, "err", err)
+		return conf, nil, err
+	}
+	return conf, res, nil
+}
+
+// cmdAdd forwards ADD and prints the daemon's result converted from CNI
+// 1.1.0 to the netconf's cniVersion (SPEC.md "Section 5: Result Types").
+func cmdAdd(args *skel.CmdArgs) error {
+	conf, raw, err := forward(cni.CmdAdd, args)
+	if err != nil {
+		return err
+	}
+	result := &current.Result{}
+	if err := json.Unmarshal(raw, result); err != nil {
+		return types.NewError(types.ErrDecodingFailure, "cannot decode the ADD result of the ofsdn-node daemon", err.Error())
+	}
+	if result.CNIVersion == "" {
+		result.CNIVersion = current.ImplementedSpecVersion
+	}
+	converted, err := result.GetAsVersion(conf.CNIVersion)
+	if err != nil {
+		return types.NewError(types.ErrIncompatibleCNIVersion,
+			fmt.Sprintf("cannot convert the ADD result from CNI %s to the netconf's cniVersion %s", result.CNIVersion, conf.CNIVersion),
+			err.Error())
+	}
+	if err := converted.Print(); err != nil {
+		return types.NewError(types.ErrIOFailure, "cannot write the ADD result to stdout", err.Error())
+	}
+	return nil
+}
+
+// cmdDel forwards DEL (SPEC.md "Section 2: Execution Protocol", "DEL"). An
+// unreachable daemon is an error (code 11, so the runtime retries):
+// succeeding would leak the pod's port, flows and IP.
+func cmdDel(args *skel.CmdArgs) error {
+	_, _, err := forward(cni.CmdDel, args)
+	return err
+}
+
+// cmdCheck forwards CHECK with the netconf's prevResult (SPEC.md "Section 2:
+// Execution Protocol", "CHECK").
+func cmdCheck(args *skel.CmdArgs) error {
+	_, _, err := forward(cni.CmdCheck, args)
+	return err
+}
+
+// cmdGC forwards GC with "cni.dev/valid-attachments" (SPEC.md "Section 2:
+// Execution Protocol", "GC").
+func cmdGC(args *skel.CmdArgs) error {
+	_, _, err := forward(cni.CmdGC, args)
+	return err
+}
+
+// cmdStatus forwards STATUS (SPEC.md "Section 2: Execution Protocol",
+// "STATUS"). A daemon that cannot be reached (or does not answer in time)
+// means the plugin cannot serve ADD: code 50 (ErrPluginNotAvailable) naming
+// the socket.
+func cmdStatus(args *skel.CmdArgs) error {
+	conf, _, err := forward(cni.CmdStatus, args)
+	var e *types.Error
+	if err != nil && errors.As(err, &e) && e.Code == types.ErrTryAgainLater && conf != nil {
+		return types.NewError(types.ErrPluginNotAvailable,
+			fmt.Sprintf("ofsdn plugin not available: %s", e.Msg), e.Details)
+	}
+	return err
+}

@@ -1,0 +1,401 @@
+package main
+
+// These tests build the plugin binary and run it the way a container runtime
+// does, through libcni, against a real cni/server on a unix socket whose
+// Handler is a fake returning canned answers. They test the plugin's CNI
+// wiring (environment, stdin, result version conversion, error codes), not
+// pod networking.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/types"
+	types020 "github.com/containernetworking/cni/pkg/types/020"
+	types040 "github.com/containernetworking/cni/pkg/types/040"
+	current "github.com/containernetworking/cni/pkg/types/100"
+
+	"github.com/ofsdn/ofsdn/cni"
+	"github.com/ofsdn/ofsdn/cni/server"
+)
+
+// binDir holds the plugin binary "ofsdn", built once by TestMain.
+var binDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "ofsdn-plugin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "ofsdn"), ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "go build of the plugin failed: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	binDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// fakeHandler records requests and answers with canned values; it stands in
+// for the daemon's pod manager.
+type fakeHandler struct {
+	mu        sync.Mutex
+	calls     []cni.Request
+	addErr    error
+	statusErr error
+}
+
+func (f *fakeHandler) record(req *cni.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, *req)
+}
+
+func (f *fakeHandler) Add(_ context.Context, req *cni.Request) (*current.Result, error) {
+	f.record(req)
+	if f.addErr != nil {
+		return nil, f.addErr
+	}
+	return cannedResult(req.Netns), nil
+}
+func (f *fakeHandler) Del(_ context.Context, req *cni.Request) error   { f.record(req); return nil }
+func (f *fakeHandler) Check(_ context.Context, req *cni.Request) error { f.record(req); return nil }
+func (f *fakeHandler) GC(_ context.Context, req *cni.Request) error    { f.record(req); return nil }
+func (f *fakeHandler) Status(_ context.Context, req *cni.Request) error {
+	f.record(req)
+	return f.statusErr
+}
+
+func (f *fakeHandler) Calls(command string) []cni.Request {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []cni.Request
+	for _, c := range f.calls {
+		if c.Command == command {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// cannedResult is a typical ofsdn ADD result: the pod's eth0 with one IPv4
+// address from the node's pod subnet and a default route via the gateway.
+func cannedResult(sandbox string) *current.Result {
+	_, dflt, _ := net.ParseCIDR("0.0.0.0/0")
+	return &current.Result{
+		CNIVersion: "1.1.0",
+		Interfaces: []*current.Interface{
+			{Name: "ofs1a2b3c4d5e6f", Mac: "5e:00:00:00:00:01"},
+			{Name: "eth0", Mac: "0a:58:0a:f4:01:05", Sandbox: sandbox},
+		},
+		IPs: []*current.IPConfig{{
+			Interface: current.Int(1),
+			Address:   net.IPNet{IP: net.ParseIP("10.244.1.5").To4(), Mask: net.CIDRMask(24, 32)},
+			Gateway:   net.ParseIP("10.244.1.1"),
+		}},
+		Routes: []*types.Route{{Dst: *dflt, GW: net.ParseIP("10.244.1.1")}},
+	}
+}
+
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// startDaemon runs a ready CNI server with a fake handler on a fresh socket.
+func startDaemon(t *testing.T) (*fakeHandler, *server.Server) {
+	t.Helper()
+	h := &fakeHandler{}
+	s := server.New(filepath.Join(t.TempDir(), "run", "cni.sock"), h,
+		slog.New(slog.NewTextHandler(tWriter{t}, nil)))
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s.SetReady(true)
+	t.Cleanup(func() { s.Shutdown(context.Background()) })
+	return h, s
+}
+
+func newCNI(t *testing.T) *libcni.CNIConfig {
+	return libcni.NewCNIConfigWithCacheDir([]string{binDir}, t.TempDir(), nil)
+}
+
+func pluginConf(t *testing.T, cniVersion, socket string) *libcni.PluginConfig {
+	t.Helper()
+	conf, err := libcni.NetworkPluginConfFromBytes([]byte(fmt.Sprintf(
+		`{"cniVersion":%q,"name":"ofsdn-test","type":"ofsdn","socket":%q}`, cniVersion, socket)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conf
+}
+
+func confList(t *testing.T, cniVersion, socket string) *libcni.NetworkConfigList {
+	t.Helper()
+	list, err := libcni.NetworkConfFromBytes([]byte(fmt.Sprintf(
+		`{"cniVersion":%q,"name":"ofsdn-test","plugins":[{"type":"ofsdn","socket":%q}]}`, cniVersion, socket)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list
+}
+
+// runtimeConf is a pod attachment. The netns path does not exist: the fake
+// handler does not use it, and skel only checks that it is not the plugin's
+// own namespace.
+func runtimeConf(id string) *libcni.RuntimeConf {
+	return &libcni.RuntimeConf{
+		ContainerID: id,
+		NetNS:       "/var/run/netns/ofsdn-test-" + id,
+		IfName:      "eth0",
+		Args: [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", "default"},
+			{"K8S_POD_NAME", "web-0"}, {"K8S_POD_INFRA_CONTAINER_ID", id}},
+	}
+}
+
+func wantCNIError(t *testing.T, err error, code uint, parts ...string) {
+	t.Helper()
+	var e *types.Error
+	if !errors.As(err, &e) {
+		t.Fatalf("error %v (%T) is not a CNI error; want code %d", err, err, code)
+	}
+	if e.Code != code {
+		t.Errorf("CNI error code %d (%q), want %d", e.Code, e.Msg, code)
+	}
+	for _, p := range parts {
+		if !strings.Contains(e.Msg, p) {
+			t.Errorf("CNI error message %q does not contain %q", e.Msg, p)
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	info, err := newCNI(t).GetVersionInfo(context.Background(), "ofsdn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := info.SupportedVersions()
+	for _, v := range []string{"0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"} {
+		if !slices.Contains(got, v) {
+			t.Errorf("VERSION lists %v, missing %s", got, v)
+		}
+	}
+}
+
+func TestAddForwardsRequest(t *testing.T) {
+	h, s := startDaemon(t)
+	rt := runtimeConf("ctr-fwd")
+	res, err := newCNI(t).AddNetwork(context.Background(), pluginConf(t, "1.1.0", s.SocketPath()), rt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, ok := res.(*current.Result)
+	if !ok || r.CNIVersion != "1.1.0" {
+		t.Fatalf("result %T %+v, want a 1.1.0 result", res, res)
+	}
+	want := cannedResult(rt.NetNS)
+	gotJSON, _ := json.Marshal(r)
+	wantJSON, _ := json.Marshal(want)
+	if !bytes.Equal(gotJSON, wantJSON) {
+		t.Errorf("result\n%s\nwant\n%s", gotJSON, wantJSON)
+	}
+	adds := h.Calls(cni.CmdAdd)
+	if len(adds) != 1 {
+		t.Fatalf("daemon got %d ADDs, want 1", len(adds))
+	}
+	req := adds[0]
+	if req.ContainerID != "ctr-fwd" || req.IfName != "eth0" || req.Netns != rt.NetNS || req.Path != binDir {
+		t.Errorf("daemon got %+v", req)
+	}
+	pod, err := req.PodIdentity()
+	if err != nil || pod != (cni.PodIdentity{Namespace: "default", Name: "web-0", InfraContainerID: "ctr-fwd"}) {
+		t.Errorf("pod identity from CNI_ARGS %q: %+v, %v", req.Args, pod, err)
+	}
+	conf, err := cni.LoadNetConf(req.Config)
+	if err != nil || conf.Socket != s.SocketPath() || conf.Name != "ofsdn-test" {
+		t.Errorf("daemon got netconf %s (%v)", req.Config, err)
+	}
+}
+
+func TestAddConvertsResultVersion(t *testing.T) {
+	_, s := startDaemon(t)
+	c := newCNI(t)
+	for _, v := range []string{"1.1.0", "1.0.0", "0.4.0", "0.3.1", "0.3.0", "0.2.0", "0.1.0"} {
+		t.Run(v, func(t *testing.T) {
+			rt := runtimeConf("ctr-" + strings.ReplaceAll(v, ".", ""))
+			res, err := c.AddNetwork(context.Background(), pluginConf(t, v, s.SocketPath()), rt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Version() != v {
+				t.Errorf("result version %s, want %s", res.Version(), v)
+			}
+			switch r := res.(type) {
+			case *current.Result:
+				if len(r.IPs) != 1 || r.IPs[0].Address.String() != "10.244.1.5/24" || *r.IPs[0].Interface != 1 {
+					t.Errorf("%s result IPs %v", v, r.IPs)
+				}
+			case *types040.Result:
+				// 0.3.x/0.4.0 results keep interfaces and carry the IP version.
+				if len(r.IPs) != 1 || r.IPs[0].Version != "4" || r.IPs[0].Address.String() != "10.244.1.5/24" ||
+					*r.IPs[0].Interface != 1 || r.Interfaces[1].Sandbox != rt.NetNS || len(r.Routes) != 1 {
+					t.Errorf("%s result %+v", v, r)
+				}
+			case *types020.Result:
+				if r.IP4 == nil || r.IP4.IP.String() != "10.244.1.5/24" || !r.IP4.Gateway.Equal(net.ParseIP("10.244.1.1")) ||
+					len(r.IP4.Routes) != 1 {
+					t.Errorf("%s result %+v", v, r)
+				}
+			default:
+				t.Errorf("%s result has type %T", v, res)
+			}
+		})
+	}
+}
+
+func TestLifecycleThroughList(t *testing.T) {
+	h, s := startDaemon(t)
+	c := newCNI(t)
+	ctx := context.Background()
+	list := confList(t, "1.1.0", s.SocketPath())
+	rt := runtimeConf("ctr-life")
+
+	if _, err := c.AddNetworkList(ctx, list, rt); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CheckNetworkList(ctx, list, rt); err != nil {
+		t.Fatalf("CHECK: %v", err)
+	}
+	checks := h.Calls(cni.CmdCheck)
+	if len(checks) != 1 {
+		t.Fatalf("daemon got %d CHECKs", len(checks))
+	}
+	conf, err := cni.LoadNetConf(checks[0].Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prev, err := current.GetResult(conf.PrevResult)
+	if err != nil || len(prev.IPs) != 1 || prev.IPs[0].Address.String() != "10.244.1.5/24" {
+		t.Errorf("CHECK prevResult %+v (%v), want the ADD result", conf.PrevResult, err)
+	}
+
+	if err := c.GetStatusNetworkList(ctx, list); err != nil {
+		t.Fatalf("STATUS: %v", err)
+	}
+	if n := len(h.Calls(cni.CmdStatus)); n != 1 {
+		t.Errorf("daemon got %d STATUS", n)
+	}
+
+	err = c.GCNetworkList(ctx, list, &libcni.GCArgs{ValidAttachments: []types.GCAttachment{{ContainerID: "ctr-life", IfName: "eth0"}}})
+	if err != nil {
+		t.Fatalf("GC: %v", err)
+	}
+	gcs := h.Calls(cni.CmdGC)
+	if len(gcs) != 1 {
+		t.Fatalf("daemon got %d GCs", len(gcs))
+	}
+	gconf, err := cni.LoadNetConf(gcs[0].Config)
+	if err != nil || len(gconf.ValidAttachments) != 1 || gconf.ValidAttachments[0] != (types.GCAttachment{ContainerID: "ctr-life", IfName: "eth0"}) {
+		t.Errorf("GC netconf %s: valid attachments %+v (%v)", gcs[0].Config, gconf, err)
+	}
+
+	if err := c.DelNetworkList(ctx, list, rt); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	dels := h.Calls(cni.CmdDel)
+	if len(dels) != 1 || dels[0].ContainerID != "ctr-life" || dels[0].IfName != "eth0" {
+		t.Fatalf("daemon DELs %+v", dels)
+	}
+	if !bytes.Contains(dels[0].Config, []byte("prevResult")) {
+		t.Errorf("DEL netconf %s has no prevResult", dels[0].Config)
+	}
+}
+
+func TestDaemonErrorsKeepTheirCode(t *testing.T) {
+	h, s := startDaemon(t)
+	c := newCNI(t)
+	h.addErr = types.NewError(types.ErrInvalidNetworkConfig, "pod subnet 10.244.1.0/24 exhausted", "253 leases in use")
+	_, err := c.AddNetwork(context.Background(), pluginConf(t, "1.0.0", s.SocketPath()), runtimeConf("ctr-err"))
+	wantCNIError(t, err, types.ErrInvalidNetworkConfig, "pod subnet 10.244.1.0/24 exhausted")
+
+	h.addErr = errors.New("OVSDB transaction on bridge br-int failed")
+	_, err = c.AddNetwork(context.Background(), pluginConf(t, "1.0.0", s.SocketPath()), runtimeConf("ctr-err"))
+	wantCNIError(t, err, types.ErrInternal, "OVSDB transaction on bridge br-int failed")
+
+	h.statusErr = types.NewError(types.ErrLimitedConnectivity, "OpenFlow connection to br-int lost", "")
+	err = c.GetStatusNetworkList(context.Background(), confList(t, "1.1.0", s.SocketPath()))
+	wantCNIError(t, err, types.ErrLimitedConnectivity, "OpenFlow connection to br-int lost")
+
+	s.SetReady(false)
+	_, err = c.AddNetwork(context.Background(), pluginConf(t, "1.1.0", s.SocketPath()), runtimeConf("ctr-err"))
+	wantCNIError(t, err, types.ErrTryAgainLater, "not ready")
+	err = c.GetStatusNetworkList(context.Background(), confList(t, "1.1.0", s.SocketPath()))
+	wantCNIError(t, err, types.ErrPluginNotAvailable, "not ready")
+}
+
+func TestDaemonUnreachable(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "nobody-home", "cni.sock")
+	c := newCNI(t)
+	ctx := context.Background()
+
+	_, err := c.AddNetwork(ctx, pluginConf(t, "0.4.0", sock), runtimeConf("ctr-gone"))
+	wantCNIError(t, err, types.ErrTryAgainLater, sock, "ofsdn-node daemon must be running")
+
+	err = c.DelNetwork(ctx, pluginConf(t, "0.4.0", sock), runtimeConf("ctr-gone"))
+	wantCNIError(t, err, types.ErrTryAgainLater, sock, "ofsdn-node daemon must be running")
+
+	err = c.GetStatusNetworkList(ctx, confList(t, "1.1.0", sock))
+	wantCNIError(t, err, types.ErrPluginNotAvailable, sock, "ofsdn-node daemon must be running")
+}
+
+// TestPluginDirect runs the binary without libcni to check the raw protocol:
+// CNI error JSON on stdout with exit status 1, netconf validation before any
+// request is sent, and the about text.
+func TestPluginDirect(t *testing.T) {
+	run := func(env []string, stdin string) (stdout, stderr string, err error) {
+		cmd := exec.Command(filepath.Join(binDir, "ofsdn"))
+		cmd.Env = env
+		cmd.Stdin = strings.NewReader(stdin)
+		var o, e bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &o, &e
+		err = cmd.Run()
+		return o.String(), e.String(), err
+	}
+	env := []string{"CNI_COMMAND=ADD", "CNI_CONTAINERID=c1", "CNI_NETNS=/var/run/netns/x", "CNI_IFNAME=eth0", "CNI_PATH=" + binDir}
+
+	out, _, err := run(env, `{"cniVersion":"1.1.0","name":"n","type":"ofsdn","socket":"relative/cni.sock"}`)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Errorf("bad socket: exit %v, want status 1", err)
+	}
+	var e types.Error
+	if jerr := json.Unmarshal([]byte(out), &e); jerr != nil || e.Code != types.ErrInvalidNetworkConfig || !strings.Contains(e.Msg, `"socket"`) {
+		t.Errorf("bad socket: stdout %q, want CNI error code 7 naming \"socket\"", out)
+	}
+
+	// Without CNI_COMMAND the plugin describes itself on stderr (skel's
+	// "about") and exits 0.
+	out, stderr, err := run(env[1:], "")
+	if err != nil || out != "" || !strings.Contains(stderr, "ofsdn-node") || !strings.Contains(stderr, "1.1.0") {
+		t.Errorf("no CNI_COMMAND: err %v, stdout %q, stderr %q; want the about text and versions on stderr", err, out, stderr)
+	}
+}

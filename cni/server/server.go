@@ -1,0 +1,515 @@
+// Package server is the ofsdn-node daemon's end of the CNI plugin protocol: an
+// HTTP server on a root-only unix socket that receives the CNI operations the
+// plugin binary (cmd/ofsdn) forwards as [cni.Request], validates them, hands
+// them to a [Handler] (the pod manager) and answers a [cni.Response].
+//
+// Validation follows the CNI specification 1.1.0, SPEC.md "Section 2:
+// Execution Protocol" (which parameters each operation requires) and the
+// error code table of SPEC.md "Section 5: Result Types", "Error": a request
+// that cannot be decoded gets code 6, a missing or invalid CNI_* parameter
+// code 4 naming the variable, an invalid netconf code 7. Nothing reaches the
+// Handler before the request has passed every check.
+//
+// The socket is the only access control, so it is set up defensively: its
+// directory is created (or reset) with mode 0700 and owned by root, the
+// socket is mode 0600, and each connection's peer credentials (SO_PEERCRED)
+// are checked so that only root (uid 0) is served.
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/utils"
+	"golang.org/x/sys/unix"
+
+	"github.com/ofsdn/ofsdn/cni"
+)
+
+// Handler carries out validated CNI operations. The server calls it only
+// with requests whose Command, CNI_* parameters (SPEC.md "Section 2:
+// Execution Protocol", "Parameters"), CNI_ARGS and netconf have been checked;
+// ctx is cancelled when the plugin gives up (its timeout, see
+// cni.DefaultTimeout) or the server shuts down.
+//
+// Errors: return a *types.Error to choose the CNI error code (SPEC.md
+// "Section 5: Result Types", "Error"; e.g. 3 unknown container, 7 invalid
+// netconf, 11 try again later, 50/51 for STATUS); any other error is sent as
+// code 999 (ErrInternal) with its message kept.
+type Handler interface {
+	// Add attaches the container (SPEC.md "ADD") and returns its result; the
+	// server sends it as CNI 1.1.0 and the plugin converts it to the
+	// netconf's cniVersion.
+	Add(ctx context.Context, req *cni.Request) (*current.Result, error)
+	// Del detaches the container (SPEC.md "DEL"). It must succeed when the
+	// container is already gone or was never attached.
+	Del(ctx context.Context, req *cni.Request) error
+	// Check verifies the attachment against the netconf's prevResult
+	// (SPEC.md "CHECK").
+	Check(ctx context.Context, req *cni.Request) error
+	// Status reports whether ADD can be served now (SPEC.md "STATUS"):
+	// nil, or a *types.Error with code 50 or 51.
+	Status(ctx context.Context, req *cni.Request) error
+	// GC releases resources of attachments not listed in the netconf's
+	// "cni.dev/valid-attachments" (SPEC.md "GC").
+	GC(ctx context.Context, req *cni.Request) error
+}
+
+// Limits and timeouts of the HTTP server.
+const (
+	// MaxRequestBytes is the largest request body accepted: 1 MiB.
+	MaxRequestBytes = 1 << 20
+	// ReadHeaderTimeout bounds reading a request's headers: 10 seconds.
+	ReadHeaderTimeout = 10 * time.Second
+	// ReadTimeout bounds reading a whole request (headers and body): 30
+	// seconds. There is no write timeout: an ADD may legitimately take
+	// long, and the plugin's own timeout (cni.DefaultTimeout) bounds it.
+	ReadTimeout = 30 * time.Second
+	// IdleTimeout closes idle keep-alive connections: 60 seconds.
+	IdleTimeout = 60 * time.Second
+)
+
+// Server is the daemon's CNI server on one unix socket. Create it with New,
+// call Start, and Shutdown when done. Until SetReady(true), every request is
+// refused with CNI code 11 (50 for STATUS) so that the runtime retries.
+type Server struct {
+	socketPath string
+	handler    Handler
+	log        *slog.Logger
+
+	ready atomic.Bool
+
+	mu       sync.Mutex
+	http     *http.Server
+	listener net.Listener
+	done     chan struct{}
+	serveErr error
+}
+
+// New returns a server for socketPath (an absolute path, normally
+// cni.DefaultSocketPath) that passes requests to h. logger nil means
+// slog.Default(). The server starts not ready.
+func New(socketPath string, h Handler, logger *slog.Logger) *Server {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &Server{
+		socketPath: socketPath,
+		handler:    h,
+		log:        logger.With("component", "cni-server", "socket", socketPath),
+	}
+}
+
+// SocketPath returns the path of the server's unix socket.
+func (s *Server) SocketPath() string { return s.socketPath }
+
+// SetReady opens (true) or closes (false) the ready gate. While closed, ADD,
+// DEL, CHECK and GC get CNI error 11 (ErrTryAgainLater) and STATUS gets 50
+// (ErrPluginNotAvailable), both "daemon not ready".
+func (s *Server) SetReady(ready bool) {
+	if s.ready.Swap(ready) != ready {
+		s.log.Info("CNI server readiness changed", "ready", ready)
+	}
+}
+
+// Ready reports whether the ready gate is open.
+func (s *Server) Ready() bool { return s.ready.Load() }
+
+// Start prepares the socket and begins serving in the background:
+//   - creates the socket's directory if needed, then sets it to mode 0700
+//     and owner root:root even if it existed;
+//   - removes a stale socket left by an earlier daemon, but fails if another
+//     server still answers on it or if the path is not a socket;
+//   - listens and sets the socket to mode 0600.
+//
+// Errors name the path and the failed step. Start may be called once.
+func (s *Server) Start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.http != nil {
+		return fmt.Errorf("CNI server on %s: already started", s.socketPath)
+	}
+	if !filepath.IsAbs(s.socketPath) {
+		return fmt.Errorf("CNI server socket %q: not an absolute path", s.socketPath)
+	}
+	dir := filepath.Dir(s.socketPath)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("CNI server: create socket directory %s: %w", dir, err)
+	}
+	if err := os.Chown(dir, 0, 0); err != nil {
+		return fmt.Errorf("CNI server: make socket directory %s owned by root (the daemon must run as root): %w", dir, err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return fmt.Errorf("CNI server: set mode 0700 on socket directory %s: %w", dir, err)
+	}
+	if err := removeStaleSocket(s.socketPath); err != nil {
+		return err
+	}
+	l, err := net.Listen("unix", s.socketPath)
+	if err != nil {
+		return fmt.Errorf("CNI server: listen on unix socket %s: %w", s.socketPath, err)
+	}
+	// The directory is already 0700 root, so the moment between bind and
+	// chmod exposes nothing.
+	if err := os.Chmod(s.socketPath, 0o600); err != nil {
+		l.Close()
+		return fmt.Errorf("CNI server: set mode 0600 on socket %s: %w", s.socketPath, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc(cni.RequestPath, s.serveCNI)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeResponse(w, http.StatusNotFound, &cni.Response{Error: types.NewError(types.ErrInternal,
+			fmt.Sprintf("no CNI endpoint at %s %s: the plugin sends POST %s", r.Method, r.URL.Path, cni.RequestPath), "")})
+	})
+	s.http = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: ReadHeaderTimeout,
+		ReadTimeout:       ReadTimeout,
+		IdleTimeout:       IdleTimeout,
+		MaxHeaderBytes:    64 << 10,
+		ConnContext:       connContext,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	s.listener = l
+	s.done = make(chan struct{})
+	go func() {
+		defer close(s.done)
+		err := s.http.Serve(l)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		s.mu.Lock()
+		s.serveErr = err
+		s.mu.Unlock()
+		if err != nil {
+			s.log.Error("CNI server stopped", "err", err)
+		}
+	}()
+	s.log.Info("CNI server listening")
+	return nil
+}
+
+// Shutdown stops accepting connections, waits for requests in flight until
+// ctx ends, then closes the rest and removes the socket. It returns the
+// error that stopped serving, if any, or ctx's error if requests were still
+// running when it ended.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	hs, done := s.http, s.done
+	s.mu.Unlock()
+	if hs == nil {
+		return nil
+	}
+	err := hs.Shutdown(ctx)
+	if err != nil {
+		hs.Close()
+	}
+	<-done
+	// net.UnixListener unlinks its socket on Close; make sure anyway.
+	if rmErr := os.Remove(s.socketPath); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) && err == nil {
+		err = fmt.Errorf("CNI server: remove socket %s: %w", s.socketPath, rmErr)
+	}
+	s.mu.Lock()
+	serveErr := s.serveErr
+	s.mu.Unlock()
+	s.log.Info("CNI server stopped")
+	return errors.Join(serveErr, err)
+}
+
+// Serve runs a ready server (see Server) on socketPath until ctx is
+// cancelled, then shuts it down, giving requests in flight up to 10 seconds.
+// It returns Start's error, or the one that ended serving; nil after a clean
+// shutdown. Use New/Start/SetReady/Shutdown for control over readiness.
+func Serve(ctx context.Context, socketPath string, h Handler, logger *slog.Logger) error {
+	s := New(socketPath, h, logger)
+	if err := s.Start(); err != nil {
+		return err
+	}
+	s.SetReady(true)
+	select {
+	case <-ctx.Done():
+	case <-s.done:
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return s.Shutdown(sctx)
+}
+
+// removeStaleSocket deletes a socket file left at path by a previous daemon.
+// It refuses to delete anything that is not a socket, and a socket on which
+// a server still accepts connections.
+func removeStaleSocket(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("CNI server: inspect %s: %w", path, err)
+	}
+	if fi.Mode()&os.ModeSocket == 0 {
+		return fmt.Errorf("CNI server: %s exists and is not a socket (mode %s): remove it or choose another socket path", path, fi.Mode())
+	}
+	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		c.Close()
+		return fmt.Errorf("CNI server: another server is listening on %s: stop the other ofsdn-node daemon first", path)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("CNI server: remove stale socket %s: %w", path, err)
+	}
+	return nil
+}
+
+// peerCredKey keys the connection's SO_PEERCRED credentials in the request
+// context.
+type peerCredKey struct{}
+
+// peerCred is what SO_PEERCRED told about the client process, or the error
+// reading it.
+type peerCred struct {
+	ucred *unix.Ucred
+	err   error
+}
+
+// connContext records each connection's peer credentials (socket(7)
+// SO_PEERCRED: the credentials of the process that called connect(2)).
+func connContext(ctx context.Context, c net.Conn) context.Context {
+	pc := peerCred{err: errors.New("not a unix socket connection")}
+	if uc, ok := c.(*net.UnixConn); ok {
+		pc.err = nil
+		raw, err := uc.SyscallConn()
+		if err != nil {
+			pc.err = err
+		} else if cerr := raw.Control(func(fd uintptr) {
+			pc.ucred, pc.err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+		}); cerr != nil {
+			pc.err = cerr
+		}
+	}
+	return context.WithValue(ctx, peerCredKey{}, pc)
+}
+
+// statusFor is the HTTP status sent with a CNI error code; the plugin reads
+// only the body, the status helps people using curl.
+func statusFor(code uint) int {
+	switch code {
+	case types.ErrInvalidEnvironmentVariables, types.ErrDecodingFailure, types.ErrInvalidNetworkConfig,
+		types.ErrIncompatibleCNIVersion, types.ErrUnsupportedField:
+		return http.StatusBadRequest
+	case types.ErrTryAgainLater, types.ErrPluginNotAvailable, types.ErrLimitedConnectivity:
+		return http.StatusServiceUnavailable
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+func writeResponse(w http.ResponseWriter, status int, resp *cni.Response) {
+	data, err := json.Marshal(resp)
+	if err != nil {
+		status = http.StatusInternalServerError
+		data = []byte(`{"error":{"code":999,"msg":"cannot encode the CNI response"}}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(data)
+}
+
+// serveCNI handles POST /cni: decode, check caller, check readiness,
+// validate, call the Handler, answer.
+func (s *Server) serveCNI(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	fail := func(status int, e *types.Error, attrs ...any) {
+		s.log.Warn("CNI request refused", append(attrs, "code", e.Code, "msg", e.Msg, "details", e.Details)...)
+		writeResponse(w, status, &cni.Response{Error: e})
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		fail(http.StatusMethodNotAllowed, types.NewError(types.ErrInternal,
+			fmt.Sprintf("method %s not allowed on %s: the plugin sends POST", r.Method, cni.RequestPath), ""))
+		return
+	}
+	pc, _ := r.Context().Value(peerCredKey{}).(peerCred)
+	if pc.ucred == nil {
+		fail(http.StatusForbidden, types.NewError(types.ErrInternal,
+			"cannot read the caller's credentials (SO_PEERCRED); refusing the CNI request", fmt.Sprint(pc.err)))
+		return
+	}
+	if pc.ucred.Uid != 0 {
+		fail(http.StatusForbidden, types.NewError(types.ErrInternal,
+			fmt.Sprintf("caller uid %d is not root: only root (the container runtime) may send CNI requests to ofsdn-node", pc.ucred.Uid), ""),
+			"peer_pid", pc.ucred.Pid, "peer_uid", pc.ucred.Uid)
+		return
+	}
+
+	var req cni.Request
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
+	if err := dec.Decode(&req); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			fail(http.StatusRequestEntityTooLarge, types.NewError(types.ErrInvalidNetworkConfig,
+				fmt.Sprintf("CNI request body exceeds %d bytes: the netconf is too large", MaxRequestBytes), ""))
+			return
+		}
+		fail(http.StatusBadRequest, types.NewError(types.ErrDecodingFailure,
+			"cannot decode the CNI request JSON", err.Error()))
+		return
+	}
+	attrs := []any{"command", req.Command, "containerID", req.ContainerID, "ifName", req.IfName, "netns", req.Netns}
+
+	if !s.ready.Load() {
+		code := types.ErrTryAgainLater
+		if req.Command == cni.CmdStatus {
+			code = types.ErrPluginNotAvailable
+		}
+		fail(http.StatusServiceUnavailable, types.NewError(code,
+			"ofsdn-node daemon not ready: it is still connecting to Open vSwitch; try again later", ""), attrs...)
+		return
+	}
+
+	if e := validate(&req); e != nil {
+		fail(statusFor(e.Code), e, attrs...)
+		return
+	}
+	if pod, err := req.PodIdentity(); err == nil && !pod.IsZero() {
+		attrs = append(attrs, "pod", pod.String())
+	}
+
+	result, err := s.call(r.Context(), &req)
+	if err != nil {
+		var e *types.Error
+		if !errors.As(err, &e) {
+			e = types.NewError(types.ErrInternal, err.Error(), "")
+		}
+		s.log.Warn("CNI request failed", append(attrs, "code", e.Code, "msg", e.Msg, "details", e.Details,
+			"duration", time.Since(start))...)
+		writeResponse(w, statusFor(e.Code), &cni.Response{Error: e})
+		return
+	}
+	resp := &cni.Response{}
+	if req.Command == cni.CmdAdd {
+		if result == nil {
+			e := types.NewError(types.ErrInternal, "ADD handler returned neither a result nor an error", "")
+			s.log.Error("CNI request failed", append(attrs, "code", e.Code, "msg", e.Msg)...)
+			writeResponse(w, http.StatusInternalServerError, &cni.Response{Error: e})
+			return
+		}
+		raw, err := encodeResult(result)
+		if err != nil {
+			e := types.NewError(types.ErrInternal, "cannot encode the ADD result as CNI 1.1.0", err.Error())
+			s.log.Error("CNI request failed", append(attrs, "code", e.Code, "msg", e.Msg, "details", e.Details)...)
+			writeResponse(w, http.StatusInternalServerError, &cni.Response{Error: e})
+			return
+		}
+		resp.Result = raw
+	}
+	s.log.Info("CNI request done", append(attrs, "duration", time.Since(start))...)
+	writeResponse(w, http.StatusOK, resp)
+}
+
+// call runs the handler for req's command, turning a panic into an error so
+// the plugin gets a CNI error instead of a dropped connection.
+func (s *Server) call(ctx context.Context, req *cni.Request) (res *current.Result, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("CNI handler panicked", "command", req.Command, "containerID", req.ContainerID,
+				"panic", p, "stack", string(debug.Stack()))
+			res, err = nil, types.NewError(types.ErrInternal, fmt.Sprintf("ofsdn-node CNI handler panicked: %v", p), "")
+		}
+	}()
+	switch req.Command {
+	case cni.CmdAdd:
+		return s.handler.Add(ctx, req)
+	case cni.CmdDel:
+		return nil, s.handler.Del(ctx, req)
+	case cni.CmdCheck:
+		return nil, s.handler.Check(ctx, req)
+	case cni.CmdStatus:
+		return nil, s.handler.Status(ctx, req)
+	case cni.CmdGC:
+		return nil, s.handler.GC(ctx, req)
+	}
+	return nil, types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("CNI_COMMAND: unknown command %q", req.Command), "")
+}
+
+// encodeResult marshals an ADD result as CNI 1.1.0 (SPEC.md "Section 5:
+// Result Types"), whatever CNIVersion the handler left in it.
+func encodeResult(r *current.Result) (json.RawMessage, error) {
+	c := *r
+	c.CNIVersion = current.ImplementedSpecVersion
+	return json.Marshal(&c)
+}
+
+// validate checks a request as SPEC.md "Section 2: Execution Protocol"
+// requires before any side effect: a known CNI_COMMAND; CNI_CONTAINERID and
+// CNI_IFNAME for ADD, DEL and CHECK; CNI_NETNS for ADD and CHECK; CNI_ARGS
+// well formed; the netconf valid (cni.LoadNetConf). Errors carry code 4
+// naming the variable, or the netconf's code 6/7.
+func validate(req *cni.Request) *types.Error {
+	var needID, needIf, needNetns bool
+	switch req.Command {
+	case cni.CmdAdd, cni.CmdCheck:
+		needID, needIf, needNetns = true, true, true
+	case cni.CmdDel:
+		needID, needIf = true, true
+	case cni.CmdStatus, cni.CmdGC:
+	case "":
+		return types.NewError(types.ErrInvalidEnvironmentVariables, "CNI_COMMAND is missing", "")
+	default:
+		return types.NewError(types.ErrInvalidEnvironmentVariables,
+			fmt.Sprintf("CNI_COMMAND %q is not one of ADD, DEL, CHECK, STATUS, GC", req.Command), "")
+	}
+	if needID {
+		if req.ContainerID == "" {
+			return types.NewError(types.ErrInvalidEnvironmentVariables,
+				fmt.Sprintf("CNI_CONTAINERID is missing; %s needs it", req.Command), "")
+		}
+		if e := utils.ValidateContainerID(req.ContainerID); e != nil {
+			return types.NewError(types.ErrInvalidEnvironmentVariables,
+				fmt.Sprintf("CNI_CONTAINERID %q is invalid: %s", req.ContainerID, e.Msg), e.Details)
+		}
+	}
+	if needIf {
+		if req.IfName == "" {
+			return types.NewError(types.ErrInvalidEnvironmentVariables,
+				fmt.Sprintf("CNI_IFNAME is missing; %s needs it", req.Command), "")
+		}
+		if e := utils.ValidateInterfaceName(req.IfName); e != nil {
+			return types.NewError(types.ErrInvalidEnvironmentVariables,
+				fmt.Sprintf("CNI_IFNAME %q is invalid: %s", req.IfName, e.Msg), e.Details)
+		}
+	}
+	if needNetns && req.Netns == "" {
+		return types.NewError(types.ErrInvalidEnvironmentVariables,
+			fmt.Sprintf("CNI_NETNS is missing; %s needs it", req.Command), "")
+	}
+	if _, err := cni.ParseArgs(req.Args); err != nil {
+		var e *types.Error
+		if errors.As(err, &e) {
+			return e
+		}
+		return types.NewError(types.ErrInvalidEnvironmentVariables, err.Error(), "")
+	}
+	if len(req.Config) == 0 {
+		return types.NewError(types.ErrDecodingFailure, "the CNI request carries no netconf (config is empty)", "")
+	}
+	if _, err := cni.LoadNetConf(req.Config); err != nil {
+		var e *types.Error
+		if errors.As(err, &e) {
+			return e
+		}
+		return types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
+	}
+	return nil
+}
