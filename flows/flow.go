@@ -1,0 +1,783 @@
+package flows
+
+// Flow values, their ovs-ofctl text and their OpenFlow 1.3 encoding.
+//
+// Design history: a Flow is plain data so that builders stay pure and tests can compare
+// them as text. The text form is what `ovs-ofctl -O OpenFlow13 dump-flows --no-stats
+// --names` prints for the flow on a bridge whose Flow_Table rows name the tables
+// (verified against OVS 3.1 by TestFlowsOnSwitch): fields in OVS's match_format order
+// (lib/match.c), values normalised the way the switch stores them (masked values,
+// CIDR prefixes), names quoted unless alphanumeric (lib/namemap.c). The wire form uses
+// OXM basic fields where OpenFlow 1.3 has them and Nicira extensions (NXM registers,
+// NXAST_REG_LOAD, NXAST_REG_MOVE, NXAST_OUTPUT_REG) where it does not.
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"net"
+	"strings"
+
+	"github.com/contiv/libOpenflow/openflow13"
+)
+
+// Ethernet types matched by Match.EthType (IEEE 802 numbers).
+const (
+	// EthTypeIPv4 is IPv4 (0x0800), printed as "ip".
+	EthTypeIPv4 uint16 = 0x0800
+	// EthTypeARP is ARP (0x0806), printed as "arp".
+	EthTypeARP uint16 = 0x0806
+)
+
+// ARP opcodes (RFC 826), matched by Match.ARPOp and set by SetARPOp.
+const (
+	// ARPRequest is ARP opcode 1.
+	ARPRequest uint16 = 1
+	// ARPReply is ARP opcode 2.
+	ARPReply uint16 = 2
+)
+
+// Flow is one flow entry (OpenFlow 1.3.5 §5.2): a table, a priority, a cookie, a match
+// and actions. Actions run in order as one apply-actions instruction, except GotoTable,
+// which becomes the goto-table instruction and must be last. No actions means drop.
+type Flow struct {
+	// Table is the flow table the entry lives in.
+	Table TableID
+	// Priority is the entry's priority (0..65535; higher wins, §5.3).
+	Priority uint16
+	// Cookie identifies the entry's owner, stage, generation and pipeline version.
+	Cookie Cookie
+	// Match selects packets (OpenFlow 1.3.5 §7.2.3).
+	Match Match
+	// Actions are applied in order; a GotoTable, if any, is last.
+	Actions []Action
+}
+
+// Match is a flow match (OpenFlow 1.3.5 §7.2.3 flow match fields). Zero values match
+// anything: InPort 0 (not a valid ofport), EthType 0, nil addresses, ARPOp 0.
+type Match struct {
+	// InPort is the ingress ofport (OXM_OF_IN_PORT), 0 = any.
+	InPort uint32
+	// EthType is the Ethernet type (EthTypeIPv4, EthTypeARP), 0 = any. IP and ARP fields
+	// below need the matching EthType (§7.2.3.6 prerequisites).
+	EthType uint16
+	// EthSrc is the Ethernet source address (dl_src), nil = any.
+	EthSrc net.HardwareAddr
+	// EthDst is the Ethernet destination address (dl_dst), nil = any.
+	EthDst net.HardwareAddr
+	// Regs are register bit ranges and their values (reg0=0x2/0xf). Marks on the same
+	// register combine; they must not overlap.
+	Regs []RegMark
+	// TunSrc is the tunnel's outer IPv4 source (NXM_NX_TUN_IPV4_SRC), nil = any.
+	TunSrc net.IP
+	// TunDst is the tunnel's outer IPv4 destination (NXM_NX_TUN_IPV4_DST), nil = any.
+	TunDst net.IP
+	// IPSrc is the IPv4 source address or prefix (nw_src), nil = any; needs EthTypeIPv4.
+	IPSrc *net.IPNet
+	// IPDst is the IPv4 destination address or prefix (nw_dst), nil = any; needs EthTypeIPv4.
+	IPDst *net.IPNet
+	// ARPOp is the ARP opcode (ARPRequest, ARPReply), 0 = any; needs EthTypeARP.
+	ARPOp uint16
+	// ARPSpa is the ARP sender IPv4 address, nil = any; needs EthTypeARP.
+	ARPSpa net.IP
+	// ARPTpa is the ARP target IPv4 address, nil = any; needs EthTypeARP.
+	ARPTpa net.IP
+	// ARPSha is the ARP sender hardware address, nil = any; needs EthTypeARP.
+	ARPSha net.HardwareAddr
+	// ARPTha is the ARP target hardware address, nil = any; needs EthTypeARP.
+	ARPTha net.HardwareAddr
+}
+
+// PortNames maps ofport numbers to port names, as `ovs-ofctl --names` shows them.
+type PortNames map[uint32]string
+
+// Action is one action of a flow. The implementations are Output, OutputInPort,
+// OutputReg, GotoTable, SetEthSrc, SetEthDst, SetARPOp, SetARPSpa, SetARPTpa, SetARPSha,
+// SetARPTha, Load, Move, DecTTL and Drop.
+type Action interface {
+	// format appends the action as ovs-ofctl prints it.
+	format(b *strings.Builder, ports PortNames)
+	// ofAction returns the action's OpenFlow encoding; nil for GotoTable and Drop.
+	ofAction() openflow13.Action
+}
+
+// Output sends the packet out ofport Port (OFPAT_OUTPUT, OpenFlow 1.3.5 §7.2.5).
+type Output struct {
+	// Port is the ofport (1..0xffffff00).
+	Port uint32
+}
+
+// OutputInPort sends the packet back out its ingress port (output to OFPP_IN_PORT),
+// printed "IN_PORT". A plain Output to the ingress port is dropped by OVS.
+type OutputInPort struct{}
+
+// OutputReg sends the packet out the ofport held in a register range (NXAST_OUTPUT_REG),
+// printed "output:NXM_NX_REG1[]".
+type OutputReg struct {
+	// Src is the register range holding the ofport.
+	Src FieldRange
+}
+
+// GotoTable continues the pipeline in a later table (the OFPIT_GOTO_TABLE instruction,
+// OpenFlow 1.3.5 §5.9); it must be the flow's last action.
+type GotoTable struct {
+	// Table is the next table; it must be greater than the flow's table.
+	Table TableID
+}
+
+// SetEthSrc sets the Ethernet source address (OFPAT_SET_FIELD eth_src, §7.2.5).
+type SetEthSrc struct {
+	// MAC is the new address (48 bits).
+	MAC net.HardwareAddr
+}
+
+// SetEthDst sets the Ethernet destination address (OFPAT_SET_FIELD eth_dst, §7.2.5).
+type SetEthDst struct {
+	// MAC is the new address (48 bits).
+	MAC net.HardwareAddr
+}
+
+// SetARPOp sets the ARP opcode (OFPAT_SET_FIELD arp_op, §7.2.5).
+type SetARPOp struct {
+	// Op is the new opcode (ARPRequest, ARPReply).
+	Op uint16
+}
+
+// SetARPSpa sets the ARP sender IPv4 address (OFPAT_SET_FIELD arp_spa, §7.2.5).
+type SetARPSpa struct {
+	// IP is the new IPv4 address.
+	IP net.IP
+}
+
+// SetARPTpa sets the ARP target IPv4 address (OFPAT_SET_FIELD arp_tpa, §7.2.5).
+type SetARPTpa struct {
+	// IP is the new IPv4 address.
+	IP net.IP
+}
+
+// SetARPSha sets the ARP sender hardware address (OFPAT_SET_FIELD arp_sha, §7.2.5).
+type SetARPSha struct {
+	// MAC is the new address (48 bits).
+	MAC net.HardwareAddr
+}
+
+// SetARPTha sets the ARP target hardware address (OFPAT_SET_FIELD arp_tha, §7.2.5).
+type SetARPTha struct {
+	// MAC is the new address (48 bits).
+	MAC net.HardwareAddr
+}
+
+// Load writes Value into a field range (NXAST_REG_LOAD), printed
+// "load:0x2->NXM_NX_REG1[]". Value must fit in Dst.Bits() bits.
+type Load struct {
+	// Dst is the field range written.
+	Dst FieldRange
+	// Value is the value written into the range (not shifted).
+	Value uint64
+}
+
+// LoadMark returns the Load that sets a register mark.
+func LoadMark(m RegMark) Load { return Load{Dst: m.Range, Value: uint64(m.Value)} }
+
+// Move copies a field range into another of the same width (NXAST_REG_MOVE), printed
+// "move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[]".
+type Move struct {
+	// Src is the range read.
+	Src FieldRange
+	// Dst is the range written; Dst.Bits() == Src.Bits().
+	Dst FieldRange
+}
+
+// DecTTL decrements the IPv4 TTL and drops the packet when it reaches 0
+// (OFPAT_DEC_NW_TTL, §7.2.5).
+type DecTTL struct{}
+
+// Drop states explicitly that the flow has no actions: the packet is dropped (§5.10:
+// an empty action set). It must be the only action.
+type Drop struct{}
+
+// String renders the flow as `ovs-ofctl -O OpenFlow13 dump-flows --no-stats --names`
+// prints it on a bridge whose tables are named after Tables(), without the leading space,
+// with ports by number (as OVS prints ports it has no name for):
+//
+//	cookie=0x100071000000000, table=classifier, priority=100,in_port=2 actions=load:0x1->NXM_NX_REG0[0..3],goto_table:"spoof_guard"
+func (f Flow) String() string { return f.Format(nil) }
+
+// Format renders the flow like String, with ports named by ports (ofport → name) where
+// it has them: exactly the dump-flows --names line when ports holds the bridge's ports.
+func (f Flow) Format(ports PortNames) string {
+	var b strings.Builder
+	if f.Cookie != 0 {
+		fmt.Fprintf(&b, "cookie=%#x, ", uint64(f.Cookie))
+	}
+	if name := f.Table.Name(); name != "" || f.Table != 0 {
+		b.WriteString("table=")
+		formatTable(&b, f.Table)
+		b.WriteString(", ")
+	}
+	m := f.Match.format(ports)
+	if f.Priority != 32768 { // OFP_DEFAULT_PRIORITY is not printed
+		fmt.Fprintf(&b, "priority=%d", f.Priority)
+		if m != "" {
+			b.WriteByte(',')
+		}
+	}
+	b.WriteString(m)
+	if m != "" || f.Priority != 32768 {
+		b.WriteByte(' ')
+	}
+	b.WriteString("actions=")
+	formatActions(&b, f.Actions, ports)
+	return b.String()
+}
+
+// MatchKey returns the flow's identity in OpenFlow: table, priority and match (two
+// entries with equal keys cannot coexist in a switch, OpenFlow 1.3.5 §6.4). Ports and
+// tables are by number, so the key does not depend on names. Use it to diff desired
+// flows against installed ones; a changed cookie or action list under the same key is a
+// modify.
+func (f Flow) MatchKey() string {
+	return fmt.Sprintf("table=%d,priority=%d,%s", f.Table, f.Priority, f.Match.format(nil))
+}
+
+// Validate checks what the switch would refuse or silently change: field prerequisites
+// (§7.2.3.6), register values that overflow their range, GotoTable not last or not
+// forward, Drop mixed with other actions, non-IPv4 addresses. It returns an error naming
+// the flow and the problem.
+func (f Flow) Validate() error {
+	fail := func(format string, a ...any) error {
+		return fmt.Errorf("flow %q: %s", f.String(), fmt.Sprintf(format, a...))
+	}
+	m := f.Match
+	ipFields := m.IPSrc != nil || m.IPDst != nil
+	arpFields := m.ARPOp != 0 || m.ARPSpa != nil || m.ARPTpa != nil || m.ARPSha != nil || m.ARPTha != nil
+	if ipFields && m.EthType != EthTypeIPv4 {
+		return fail("nw_src/nw_dst need EthType %#04x (ip)", EthTypeIPv4)
+	}
+	if arpFields && m.EthType != EthTypeARP {
+		return fail("arp fields need EthType %#04x (arp)", EthTypeARP)
+	}
+	for _, ip := range []net.IP{m.TunSrc, m.TunDst, m.ARPSpa, m.ARPTpa} {
+		if ip != nil && ip.To4() == nil {
+			return fail("address %s is not IPv4", ip)
+		}
+	}
+	for _, n := range []*net.IPNet{m.IPSrc, m.IPDst} {
+		if n != nil && (n.IP.To4() == nil || len(n.Mask) != net.IPv4len) {
+			return fail("prefix %s is not IPv4", n)
+		}
+	}
+	for _, mac := range []net.HardwareAddr{m.EthSrc, m.EthDst, m.ARPSha, m.ARPTha} {
+		if mac != nil && len(mac) != 6 {
+			return fail("MAC %s is not 48 bits", mac)
+		}
+	}
+	var used [16]uint32
+	for _, r := range m.Regs {
+		if r.Range.Field.Class != openflow13.OXM_CLASS_NXM_1 || r.Range.Field.Field > openflow13.NXM_NX_REG15 {
+			return fail("%s is not a register", r.Range)
+		}
+		if r.Range.End > 31 || r.Range.Start > r.Range.End {
+			return fail("bad range %s", r.Range)
+		}
+		if uint64(r.Value) >= uint64(1)<<r.Range.Bits() {
+			return fail("value %d does not fit %s", r.Value, r.Range)
+		}
+		if used[r.Range.Field.Field]&r.Range.Mask() != 0 {
+			return fail("register marks overlap at %s", r.Range)
+		}
+		used[r.Range.Field.Field] |= r.Range.Mask()
+	}
+	for i, a := range f.Actions {
+		if need := actionEthType(a); need != 0 && m.EthType != need {
+			return fail("action %d needs a match on EthType %#04x", i, need)
+		}
+		switch a := a.(type) {
+		case GotoTable:
+			if i != len(f.Actions)-1 {
+				return fail("goto_table must be the last action")
+			}
+			if a.Table <= f.Table {
+				return fail("goto_table:%d does not go forward from table %d", a.Table, f.Table)
+			}
+		case Drop:
+			if len(f.Actions) != 1 {
+				return fail("drop must be the only action")
+			}
+		case Load:
+			if a.Dst.Bits() < 64 && a.Value >= uint64(1)<<a.Dst.Bits() {
+				return fail("load value %#x does not fit %s", a.Value, a.Dst)
+			}
+		case Move:
+			if a.Src.Bits() != a.Dst.Bits() {
+				return fail("move %s->%s: widths differ", a.Src, a.Dst)
+			}
+		case SetARPSpa:
+			if a.IP.To4() == nil {
+				return fail("arp_spa %s is not IPv4", a.IP)
+			}
+		case SetARPTpa:
+			if a.IP.To4() == nil {
+				return fail("arp_tpa %s is not IPv4", a.IP)
+			}
+		}
+	}
+	return nil
+}
+
+// actionEthType returns the EthType an action's fields need in the match (§7.2.3.6
+// prerequisites apply to set-field and to NXM move/load), or 0.
+func actionEthType(a Action) uint16 {
+	fieldType := func(f NXMField) uint16 {
+		switch f {
+		case FieldARPOp, FieldARPSpa, FieldARPTpa, FieldARPSha, FieldARPTha:
+			return EthTypeARP
+		case FieldIPSrc, FieldIPDst:
+			return EthTypeIPv4
+		}
+		return 0
+	}
+	switch a := a.(type) {
+	case SetARPOp, SetARPSpa, SetARPTpa, SetARPSha, SetARPTha:
+		return EthTypeARP
+	case Load:
+		return fieldType(a.Dst.Field)
+	case Move:
+		if t := fieldType(a.Src.Field); t != 0 {
+			return t
+		}
+		return fieldType(a.Dst.Field)
+	}
+	return 0
+}
+
+// formatTable appends a table as OVS prints it: its stage name (quoted unless
+// alphanumeric) or its number.
+func formatTable(b *strings.Builder, t TableID) {
+	if name := t.Name(); name != "" {
+		b.WriteString(quoteName(name))
+		return
+	}
+	fmt.Fprintf(b, "%d", t)
+}
+
+// formatPort appends an ofport as OVS prints it: its name if ports has one (quoted
+// unless alphanumeric), else its number.
+func formatPort(b *strings.Builder, port uint32, ports PortNames) {
+	if name, ok := ports[port]; ok && name != "" {
+		b.WriteString(quoteName(name))
+		return
+	}
+	fmt.Fprintf(b, "%d", port)
+}
+
+// quoteName quotes a port or table name the way OVS does (lib/namemap.c
+// name_needs_quotes): names that start with a letter and are alphanumeric stay bare,
+// others become JSON strings.
+func quoteName(name string) string {
+	bare := name != ""
+	for i, c := range name {
+		isAlpha := c < 0x80 && (c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z')
+		isDigit := c >= '0' && c <= '9'
+		if !isAlpha && (i == 0 || !isDigit) {
+			bare = false
+			break
+		}
+	}
+	if bare {
+		return name
+	}
+	var q strings.Builder
+	enc := json.NewEncoder(&q)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(name)
+	return strings.TrimSuffix(q.String(), "\n")
+}
+
+// hex32 formats like C's "%#"PRIx32: 0 is "0", others "0x..".
+func hex32(v uint32) string {
+	if v == 0 {
+		return "0"
+	}
+	return fmt.Sprintf("%#x", v)
+}
+
+// format renders the match fields in OVS's match_format order, each followed by a
+// comma, without the final comma.
+func (m Match) format(ports PortNames) string {
+	var parts []string
+	add := func(format string, a ...any) { parts = append(parts, fmt.Sprintf(format, a...)) }
+	shorthand := false
+	switch m.EthType {
+	case EthTypeIPv4:
+		add("ip")
+		shorthand = true
+	case EthTypeARP:
+		add("arp")
+		shorthand = true
+	}
+	values, masks := m.regs()
+	for i := range values {
+		if masks[i] == 0 {
+			continue
+		}
+		if masks[i] == 0xffffffff {
+			add("reg%d=%s", i, hex32(values[i]))
+		} else {
+			add("reg%d=%s/%s", i, hex32(values[i]), hex32(masks[i]))
+		}
+	}
+	if m.TunSrc != nil {
+		add("tun_src=%s", m.TunSrc.To4())
+	}
+	if m.TunDst != nil {
+		add("tun_dst=%s", m.TunDst.To4())
+	}
+	if m.InPort != 0 {
+		var b strings.Builder
+		formatPort(&b, m.InPort, ports)
+		add("in_port=%s", b.String())
+	}
+	if m.EthSrc != nil {
+		add("dl_src=%s", m.EthSrc)
+	}
+	if m.EthDst != nil {
+		add("dl_dst=%s", m.EthDst)
+	}
+	if !shorthand && m.EthType != 0 {
+		add("dl_type=0x%04x", m.EthType)
+	}
+	switch m.EthType {
+	case EthTypeARP:
+		if m.ARPSpa != nil {
+			add("arp_spa=%s", m.ARPSpa.To4())
+		}
+		if m.ARPTpa != nil {
+			add("arp_tpa=%s", m.ARPTpa.To4())
+		}
+		if m.ARPOp != 0 {
+			add("arp_op=%d", m.ARPOp)
+		}
+		if m.ARPSha != nil {
+			add("arp_sha=%s", m.ARPSha)
+		}
+		if m.ARPTha != nil {
+			add("arp_tha=%s", m.ARPTha)
+		}
+	default:
+		if m.IPSrc != nil {
+			add("nw_src=%s", formatPrefix(m.IPSrc))
+		}
+		if m.IPDst != nil {
+			add("nw_dst=%s", formatPrefix(m.IPDst))
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// regs combines Regs into per-register values and masks (values masked, as the switch
+// stores them).
+func (m Match) regs() (values, masks [16]uint32) {
+	for _, r := range m.Regs {
+		i := r.Range.Field.Field - openflow13.NXM_NX_REG0
+		if int(i) >= len(values) {
+			continue
+		}
+		mask := r.Range.Mask()
+		values[i] = values[i]&^mask | (r.Value<<r.Range.Start)&mask
+		masks[i] |= mask
+	}
+	return values, masks
+}
+
+// formatPrefix prints an IPv4 prefix as OVS's format_ip_netmask does: the masked
+// address, then /LEN unless it is /32 (a non-CIDR mask prints as a dotted quad).
+func formatPrefix(n *net.IPNet) string {
+	ip := n.IP.To4().Mask(n.Mask)
+	ones, bits := n.Mask.Size()
+	switch {
+	case bits == 0:
+		return fmt.Sprintf("%s/%s", ip, net.IP(n.Mask))
+	case ones == bits:
+		return ip.String()
+	default:
+		return fmt.Sprintf("%s/%d", ip, ones)
+	}
+}
+
+// formatActions appends the action list, or "drop" when it has none.
+func formatActions(b *strings.Builder, actions []Action, ports PortNames) {
+	n := 0
+	for _, a := range actions {
+		if _, ok := a.(Drop); ok {
+			continue
+		}
+		if n > 0 {
+			b.WriteByte(',')
+		}
+		a.format(b, ports)
+		n++
+	}
+	if n == 0 {
+		b.WriteString("drop")
+	}
+}
+
+func (a Output) format(b *strings.Builder, ports PortNames) {
+	b.WriteString("output:")
+	formatPort(b, a.Port, ports)
+}
+
+func (OutputInPort) format(b *strings.Builder, _ PortNames) { b.WriteString("IN_PORT") }
+
+func (a OutputReg) format(b *strings.Builder, _ PortNames) {
+	b.WriteString("output:" + a.Src.String())
+}
+
+func (a GotoTable) format(b *strings.Builder, _ PortNames) {
+	b.WriteString("goto_table:")
+	formatTable(b, a.Table)
+}
+
+func (a SetEthSrc) format(b *strings.Builder, _ PortNames) {
+	fmt.Fprintf(b, "set_field:%s->eth_src", a.MAC)
+}
+
+func (a SetEthDst) format(b *strings.Builder, _ PortNames) {
+	fmt.Fprintf(b, "set_field:%s->eth_dst", a.MAC)
+}
+
+func (a SetARPOp) format(b *strings.Builder, _ PortNames) {
+	fmt.Fprintf(b, "set_field:%d->arp_op", a.Op)
+}
+
+func (a SetARPSpa) format(b *strings.Builder, _ PortNames) {
+	fmt.Fprintf(b, "set_field:%s->arp_spa", a.IP.To4())
+}
+
+func (a SetARPTpa) format(b *strings.Builder, _ PortNames) {
+	fmt.Fprintf(b, "set_field:%s->arp_tpa", a.IP.To4())
+}
+
+func (a SetARPSha) format(b *strings.Builder, _ PortNames) {
+	fmt.Fprintf(b, "set_field:%s->arp_sha", a.MAC)
+}
+
+func (a SetARPTha) format(b *strings.Builder, _ PortNames) {
+	fmt.Fprintf(b, "set_field:%s->arp_tha", a.MAC)
+}
+
+func (a Load) format(b *strings.Builder, _ PortNames) {
+	if a.Value == 0 {
+		fmt.Fprintf(b, "load:0->%s", a.Dst)
+		return
+	}
+	fmt.Fprintf(b, "load:%#x->%s", a.Value, a.Dst)
+}
+
+func (a Move) format(b *strings.Builder, _ PortNames) {
+	fmt.Fprintf(b, "move:%s->%s", a.Src, a.Dst)
+}
+
+func (DecTTL) format(b *strings.Builder, _ PortNames) { b.WriteString("dec_ttl") }
+
+func (Drop) format(b *strings.Builder, _ PortNames) { b.WriteString("drop") }
+
+// FlowMod encodes the flow as an OpenFlow 1.3 flow mod (OpenFlow 1.3.5 §7.3.4.1) with
+// command (openflow13.FC_ADD, FC_MODIFY, FC_MODIFY_STRICT, FC_DELETE, FC_DELETE_STRICT).
+// Add and modify carry the instructions (apply-actions, then goto-table); deletes carry
+// none. Buffer id is OFP_NO_BUFFER, out_port/out_group ANY, cookie_mask 0, no flags, no
+// timeouts. The header's xid comes from libOpenflow's counter; the sender may replace it.
+// Call Validate first: FlowMod encodes what it is given.
+//
+// libOpenflow quirks this relies on: FlowMod.MarshalBinary writes OutPort into the
+// out_group slot too (both are ANY here, so the bytes are right), and FlowMod.Len leaves
+// instructions out for deletes (so deletes must carry none, as here).
+func (f Flow) FlowMod(command uint8) *openflow13.FlowMod {
+	fm := openflow13.NewFlowMod()
+	fm.Cookie = uint64(f.Cookie)
+	fm.CookieMask = 0
+	fm.TableId = uint8(f.Table)
+	fm.Command = command
+	fm.Priority = f.Priority
+	fm.BufferId = 0xffffffff // OFP_NO_BUFFER
+	fm.OutPort = openflow13.P_ANY
+	fm.OutGroup = openflow13.OFPG_ANY
+	fm.Match = f.Match.ofMatch()
+	if command == openflow13.FC_DELETE || command == openflow13.FC_DELETE_STRICT {
+		return fm
+	}
+	apply := openflow13.NewInstrApplyActions()
+	var gotoTable *openflow13.InstrGotoTable
+	for _, a := range f.Actions {
+		if g, ok := a.(GotoTable); ok {
+			gotoTable = openflow13.NewInstrGotoTable(uint8(g.Table))
+			continue
+		}
+		if oa := a.ofAction(); oa != nil {
+			_ = apply.AddAction(oa, false)
+		}
+	}
+	if len(apply.Actions) > 0 {
+		fm.AddInstruction(apply)
+	}
+	if gotoTable != nil {
+		fm.AddInstruction(gotoTable)
+	}
+	return fm
+}
+
+// DeleteByCookie returns an OFPFC_DELETE flow mod that removes, from every table
+// (OFPTT_ALL), each flow whose cookie matches cookie under mask (OpenFlow 1.3.5
+// §7.3.4.1: (flow.cookie & mask) == (cookie & mask)), whatever its match; out_port and
+// out_group are ANY. Use PodCookie or GenerationCookie for the arguments.
+func DeleteByCookie(cookie, mask uint64) *openflow13.FlowMod {
+	fm := openflow13.NewFlowMod()
+	fm.Command = openflow13.FC_DELETE
+	fm.TableId = openflow13.OFPTT_ALL
+	fm.Cookie = cookie & mask
+	fm.CookieMask = mask
+	fm.Priority = 0
+	fm.BufferId = 0xffffffff // OFP_NO_BUFFER
+	fm.OutPort = openflow13.P_ANY
+	fm.OutGroup = openflow13.OFPG_ANY
+	return fm
+}
+
+// ofMatch encodes the match as OXM/NXM TLVs, prerequisites first (§7.2.3.6).
+func (m Match) ofMatch() openflow13.Match {
+	om := openflow13.NewMatch()
+	if m.InPort != 0 {
+		om.AddField(*openflow13.NewInPortField(m.InPort))
+	}
+	values, masks := m.regs()
+	for i := range values {
+		if masks[i] == 0 {
+			continue
+		}
+		f := openflow13.MatchField{
+			Class: openflow13.OXM_CLASS_NXM_1,
+			Field: openflow13.NXM_NX_REG0 + uint8(i),
+			Value: &openflow13.Uint32Message{Data: values[i]},
+		}
+		f.Length = 4
+		if masks[i] != 0xffffffff {
+			f.HasMask = true
+			f.Mask = &openflow13.Uint32Message{Data: masks[i]}
+			f.Length = 8
+		}
+		om.AddField(f)
+	}
+	if m.TunSrc != nil {
+		om.AddField(*openflow13.NewTunnelIpv4SrcField(m.TunSrc.To4(), nil))
+	}
+	if m.TunDst != nil {
+		om.AddField(*openflow13.NewTunnelIpv4DstField(m.TunDst.To4(), nil))
+	}
+	if m.EthDst != nil {
+		om.AddField(*openflow13.NewEthDstField(m.EthDst, nil))
+	}
+	if m.EthSrc != nil {
+		om.AddField(*openflow13.NewEthSrcField(m.EthSrc, nil))
+	}
+	if m.EthType != 0 {
+		om.AddField(*openflow13.NewEthTypeField(m.EthType))
+	}
+	if m.IPSrc != nil {
+		ip, mask := prefixField(m.IPSrc)
+		om.AddField(*openflow13.NewIpv4SrcField(ip, mask))
+	}
+	if m.IPDst != nil {
+		ip, mask := prefixField(m.IPDst)
+		om.AddField(*openflow13.NewIpv4DstField(ip, mask))
+	}
+	if m.ARPOp != 0 {
+		om.AddField(*openflow13.NewArpOperField(m.ARPOp))
+	}
+	if m.ARPSpa != nil {
+		om.AddField(*openflow13.NewArpSpaField(m.ARPSpa.To4()))
+	}
+	if m.ARPTpa != nil {
+		om.AddField(*openflow13.NewArpTpaField(m.ARPTpa.To4()))
+	}
+	if m.ARPSha != nil {
+		om.AddField(*openflow13.NewArpShaField(m.ARPSha))
+	}
+	if m.ARPTha != nil {
+		om.AddField(*openflow13.NewArpThaField(m.ARPTha))
+	}
+	return *om
+}
+
+// prefixField returns the masked address and, unless the prefix is /32, its mask.
+func prefixField(n *net.IPNet) (net.IP, *net.IP) {
+	ip := n.IP.To4().Mask(n.Mask)
+	if ones, bits := n.Mask.Size(); ones == bits && bits == 32 {
+		return ip, nil
+	}
+	mask := net.IP(append([]byte(nil), n.Mask...))
+	return ip, &mask
+}
+
+func (a Output) ofAction() openflow13.Action { return openflow13.NewActionOutput(a.Port) }
+
+func (OutputInPort) ofAction() openflow13.Action {
+	return openflow13.NewActionOutput(openflow13.P_IN_PORT)
+}
+
+func (a OutputReg) ofAction() openflow13.Action {
+	return openflow13.NewOutputFromField(a.Src.Field.header(), a.Src.ofsNbits())
+}
+
+func (GotoTable) ofAction() openflow13.Action { return nil }
+
+func (a SetEthSrc) ofAction() openflow13.Action {
+	return openflow13.NewActionSetField(*openflow13.NewEthSrcField(a.MAC, nil))
+}
+
+func (a SetEthDst) ofAction() openflow13.Action {
+	return openflow13.NewActionSetField(*openflow13.NewEthDstField(a.MAC, nil))
+}
+
+func (a SetARPOp) ofAction() openflow13.Action {
+	return openflow13.NewActionSetField(*openflow13.NewArpOperField(a.Op))
+}
+
+func (a SetARPSpa) ofAction() openflow13.Action {
+	return openflow13.NewActionSetField(*openflow13.NewArpSpaField(a.IP.To4()))
+}
+
+func (a SetARPTpa) ofAction() openflow13.Action {
+	return openflow13.NewActionSetField(*openflow13.NewArpTpaField(a.IP.To4()))
+}
+
+func (a SetARPSha) ofAction() openflow13.Action {
+	return openflow13.NewActionSetField(*openflow13.NewArpShaField(a.MAC))
+}
+
+func (a SetARPTha) ofAction() openflow13.Action {
+	return openflow13.NewActionSetField(*openflow13.NewArpThaField(a.MAC))
+}
+
+func (a Load) ofAction() openflow13.Action {
+	return openflow13.NewNXActionRegLoad(a.Dst.ofsNbits(), a.Dst.Field.header(), a.Value)
+}
+
+func (a Move) ofAction() openflow13.Action {
+	return openflow13.NewNXActionRegMove(uint16(a.Src.Bits()), uint16(a.Src.Start), uint16(a.Dst.Start),
+		a.Src.Field.header(), a.Dst.Field.header())
+}
+
+func (DecTTL) ofAction() openflow13.Action { return openflow13.NewActionDecNwTtl() }
+
+func (Drop) ofAction() openflow13.Action { return nil }
+
+// ipv4ToUint32 returns an IPv4 address as a big-endian uint32 (10.0.0.1 = 0x0a000001);
+// 0 for anything that is not IPv4.
+func ipv4ToUint32(ip net.IP) uint32 {
+	ip4 := ip.To4()
+	if ip4 == nil {
+		return 0
+	}
+	return binary.BigEndian.Uint32(ip4)
+}

@@ -1,0 +1,110 @@
+package flows
+
+// One local pod's flows: classify its port, guard its source addresses, deliver ARP and
+// IP for its address to its port. All carry the pod's cookie (owner OwnerPod, owner id =
+// its IPv4 address), so PodCookie selects exactly them for deletion.
+
+import (
+	"fmt"
+	"net"
+)
+
+// Pod is one local pod's attachment to the bridge.
+type Pod struct {
+	// OFPort is the ofport of the pod's host-side veth on the bridge, 1..0xfffffeff.
+	OFPort uint32
+	// MAC is the MAC address of the pod's interface (inside the pod), the only one it may
+	// send from.
+	MAC net.HardwareAddr
+	// IP is the pod's IPv4 address in the node's pod subnet, the only one it may send
+	// from; unique among the node's live pods (it is the cookie's owner id).
+	IP net.IP
+}
+
+// Validate checks that pod can have flows on the node described by cfg: a valid ofport
+// other than the gateway's, a unicast 48-bit MAC, an IPv4 address in the pod subnet
+// other than the gateway IP.
+func (p Pod) Validate(cfg NodeConfig) error {
+	if p.OFPort == 0 || p.OFPort >= 0xffffff00 || p.OFPort == cfg.GatewayOFPort {
+		return fmt.Errorf("pod %v: ofport %d is not a valid pod port (1..0xfffffeff, not the gateway's %d): read it from the pod Interface's ofport column", p.IP, p.OFPort, cfg.GatewayOFPort)
+	}
+	if len(p.MAC) != 6 || p.MAC[0]&1 != 0 {
+		return fmt.Errorf("pod %v: MAC %q is not a unicast Ethernet address: use the pod interface's address", p.IP, p.MAC)
+	}
+	if p.IP.To4() == nil || cfg.PodSubnet == nil || !cfg.PodSubnet.Contains(p.IP) || p.IP.Equal(cfg.GatewayIP) {
+		return fmt.Errorf("pod %v: address is not an IPv4 address of pod subnet %v other than the gateway %v: allocate it from the node's IPAM", p.IP, cfg.PodSubnet, cfg.GatewayIP)
+	}
+	return nil
+}
+
+// PodFlows returns all flows of one local pod, in pipeline order. cfg and pod must be
+// valid (NodeConfig.Validate, Pod.Validate).
+func PodFlows(cfg NodeConfig, pod Pod) []Flow {
+	return []Flow{
+		classifierPod(cfg, pod),
+		spoofGuardPodIP(cfg, pod),
+		spoofGuardPodARP(cfg, pod),
+		arpToPod(cfg, pod),
+		l3ToPod(cfg, pod),
+	}
+}
+
+// podFlow returns a flow of pod in table t, with the pod's cookie.
+func podFlow(cfg NodeConfig, pod Pod, t TableID, priority uint16, m Match, actions ...Action) Flow {
+	stage, _ := t.Stage()
+	return Flow{
+		Table:    t,
+		Priority: priority,
+		Cookie:   NewCookie(cfg.Generation, OwnerPod, stage, ipv4ToUint32(pod.IP)),
+		Match:    m,
+		Actions:  actions,
+	}
+}
+
+// classifierPod marks packets from the pod's port as SourcePod.
+//
+//	table=classifier, priority=100,in_port=P actions=load:0x2->NXM_NX_REG0[0..3],goto_table:"spoof_guard"
+func classifierPod(cfg NodeConfig, pod Pod) Flow {
+	return podFlow(cfg, pod, TableClassifier, PriorityNormal,
+		Match{InPort: pod.OFPort},
+		LoadMark(FromPod), GotoTable{TableSpoofGuard})
+}
+
+// spoofGuardPodIP lets IP from the pod's port on only with the pod's MAC and IP.
+//
+//	table="spoof_guard", priority=100,ip,in_port=P,dl_src=MAC,nw_src=IP actions=goto_table:service
+func spoofGuardPodIP(cfg NodeConfig, pod Pod) Flow {
+	return podFlow(cfg, pod, TableSpoofGuard, PriorityNormal,
+		Match{EthType: EthTypeIPv4, InPort: pod.OFPort, EthSrc: pod.MAC, IPSrc: hostPrefix(pod.IP)},
+		GotoTable{TableService})
+}
+
+// spoofGuardPodARP lets ARP from the pod's port on only when the frame and the ARP
+// sender fields both carry the pod's MAC and the sender address is the pod's IP.
+//
+//	table="spoof_guard", priority=100,arp,in_port=P,dl_src=MAC,arp_spa=IP,arp_sha=MAC actions=goto_table:arp
+func spoofGuardPodARP(cfg NodeConfig, pod Pod) Flow {
+	return podFlow(cfg, pod, TableSpoofGuard, PriorityNormal,
+		Match{EthType: EthTypeARP, InPort: pod.OFPort, EthSrc: pod.MAC, ARPSpa: pod.IP, ARPSha: pod.MAC},
+		GotoTable{TableARP})
+}
+
+// arpToPod delivers ARP requests (broadcast) and replies whose target is the pod's IP to
+// the pod's port; the pod answers requests itself.
+//
+//	table=arp, priority=100,arp,arp_tpa=IP actions=load:P->NXM_NX_REG1[],goto_table:output
+func arpToPod(cfg NodeConfig, pod Pod) Flow {
+	return podFlow(cfg, pod, TableARP, PriorityNormal,
+		Match{EthType: EthTypeARP, ARPTpa: pod.IP},
+		Load{Dst: OutPortField, Value: uint64(pod.OFPort)}, GotoTable{TableOutput})
+}
+
+// l3ToPod sends IP for the pod's address to its port, addressed to its MAC.
+//
+//	table="l3_forwarding", priority=100,ip,nw_dst=IP actions=set_field:MAC->eth_dst,load:P->NXM_NX_REG1[],goto_table:"network_policy"
+func l3ToPod(cfg NodeConfig, pod Pod) Flow {
+	return podFlow(cfg, pod, TableL3Forwarding, PriorityNormal,
+		Match{EthType: EthTypeIPv4, IPDst: hostPrefix(pod.IP)},
+		SetEthDst{pod.MAC}, Load{Dst: OutPortField, Value: uint64(pod.OFPort)},
+		GotoTable{TableNetworkPolicy})
+}
