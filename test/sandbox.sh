@@ -24,11 +24,11 @@ start() {
   ovsdb-tool create "$dir/conf.db" "$schema"
   ip netns exec "$ns" env OVS_RUNDIR="$dir" OVS_LOGDIR="$dir" OVS_DBDIR="$dir" \
     ovsdb-server "$dir/conf.db" --remote="punix:$dir/db.sock" --unixctl="$dir/ovsdb-server.ctl" \
-    --pidfile="$dir/ovsdb-server.pid" --log-file="$dir/ovsdb-server.log" --detach --no-chdir -vconsole:off
+    --pidfile="$dir/ovsdb-server.pid" --log-file="$dir/ovsdb-server.log" --detach --no-chdir -vconsole:off 2>>"$dir/start.log"
   ovs-vsctl --db="unix:$dir/db.sock" --no-wait init
   ip netns exec "$ns" env OVS_RUNDIR="$dir" OVS_LOGDIR="$dir" OVS_DBDIR="$dir" \
     ovs-vswitchd "unix:$dir/db.sock" --unixctl="$dir/ovs-vswitchd.ctl" \
-    --pidfile="$dir/ovs-vswitchd.pid" --log-file="$dir/ovs-vswitchd.log" --detach --no-chdir -vconsole:off
+    --pidfile="$dir/ovs-vswitchd.pid" --log-file="$dir/ovs-vswitchd.log" --detach --no-chdir -vconsole:off 2>>"$dir/start.log"
   echo "sandbox: OVS running in netns $ns, db unix:$dir/db.sock"
 }
 

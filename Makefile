@@ -1,0 +1,35 @@
+# ofsdn — see README.md. Everything here runs as root on Debian.
+GO      ?= go
+BIN     := bin
+GOFLAGS ?=
+export PATH := /usr/local/go/bin:$(PATH)
+
+.PHONY: all build deps test unit e2e demo bench bench-quick lint clean
+
+all: build
+
+build:
+	$(GO) build $(GOFLAGS) -o $(BIN)/ofsdn ./cmd/ofsdn
+	$(GO) build $(GOFLAGS) -o $(BIN)/ofsdn-node ./cmd/ofsdn-node
+
+deps:
+	./hack/install-deps.sh
+
+# The whole suite: unit tests, tests against real OVS sandboxes, end-to-end tests through
+# libcni and the plugin binary, and short fuzz runs.
+test: deps build lint
+	$(GO) test -count=1 -timeout 20m ./...
+	$(GO) test -count=1 -run '^$$' -fuzz FuzzParseArgs -fuzztime 5s ./cni/
+	$(GO) test -count=1 -run '^$$' -fuzz FuzzLoadNetConf -fuzztime 5s ./cni/
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
+	$(GO) vet ./...
+	./hack/check-no-shellout.sh
+
+demo: deps build
+	./test/demo.sh
+
+clean:
+	rm -rf $(BIN)

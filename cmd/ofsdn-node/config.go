@@ -1,0 +1,123 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Config is the daemon's configuration: defaults, overridden by the config file (YAML or
+// JSON, keys as in the json tags), overridden by flags given on the command line.
+type Config struct {
+	// PodSubnet is this node's pod subnet (IPv4 CIDR); the gateway takes its first address.
+	PodSubnet string `json:"podSubnet"`
+	// Bridge is the integration bridge's name.
+	Bridge string `json:"bridge"`
+	// Gateway is the gateway internal port's name (at most 15 bytes).
+	Gateway string `json:"gateway"`
+	// DatapathType is the bridge's datapath_type: "system" (kernel module) or "netdev"
+	// (userspace, for machines without the openvswitch module).
+	DatapathType string `json:"datapathType"`
+	// OVSDB is the ovsdb-server endpoint, "unix:PATH" or "tcp:HOST:PORT".
+	OVSDB string `json:"ovsdb"`
+	// OVSRunDir is Open vSwitch's run directory (where BRIDGE.mgmt lives).
+	OVSRunDir string `json:"ovsRunDir"`
+	// Socket is the CNI server's unix socket path.
+	Socket string `json:"socket"`
+	// DataDir holds persistent state (IP leases).
+	DataDir string `json:"dataDir"`
+	// MTU is the pods' and gateway's MTU in bytes (576..9000).
+	MTU int `json:"mtu"`
+	// StartTimeout bounds the start-up (OVSDB, bridge, OpenFlow), e.g. "30s".
+	StartTimeout string `json:"startTimeout"`
+	// LogLevel is debug, info, warn or error.
+	LogLevel string `json:"logLevel"`
+	// LogFormat is text or json.
+	LogFormat string `json:"logFormat"`
+}
+
+func defaultConfig() Config {
+	return Config{
+		PodSubnet:    "10.128.0.0/24",
+		Bridge:       "br-int",
+		Gateway:      "ofsdn-gw0",
+		DatapathType: "system",
+		OVSDB:        "unix:/var/run/openvswitch/db.sock",
+		OVSRunDir:    "/var/run/openvswitch",
+		Socket:       "/var/run/ofsdn/cni.sock",
+		DataDir:      "/var/lib/ofsdn",
+		MTU:          1450,
+		StartTimeout: "60s",
+		LogLevel:     "info",
+		LogFormat:    "text",
+	}
+}
+
+// loadConfig parses args: -config FILE first, then the other flags on top of it.
+func loadConfig(args []string) (Config, error) {
+	cfg := defaultConfig()
+	fs := flag.NewFlagSet("ofsdn-node", flag.ContinueOnError)
+	file := fs.String("config", "", "config file (YAML or JSON); flags given explicitly override it")
+	fs.StringVar(&cfg.PodSubnet, "pod-subnet", cfg.PodSubnet, "this node's pod subnet (IPv4 CIDR)")
+	fs.StringVar(&cfg.Bridge, "bridge", cfg.Bridge, "integration bridge name")
+	fs.StringVar(&cfg.Gateway, "gateway", cfg.Gateway, "gateway internal port name")
+	fs.StringVar(&cfg.DatapathType, "datapath-type", cfg.DatapathType, "bridge datapath_type: system or netdev")
+	fs.StringVar(&cfg.OVSDB, "ovsdb", cfg.OVSDB, "ovsdb-server endpoint (unix:PATH or tcp:HOST:PORT)")
+	fs.StringVar(&cfg.OVSRunDir, "ovs-rundir", cfg.OVSRunDir, "Open vSwitch run directory (holds BRIDGE.mgmt)")
+	fs.StringVar(&cfg.Socket, "socket", cfg.Socket, "CNI server unix socket path")
+	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory for persistent state (IP leases)")
+	fs.IntVar(&cfg.MTU, "mtu", cfg.MTU, "pod and gateway MTU in bytes")
+	fs.StringVar(&cfg.StartTimeout, "start-timeout", cfg.StartTimeout, "bound on start-up, e.g. 60s")
+	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error")
+	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "text or json")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if *file != "" {
+		fromFile := defaultConfig()
+		b, err := os.ReadFile(*file)
+		if err != nil {
+			return cfg, fmt.Errorf("config file %s: %w", *file, err)
+		}
+		if err := yaml.UnmarshalStrict(b, &fromFile); err != nil {
+			return cfg, fmt.Errorf("config file %s: %w (keys are: podSubnet, bridge, gateway, datapathType, ovsdb, ovsRunDir, socket, dataDir, mtu, startTimeout, logLevel, logFormat)", *file, err)
+		}
+		// The flag variables point into cfg: parsing again re-applies only the flags given
+		// explicitly, over the file's values.
+		cfg = fromFile
+		if err := fs.Parse(args); err != nil {
+			return cfg, err
+		}
+	}
+	return cfg, cfg.validate()
+}
+
+func (c Config) validate() error {
+	_, n, err := net.ParseCIDR(c.PodSubnet)
+	if err != nil || n.IP.To4() == nil {
+		return fmt.Errorf("config podSubnet %q: want an IPv4 CIDR such as 10.128.0.0/24", c.PodSubnet)
+	}
+	if ones, _ := n.Mask.Size(); ones > 30 {
+		return fmt.Errorf("config podSubnet %q: prefix /%d leaves no room for pods; use /30 or shorter", c.PodSubnet, ones)
+	}
+	if c.DatapathType != "system" && c.DatapathType != "netdev" {
+		return fmt.Errorf("config datapathType %q: want system or netdev", c.DatapathType)
+	}
+	if c.MTU < 576 || c.MTU > 9000 {
+		return fmt.Errorf("config mtu %d: want 576..9000 bytes", c.MTU)
+	}
+	if len(c.Gateway) > 15 || c.Gateway == "" {
+		return fmt.Errorf("config gateway %q: want a link name of 1..15 bytes", c.Gateway)
+	}
+	if _, err := time.ParseDuration(c.StartTimeout); err != nil {
+		return fmt.Errorf("config startTimeout %q: want a duration such as 60s", c.StartTimeout)
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		return fmt.Errorf("config logFormat %q: want text or json", c.LogFormat)
+	}
+	return nil
+}

@@ -1,0 +1,170 @@
+package main
+
+// The CNI server's handler: translates CNI requests (wire format, cni package) into pod
+// operations (controller package) and attachments back into CNI results. It is the one
+// place that knows both, so controller/ stays free of the CNI wire format.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+
+	"github.com/ofsdn/ofsdn/cni"
+	"github.com/ofsdn/ofsdn/controller"
+)
+
+type handler struct {
+	node *controller.Node
+	log  *slog.Logger
+}
+
+func (h *handler) podRequest(req *cni.Request) (controller.PodRequest, error) {
+	id, err := req.PodIdentity()
+	if err != nil {
+		return controller.PodRequest{}, err
+	}
+	return controller.PodRequest{
+		ContainerID: req.ContainerID, IfName: req.IfName, Netns: req.Netns,
+		PodNamespace: id.Namespace, PodName: id.Name,
+	}, nil
+}
+
+func (h *handler) logOutcome(verb string, pr controller.PodRequest, start time.Time, err error) {
+	attrs := []any{"container_id", pr.ContainerID, "pod", pr.PodNamespace + "/" + pr.PodName,
+		"ifname", pr.IfName, "duration_ms", float64(time.Since(start).Microseconds()) / 1000}
+	if err != nil {
+		h.log.Warn(verb+" failed", append(attrs, "error", err.Error())...)
+		return
+	}
+	h.log.Info(verb+" done", attrs...)
+}
+
+// Add implements server.Handler.
+func (h *handler) Add(ctx context.Context, req *cni.Request) (*current.Result, error) {
+	start := time.Now()
+	pr, err := h.podRequest(req)
+	if err != nil {
+		return nil, err
+	}
+	a, err := h.node.AddPod(ctx, pr)
+	h.logOutcome("ADD", pr, start, err)
+	if err != nil {
+		return nil, cniError(err)
+	}
+	return resultFor(a), nil
+}
+
+// Del implements server.Handler.
+func (h *handler) Del(ctx context.Context, req *cni.Request) error {
+	start := time.Now()
+	pr, err := h.podRequest(req)
+	if err != nil {
+		return err
+	}
+	err = h.node.DelPod(ctx, pr)
+	h.logOutcome("DEL", pr, start, err)
+	if err != nil {
+		return cniError(err)
+	}
+	return nil
+}
+
+// Check implements server.Handler.
+func (h *handler) Check(ctx context.Context, req *cni.Request) error {
+	pr, err := h.podRequest(req)
+	if err != nil {
+		return err
+	}
+	conf, err := cni.LoadNetConf(req.Config)
+	if err != nil {
+		return err
+	}
+	var want *net.IPNet
+	if conf.PrevResult != nil {
+		prev, err := current.NewResultFromResult(conf.PrevResult)
+		if err != nil {
+			return types.NewError(types.ErrDecodingFailure, "prevResult cannot be converted to CNI 1.1.0", err.Error())
+		}
+		if len(prev.IPs) > 0 {
+			want = &prev.IPs[0].Address
+		}
+	}
+	if err := h.node.CheckPod(ctx, pr, want); err != nil {
+		return cniError(err)
+	}
+	return nil
+}
+
+// Status implements server.Handler (CNI spec 1.1 STATUS: code 50 when ADD cannot be served).
+func (h *handler) Status(ctx context.Context, req *cni.Request) error {
+	if err := h.node.Status(); err != nil {
+		return types.NewError(types.ErrPluginNotAvailable, err.Error(), "")
+	}
+	return nil
+}
+
+// GC implements server.Handler (CNI spec 1.1 GC with cni.dev/valid-attachments; the older
+// key cni.dev/attachments is accepted too).
+func (h *handler) GC(ctx context.Context, req *cni.Request) error {
+	var conf struct {
+		Valid []struct {
+			ContainerID string `json:"containerID"`
+			IfName      string `json:"ifname"`
+		} `json:"cni.dev/valid-attachments"`
+		Old []struct {
+			ContainerID string `json:"containerID"`
+			IfName      string `json:"ifname"`
+		} `json:"cni.dev/attachments"`
+	}
+	if err := json.Unmarshal(req.Config, &conf); err != nil {
+		return types.NewError(types.ErrDecodingFailure, "GC: netconf cannot be decoded", err.Error())
+	}
+	var valid []controller.AttachmentID
+	for _, v := range append(conf.Valid, conf.Old...) {
+		valid = append(valid, controller.AttachmentID{ContainerID: v.ContainerID, IfName: v.IfName})
+	}
+	if err := h.node.GC(ctx, valid); err != nil {
+		return cniError(err)
+	}
+	return nil
+}
+
+// resultFor renders an attachment as a CNI 1.1.0 ADD result (SPEC.md "Section 5: Result
+// Types", "ADD Success"): the host veth (no sandbox) and the pod interface (with sandbox
+// and mtu), the IP with gateway on interface 1, the default route.
+func resultFor(a *controller.Attachment) *current.Result {
+	idx := 1
+	return &current.Result{
+		CNIVersion: current.ImplementedSpecVersion,
+		Interfaces: []*current.Interface{
+			{Name: a.HostVeth, Mac: a.HostMAC.String()},
+			{Name: a.IfName, Mac: a.MAC.String(), Sandbox: a.Netns, Mtu: a.MTU},
+		},
+		IPs: []*current.IPConfig{{Interface: &idx, Address: *a.IP, Gateway: a.Gateway}},
+		Routes: []*types.Route{{
+			Dst: net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)},
+			GW:  a.Gateway,
+		}},
+	}
+}
+
+// cniError keeps *types.Error values and wraps step errors as CNI code 999 with the step
+// in the message (CNI spec 1.1 reserves codes below 100 for its own meanings).
+func cniError(err error) error {
+	var te *types.Error
+	if errors.As(err, &te) {
+		return te
+	}
+	var se *controller.StepError
+	if errors.As(err, &se) {
+		return types.NewError(types.ErrInternal, fmt.Sprintf("ofsdn %s step failed: %v", se.Step, se.Err), "")
+	}
+	return types.NewError(types.ErrInternal, err.Error(), "")
+}

@@ -1,0 +1,101 @@
+// Command ofsdn-node is the ofsdn node daemon: a native SDN controller for one node's
+// Open vSwitch. It programs the integration bridge's ports through OVSDB and its flow tables
+// through its own OpenFlow 1.3 connection, and serves the CNI plugin's requests on a
+// root-only unix socket.
+//
+// Usage: ofsdn-node [-config FILE] [flags]; see -help for the flags and defaults.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ofsdn/ofsdn/cni/server"
+	"github.com/ofsdn/ofsdn/controller"
+	"github.com/ofsdn/ofsdn/ovsdb"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "ofsdn-node:", err)
+		os.Exit(1)
+	}
+}
+
+func newLogger(cfg Config) *slog.Logger {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(strings.ToUpper(cfg.LogLevel))); err != nil {
+		lvl = slog.LevelInfo
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+}
+
+func run(args []string) error {
+	cfg, err := loadConfig(args)
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg)
+	slog.SetDefault(log)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	// The CNI socket answers "try again later" (code 11) until the node is ready.
+	h := &handler{log: log}
+	srv := server.New(cfg.Socket, h, log)
+	if err := srv.Start(); err != nil {
+		return fmt.Errorf("CNI server on %s: %w", cfg.Socket, err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+
+	startTimeout, _ := time.ParseDuration(cfg.StartTimeout)
+	sctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	db, err := ovsdb.Connect(sctx, cfg.OVSDB, ovsdb.Options{Logger: log})
+	if err != nil {
+		return fmt.Errorf("OVSDB at %s: %w", cfg.OVSDB, err)
+	}
+	defer db.Close()
+	_, subnet, _ := net.ParseCIDR(cfg.PodSubnet)
+	node, err := controller.StartNode(sctx, db, controller.NodeOptions{
+		Bridge: cfg.Bridge, Gateway: cfg.Gateway, DatapathType: cfg.DatapathType,
+		PodSubnet: subnet, MTU: cfg.MTU, OVSRunDir: cfg.OVSRunDir, DataDir: cfg.DataDir,
+		EchoInterval: 5 * time.Second, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	defer node.Close()
+	h.node = node
+	srv.SetReady(true)
+	log.Info("serving CNI requests", "socket", cfg.Socket)
+
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down; flows stay installed so pods keep forwarding")
+		return nil
+	case <-node.Switch().Done():
+		return fmt.Errorf("OpenFlow connection to bridge %s lost: %v", cfg.Bridge, node.Switch().Err())
+	}
+}

@@ -1,0 +1,390 @@
+package controller
+
+// Pod wiring: the ADD, DEL and CHECK of one pod attachment, in the order the design fixes.
+//
+// ADD: IP lease (persisted before anything else, so a crash never hands one address out
+// twice) → veth pair with the pod end born in the pod's netns (no link is moved between
+// namespaces) → OVS port in one OVSDB transaction, ofport from the monitor cache → the pod's
+// flows as one batch confirmed by a barrier. Each step registers its undo; on any failure
+// the undos run in reverse, so a failed ADD leaves nothing behind.
+//
+// DEL runs the other way round: flows first (so nothing is forwarded to a port that is
+// going away), then the port, the veth and last the lease. Every step treats "already
+// gone" as done, so DEL is idempotent and works without the netns.
+//
+// Everything is keyed on container ID + interface name, never on the pod's name: a new
+// sandbox for the same pod must not be touched by the old sandbox's DEL.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+
+	"github.com/contiv/libOpenflow/openflow13"
+
+	"github.com/ofsdn/ofsdn/cni/podnet"
+	"github.com/ofsdn/ofsdn/flows"
+	"github.com/ofsdn/ofsdn/ovsdb"
+)
+
+// Interface external_ids keys that identify a pod attachment on its OVS port.
+const (
+	// ExtIDContainerID holds the runtime's container ID (CNI_CONTAINERID).
+	ExtIDContainerID = "ofsdn-container-id"
+	// ExtIDIfName holds the interface name inside the pod (CNI_IFNAME).
+	ExtIDIfName = "ofsdn-ifname"
+	// ExtIDPodNamespace holds K8S_POD_NAMESPACE from CNI_ARGS ("" when not given).
+	ExtIDPodNamespace = "ofsdn-pod-namespace"
+	// ExtIDPodName holds K8S_POD_NAME from CNI_ARGS ("" when not given).
+	ExtIDPodName = "ofsdn-pod-name"
+	// ExtIDIP holds the pod's IPv4 address with prefix length, e.g. "10.128.0.5/24".
+	ExtIDIP = "ofsdn-ip"
+	// ExtIDMAC holds the pod interface's MAC address.
+	ExtIDMAC = "ofsdn-mac"
+	// ExtIDNetns holds the path of the pod's network namespace (CNI_NETNS).
+	ExtIDNetns = "ofsdn-netns"
+)
+
+const ownerPipeline = "pipeline"
+
+// tableAll selects every flow table in flow-stats requests (OFPTT_ALL, OpenFlow 1.3.5 §7.3.5.2).
+const tableAll = openflow13.OFPTT_ALL
+
+// PodRequest is what the pod manager needs from a CNI request, in the CNI wire format's
+// terms but without its types (the cni package converts).
+type PodRequest struct {
+	// ContainerID is CNI_CONTAINERID; required.
+	ContainerID string
+	// IfName is CNI_IFNAME, the interface name inside the pod; required.
+	IfName string
+	// Netns is CNI_NETNS, the path of the pod's network namespace; required for ADD and
+	// CHECK, may be empty or gone for DEL.
+	Netns string
+	// PodNamespace and PodName come from CNI_ARGS K8S_POD_NAMESPACE / K8S_POD_NAME.
+	PodNamespace, PodName string
+}
+
+func (r PodRequest) String() string {
+	if r.PodName != "" {
+		return fmt.Sprintf("pod %s/%s (container %s)", r.PodNamespace, r.PodName, shortID(r.ContainerID))
+	}
+	return "container " + shortID(r.ContainerID)
+}
+
+// Attachment is one pod interface wired into the bridge.
+type Attachment struct {
+	ContainerID, IfName, Netns string
+	PodNamespace, PodName      string
+	// HostVeth is the host end's name, also the OVS port and interface name.
+	HostVeth string
+	// OFPort is the port's OpenFlow port number (1..0xfffffeff).
+	OFPort uint32
+	// IP is the pod's address with the pod subnet's prefix length.
+	IP *net.IPNet
+	// Gateway is the pod's default gateway (the node's gateway port address).
+	Gateway net.IP
+	// MAC is the pod interface's MAC address.
+	MAC net.HardwareAddr
+	// HostMAC is the host veth's MAC address (nil after a daemon restart).
+	HostMAC net.HardwareAddr
+	// ContainerIfIndex is the pod interface's ifindex inside the netns (0 if unknown, e.g.
+	// after a daemon restart).
+	ContainerIfIndex int
+	// MTU is the pod interface's MTU in bytes.
+	MTU int
+}
+
+func (a *Attachment) key() string   { return attachmentKey(a.ContainerID, a.IfName) }
+func (a *Attachment) owner() string { return "pod/" + a.key() }
+func (a *Attachment) flowPod() flows.Pod {
+	return flows.Pod{OFPort: a.OFPort, MAC: a.MAC, IP: a.IP.IP.To4()}
+}
+
+func attachmentKey(containerID, ifName string) string { return containerID + "/" + ifName }
+
+// StepError is a failed step of a pod operation. Step is one of "ipam", "veth", "ovsdb",
+// "openflow", "check".
+type StepError struct {
+	Step string
+	Err  error
+}
+
+func (e *StepError) Error() string { return e.Step + ": " + e.Err.Error() }
+func (e *StepError) Unwrap() error { return e.Err }
+
+func stepErr(step string, err error) error { return &StepError{Step: step, Err: err} }
+
+// AddPod wires one pod interface (CNI ADD, CNI spec 1.1 "ADD: Add container to network").
+// A repeated ADD for the same container ID and interface returns the existing attachment.
+// On failure everything it created is removed again and the error is a *StepError naming
+// the step.
+func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retErr error) {
+	if req.ContainerID == "" || req.IfName == "" || req.Netns == "" {
+		return nil, errors.New("container ID, interface name and netns are required for ADD")
+	}
+	unlock := n.locks.Lock(req.ContainerID)
+	defer unlock()
+
+	key := attachmentKey(req.ContainerID, req.IfName)
+	n.mu.Lock()
+	existing := n.pods[key]
+	n.mu.Unlock()
+	if existing != nil {
+		if existing.Netns == req.Netns {
+			return existing, nil
+		}
+		return nil, stepErr("ipam", fmt.Errorf("%s: interface %s is already attached in netns %s; DEL it first", req, req.IfName, existing.Netns))
+	}
+
+	var undo []func()
+	defer func() {
+		if retErr != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+
+	// 1. IP lease.
+	owner := req.PodNamespace + "/" + req.PodName
+	ip, err := n.ipam.Allocate(req.ContainerID, req.IfName, owner)
+	if err != nil {
+		return nil, stepErr("ipam", fmt.Errorf("%s: %w", req, err))
+	}
+	undo = append(undo, func() { _ = n.ipam.Release(req.ContainerID, req.IfName) })
+	a := &Attachment{
+		ContainerID: req.ContainerID, IfName: req.IfName, Netns: req.Netns,
+		PodNamespace: req.PodNamespace, PodName: req.PodName,
+		HostVeth: podnet.HostVethName(req.ContainerID, req.IfName),
+		IP:       &net.IPNet{IP: ip.To4(), Mask: n.opts.PodSubnet.Mask},
+		Gateway:  n.cfg.GatewayIP,
+		MTU:      n.opts.MTU,
+	}
+
+	// 2. veth pair, pod end born in the pod netns.
+	res, err := podnet.Setup(podnet.Spec{
+		Netns: req.Netns, IfName: req.IfName, HostVeth: a.HostVeth, MTU: a.MTU,
+		Addr: a.IP, Gateway: a.Gateway, DisableTxChecksum: n.opts.DatapathType == "netdev",
+	})
+	if err != nil {
+		return nil, stepErr("veth", fmt.Errorf("%s: %w", req, err))
+	}
+	undo = append(undo, func() { _ = podnet.Teardown(a.HostVeth, req.Netns, req.IfName) })
+	a.MAC = res.ContainerMAC
+	a.HostMAC = res.HostMAC
+	a.ContainerIfIndex = res.ContainerIfIndex
+
+	// 3. OVS port, one transaction; ofport from the monitor cache.
+	ofport, err := n.db.AddPort(ctx, n.opts.Bridge, a.HostVeth, a.externalIDs())
+	if err != nil {
+		return nil, stepErr("ovsdb", fmt.Errorf("%s: add port %s to bridge %s: %w", req, a.HostVeth, n.opts.Bridge, err))
+	}
+	undo = append(undo, func() { _ = n.db.DeletePort(context.WithoutCancel(ctx), n.opts.Bridge, a.HostVeth) })
+	a.OFPort = uint32(ofport)
+
+	// 4. The pod's flows, one batch confirmed by a barrier.
+	if err := n.store.SetOwner(ctx, a.owner(), flows.PodFlows(n.cfg, a.flowPod())); err != nil {
+		undo = append(undo, func() { n.deletePodFlows(context.WithoutCancel(ctx), a) })
+		return nil, stepErr("openflow", fmt.Errorf("%s: %w", req, err))
+	}
+
+	n.mu.Lock()
+	n.pods[key] = a
+	n.mu.Unlock()
+	return a, nil
+}
+
+// DelPod unwires one pod interface (CNI DEL). It is idempotent: it succeeds for container
+// IDs never seen, when the netns is empty or already gone, and when called twice. Errors
+// are *StepError values naming the step that could not be completed; a retry finishes it.
+func (n *Node) DelPod(ctx context.Context, req PodRequest) error {
+	if req.ContainerID == "" || req.IfName == "" {
+		return errors.New("container ID and interface name are required for DEL")
+	}
+	unlock := n.locks.Lock(req.ContainerID)
+	defer unlock()
+
+	key := attachmentKey(req.ContainerID, req.IfName)
+	hostVeth := podnet.HostVethName(req.ContainerID, req.IfName)
+	n.mu.Lock()
+	a := n.pods[key]
+	n.mu.Unlock()
+	if a == nil {
+		// Not in memory (e.g. ADD failed half-way before a restart): rebuild from the port.
+		if p, ok := n.db.GetPort(hostVeth); ok {
+			a, _ = attachmentFromPort(p)
+		}
+	}
+	if a == nil {
+		if lease, ok := n.ipam.Get(req.ContainerID, req.IfName); ok {
+			a = &Attachment{ContainerID: req.ContainerID, IfName: req.IfName, HostVeth: hostVeth,
+				IP: &net.IPNet{IP: lease.IP.To4(), Mask: n.opts.PodSubnet.Mask}}
+		}
+	}
+	if a != nil && a.IP != nil {
+		if err := n.deletePodFlows(ctx, a); err != nil {
+			return stepErr("openflow", fmt.Errorf("%s: %w", req, err))
+		}
+	}
+	if err := n.db.DeletePort(ctx, n.opts.Bridge, hostVeth); err != nil {
+		return stepErr("ovsdb", fmt.Errorf("%s: delete port %s: %w", req, hostVeth, err))
+	}
+	if err := podnet.Teardown(hostVeth, req.Netns, req.IfName); err != nil {
+		return stepErr("veth", fmt.Errorf("%s: %w", req, err))
+	}
+	if err := n.ipam.Release(req.ContainerID, req.IfName); err != nil {
+		return stepErr("ipam", fmt.Errorf("%s: %w", req, err))
+	}
+	n.mu.Lock()
+	delete(n.pods, key)
+	n.mu.Unlock()
+	return nil
+}
+
+func (n *Node) deletePodFlows(ctx context.Context, a *Attachment) error {
+	cookie, mask := flows.PodCookie(n.cfg, a.flowPod())
+	return n.store.DeleteOwner(ctx, a.owner(), cookie, mask)
+}
+
+// CheckPod verifies an attachment (CNI CHECK): the interface, address and default route
+// inside the netns, the OVS port and its ofport, and every desired flow of the pod on the
+// switch. The error names what is missing.
+func (n *Node) CheckPod(ctx context.Context, req PodRequest, wantIP *net.IPNet) error {
+	n.mu.Lock()
+	a := n.pods[attachmentKey(req.ContainerID, req.IfName)]
+	n.mu.Unlock()
+	if a == nil {
+		return stepErr("check", fmt.Errorf("%s: no attachment for interface %s; run ADD first", req, req.IfName))
+	}
+	if wantIP != nil && !wantIP.IP.Equal(a.IP.IP) {
+		return stepErr("check", fmt.Errorf("%s: prevResult has IP %s but the pod was given %s", req, wantIP, a.IP))
+	}
+	if err := podnet.Check(req.Netns, req.IfName, a.IP, a.Gateway, a.MAC); err != nil {
+		return stepErr("check", fmt.Errorf("%s: %w", req, err))
+	}
+	p, ok := n.db.GetPort(a.HostVeth)
+	if !ok {
+		return stepErr("check", fmt.Errorf("%s: OVS port %s is missing from bridge %s", req, a.HostVeth, n.opts.Bridge))
+	}
+	if p.OFPort != int(a.OFPort) {
+		return stepErr("check", fmt.Errorf("%s: OVS port %s has ofport %d, flows use %d", req, a.HostVeth, p.OFPort, a.OFPort))
+	}
+	want, _ := n.store.Owner(a.owner())
+	cookie, mask := flows.PodCookie(n.cfg, a.flowPod())
+	got, err := n.sw.DumpFlows(ctx, tableAll, cookie, mask)
+	if err != nil {
+		return stepErr("check", fmt.Errorf("%s: dump flows: %w", req, err))
+	}
+	if len(got) != len(want) {
+		return stepErr("check", fmt.Errorf("%s: the switch has %d of the pod's %d flows (cookie %#x)", req, len(got), len(want), cookie))
+	}
+	return nil
+}
+
+// Pods returns the local attachments.
+func (n *Node) Pods() []*Attachment {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]*Attachment, 0, len(n.pods))
+	for _, a := range n.pods {
+		out = append(out, a)
+	}
+	return out
+}
+
+// Status reports whether the node can serve ADD (CNI STATUS): the OpenFlow connection is up
+// and the IP pool has a free address. The error says which is not.
+func (n *Node) Status() error {
+	select {
+	case <-n.sw.Done():
+		return fmt.Errorf("OpenFlow connection to bridge %s is down: %v", n.opts.Bridge, n.sw.Err())
+	default:
+	}
+	if !n.db.Connected() {
+		return fmt.Errorf("OVSDB connection is down; is ovsdb-server running?")
+	}
+	if n.ipam.InUse() >= n.ipam.Size() {
+		return fmt.Errorf("IP pool %s exhausted (%d in use)", n.opts.PodSubnet, n.ipam.InUse())
+	}
+	return nil
+}
+
+// AttachmentID identifies one attachment for GC: container ID and interface name.
+type AttachmentID struct{ ContainerID, IfName string }
+
+// GC removes every attachment not in valid (CNI GC, spec 1.1 "GC: Clean up any stale
+// resources"): known pods, ports with our external_ids and IP leases alike. It returns the
+// first error after trying all of them.
+func (n *Node) GC(ctx context.Context, valid []AttachmentID) error {
+	keep := map[string]bool{}
+	for _, v := range valid {
+		keep[attachmentKey(v.ContainerID, v.IfName)] = true
+	}
+	stale := map[string]PodRequest{}
+	for _, a := range n.Pods() {
+		stale[a.key()] = PodRequest{ContainerID: a.ContainerID, IfName: a.IfName, Netns: a.Netns}
+	}
+	for _, p := range n.db.ListPorts(n.opts.Bridge) {
+		if a, ok := attachmentFromPort(p); ok {
+			stale[a.key()] = PodRequest{ContainerID: a.ContainerID, IfName: a.IfName, Netns: a.Netns}
+		}
+	}
+	for _, l := range n.ipam.List() {
+		stale[attachmentKey(l.ContainerID, l.IfName)] = PodRequest{ContainerID: l.ContainerID, IfName: l.IfName}
+	}
+	var firstErr error
+	for k, req := range stale {
+		if keep[k] {
+			continue
+		}
+		n.log.Info("GC removes attachment", "container_id", req.ContainerID, "ifname", req.IfName)
+		if err := n.DelPod(ctx, req); err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	return firstErr
+}
+
+func (a *Attachment) externalIDs() map[string]string {
+	return map[string]string{
+		ExtIDContainerID:  a.ContainerID,
+		ExtIDIfName:       a.IfName,
+		ExtIDPodNamespace: a.PodNamespace,
+		ExtIDPodName:      a.PodName,
+		ExtIDIP:           a.IP.String(),
+		ExtIDMAC:          a.MAC.String(),
+		ExtIDNetns:        a.Netns,
+	}
+}
+
+// attachmentFromPort rebuilds an attachment from a port's external_ids; ok is false for
+// ports that are not ours.
+func attachmentFromPort(p ovsdb.PortInfo) (*Attachment, bool) {
+	e := p.ExternalIDs
+	cid := e[ExtIDContainerID]
+	if cid == "" {
+		return nil, false
+	}
+	ip, ipnet, err := net.ParseCIDR(e[ExtIDIP])
+	if err != nil {
+		return nil, false
+	}
+	mac, _ := net.ParseMAC(e[ExtIDMAC])
+	a := &Attachment{
+		ContainerID: cid, IfName: e[ExtIDIfName], Netns: e[ExtIDNetns],
+		PodNamespace: e[ExtIDPodNamespace], PodName: e[ExtIDPodName],
+		HostVeth: p.Name, IP: &net.IPNet{IP: ip.To4(), Mask: ipnet.Mask}, MAC: mac,
+	}
+	if p.OFPort > 0 {
+		a.OFPort = uint32(p.OFPort)
+	}
+	return a, true
+}
+
+func shortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}

@@ -1,0 +1,574 @@
+package ovsdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/go-logr/logr"
+	"github.com/ovn-kubernetes/libovsdb/cache"
+	"github.com/ovn-kubernetes/libovsdb/client"
+	"github.com/ovn-kubernetes/libovsdb/model"
+	libovsdb "github.com/ovn-kubernetes/libovsdb/ovsdb"
+
+	"github.com/ofsdn/ofsdn/ovsdb/vswitchd"
+)
+
+// Table names of the Open_vSwitch database (vswitch.ovsschema) that the client monitors.
+const (
+	tableOpenvSwitch = vswitchd.OpenvSwitchTable
+	tableBridge      = vswitchd.BridgeTable
+	tablePort        = vswitchd.PortTable
+	tableInterface   = vswitchd.InterfaceTable
+	tableFlowTable   = vswitchd.FlowTableTable
+)
+
+// closedEndpoint replaces the real endpoint when the client is closed, so that a
+// reconnection attempt that libovsdb had already scheduled can never succeed.
+const closedEndpoint = "unix:/dev/null/ofsdn-ovsdb-client-closed"
+
+// ErrClosed is returned by every operation on a Client after Close.
+var ErrClosed = errors.New("ovsdb: client is closed")
+
+// Options tunes a Client. The zero value is valid: every zero field takes the default
+// given in its comment.
+type Options struct {
+	// Logger receives the client's logs and libovsdb's (libovsdb's verbosity level V(n)
+	// becomes slog level -n, so its chatter shows only at slog.LevelDebug).
+	// Default: slog.Default().
+	Logger *slog.Logger
+	// ConnectTimeout bounds one connection attempt: dial, schema fetch and the initial
+	// monitor reply. Default: 5 seconds.
+	ConnectTimeout time.Duration
+	// MaxBackoff is the longest pause between two reconnection attempts; pauses start at
+	// 100 milliseconds and grow by 1.5 each time. Default: 5 seconds.
+	MaxBackoff time.Duration
+	// EchoInterval, when > 0, makes the client send an RFC 7047 §4.1.11 echo after that
+	// much idle time and reconnect when it is not answered. Needed on tcp: endpoints to
+	// notice a peer that vanished without closing the connection; a unix: socket reports a
+	// dead ovsdb-server at once. It must exceed ConnectTimeout. Default: 0 (off).
+	EchoInterval time.Duration
+	// WaitTimeout bounds waits for ovs-vswitchd (an ofport, a reconfiguration) when the
+	// caller's context has no deadline. Default: 10 seconds.
+	WaitTimeout time.Duration
+}
+
+func (o *Options) setDefaults() {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = 5 * time.Second
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = 5 * time.Second
+	}
+	if o.WaitTimeout <= 0 {
+		o.WaitTimeout = 10 * time.Second
+	}
+}
+
+// Client is a connection to ovsdb-server's Open_vSwitch database with a monitor cache of
+// the Open_vSwitch, Bridge, Port, Interface and Flow_Table tables. It is safe for
+// concurrent use. Reads come from the cache; writes are RFC 7047 transactions that block
+// while the client is reconnecting, until their context is done.
+type Client struct {
+	endpoint string
+	opts     Options
+	log      *slog.Logger
+	ovs      client.Client
+
+	closeOnce sync.Once
+	closed    chan struct{}
+	ready     atomic.Bool // the first monitor reply is in the cache
+
+	mu      sync.Mutex
+	waiters map[string]map[chan struct{}]struct{} // key: "Table/name" (see waitKey)
+}
+
+// Connect dials ovsdb-server at endpoint ("unix:/path/db.sock" or "tcp:host:port"),
+// checks that it serves the Open_vSwitch database, and starts a monitor of the
+// Open_vSwitch, Bridge, Port, Interface and Flow_Table tables (RFC 7047 §4.1.5; libovsdb
+// uses the monitor_cond_since extension) that fills the client's cache before Connect
+// returns.
+//
+// Until the first connection succeeds Connect retries with backoff for as long as ctx
+// allows, so give ctx a deadline. The error then names the endpoint and the last
+// failure. After that, a lost connection is re-established automatically (libovsdb
+// WithReconnect, backoff capped at Options.MaxBackoff, never giving up) and the monitor
+// is re-issued; see Connected.
+func Connect(ctx context.Context, endpoint string, opts Options) (*Client, error) {
+	if !strings.HasPrefix(endpoint, "unix:") && !strings.HasPrefix(endpoint, "tcp:") {
+		return nil, fmt.Errorf("ovsdb: endpoint %q: want \"unix:/path/to/db.sock\" or \"tcp:HOST:PORT\"", endpoint)
+	}
+	opts.setDefaults()
+	if opts.EchoInterval > 0 && opts.EchoInterval <= opts.ConnectTimeout {
+		return nil, fmt.Errorf("ovsdb: EchoInterval %s must be longer than ConnectTimeout %s", opts.EchoInterval, opts.ConnectTimeout)
+	}
+	dbModel, err := model.NewClientDBModel("Open_vSwitch", map[string]model.Model{
+		tableOpenvSwitch: &vswitchd.OpenvSwitch{},
+		tableBridge:      &vswitchd.Bridge{},
+		tablePort:        &vswitchd.Port{},
+		tableInterface:   &vswitchd.Interface{},
+		tableFlowTable:   &vswitchd.FlowTable{},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ovsdb: building the client database model: %w", err)
+	}
+	c := &Client{
+		endpoint: endpoint,
+		opts:     opts,
+		log:      opts.Logger.With("ovsdb", endpoint),
+		closed:   make(chan struct{}),
+		waiters:  make(map[string]map[chan struct{}]struct{}),
+	}
+	lr := logr.FromSlogHandler(c.log.Handler()).WithName("libovsdb")
+	rb := newReconnectBackoff(opts.MaxBackoff, c.closed, c.log)
+	copts := []client.Option{client.WithEndpoint(endpoint), client.WithLogger(&lr)}
+	if opts.EchoInterval > 0 {
+		copts = append(copts, client.WithInactivityCheck(opts.EchoInterval, opts.ConnectTimeout, rb))
+	} else {
+		copts = append(copts, client.WithReconnect(opts.ConnectTimeout, rb))
+	}
+	c.ovs, err = client.NewOVSDBClient(dbModel, copts...)
+	if err != nil {
+		return nil, fmt.Errorf("ovsdb: creating the client for %s: %w", endpoint, err)
+	}
+
+	// libovsdb's own reconnection only starts after a first success, so retry here.
+	first := newExponentialBackoff(opts.MaxBackoff)
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, opts.ConnectTimeout)
+		err = c.ovs.Connect(actx)
+		cancel()
+		if err == nil {
+			break
+		}
+		c.log.Debug("ovsdb connection attempt failed", "attempt", attempt, "err", err)
+		t := time.NewTimer(first.NextBackOff())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			c.ovs.Close()
+			return nil, fmt.Errorf("ovsdb: cannot connect to %s after %d attempts (last error: %v): "+
+				"ovsdb-server must be running there and serve the Open_vSwitch database "+
+				"(e.g. ovsdb-server --remote=punix:PATH conf.db): %w", endpoint, attempt, err, ctx.Err())
+		case <-t.C:
+		}
+	}
+
+	c.ovs.Cache().AddEventHandler(&cache.EventHandlerFuncs{
+		AddFunc:    func(table string, m model.Model) { c.onEvent(table, m, true) },
+		UpdateFunc: func(table string, _, m model.Model) { c.onEvent(table, m, false) },
+		DeleteFunc: func(table string, m model.Model) { c.onEvent(table, m, false) },
+	})
+
+	ovsRow := &vswitchd.OpenvSwitch{}
+	br := &vswitchd.Bridge{}
+	port := &vswitchd.Port{}
+	iface := &vswitchd.Interface{}
+	ft := &vswitchd.FlowTable{}
+	mon := c.ovs.NewMonitor(
+		client.WithTable(ovsRow, &ovsRow.Bridges, &ovsRow.CurCfg, &ovsRow.NextCfg,
+			&ovsRow.OtherConfig, &ovsRow.ExternalIDs, &ovsRow.OVSVersion),
+		client.WithTable(br, &br.Name, &br.Ports, &br.DatapathType, &br.FailMode, &br.Protocols,
+			&br.FlowTables, &br.ExternalIDs, &br.OtherConfig, &br.DatapathID),
+		client.WithTable(port, &port.Name, &port.Interfaces, &port.ExternalIDs),
+		client.WithTable(iface, &iface.Name, &iface.Type, &iface.Ofport, &iface.OfportRequest,
+			&iface.Error, &iface.ExternalIDs, &iface.Options, &iface.MACInUse),
+		client.WithTable(ft, &ft.Name),
+	)
+	mctx, cancel := context.WithTimeout(ctx, opts.ConnectTimeout)
+	_, err = c.ovs.Monitor(mctx, mon)
+	cancel()
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("ovsdb: monitoring the Open_vSwitch database at %s: %w", endpoint, err)
+	}
+	c.ready.Store(true)
+	c.log.Info("connected to ovsdb-server", "bridges", len(c.rows(tableBridge)))
+	return c, nil
+}
+
+// Connected reports whether the client has a live session with ovsdb-server. It is false
+// while libovsdb is reconnecting (writes then block until it succeeds or their context
+// ends, and reads return the last known state) and after Close.
+func (c *Client) Connected() bool {
+	select {
+	case <-c.closed:
+		return false
+	default:
+	}
+	// libovsdb's Connected() stays true while it reconnects; CurrentEndpoint is "" then.
+	return c.ovs.Connected() && c.ovs.CurrentEndpoint() != ""
+}
+
+// Endpoint returns the endpoint given to Connect.
+func (c *Client) Endpoint() string { return c.endpoint }
+
+// Close ends the session and stops reconnecting. Pending waits return ErrClosed.
+// Calling Close more than once is harmless.
+func (c *Client) Close() {
+	c.closeOnce.Do(func() {
+		close(c.closed)
+		c.ovs.Close()
+		// If the session was down, libovsdb's reconnect loop is still running and Close
+		// above could not stop it; point it at a path that never answers (its backoff now
+		// waits forever, see reconnectBackoff).
+		c.ovs.UpdateEndpoints([]string{closedEndpoint})
+		c.log.Debug("ovsdb client closed")
+	})
+}
+
+func (c *Client) isClosed() bool {
+	select {
+	case <-c.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// reconnectBackoff is libovsdb's reconnection backoff. It never returns backoff.Stop:
+// libovsdb panics when its reconnect loop gives up. Once the client is closed it returns
+// an endless pause instead, which parks the loop for good.
+type reconnectBackoff struct {
+	b      *backoff.ExponentialBackOff
+	closed <-chan struct{}
+	log    *slog.Logger
+}
+
+func newExponentialBackoff(maxInterval time.Duration) *backoff.ExponentialBackOff {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = 100 * time.Millisecond
+	b.Multiplier = 1.5
+	b.MaxInterval = maxInterval
+	b.MaxElapsedTime = 0 // never stop
+	b.Reset()
+	return b
+}
+
+func newReconnectBackoff(maxInterval time.Duration, closed <-chan struct{}, log *slog.Logger) *reconnectBackoff {
+	return &reconnectBackoff{b: newExponentialBackoff(maxInterval), closed: closed, log: log}
+}
+
+// NextBackOff implements backoff.BackOff.
+func (r *reconnectBackoff) NextBackOff() time.Duration {
+	select {
+	case <-r.closed:
+		return time.Duration(math.MaxInt64)
+	default:
+	}
+	d := r.b.NextBackOff()
+	r.log.Debug("ovsdb reconnection attempt failed", "retry_in", d)
+	return d
+}
+
+// Reset implements backoff.BackOff. libovsdb calls it once each time the session is lost,
+// before its first reconnection attempt.
+func (r *reconnectBackoff) Reset() {
+	r.log.Warn("ovsdb-server connection lost, reconnecting")
+	r.b.Reset()
+}
+
+// ---- cache access and waiting -------------------------------------------------------
+
+// table returns the cache of one table, or nil when the client has no cache (closed).
+func (c *Client) table(name string) *cache.RowCache {
+	tc := c.ovs.Cache()
+	if tc == nil {
+		return nil
+	}
+	return tc.Table(name)
+}
+
+// rows returns the cached rows of a table (shared, read only).
+func (c *Client) rows(table string) map[string]model.Model {
+	t := c.table(table)
+	if t == nil {
+		return nil
+	}
+	return t.RowsShallow()
+}
+
+// rowByName looks a row up by its "name" index (Bridge, Port, Interface) in the cache.
+func rowByName[T any, PT interface {
+	*T
+	model.Model
+}](c *Client, table string, m PT) PT {
+	t := c.table(table)
+	if t == nil {
+		return nil
+	}
+	_, row, err := t.RowByModel(m)
+	if err != nil || row == nil {
+		return nil
+	}
+	r, _ := row.(PT)
+	return r
+}
+
+func (c *Client) bridgeRow(name string) *vswitchd.Bridge {
+	return rowByName(c, tableBridge, &vswitchd.Bridge{Name: name})
+}
+
+func (c *Client) portRow(name string) *vswitchd.Port {
+	return rowByName(c, tablePort, &vswitchd.Port{Name: name})
+}
+
+func (c *Client) interfaceRow(name string) *vswitchd.Interface {
+	return rowByName(c, tableInterface, &vswitchd.Interface{Name: name})
+}
+
+// rootRow returns the (single, maxRows 1) Open_vSwitch row, or nil if there is none.
+func (c *Client) rootRow() *vswitchd.OpenvSwitch {
+	for _, m := range c.rows(tableOpenvSwitch) {
+		if r, ok := m.(*vswitchd.OpenvSwitch); ok {
+			return r
+		}
+	}
+	return nil
+}
+
+func (c *Client) flowTableName(uuid string) (string, bool) {
+	t := c.table(tableFlowTable)
+	if t == nil {
+		return "", false
+	}
+	ft, ok := t.Row(uuid).(*vswitchd.FlowTable)
+	if !ok || ft.Name == nil {
+		return "", ok
+	}
+	return *ft.Name, true
+}
+
+// waitKey names what a waiter waits on: a row of table by name ("Interface/veth1"), or
+// the Open_vSwitch row (name "").
+func waitKey(table, name string) string { return table + "/" + name }
+
+// onEvent is the cache event handler: it wakes the waiters of the row that changed.
+// It runs on libovsdb's event goroutine and must not block.
+func (c *Client) onEvent(table string, m model.Model, added bool) {
+	var key string
+	switch r := m.(type) {
+	case *vswitchd.Interface:
+		key = waitKey(tableInterface, r.Name)
+	case *vswitchd.Port:
+		key = waitKey(tablePort, r.Name)
+	case *vswitchd.Bridge:
+		key = waitKey(tableBridge, r.Name)
+	case *vswitchd.OpenvSwitch:
+		if added {
+			// The root row is (re)added when the cache is filled after a reconnection:
+			// every waiter must re-check, rows may have gone without a delete event.
+			if c.ready.Load() {
+				c.log.Info("reconnected to ovsdb-server, cache refreshed")
+			}
+			c.wakeAll()
+			return
+		}
+		key = waitKey(tableOpenvSwitch, "")
+	default:
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for ch := range c.waiters[key] {
+		select {
+		case ch <- struct{}{}:
+		default: // already signalled
+		}
+	}
+}
+
+func (c *Client) wakeAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, set := range c.waiters {
+		for ch := range set {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// waitFor calls check until it reports done or fails, re-running it each time the cache
+// changes a row named by keys. It subscribes before the first check, so no change is
+// missed. It returns ctx.Err() when ctx ends first, ErrClosed when the client is closed.
+func (c *Client) waitFor(ctx context.Context, keys []string, check func() (bool, error)) error {
+	ch := make(chan struct{}, 1)
+	c.mu.Lock()
+	for _, k := range keys {
+		if c.waiters[k] == nil {
+			c.waiters[k] = make(map[chan struct{}]struct{})
+		}
+		c.waiters[k][ch] = struct{}{}
+	}
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		for _, k := range keys {
+			delete(c.waiters[k], ch)
+			if len(c.waiters[k]) == 0 {
+				delete(c.waiters, k)
+			}
+		}
+		c.mu.Unlock()
+	}()
+	for {
+		done, err := check()
+		if err != nil || done {
+			return err
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c.closed:
+			return ErrClosed
+		}
+	}
+}
+
+// waitContext bounds ctx by Options.WaitTimeout when it has no deadline of its own.
+func (c *Client) waitContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, c.opts.WaitTimeout)
+}
+
+// ---- transactions ---------------------------------------------------------------------
+
+// transact runs ops as one RFC 7047 §4.1.3 transaction and turns any per-operation or
+// commit error of the reply into a Go error naming the operation.
+func (c *Client) transact(ctx context.Context, what string, ops []libovsdb.Operation) ([]libovsdb.OperationResult, error) {
+	if c.isClosed() {
+		return nil, ErrClosed
+	}
+	res, err := c.ovs.Transact(ctx, ops...)
+	if err != nil {
+		return nil, fmt.Errorf("ovsdb: %s: transaction with %s failed: %w", what, c.endpoint, err)
+	}
+	if err := checkResults(ops, res); err != nil {
+		return nil, fmt.Errorf("ovsdb: %s: %w", what, err)
+	}
+	return res, nil
+}
+
+// checkResults applies RFC 7047 §4.1.3: the reply has one result per operation, an
+// error in the result of the failed one, and one extra result when the commit failed.
+func checkResults(ops []libovsdb.Operation, res []libovsdb.OperationResult) error {
+	if len(res) < len(ops) {
+		return fmt.Errorf("ovsdb-server answered %d of %d operations", len(res), len(ops))
+	}
+	for i, r := range res {
+		if r.Error == "" {
+			continue
+		}
+		if i >= len(ops) {
+			return fmt.Errorf("commit failed: %s: %s", r.Error, r.Details)
+		}
+		op := ops[i]
+		return fmt.Errorf("operation %d (%s on table %s) failed: %s: %s", i, op.Op, op.Table, r.Error, r.Details)
+	}
+	return nil
+}
+
+// bumpCfgOps returns the operations that increment Open_vSwitch.next_cfg (§5.2.4 mutate)
+// and read the new value back (§5.2.2 select), as ovs-vsctl does to wait for
+// ovs-vswitchd. The select's result is the last one.
+func bumpCfgOps(rootUUID string) []libovsdb.Operation {
+	where := []libovsdb.Condition{libovsdb.NewCondition("_uuid", libovsdb.ConditionEqual, libovsdb.UUID{GoUUID: rootUUID})}
+	return []libovsdb.Operation{
+		{
+			Op:        libovsdb.OperationMutate,
+			Table:     tableOpenvSwitch,
+			Where:     where,
+			Mutations: []libovsdb.Mutation{*libovsdb.NewMutation("next_cfg", libovsdb.MutateOperationAdd, 1)},
+		},
+		{
+			Op:      libovsdb.OperationSelect,
+			Table:   tableOpenvSwitch,
+			Where:   where,
+			Columns: []string{"next_cfg"},
+		},
+	}
+}
+
+// selectedInt reads an integer column from the first row of a select result.
+func selectedInt(r libovsdb.OperationResult, column string) (int, bool) {
+	if len(r.Rows) == 0 {
+		return 0, false
+	}
+	switch v := r.Rows[0][column].(type) {
+	case float64:
+		return int(v), true
+	case int:
+		return v, true
+	case int64:
+		return int(v), true
+	}
+	return 0, false
+}
+
+// waitCfg waits until ovs-vswitchd has applied database generation nextCfg
+// (Open_vSwitch.cur_cfg >= nextCfg).
+func (c *Client) waitCfg(ctx context.Context, nextCfg int, what string) error {
+	wctx, cancel := c.waitContext(ctx)
+	defer cancel()
+	cur := 0
+	err := c.waitFor(wctx, []string{waitKey(tableOpenvSwitch, "")}, func() (bool, error) {
+		root := c.rootRow()
+		if root == nil {
+			return false, nil
+		}
+		cur = root.CurCfg
+		return cur >= nextCfg, nil
+	})
+	if err != nil && !errors.Is(err, ErrClosed) {
+		return fmt.Errorf("ovsdb: %s: ovs-vswitchd has not applied the change (cur_cfg %d, want %d): "+
+			"is ovs-vswitchd running and connected to %s? %w", what, cur, nextCfg, c.endpoint, err)
+	}
+	return err
+}
+
+// changedKeys returns the keys of want whose value in have differs or is missing.
+func changedKeys(have, want map[string]string) (keys []string, values map[string]string) {
+	for k, v := range want {
+		if hv, ok := have[k]; !ok || hv != v {
+			keys = append(keys, k)
+			if values == nil {
+				values = make(map[string]string)
+			}
+			values[k] = v
+		}
+	}
+	return keys, values
+}
+
+// hasAll reports whether have contains every key/value of want.
+func hasAll(have, want map[string]string) bool {
+	keys, _ := changedKeys(have, want)
+	return len(keys) == 0
+}
+
+func cloneMap(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
