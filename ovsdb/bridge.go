@@ -139,10 +139,22 @@ func (c *Client) EnsureBridge(ctx context.Context, spec BridgeSpec) error {
 	if err := c.waitCfg(ctx, nextCfg, what); err != nil {
 		return err
 	}
-	if ifc := c.interfaceRow(spec.Name); ifc != nil && ifc.Ofport != nil && *ifc.Ofport == -1 {
-		return fmt.Errorf("ovsdb: bridge %s (datapath_type %q): ovs-vswitchd could not open its local port: %s "+
+	// Like ovs-vsctl: once ovs-vswitchd has caught up, a bridge it failed to create has no
+	// datapath_id and its local port no ofport.
+	br := c.bridgeRow(spec.Name)
+	ifc := c.interfaceRow(spec.Name)
+	if br == nil || br.DatapathID == nil || (ifc != nil && (ifc.Ofport == nil || *ifc.Ofport <= 0)) {
+		reason := "see ovs-vswitchd's log"
+		if ifc != nil && deref(ifc.Error) != "" {
+			reason = deref(ifc.Error)
+		}
+		dp := spec.DatapathType
+		if br != nil {
+			dp = br.DatapathType
+		}
+		return fmt.Errorf("ovsdb: bridge %s (datapath_type %q): ovs-vswitchd did not create it: %s "+
 			"(the userspace datapath needs datapath_type \"netdev\"; \"system\" needs the openvswitch kernel module)",
-			spec.Name, spec.DatapathType, deref(ifc.Error))
+			spec.Name, dp, reason)
 	}
 	c.log.Info("bridge ensured", "bridge", spec.Name, "datapath_type", spec.DatapathType, "operations", len(ops))
 	return nil

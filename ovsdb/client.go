@@ -87,7 +87,7 @@ type Client struct {
 
 	closeOnce sync.Once
 	closed    chan struct{}
-	ready     atomic.Bool // the first monitor reply is in the cache
+	lost      atomic.Bool // the session was lost; cleared when the cache is refilled
 
 	mu      sync.Mutex
 	waiters map[string]map[chan struct{}]struct{} // key: "Table/name" (see waitKey)
@@ -130,7 +130,7 @@ func Connect(ctx context.Context, endpoint string, opts Options) (*Client, error
 		waiters:  make(map[string]map[chan struct{}]struct{}),
 	}
 	lr := logr.FromSlogHandler(c.log.Handler()).WithName("libovsdb")
-	rb := newReconnectBackoff(opts.MaxBackoff, c.closed, c.log)
+	rb := newReconnectBackoff(opts.MaxBackoff, c.closed, &c.lost, c.log)
 	copts := []client.Option{client.WithEndpoint(endpoint), client.WithLogger(&lr)}
 	if opts.EchoInterval > 0 {
 		copts = append(copts, client.WithInactivityCheck(opts.EchoInterval, opts.ConnectTimeout, rb))
@@ -192,7 +192,6 @@ func Connect(ctx context.Context, endpoint string, opts Options) (*Client, error
 		c.Close()
 		return nil, fmt.Errorf("ovsdb: monitoring the Open_vSwitch database at %s: %w", endpoint, err)
 	}
-	c.ready.Store(true)
 	c.log.Info("connected to ovsdb-server", "bridges", len(c.rows(tableBridge)))
 	return c, nil
 }
@@ -242,6 +241,7 @@ func (c *Client) isClosed() bool {
 type reconnectBackoff struct {
 	b      *backoff.ExponentialBackOff
 	closed <-chan struct{}
+	lost   *atomic.Bool
 	log    *slog.Logger
 }
 
@@ -255,8 +255,8 @@ func newExponentialBackoff(maxInterval time.Duration) *backoff.ExponentialBackOf
 	return b
 }
 
-func newReconnectBackoff(maxInterval time.Duration, closed <-chan struct{}, log *slog.Logger) *reconnectBackoff {
-	return &reconnectBackoff{b: newExponentialBackoff(maxInterval), closed: closed, log: log}
+func newReconnectBackoff(maxInterval time.Duration, closed <-chan struct{}, lost *atomic.Bool, log *slog.Logger) *reconnectBackoff {
+	return &reconnectBackoff{b: newExponentialBackoff(maxInterval), closed: closed, lost: lost, log: log}
 }
 
 // NextBackOff implements backoff.BackOff.
@@ -274,6 +274,7 @@ func (r *reconnectBackoff) NextBackOff() time.Duration {
 // Reset implements backoff.BackOff. libovsdb calls it once each time the session is lost,
 // before its first reconnection attempt.
 func (r *reconnectBackoff) Reset() {
+	r.lost.Store(true)
 	r.log.Warn("ovsdb-server connection lost, reconnecting")
 	r.b.Reset()
 }
@@ -368,7 +369,7 @@ func (c *Client) onEvent(table string, m model.Model, added bool) {
 		if added {
 			// The root row is (re)added when the cache is filled after a reconnection:
 			// every waiter must re-check, rows may have gone without a delete event.
-			if c.ready.Load() {
+			if c.lost.Swap(false) {
 				c.log.Info("reconnected to ovsdb-server, cache refreshed")
 			}
 			c.wakeAll()

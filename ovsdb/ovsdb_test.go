@@ -505,3 +505,72 @@ func TestClose(t *testing.T) {
 		t.Fatalf("EnsureBridge after Close: %v", err)
 	}
 }
+
+func TestEnsureBridgeReportsBridgeVswitchdCannotCreate(t *testing.T) {
+	t.Parallel()
+	o, c := setup(t)
+	err := c.EnsureBridge(ctxT(t), ovsdb.BridgeSpec{Name: "br-bad", DatapathType: "ofsdn-no-such-datapath", FailMode: "secure"})
+	if err == nil || !strings.Contains(err.Error(), "br-bad") || !strings.Contains(err.Error(), "did not create it") {
+		t.Fatalf("EnsureBridge with an unknown datapath type: %v", err)
+	}
+	if dpid := o.Vsctl(t, "get", "bridge", "br-bad", "datapath_id"); dpid != "[]" {
+		t.Fatalf("ovs-vswitchd did create br-bad? datapath_id %s", dpid)
+	}
+}
+
+func TestAddPortReplacesPortWhoseDeviceWasMissing(t *testing.T) {
+	t.Parallel()
+	o, c := setup(t)
+	// A stale row: added while the device did not exist, so its ofport is -1.
+	cmd := exec.Command("ovs-vsctl", "--db="+o.OVSDBEndpoint(), "add-port", bridge, "ofs-late")
+	_ = cmd.Run() // fails: "could not open network device"
+	if got := o.Vsctl(t, "get", "interface", "ofs-late", "ofport"); got != "-1" {
+		t.Fatalf("stale interface ofport %s, want -1", got)
+	}
+	// AddPort replaces the failed port (delete + insert in one transaction); the device
+	// is still missing, so the new one fails too and is removed.
+	var ie *ovsdb.InterfaceError
+	if _, err := c.AddPort(ctxT(t), bridge, "ofs-late", nil); !errors.As(err, &ie) {
+		t.Fatalf("AddPort over a stale port, device still missing: %v", err)
+	}
+	if ps := listPorts(t, o); len(ps) != 0 {
+		t.Fatalf("ports %v left after the failed replacement", ps)
+	}
+	_ = exec.Command("ovs-vsctl", "--db="+o.OVSDBEndpoint(), "add-port", bridge, "ofs-late").Run()
+	// Now the device appears (ovs-vswitchd may or may not pick it up by itself).
+	veth(t, o, "ofs-late")
+	ofport, err := c.AddPort(ctxT(t), bridge, "ofs-late", map[string]string{"ofsdn-pod": "ns/late"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := vsctlInt(t, o, "get", "interface", "ofs-late", "ofport"); ofport != want || ofport <= 0 {
+		t.Fatalf("AddPort ofport %d, ovs-vsctl says %d", ofport, want)
+	}
+	if ps := listPorts(t, o); len(ps) != 1 || ps[0] != "ofs-late" {
+		t.Fatalf("ports %v, want just ofs-late", ps)
+	}
+}
+
+// BenchmarkAddDeletePort measures one AddPort (transaction + wait for the ofport from the
+// monitor) and one DeletePort of a veth on a real ovs-vswitchd.
+func BenchmarkAddDeletePort(b *testing.B) {
+	o := sandbox.Start(b)
+	ctx := context.Background()
+	c, err := ovsdb.Connect(ctx, o.OVSDBEndpoint(), ovsdb.Options{Logger: testLogger()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.EnsureBridge(ctx, brIntSpec()); err != nil {
+		b.Fatal(err)
+	}
+	o.Exec(b, "ip", "link", "add", "ofs-b0", "type", "veth", "peer", "name", "ofs-b0-p")
+	for b.Loop() {
+		if _, err := c.AddPort(ctx, bridge, "ofs-b0", map[string]string{"ofsdn-pod": "bench/x"}); err != nil {
+			b.Fatal(err)
+		}
+		if err := c.DeletePort(ctx, bridge, "ofs-b0"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

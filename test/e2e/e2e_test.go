@@ -120,14 +120,14 @@ func TestPodsWiredEndToEnd(t *testing.T) {
 			}
 			return netlink.AddrAdd(l, &netlink.Addr{IPNet: &net.IPNet{IP: spoofed, Mask: net.CIDRMask(24, 32)}})
 		})
-		before := tableDrops(t, n, "spoof_guard")
+		before := tableDrops(t, n, flows.TableSpoofGuard)
 		if err := ping(a.netns, b.ip(), "-I", spoofed.String()); err == nil {
 			t.Fatalf("pod %s sent from a second IP %s and reached %s: the spoof guard let it through", a.name, spoofed, b.ip())
 		}
 		if got := udpFrom(t, a, spoofed, b); got {
 			t.Fatalf("UDP from the spoofed source %s reached pod %s", spoofed, b.name)
 		}
-		if after := tableDrops(t, n, "spoof_guard"); after <= before {
+		if after := tableDrops(t, n, flows.TableSpoofGuard); after <= before {
 			t.Errorf("spoof_guard drop counter did not move (%d → %d)", before, after)
 		}
 		// The pod's own address still works.
@@ -254,13 +254,18 @@ func flowLines(dump string) []string {
 var nPackets = regexp.MustCompile(`n_packets=(\d+)`)
 
 // tableDrops returns the packet count of the priority-0 drop flow of a stage.
-func tableDrops(t *testing.T, n *testNode, table string) int {
+func tableDrops(t *testing.T, n *testNode, table flows.TableID) int {
 	t.Helper()
-	dump := n.ovs.Ofctl(t, "dump-flows", "--names", n.mgmt(), "table="+table+",priority=0")
+	dump := n.ovs.Ofctl(t, "dump-flows", n.mgmt(), fmt.Sprintf("table=%d", table))
 	total := 0
-	for _, m := range nPackets.FindAllStringSubmatch(dump, -1) {
-		v, _ := strconv.Atoi(m[1])
-		total += v
+	for _, line := range strings.Split(dump, "\n") {
+		if !strings.Contains(line, " priority=0 ") {
+			continue
+		}
+		for _, m := range nPackets.FindAllStringSubmatch(line, -1) {
+			v, _ := strconv.Atoi(m[1])
+			total += v
+		}
 	}
 	return total
 }
