@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/contiv/libOpenflow/openflow13"
 
@@ -26,7 +27,8 @@ import (
 // OpenFlow switch. It is safe for concurrent use; changes to different owners proceed
 // concurrently (only the in-memory bookkeeping is serialised, never a wait on the switch).
 type FlowStore struct {
-	sw *OFSwitch
+	sw      *OFSwitch
+	observe func(kind string, n int, d time.Duration, err error)
 
 	mu     sync.Mutex
 	owners map[string]map[string]flows.Flow // owner → MatchKey → flow
@@ -64,7 +66,7 @@ func (s *FlowStore) SetOwner(ctx context.Context, owner string, fs []flows.Flow)
 		}
 	}
 	if len(ops) > 0 {
-		if err := s.sw.Apply(ctx, ops); err != nil {
+		if err := s.apply(ctx, ops); err != nil {
 			return fmt.Errorf("flows of %s: %w", owner, err)
 		}
 	}
@@ -80,13 +82,23 @@ func (s *FlowStore) SetOwner(ctx context.Context, owner string, fs []flows.Flow)
 // then forgets the owner. Deleting an unknown owner is not an error.
 func (s *FlowStore) DeleteOwner(ctx context.Context, owner string, cookie, cookieMask uint64) error {
 	op := FlowModOp{Mod: flows.DeleteByCookie(cookie, cookieMask), Name: fmt.Sprintf("%s: delete cookie=%#x/%#x", owner, cookie, cookieMask)}
-	if err := s.sw.Apply(ctx, []FlowModOp{op}); err != nil {
+	if err := s.apply(ctx, []FlowModOp{op}); err != nil {
 		return fmt.Errorf("flows of %s: %w", owner, err)
 	}
 	s.mu.Lock()
 	delete(s.owners, owner)
 	s.mu.Unlock()
 	return nil
+}
+
+// apply sends ops as one batch confirmed by a barrier, and reports it to the observer.
+func (s *FlowStore) apply(ctx context.Context, ops []FlowModOp) error {
+	start := time.Now()
+	err := s.sw.Apply(ctx, ops)
+	if s.observe != nil {
+		s.observe("flow_mod", len(ops), time.Since(start), err)
+	}
+	return err
 }
 
 // Owner returns the desired flows of owner, sorted by their text, and whether it is known.

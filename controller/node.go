@@ -48,6 +48,20 @@ type NodeOptions struct {
 	EchoInterval time.Duration
 	// Logger receives the node's logs; nil means slog.Default().
 	Logger *slog.Logger
+	// Hooks lets an observer (the metrics package) time the node's work; nil fields are
+	// skipped.
+	Hooks Hooks
+}
+
+// Hooks are optional callbacks with which an observer times the node's work without
+// controller/ depending on it. They must be cheap and safe for concurrent use.
+type Hooks struct {
+	// AddStep is called after each step of a pod ADD with the step's name ("ipam", "veth",
+	// "ovsdb", "openflow") and its duration.
+	AddStep func(step string, d time.Duration)
+	// FlowOp is called after each batch sent to the switch: kind is "flow_mod" or "bundle",
+	// n the number of flow mods, d the time until the barrier or commit reply, err the result.
+	FlowOp func(kind string, n int, d time.Duration, err error)
 }
 
 // Node is one node's switch state: the OVSDB client, the OpenFlow connection, the desired
@@ -120,6 +134,7 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 		return nil, fmt.Errorf("node: OpenFlow connection to bridge %s at %s: %w", opts.Bridge, mgmt, err)
 	}
 	n.store = NewFlowStore(n.sw)
+	n.store.observe = opts.Hooks.FlowOp
 	if err := n.store.SetOwner(ctx, ownerPipeline, flows.PipelineFlows(n.cfg)); err != nil {
 		n.sw.Close()
 		return nil, fmt.Errorf("node: install base pipeline: %w", err)

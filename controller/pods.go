@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"time"
 
 	"github.com/contiv/libOpenflow/openflow13"
 
@@ -146,9 +147,11 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 		}
 	}()
 
+	step := n.stepTimer()
 	// 1. IP lease.
 	owner := req.PodNamespace + "/" + req.PodName
 	ip, err := n.ipam.Allocate(req.ContainerID, req.IfName, owner)
+	step("ipam")
 	if err != nil {
 		return nil, stepErr("ipam", fmt.Errorf("%s: %w", req, err))
 	}
@@ -167,6 +170,7 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 		Netns: req.Netns, IfName: req.IfName, HostVeth: a.HostVeth, MTU: a.MTU,
 		Addr: a.IP, Gateway: a.Gateway, DisableTxChecksum: n.opts.DatapathType == "netdev",
 	})
+	step("veth")
 	if err != nil {
 		return nil, stepErr("veth", fmt.Errorf("%s: %w", req, err))
 	}
@@ -177,6 +181,7 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 
 	// 3. OVS port, one transaction; ofport from the monitor cache.
 	ofport, err := n.db.AddPort(ctx, n.opts.Bridge, a.HostVeth, a.externalIDs())
+	step("ovsdb")
 	if err != nil {
 		return nil, stepErr("ovsdb", fmt.Errorf("%s: add port %s to bridge %s: %w", req, a.HostVeth, n.opts.Bridge, err))
 	}
@@ -184,7 +189,9 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 	a.OFPort = uint32(ofport)
 
 	// 4. The pod's flows, one batch confirmed by a barrier.
-	if err := n.store.SetOwner(ctx, a.owner(), flows.PodFlows(n.cfg, a.flowPod())); err != nil {
+	err = n.store.SetOwner(ctx, a.owner(), flows.PodFlows(n.cfg, a.flowPod()))
+	step("openflow")
+	if err != nil {
 		undo = append(undo, func() { n.deletePodFlows(context.WithoutCancel(ctx), a) })
 		return nil, stepErr("openflow", fmt.Errorf("%s: %w", req, err))
 	}
@@ -240,6 +247,19 @@ func (n *Node) DelPod(ctx context.Context, req PodRequest) error {
 	delete(n.pods, key)
 	n.mu.Unlock()
 	return nil
+}
+
+// stepTimer returns a function that reports the time since the previous call (or since
+// stepTimer) to Hooks.AddStep under the given step name.
+func (n *Node) stepTimer() func(step string) {
+	last := time.Now()
+	return func(step string) {
+		now := time.Now()
+		if n.opts.Hooks.AddStep != nil {
+			n.opts.Hooks.AddStep(step, now.Sub(last))
+		}
+		last = now
+	}
 }
 
 func (n *Node) deletePodFlows(ctx context.Context, a *Attachment) error {

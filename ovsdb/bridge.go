@@ -95,9 +95,10 @@ func (s *BridgeSpec) validate() error {
 // for the keys spec gives. Nothing is sent when the bridge already matches.
 //
 // Errors: invalid spec; a failed transaction (the error carries ovsdb-server's reason);
-// ovs-vswitchd not applying the change before ctx ends (or Options.WaitTimeout when ctx
-// has no deadline); ovs-vswitchd failing to open the bridge's local port (wrong
-// datapath type, typically), named with its Interface "error" column.
+// ovs-vswitchd not applying the change (cur_cfg below next_cfg) before ctx ends, or
+// Options.WaitTimeout when ctx has no deadline; ovs-vswitchd having applied it without
+// creating the bridge (no datapath_id, no ofport on the local port: a datapath type this
+// host lacks, typically), with the local Interface's "error" column when it has one.
 func (c *Client) EnsureBridge(ctx context.Context, spec BridgeSpec) error {
 	if c.isClosed() {
 		return ErrClosed
@@ -116,24 +117,29 @@ func (c *Client) EnsureBridge(ctx context.Context, spec BridgeSpec) error {
 	if err != nil {
 		return err
 	}
-	if len(ops) == 0 {
-		return nil
-	}
 	what := "ensure bridge " + spec.Name
-	cfgIdx := -1
-	if root != nil {
-		ops = append(ops, bumpCfgOps(root.UUID)...)
-		cfgIdx = len(ops) - 1
-	}
-	res, err := c.transact(ctx, what, ops)
-	if err != nil {
-		return err
-	}
-	nextCfg := 1 // the Open_vSwitch row inserted by createBridgeOps has next_cfg 1
-	if cfgIdx >= 0 {
-		var ok bool
-		if nextCfg, ok = selectedInt(res[cfgIdx], "next_cfg"); !ok {
-			return fmt.Errorf("ovsdb: %s: no next_cfg in ovsdb-server's select reply", what)
+	var nextCfg int
+	if len(ops) == 0 {
+		// Nothing to write; still make sure ovs-vswitchd has caught up and made the bridge.
+		if root != nil {
+			nextCfg = root.NextCfg
+		}
+	} else {
+		cfgIdx := -1
+		if root != nil {
+			ops = append(ops, bumpCfgOps(root.UUID)...)
+			cfgIdx = len(ops) - 1
+		}
+		res, err := c.transact(ctx, what, ops)
+		if err != nil {
+			return err
+		}
+		nextCfg = 1 // the Open_vSwitch row inserted by createBridgeOps has next_cfg 1
+		if cfgIdx >= 0 {
+			var ok bool
+			if nextCfg, ok = selectedInt(res[cfgIdx], "next_cfg"); !ok {
+				return fmt.Errorf("ovsdb: %s: no next_cfg in ovsdb-server's select reply", what)
+			}
 		}
 	}
 	if err := c.waitCfg(ctx, nextCfg, what); err != nil {
@@ -156,7 +162,9 @@ func (c *Client) EnsureBridge(ctx context.Context, spec BridgeSpec) error {
 			"(the userspace datapath needs datapath_type \"netdev\"; \"system\" needs the openvswitch kernel module)",
 			spec.Name, dp, reason)
 	}
-	c.log.Info("bridge ensured", "bridge", spec.Name, "datapath_type", spec.DatapathType, "operations", len(ops))
+	if len(ops) > 0 {
+		c.log.Info("bridge ensured", "bridge", spec.Name, "datapath_type", br.DatapathType, "operations", len(ops))
+	}
 	return nil
 }
 

@@ -89,6 +89,7 @@ type Server struct {
 	socketPath string
 	handler    Handler
 	log        *slog.Logger
+	observer   Observer
 
 	ready atomic.Bool
 
@@ -330,7 +331,13 @@ func writeResponse(w http.ResponseWriter, status int, resp *cni.Response) {
 // validate, call the Handler, answer.
 func (s *Server) serveCNI(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
+	var req cni.Request
+	code := uint(0)
+	if obs := s.observer; obs != nil {
+		defer func() { obs(commandLabel(req.Command), code, time.Since(start)) }()
+	}
 	fail := func(status int, e *types.Error, attrs ...any) {
+		code = e.Code
 		s.log.Warn("CNI request refused", append(attrs, "code", e.Code, "msg", e.Msg, "details", e.Details)...)
 		writeResponse(w, status, &cni.Response{Error: e})
 	}
@@ -353,7 +360,6 @@ func (s *Server) serveCNI(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	var req cni.Request
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
 	if err := dec.Decode(&req); err != nil {
 		var mbe *http.MaxBytesError
@@ -392,6 +398,7 @@ func (s *Server) serveCNI(w http.ResponseWriter, r *http.Request) {
 		if !errors.As(err, &e) {
 			e = types.NewError(types.ErrInternal, err.Error(), "")
 		}
+		code = e.Code
 		s.log.Warn("CNI request failed", append(attrs, "code", e.Code, "msg", e.Msg, "details", e.Details,
 			"duration", time.Since(start))...)
 		writeResponse(w, statusFor(e.Code), &cni.Response{Error: e})
@@ -401,6 +408,7 @@ func (s *Server) serveCNI(w http.ResponseWriter, r *http.Request) {
 	if req.Command == cni.CmdAdd {
 		if result == nil {
 			e := types.NewError(types.ErrInternal, "ADD handler returned neither a result nor an error", "")
+			code = e.Code
 			s.log.Error("CNI request failed", append(attrs, "code", e.Code, "msg", e.Msg)...)
 			writeResponse(w, http.StatusInternalServerError, &cni.Response{Error: e})
 			return
@@ -408,6 +416,7 @@ func (s *Server) serveCNI(w http.ResponseWriter, r *http.Request) {
 		raw, err := encodeResult(result)
 		if err != nil {
 			e := types.NewError(types.ErrInternal, "cannot encode the ADD result as CNI 1.1.0", err.Error())
+			code = e.Code
 			s.log.Error("CNI request failed", append(attrs, "code", e.Code, "msg", e.Msg, "details", e.Details)...)
 			writeResponse(w, http.StatusInternalServerError, &cni.Response{Error: e})
 			return
@@ -416,6 +425,23 @@ func (s *Server) serveCNI(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Info("CNI request done", append(attrs, "duration", time.Since(start))...)
 	writeResponse(w, http.StatusOK, resp)
+}
+
+// Observer is told of every CNI request the server answers: command is one of ADD, DEL,
+// CHECK, STATUS, GC or "other" (a bounded set, fit for a metric label), code is 0 on success
+// or the CNI error code sent (SPEC.md "Section 5: Result Types", "Error"), d the time from
+// receiving the request to answering it.
+type Observer func(command string, code uint, d time.Duration)
+
+// SetObserver installs o; call it before Start. nil removes it.
+func (s *Server) SetObserver(o Observer) { s.observer = o }
+
+func commandLabel(c string) string {
+	switch c {
+	case cni.CmdAdd, cni.CmdDel, cni.CmdCheck, cni.CmdStatus, cni.CmdGC:
+		return c
+	}
+	return "other"
 }
 
 // call runs the handler for req's command, turning a panic into an error so
