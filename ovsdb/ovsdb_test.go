@@ -527,6 +527,11 @@ func TestAddPortReplacesPortWhoseDeviceWasMissing(t *testing.T) {
 	if got := o.Vsctl(t, "get", "interface", "ofs-late", "ofport"); got != "-1" {
 		t.Fatalf("stale interface ofport %s, want -1", got)
 	}
+	// Our cache trails ovs-vsctl's write a little: wait until it shows the stale row.
+	eventually(t, "the cache to show ofs-late with ofport -1", 5*time.Second, func() bool {
+		p, ok := c.GetPort("ofs-late")
+		return ok && p.OFPort == -1
+	})
 	// AddPort replaces the failed port (delete + insert in one transaction); the device
 	// is still missing, so the new one fails too and is removed.
 	var ie *ovsdb.InterfaceError
@@ -537,6 +542,10 @@ func TestAddPortReplacesPortWhoseDeviceWasMissing(t *testing.T) {
 		t.Fatalf("ports %v left after the failed replacement", ps)
 	}
 	_ = exec.Command("ovs-vsctl", "--db="+o.OVSDBEndpoint(), "add-port", bridge, "ofs-late").Run()
+	eventually(t, "the cache to show ofs-late again", 5*time.Second, func() bool {
+		p, ok := c.GetPort("ofs-late")
+		return ok && p.OFPort == -1
+	})
 	// Now the device appears (ovs-vswitchd may or may not pick it up by itself).
 	veth(t, o, "ofs-late")
 	ofport, err := c.AddPort(ctxT(t), bridge, "ofs-late", map[string]string{"ofsdn-pod": "ns/late"})
