@@ -391,15 +391,15 @@ func (c *Client) OtherConfig() map[string]string {
 
 // SetOtherConfig sets one key of Open_vSwitch.other_config (RFC 7047 §5.2.4 mutate,
 // other keys kept), e.g. "flow-restore-wait" = "true" to keep ovs-vswitchd from
-// forwarding with a half-restored flow table. It does not wait for ovs-vswitchd.
-// Errors: no Open_vSwitch row; a failed transaction.
+// forwarding with a half-restored flow table, and waits until the cache shows it (not
+// for ovs-vswitchd). Errors: no Open_vSwitch row; a failed transaction; ctx ending first.
 func (c *Client) SetOtherConfig(ctx context.Context, key, value string) error {
 	return c.mutateOtherConfig(ctx, key, &value)
 }
 
 // RemoveOtherConfig deletes one key of Open_vSwitch.other_config (RFC 7047 §5.2.4
-// mutate); a missing key is not an error. Errors: no Open_vSwitch row; a failed
-// transaction.
+// mutate) and waits until the cache shows it gone; a missing key is not an error.
+// Errors: no Open_vSwitch row; a failed transaction; ctx ending first.
 func (c *Client) RemoveOtherConfig(ctx context.Context, key string) error {
 	return c.mutateOtherConfig(ctx, key, nil)
 }
@@ -430,8 +430,22 @@ func (c *Client) mutateOtherConfig(ctx context.Context, key string, value *strin
 	if len(ops) == 0 {
 		return nil
 	}
-	_, err = c.transact(ctx, "set Open_vSwitch other_config:"+key, ops)
-	return err
+	if _, err := c.transact(ctx, "set Open_vSwitch other_config:"+key, ops); err != nil {
+		return err
+	}
+	wctx, cancel := c.waitContext(ctx)
+	defer cancel()
+	return c.waitFor(wctx, []string{waitKey(tableOpenvSwitch, "")}, func() (bool, error) {
+		root := c.rootRow()
+		if root == nil {
+			return false, nil
+		}
+		v, ok := root.OtherConfig[key]
+		if value == nil {
+			return !ok, nil
+		}
+		return ok && v == *value, nil
+	})
 }
 
 func sortedIDs(m map[int]string) []int {

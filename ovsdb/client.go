@@ -198,7 +198,9 @@ func Connect(ctx context.Context, endpoint string, opts Options) (*Client, error
 
 // Connected reports whether the client has a live session with ovsdb-server. It is false
 // while libovsdb is reconnecting (writes then block until it succeeds or their context
-// ends, and reads return the last known state) and after Close.
+// ends, and reads return the last known state) and after Close. While one reconnection
+// attempt is in flight it blocks until that attempt ends (immediately on a unix: socket
+// with no server; up to Options.ConnectTimeout on an unreachable tcp: peer).
 func (c *Client) Connected() bool {
 	select {
 	case <-c.closed:

@@ -31,6 +31,8 @@
 //     wait on that interface's name; they re-read the row from the cache and return when
 //     ofport is set (> 0), or fail when ovs-vswitchd wrote ofport -1 and the reason into
 //     the Interface's "error" column.
+//   - Every write waits until the monitor cache shows its effect before returning, so a
+//     read right after a write sees it (read-your-writes through the cache).
 //   - Bridge changes also bump Open_vSwitch.next_cfg and wait until ovs-vswitchd reports
 //     the same cur_cfg, as ovs-vsctl does without --no-wait, so that the bridge's OpenFlow
 //     management socket exists when EnsureBridge returns.

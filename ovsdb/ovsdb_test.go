@@ -374,6 +374,9 @@ func TestOtherConfig(t *testing.T) {
 	if got := o.Vsctl(t, "get", "Open_vSwitch", ".", "other_config:flow-restore-wait"); got != `"true"` {
 		t.Fatalf("other_config:flow-restore-wait = %s", got)
 	}
+	if got := c.OtherConfig()["flow-restore-wait"]; got != "true" {
+		t.Fatalf("OtherConfig() from the cache: flow-restore-wait = %q", got)
+	}
 	if err := c.RemoveOtherConfig(ctxT(t), "flow-restore-wait"); err != nil {
 		t.Fatal(err)
 	}

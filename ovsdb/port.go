@@ -13,8 +13,9 @@ import (
 	"github.com/ofsdn/ofsdn/ovsdb/vswitchd"
 )
 
-// MaxOFPortRequest is the largest ofport number that may be requested
-// (Interface.ofport_request 1..65279; OpenFlow 1.3 §7.2.1 reserves 0xff00 and above).
+// MaxOFPortRequest is the largest ofport number that may be requested: the schema
+// allows Interface.ofport_request 1..65279, since Open vSwitch keeps ofports below the
+// reserved range that starts at 0xff00 (OFPP_MAX in the 16-bit OpenFlow 1.0 numbering).
 const MaxOFPortRequest = 65279
 
 // PortSpec is the desired state of one port with a single interface of the same name.

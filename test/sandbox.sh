@@ -37,9 +37,9 @@ stop() {
   for d in ovs-vswitchd ovsdb-server; do
     if [ -f "$dir/$d.pid" ]; then
       pid=$(cat "$dir/$d.pid" 2>/dev/null || true)
-      [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
-      for _ in $(seq 50); do [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      # The sandbox's state is thrown away, so there is nothing to shut down cleanly.
       [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null || true
+      for _ in $(seq 50); do [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || break; sleep 0.02; done
     fi
   done
   if [ -f "$dir/netns" ]; then
