@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -84,6 +85,18 @@ type Response struct {
 	Error *types.Error `json:"error,omitempty"`
 }
 
+// SupportedVersions are the CNI specification versions ofsdn accepts in a
+// netconf's "cniVersion" and reports for VERSION (SPEC.md "Section 2:
+// Execution Protocol", "VERSION"): every version the CNI library knows and
+// can convert a 1.1.0 result to, 0.1.0 through 1.1.0. Any other version is
+// refused with code 1 (ErrIncompatibleCNIVersion).
+var SupportedVersions = []string{"0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"}
+
+// MaxNetConfBytes bounds the netconf the plugin accepts on stdin: 640 KiB.
+// Base64-encoded inside a [Request] (4/3 growth) it stays below the daemon's
+// 1 MiB request limit with room for the other CNI_* parameters.
+const MaxNetConfBytes = 640 << 10
+
 // NetConf is the ofsdn plugin configuration (SPEC.md "Section 1: Network
 // configuration format", "Plugin configuration objects"): the standard keys
 // plus the ofsdn-specific ones below.
@@ -125,7 +138,10 @@ func (n *NetConf) MarshalJSON() ([]byte, error) {
 //   - 6 (ErrDecodingFailure): the bytes are not a JSON object, or prevResult
 //     cannot be decoded;
 //   - 7 (ErrInvalidNetworkConfig): "name" or "cniVersion" missing or
-//     invalid, or "socket" not an absolute path; the message names the key.
+//     invalid, or "socket" not an absolute path; the message names the key;
+//   - 1 (ErrIncompatibleCNIVersion): "cniVersion" is a well-formed version
+//     that is not one of SupportedVersions (e.g. "2.0.0"); the message names
+//     the version and lists the supported ones.
 func LoadNetConf(data []byte) (*NetConf, error) {
 	conf := &NetConf{}
 	if err := json.Unmarshal(data, conf); err != nil {
@@ -147,6 +163,10 @@ func LoadNetConf(data []byte) (*NetConf, error) {
 	if _, _, _, err := version.ParseVersion(conf.CNIVersion); err != nil {
 		return nil, types.NewError(types.ErrInvalidNetworkConfig,
 			fmt.Sprintf(`netconf key "cniVersion" is invalid: %q is not a version such as "1.1.0"`, conf.CNIVersion), err.Error())
+	}
+	if !slices.Contains(SupportedVersions, conf.CNIVersion) {
+		return nil, types.NewError(types.ErrIncompatibleCNIVersion,
+			fmt.Sprintf(`netconf key "cniVersion" is %q, which ofsdn does not support: use one of %s`, conf.CNIVersion, strings.Join(SupportedVersions, ", ")), "")
 	}
 	if conf.Socket == "" {
 		conf.Socket = DefaultSocketPath

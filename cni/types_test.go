@@ -10,6 +10,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	types040 "github.com/containernetworking/cni/pkg/types/040"
 	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
 )
 
 // cniCode returns the CNI error code of err, failing the test if err is not
@@ -107,6 +108,9 @@ func TestLoadNetConf(t *testing.T) {
 		{`{"name":"n"}`, types.ErrInvalidNetworkConfig, `"cniVersion"`},
 		{`{"name":"n","cniVersion":"one"}`, types.ErrInvalidNetworkConfig, `"cniVersion"`},
 		{`{"name":"n","cniVersion":"1.1.0","socket":"run/cni.sock"}`, types.ErrInvalidNetworkConfig, `"socket"`},
+		{`{"name":"n","cniVersion":"2.0.0"}`, types.ErrIncompatibleCNIVersion, `"2.0.0"`},
+		{`{"name":"n","cniVersion":"1.2.0"}`, types.ErrIncompatibleCNIVersion, `1.1.0`},
+		{`{"name":"n","cniVersion":"0.0.1"}`, types.ErrIncompatibleCNIVersion, `"cniVersion"`},
 		{`{"name":"n","cniVersion":"1.1.0","prevResult":{"cniVersion":"1.1.0","ips":[{"address":"nope"}]}}`, types.ErrDecodingFailure, `"prevResult"`},
 	} {
 		_, err := LoadNetConf([]byte(tc.in))
@@ -118,6 +122,19 @@ func TestLoadNetConf(t *testing.T) {
 		if code != tc.code || !strings.Contains(msg, tc.key) {
 			t.Errorf("LoadNetConf(%s): code %d msg %q, want code %d naming %s", tc.in, code, msg, tc.code, tc.key)
 		}
+	}
+}
+
+// TestLoadNetConfEveryVersion: every version the CNI library knows is
+// accepted (SPEC.md "Section 1: Network configuration format", "cniVersion").
+func TestLoadNetConfEveryVersion(t *testing.T) {
+	for _, v := range version.All.SupportedVersions() {
+		if _, err := LoadNetConf([]byte(`{"cniVersion":"` + v + `","name":"n"}`)); err != nil {
+			t.Errorf("cniVersion %s: %v", v, err)
+		}
+	}
+	if !reflect.DeepEqual(SupportedVersions, version.All.SupportedVersions()) {
+		t.Errorf("SupportedVersions %v, the CNI library knows %v", SupportedVersions, version.All.SupportedVersions())
 	}
 }
 
@@ -218,8 +235,8 @@ func FuzzLoadNetConf(f *testing.F) {
 		conf, err := LoadNetConf(data)
 		if err != nil {
 			code, _ := cniCode(t, err)
-			if code != types.ErrDecodingFailure && code != types.ErrInvalidNetworkConfig {
-				t.Fatalf("LoadNetConf(%q): code %d, want 6 or 7", data, code)
+			if code != types.ErrDecodingFailure && code != types.ErrInvalidNetworkConfig && code != types.ErrIncompatibleCNIVersion {
+				t.Fatalf("LoadNetConf(%q): code %d, want 1, 6 or 7", data, code)
 			}
 			return
 		}

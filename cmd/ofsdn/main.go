@@ -17,6 +17,13 @@
 //     so the daemon can use them.
 //   - VERSION: answered here; every version the CNI library knows, 0.1.0
 //     through 1.1.0.
+//   - Input is checked before anything is sent: stdin is read with a limit
+//     (cni.MaxNetConfBytes; larger gives code 7) and a deadline
+//     (StdinTimeout; a runtime that never closes stdin gives code 5), the
+//     netconf is validated (cni.LoadNetConf: 6, 7, or 1 for a cniVersion
+//     outside cni.SupportedVersions), CNI_ARGS must be KEY=VALUE pairs
+//     (code 4), and for ADD CNI_NETNS must not be the plugin's own network
+//     namespace (code 8).
 //   - Errors are printed as CNI error JSON on stdout with exit status 1
 //     (SPEC.md "Section 5: Result Types", "Error"). The daemon's error codes
 //     are kept; a daemon that cannot be reached gives 11 (try again later),
@@ -32,9 +39,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
+	"time"
 
+	"github.com/containernetworking/cni/pkg/ns"
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
@@ -46,7 +56,13 @@ import (
 // supportedVersions are the CNI spec versions the plugin accepts in a netconf
 // and reports for VERSION: all those the CNI library can convert a 1.1.0
 // result to.
-var supportedVersions = version.PluginSupports("0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
+var supportedVersions = version.PluginSupports(cni.SupportedVersions...)
+
+// StdinTimeout bounds how long the plugin waits for the runtime to write the
+// netconf and close stdin: 10 seconds. Runtimes write it at once; a stdin
+// that stays open would otherwise hang the plugin (and the runtime's pod
+// sandbox operation) forever.
+const StdinTimeout = 10 * time.Second
 
 const about = "CNI plugin ofsdn: forwards CNI operations to the ofsdn-node daemon (Open vSwitch pod network)"
 
@@ -56,6 +72,14 @@ const about = "CNI plugin ofsdn: forwards CNI operations to the ofsdn-node daemo
 var logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
 func main() {
+	if cmd := os.Getenv("CNI_COMMAND"); cmd != "" && cmd != "VERSION" {
+		if e := bufferStdin(StdinTimeout); e != nil {
+			if err := e.Print(); err != nil {
+				logger.Error("cannot write the CNI error to stdout", "err", err)
+			}
+			os.Exit(1)
+		}
+	}
 	skel.PluginMainFuncs(skel.CNIFuncs{
 		Add:    cmdAdd,
 		Del:    cmdDel,
@@ -65,12 +89,57 @@ func main() {
 	}, supportedVersions, about)
 }
 
+// bufferStdin reads the whole netconf from stdin, at most cni.MaxNetConfBytes
+// and within timeout, and replaces os.Stdin by a pipe that replays it for
+// skel. Errors: code 7 (ErrInvalidNetworkConfig) when stdin holds more than
+// cni.MaxNetConfBytes; code 5 (ErrIOFailure) when it cannot be read or is not
+// closed within timeout.
+func bufferStdin(timeout time.Duration) *types.Error {
+	type readResult struct {
+		data []byte
+		err  error
+	}
+	done := make(chan readResult, 1)
+	go func() {
+		data, err := io.ReadAll(io.LimitReader(os.Stdin, cni.MaxNetConfBytes+1))
+		done <- readResult{data, err}
+	}()
+	var r readResult
+	select {
+	case r = <-done:
+	case <-time.After(timeout):
+		// The reading goroutine is abandoned: the process exits next.
+		return types.NewError(types.ErrIOFailure,
+			fmt.Sprintf("the runtime did not write the netconf and close stdin within %s", timeout), "")
+	}
+	if r.err != nil {
+		return types.NewError(types.ErrIOFailure, "cannot read the netconf from stdin", r.err.Error())
+	}
+	if len(r.data) > cni.MaxNetConfBytes {
+		return types.NewError(types.ErrInvalidNetworkConfig,
+			fmt.Sprintf("the netconf on stdin exceeds %d bytes: shorten the network configuration", cni.MaxNetConfBytes), "")
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return types.NewError(types.ErrIOFailure, "cannot create a pipe to replay stdin", err.Error())
+	}
+	go func() {
+		_, _ = pw.Write(r.data)
+		pw.Close()
+	}()
+	os.Stdin = pr
+	return nil
+}
+
 // forward loads the netconf, sends the operation to the daemon and returns
 // the netconf and the daemon's result bytes (ADD only). Errors are
 // *types.Error, which skel prints with their code.
 func forward(command string, args *skel.CmdArgs) (*cni.NetConf, []byte, error) {
 	conf, err := cni.LoadNetConf(args.StdinData)
 	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := cni.ParseArgs(args.Args); err != nil {
 		return nil, nil, err
 	}
 	req := &cni.Request{
@@ -94,6 +163,14 @@ func forward(command string, args *skel.CmdArgs) (*cni.NetConf, []byte, error) {
 // cmdAdd forwards ADD and prints the daemon's result converted from CNI
 // 1.1.0 to the netconf's cniVersion (SPEC.md "Section 5: Result Types").
 func cmdAdd(args *skel.CmdArgs) error {
+	// skel makes this check only after cmdAdd returns, when the daemon would
+	// already have wired the plugin's own namespace.
+	if own, e := ns.CheckNetNS(args.Netns); e != nil {
+		return e
+	} else if own {
+		return types.NewError(types.ErrInvalidNetNS,
+			fmt.Sprintf("CNI_NETNS %s is the plugin's own network namespace, not a pod's", args.Netns), "")
+	}
 	conf, raw, err := forward(cni.CmdAdd, args)
 	if err != nil {
 		return err

@@ -21,6 +21,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -34,6 +35,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/utils"
+	"github.com/containernetworking/cni/pkg/version"
 	"golang.org/x/sys/unix"
 
 	"github.com/ofsdn/ofsdn/cni"
@@ -93,6 +95,8 @@ type Server struct {
 
 	ready atomic.Bool
 
+	readHeaderTimeout, readTimeout time.Duration
+
 	mu       sync.Mutex
 	http     *http.Server
 	listener net.Listener
@@ -108,9 +112,24 @@ func New(socketPath string, h Handler, logger *slog.Logger) *Server {
 		logger = slog.Default()
 	}
 	return &Server{
-		socketPath: socketPath,
-		handler:    h,
-		log:        logger.With("component", "cni-server", "socket", socketPath),
+		socketPath:        socketPath,
+		handler:           h,
+		log:               logger.With("component", "cni-server", "socket", socketPath),
+		readHeaderTimeout: ReadHeaderTimeout,
+		readTimeout:       ReadTimeout,
+	}
+}
+
+// SetReadTimeouts replaces ReadHeaderTimeout and ReadTimeout (the bounds on
+// reading a request's headers, and its headers and body) for this server;
+// values ≤ 0 keep the defaults. Call it before Start. A client slower than
+// that gets CNI error 5 (body) or a closed connection (headers).
+func (s *Server) SetReadTimeouts(header, whole time.Duration) {
+	if header > 0 {
+		s.readHeaderTimeout = header
+	}
+	if whole > 0 {
+		s.readTimeout = whole
 	}
 }
 
@@ -177,8 +196,8 @@ func (s *Server) Start() error {
 	})
 	s.http = &http.Server{
 		Handler:           mux,
-		ReadHeaderTimeout: ReadHeaderTimeout,
-		ReadTimeout:       ReadTimeout,
+		ReadHeaderTimeout: s.readHeaderTimeout,
+		ReadTimeout:       s.readTimeout,
 		IdleTimeout:       IdleTimeout,
 		MaxHeaderBytes:    64 << 10,
 		ConnContext:       connContext,
@@ -360,18 +379,19 @@ func (s *Server) serveCNI(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
-	if err := dec.Decode(&req); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			fail(http.StatusRequestEntityTooLarge, types.NewError(types.ErrInvalidNetworkConfig,
-				fmt.Sprintf("CNI request body exceeds %d bytes: the netconf is too large", MaxRequestBytes), ""))
-			return
+	decoded, e := decodeRequest(http.MaxBytesReader(w, r.Body, MaxRequestBytes), s.readTimeout)
+	if e != nil {
+		status := http.StatusBadRequest
+		switch e.Code {
+		case types.ErrInvalidNetworkConfig:
+			status = http.StatusRequestEntityTooLarge
+		case types.ErrIOFailure:
+			status = http.StatusRequestTimeout
 		}
-		fail(http.StatusBadRequest, types.NewError(types.ErrDecodingFailure,
-			"cannot decode the CNI request JSON", err.Error()))
+		fail(status, e)
 		return
 	}
+	req = *decoded
 	attrs := []any{"command", req.Command, "containerID", req.ContainerID, "ifName", req.IfName, "netns", req.Netns}
 
 	if !s.ready.Load() {
@@ -477,11 +497,74 @@ func encodeResult(r *current.Result) (json.RawMessage, error) {
 	return json.Marshal(&c)
 }
 
+// decodeRequest reads one JSON [cni.Request] from body, which must hold
+// nothing else. readTimeout only names the limit in messages (the server's
+// connection deadline enforces it). Errors, as CNI errors:
+//   - 7 (ErrInvalidNetworkConfig): body longer than MaxRequestBytes (body is
+//     an http.MaxBytesReader);
+//   - 5 (ErrIOFailure): the body did not arrive within readTimeout, or the
+//     client went away mid-body;
+//   - 6 (ErrDecodingFailure): not a JSON object of the Request shape, or
+//     data after it.
+func decodeRequest(body io.Reader, readTimeout time.Duration) (*cni.Request, *types.Error) {
+	src := &readErrRecorder{r: body}
+	dec := json.NewDecoder(src)
+	var req cni.Request
+	err := dec.Decode(&req)
+	if err == nil {
+		var extra json.RawMessage
+		switch xerr := dec.Decode(&extra); {
+		case errors.Is(xerr, io.EOF):
+		case xerr == nil:
+			return nil, types.NewError(types.ErrDecodingFailure,
+				"the CNI request body holds more than one JSON value: send exactly one request object", "")
+		default:
+			err = xerr
+		}
+	}
+	if err == nil {
+		return &req, nil
+	}
+	var mbe *http.MaxBytesError
+	var ne net.Error
+	switch {
+	case errors.As(err, &mbe):
+		return nil, types.NewError(types.ErrInvalidNetworkConfig,
+			fmt.Sprintf("CNI request body exceeds %d bytes: the netconf is too large", MaxRequestBytes), "")
+	case errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()):
+		return nil, types.NewError(types.ErrIOFailure,
+			fmt.Sprintf("the CNI request body did not arrive within %s: the client is too slow", readTimeout), err.Error())
+	case src.err != nil:
+		// The transport failed (e.g. a Content-Length body cut short), not
+		// the JSON.
+		return nil, types.NewError(types.ErrIOFailure,
+			"the CNI request body ended early: the client closed the connection mid-request", src.err.Error())
+	}
+	return nil, types.NewError(types.ErrDecodingFailure, "cannot decode the CNI request JSON", err.Error())
+}
+
+// readErrRecorder remembers the first error other than io.EOF its reader
+// returned, to tell a broken connection from broken JSON.
+type readErrRecorder struct {
+	r   io.Reader
+	err error
+}
+
+func (e *readErrRecorder) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil && err != io.EOF && e.err == nil {
+		e.err = err
+	}
+	return n, err
+}
+
 // validate checks a request as SPEC.md "Section 2: Execution Protocol"
 // requires before any side effect: a known CNI_COMMAND; CNI_CONTAINERID and
-// CNI_IFNAME for ADD, DEL and CHECK; CNI_NETNS for ADD and CHECK; CNI_ARGS
-// well formed; the netconf valid (cni.LoadNetConf). Errors carry code 4
-// naming the variable, or the netconf's code 6/7.
+// CNI_IFNAME for ADD, DEL and CHECK; CNI_NETNS for ADD and CHECK (an
+// absolute path whenever given); CNI_ARGS well formed; the netconf valid
+// (cni.LoadNetConf) with a cniVersion that has the verb. Errors carry code 4
+// naming the variable, the netconf's code 6/7, or 1 for a version ofsdn does
+// not support or that predates the verb.
 func validate(req *cni.Request) *types.Error {
 	var needID, needIf, needNetns bool
 	switch req.Command {
@@ -520,6 +603,10 @@ func validate(req *cni.Request) *types.Error {
 		return types.NewError(types.ErrInvalidEnvironmentVariables,
 			fmt.Sprintf("CNI_NETNS is missing; %s needs it", req.Command), "")
 	}
+	if req.Netns != "" && !filepath.IsAbs(req.Netns) {
+		return types.NewError(types.ErrInvalidEnvironmentVariables,
+			fmt.Sprintf("CNI_NETNS %q is invalid: want an absolute path such as /var/run/netns/NAME", req.Netns), "")
+	}
 	if _, err := cni.ParseArgs(req.Args); err != nil {
 		var e *types.Error
 		if errors.As(err, &e) {
@@ -530,12 +617,25 @@ func validate(req *cni.Request) *types.Error {
 	if len(req.Config) == 0 {
 		return types.NewError(types.ErrDecodingFailure, "the CNI request carries no netconf (config is empty)", "")
 	}
-	if _, err := cni.LoadNetConf(req.Config); err != nil {
+	conf, err := cni.LoadNetConf(req.Config)
+	if err != nil {
 		var e *types.Error
 		if errors.As(err, &e) {
 			return e
 		}
 		return types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
 	}
+	// Verbs newer than the netconf's version (SPEC.md "Section 2: Execution
+	// Protocol": CHECK since 0.4.0, STATUS and GC since 1.1.0), refused as
+	// pkg/skel refuses them in the plugin.
+	if min := minVersion[req.Command]; min != "" {
+		if ok, _ := version.GreaterThanOrEqualTo(conf.CNIVersion, min); !ok {
+			return types.NewError(types.ErrIncompatibleCNIVersion,
+				fmt.Sprintf("%s needs cniVersion %s or later; the netconf has %s", req.Command, min, conf.CNIVersion), "")
+		}
+	}
 	return nil
 }
+
+// minVersion is the first CNI version that has each verb.
+var minVersion = map[string]string{cni.CmdCheck: "0.4.0", cni.CmdStatus: "1.1.0", cni.CmdGC: "1.1.0"}

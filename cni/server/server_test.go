@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -531,4 +532,190 @@ func TestNonRootCallerRefused(t *testing.T) {
 	if _, err := cni.NewClient(sock, 5*time.Second).Do(context.Background(), &cni.Request{Command: cni.CmdStatus, Config: []byte(netconf)}); err != nil {
 		t.Errorf("root caller: %v", err)
 	}
+}
+
+// TestBadRequestsTable: every malformed request the socket may get is answered
+// with the CNI error code of SPEC.md "Section 5: Result Types", "Error", and
+// never reaches the handler.
+func TestBadRequestsTable(t *testing.T) {
+	h := &fakeHandler{result: cannedResult()}
+	s := startServer(t, h)
+	for _, tc := range []struct {
+		name, body string
+		code       uint
+		want       string
+	}{
+		{"empty body", ``, 6, "decode"},
+		{"not JSON", `hello`, 6, "decode"},
+		{"JSON array", `[1,2]`, 6, "decode"},
+		{"wrong field type", `{"command":7}`, 6, "decode"},
+		{"config not base64", `{"command":"ADD","config":"%%%"}`, 6, "decode"},
+		{"two objects", `{"command":"STATUS"}{"command":"STATUS"}`, 6, "more than one JSON value"},
+		{"trailing garbage", `{"command":"STATUS"} x`, 6, "decode"},
+		{"unknown cniVersion", reqJSON(t, &cni.Request{Command: cni.CmdStatus, Config: []byte(`{"cniVersion":"2.0.0","name":"n"}`)}), 1, `"2.0.0"`},
+		{"STATUS on a 1.0.0 netconf", reqJSON(t, &cni.Request{Command: cni.CmdStatus, Config: []byte(`{"cniVersion":"1.0.0","name":"n"}`)}), 1, "STATUS needs cniVersion 1.1.0"},
+		{"GC on a 0.4.0 netconf", reqJSON(t, &cni.Request{Command: cni.CmdGC, Config: []byte(`{"cniVersion":"0.4.0","name":"n"}`)}), 1, "GC needs cniVersion 1.1.0"},
+		{"CHECK on a 0.3.1 netconf", reqJSON(t, &cni.Request{Command: cni.CmdCheck, ContainerID: "c", IfName: "eth0", Netns: "/run/netns/x",
+			Config: []byte(`{"cniVersion":"0.3.1","name":"n"}`)}), 1, "CHECK needs cniVersion 0.4.0"},
+		{"relative netns", reqJSON(t, &cni.Request{Command: cni.CmdAdd, ContainerID: "c", IfName: "eth0", Netns: "netns/x",
+			Config: []byte(netconf)}), 4, "CNI_NETNS"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, r := postRaw(t, s.SocketPath(), http.MethodPost, strings.NewReader(tc.body))
+			if r.Error == nil {
+				t.Fatalf("no CNI error, want code %d", tc.code)
+			}
+			if r.Error.Code != tc.code || !strings.Contains(r.Error.Msg, tc.want) {
+				t.Errorf("CNI error %d %q, want code %d containing %q", r.Error.Code, r.Error.Msg, tc.code, tc.want)
+			}
+		})
+	}
+	if n := len(h.Calls()); n != 0 {
+		t.Errorf("handler called %d times for bad requests", n)
+	}
+	// Every version the CNI library knows is accepted for ADD.
+	c := cni.NewClient(s.SocketPath(), 10*time.Second)
+	for _, v := range cni.SupportedVersions {
+		req := addRequest()
+		req.Config = []byte(`{"cniVersion":"` + v + `","name":"n"}`)
+		if _, err := c.Do(context.Background(), req); err != nil {
+			t.Errorf("ADD with cniVersion %s: %v", v, err)
+		}
+	}
+}
+
+func reqJSON(t *testing.T, r *cni.Request) string {
+	t.Helper()
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestSlowAndVanishingClients: a client that sends its body too slowly gets
+// CNI error 5 once the read deadline passes, one that stalls in its headers
+// is disconnected, one that goes away mid-body costs nothing; none of them
+// reach the handler, and the server keeps serving.
+func TestSlowAndVanishingClients(t *testing.T) {
+	h := &fakeHandler{result: cannedResult()}
+	sock := filepath.Join(t.TempDir(), "run", "cni.sock")
+	s := New(sock, h, testLogger(t))
+	s.SetReadTimeouts(time.Second, 2*time.Second)
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s.SetReady(true)
+	defer s.Shutdown(context.Background())
+	body := reqJSON(t, addRequest())
+	dial := func() net.Conn {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(30 * time.Second)) // the test's own bound
+		return c
+	}
+	head := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: ofsdn-node\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", cni.RequestPath, len(body))
+
+	t.Run("slow body", func(t *testing.T) {
+		c := dial()
+		defer c.Close()
+		if _, err := io.WriteString(c, head+body[:10]); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("no answer to a stalled body: %v", err)
+		}
+		defer resp.Body.Close()
+		var r cni.Response
+		if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusRequestTimeout || r.Error == nil || r.Error.Code != types.ErrIOFailure ||
+			!strings.Contains(r.Error.Msg, "did not arrive within 2s") {
+			t.Errorf("stalled body: HTTP %d %+v, want 408 with CNI code 5", resp.StatusCode, r.Error)
+		}
+	})
+	t.Run("slow headers", func(t *testing.T) {
+		c := dial()
+		defer c.Close()
+		if _, err := io.WriteString(c, "POST /cni HTTP/1.1\r\nHost: x\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		// The server gives up on the headers and closes the connection.
+		_, err := io.ReadAll(c)
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			t.Fatal("server kept a connection with stalled headers open for 30s")
+		}
+	})
+	t.Run("client vanishes mid-body", func(t *testing.T) {
+		for i := 0; i < 20; i++ {
+			c := dial()
+			io.WriteString(c, head+body[:len(body)/2])
+			c.Close()
+		}
+	})
+	if n := len(h.Calls()); n != 0 {
+		t.Errorf("handler called %d times for incomplete requests", n)
+	}
+	if _, err := cni.NewClient(sock, 10*time.Second).Do(context.Background(), addRequest()); err != nil {
+		t.Errorf("ADD after misbehaving clients: %v", err)
+	}
+}
+
+// FuzzDecodeRequest feeds arbitrary bytes to the daemon's request decoding
+// and validation, as they would arrive on the socket: no input may panic, every
+// refusal is a CNI error with a code of the spec's table for bad input (1, 4,
+// 6, 7), and an accepted request is one the Handler contract allows.
+func FuzzDecodeRequest(f *testing.F) {
+	for _, r := range []*cni.Request{
+		addRequest(),
+		{Command: cni.CmdDel, ContainerID: "ctr-1", IfName: "eth0", Config: []byte(netconf)},
+		{Command: cni.CmdCheck, ContainerID: "c", Netns: "/proc/1/ns/net", IfName: "net1", Config: []byte(`{"cniVersion":"0.4.0","name":"n","prevResult":{"cniVersion":"0.4.0","ips":[{"version":"4","address":"10.0.0.2/24"}]}}`)},
+		{Command: cni.CmdGC, Config: []byte(`{"cniVersion":"1.1.0","name":"ofsdn","cni.dev/valid-attachments":[{"containerID":"c","ifname":"eth0"}]}`)},
+		{Command: cni.CmdStatus, Config: []byte(netconf)},
+	} {
+		b, _ := json.Marshal(r)
+		f.Add(b)
+	}
+	for _, s := range []string{``, `{}`, `null`, `{"command":"ADD"}{}`, `{"command":"ADD","config":"e30="}`, `[`, `{"config":7}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		req, e := decodeRequest(http.MaxBytesReader(nil, io.NopCloser(bytes.NewReader(data)), MaxRequestBytes), time.Second)
+		if e == nil {
+			e = validate(req)
+		}
+		if e != nil {
+			switch e.Code {
+			case types.ErrIncompatibleCNIVersion, types.ErrInvalidEnvironmentVariables, types.ErrDecodingFailure, types.ErrInvalidNetworkConfig:
+			default:
+				t.Fatalf("input %q: CNI error code %d (%s), want 1, 4, 6 or 7", data, e.Code, e.Msg)
+			}
+			if e.Msg == "" {
+				t.Fatalf("input %q: CNI error %d without a message", data, e.Code)
+			}
+			return
+		}
+		switch req.Command {
+		case cni.CmdAdd, cni.CmdCheck:
+			if req.Netns == "" || req.Netns[0] != '/' {
+				t.Fatalf("input %q: %s accepted without an absolute CNI_NETNS", data, req.Command)
+			}
+			fallthrough
+		case cni.CmdDel:
+			if req.ContainerID == "" || req.IfName == "" || len(req.IfName) > 15 {
+				t.Fatalf("input %q: %s accepted with container %q ifname %q", data, req.Command, req.ContainerID, req.IfName)
+			}
+		case cni.CmdStatus, cni.CmdGC:
+		default:
+			t.Fatalf("input %q: command %q accepted", data, req.Command)
+		}
+		if _, err := cni.LoadNetConf(req.Config); err != nil {
+			t.Fatalf("input %q: accepted with a netconf LoadNetConf refuses: %v", data, err)
+		}
+	})
 }
