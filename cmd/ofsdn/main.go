@@ -47,6 +47,7 @@ import (
 	"github.com/containernetworking/cni/pkg/ns"
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/cni/pkg/utils"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
 
@@ -73,7 +74,19 @@ var logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level:
 
 func main() {
 	if cmd := os.Getenv("CNI_COMMAND"); cmd != "" && cmd != "VERSION" {
-		if e := bufferStdin(StdinTimeout); e != nil {
+		e := checkEnv(cmd, os.Getenv)
+		var data []byte
+		if e == nil {
+			data, e = bufferStdin(StdinTimeout)
+		}
+		if e == nil {
+			// The netconf checks of forward, made before skel's so that
+			// the messages name the key and the supported versions.
+			if _, err := cni.LoadNetConf(data); err != nil {
+				e = err.(*types.Error)
+			}
+		}
+		if e != nil {
 			if err := e.Print(); err != nil {
 				logger.Error("cannot write the CNI error to stdout", "err", err)
 			}
@@ -89,12 +102,36 @@ func main() {
 	}, supportedVersions, about)
 }
 
+// checkEnv validates CNI_CONTAINERID and CNI_IFNAME when set for ADD, DEL
+// and CHECK, before skel does, so that the error names the variable as SPEC.md
+// "Section 5: Result Types", "Error" requires for code 4 (skel's own messages,
+// e.g. "interface name is too long", do not). Missing variables are left to
+// skel, whose message lists them.
+func checkEnv(cmd string, getenv func(string) string) *types.Error {
+	if cmd != cni.CmdAdd && cmd != cni.CmdDel && cmd != cni.CmdCheck {
+		return nil
+	}
+	if id := getenv("CNI_CONTAINERID"); id != "" {
+		if e := utils.ValidateContainerID(id); e != nil {
+			return types.NewError(types.ErrInvalidEnvironmentVariables,
+				fmt.Sprintf("CNI_CONTAINERID %q is invalid: %s (want letters, digits, '_', '.' and '-', starting with a letter or digit)", id, e.Msg), "")
+		}
+	}
+	if ifName := getenv("CNI_IFNAME"); ifName != "" {
+		if e := utils.ValidateInterfaceName(ifName); e != nil {
+			return types.NewError(types.ErrInvalidEnvironmentVariables,
+				fmt.Sprintf("CNI_IFNAME %q is invalid: %s (want 1..15 bytes without '/', ':' or white space)", ifName, e.Msg), e.Details)
+		}
+	}
+	return nil
+}
+
 // bufferStdin reads the whole netconf from stdin, at most cni.MaxNetConfBytes
 // and within timeout, and replaces os.Stdin by a pipe that replays it for
 // skel. Errors: code 7 (ErrInvalidNetworkConfig) when stdin holds more than
 // cni.MaxNetConfBytes; code 5 (ErrIOFailure) when it cannot be read or is not
 // closed within timeout.
-func bufferStdin(timeout time.Duration) *types.Error {
+func bufferStdin(timeout time.Duration) ([]byte, *types.Error) {
 	type readResult struct {
 		data []byte
 		err  error
@@ -109,26 +146,26 @@ func bufferStdin(timeout time.Duration) *types.Error {
 	case r = <-done:
 	case <-time.After(timeout):
 		// The reading goroutine is abandoned: the process exits next.
-		return types.NewError(types.ErrIOFailure,
+		return nil, types.NewError(types.ErrIOFailure,
 			fmt.Sprintf("the runtime did not write the netconf and close stdin within %s", timeout), "")
 	}
 	if r.err != nil {
-		return types.NewError(types.ErrIOFailure, "cannot read the netconf from stdin", r.err.Error())
+		return nil, types.NewError(types.ErrIOFailure, "cannot read the netconf from stdin", r.err.Error())
 	}
 	if len(r.data) > cni.MaxNetConfBytes {
-		return types.NewError(types.ErrInvalidNetworkConfig,
+		return nil, types.NewError(types.ErrInvalidNetworkConfig,
 			fmt.Sprintf("the netconf on stdin exceeds %d bytes: shorten the network configuration", cni.MaxNetConfBytes), "")
 	}
 	pr, pw, err := os.Pipe()
 	if err != nil {
-		return types.NewError(types.ErrIOFailure, "cannot create a pipe to replay stdin", err.Error())
+		return nil, types.NewError(types.ErrIOFailure, "cannot create a pipe to replay stdin", err.Error())
 	}
 	go func() {
 		_, _ = pw.Write(r.data)
 		pw.Close()
 	}()
 	os.Stdin = pr
-	return nil
+	return r.data, nil
 }
 
 // forward loads the netconf, sends the operation to the daemon and returns

@@ -399,3 +399,135 @@ func TestPluginDirect(t *testing.T) {
 		t.Errorf("no CNI_COMMAND: err %v, stdout %q, stderr %q; want the about text and versions on stderr", err, out, stderr)
 	}
 }
+
+// runPlugin executes the plugin binary as a runtime does: env is the whole
+// environment, stdin the netconf (nil: a stdin the runtime never closes).
+// It returns stdout, the exit status and how long the run took.
+func runPlugin(t *testing.T, env []string, stdin *string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, "ofsdn"))
+	cmd.Env = env
+	if stdin != nil {
+		cmd.Stdin = strings.NewReader(*stdin)
+	} else {
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pw.Close() // held open until the plugin has exited
+		defer pr.Close()
+		cmd.Stdin = pr
+	}
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("run plugin: %v", err)
+	}
+	if e.Len() > 0 {
+		t.Logf("plugin stderr: %s", strings.TrimSpace(e.String()))
+	}
+	return o.String(), code
+}
+
+func str(s string) *string { return &s }
+
+// TestBadInputTable runs the plugin binary directly with each bad input a
+// runtime may send and checks the CNI error JSON on stdout, the exit status 1
+// and the spec's code (SPEC.md "Section 5: Result Types", "Error"); the
+// daemon must never see such a request. docs/cni-errors.md lists these rows.
+func TestBadInputTable(t *testing.T) {
+	h, s := startDaemon(t)
+	sock := s.SocketPath()
+	conf := func(v string) string {
+		return fmt.Sprintf(`{"cniVersion":%q,"name":"ofsdn-test","type":"ofsdn","socket":%q}`, v, sock)
+	}
+	good := conf("1.1.0")
+	own := fmt.Sprintf("/proc/%d/ns/net", os.Getpid()) // the plugin inherits our netns
+	env := func(cmd string, drop string, set ...string) []string {
+		vars := map[string]string{"CNI_COMMAND": cmd, "CNI_CONTAINERID": "ctr-bad", "CNI_NETNS": "/var/run/netns/ofsdn-bad",
+			"CNI_IFNAME": "eth0", "CNI_PATH": binDir}
+		delete(vars, drop)
+		for i := 0; i+1 < len(set); i += 2 {
+			vars[set[i]] = set[i+1]
+		}
+		var out []string
+		for k, v := range vars {
+			out = append(out, k+"="+v)
+		}
+		return out
+	}
+	big := `{"cniVersion":"1.1.0","name":"n","pad":"` + strings.Repeat("x", cni.MaxNetConfBytes) + `"}`
+	for _, tc := range []struct {
+		name  string
+		env   []string
+		stdin *string
+		code  uint
+		want  string
+	}{
+		{"unknown CNI_COMMAND", env("FROB", ""), &good, types.ErrInvalidEnvironmentVariables, "CNI_COMMAND"},
+		{"ADD without CNI_CONTAINERID", env("ADD", "CNI_CONTAINERID"), &good, types.ErrInvalidEnvironmentVariables, "CNI_CONTAINERID"},
+		{"ADD without CNI_NETNS", env("ADD", "CNI_NETNS"), &good, types.ErrInvalidEnvironmentVariables, "CNI_NETNS"},
+		{"ADD without CNI_IFNAME", env("ADD", "CNI_IFNAME"), &good, types.ErrInvalidEnvironmentVariables, "CNI_IFNAME"},
+		{"ADD without CNI_PATH", env("ADD", "CNI_PATH"), &good, types.ErrInvalidEnvironmentVariables, "CNI_PATH"},
+		{"DEL without CNI_CONTAINERID", env("DEL", "CNI_CONTAINERID"), &good, types.ErrInvalidEnvironmentVariables, "CNI_CONTAINERID"},
+		{"invalid CNI_CONTAINERID", env("ADD", "", "CNI_CONTAINERID", "../etc"), &good, types.ErrInvalidEnvironmentVariables, "CNI_CONTAINERID"},
+		{"CNI_IFNAME longer than 15 bytes", env("ADD", "", "CNI_IFNAME", "eth0123456789abc"), &good, types.ErrInvalidEnvironmentVariables, "CNI_IFNAME"},
+		{"CNI_IFNAME with '/'", env("DEL", "", "CNI_IFNAME", "et/h0"), &good, types.ErrInvalidEnvironmentVariables, "CNI_IFNAME"},
+		{"malformed CNI_ARGS", env("ADD", "", "CNI_ARGS", "K8S_POD_NAME=a;junk"), &good, types.ErrInvalidEnvironmentVariables, "CNI_ARGS"},
+		{"CNI_NETNS is the plugin's own", env("ADD", "", "CNI_NETNS", own), &good, types.ErrInvalidNetNS, "CNI_NETNS"},
+		{"empty stdin", env("ADD", ""), str(""), types.ErrDecodingFailure, "netconf"},
+		{"stdin not JSON", env("ADD", ""), str("cniVersion=1.1.0"), types.ErrDecodingFailure, "netconf"},
+		{"netconf without name", env("ADD", ""), str(`{"cniVersion":"1.1.0","type":"ofsdn"}`), types.ErrInvalidNetworkConfig, `"name"`},
+		{"netconf with invalid name", env("ADD", ""), str(`{"cniVersion":"1.1.0","name":"a b"}`), types.ErrInvalidNetworkConfig, `"name"`},
+		{"netconf without cniVersion", env("ADD", ""), str(`{"name":"n","type":"ofsdn","socket":"` + sock + `"}`), types.ErrInvalidNetworkConfig, `"cniVersion"`},
+		{"netconf with relative socket", env("ADD", ""), str(`{"cniVersion":"1.1.0","name":"n","socket":"cni.sock"}`), types.ErrInvalidNetworkConfig, `"socket"`},
+		{"netconf with bad prevResult", env("DEL", ""), str(`{"cniVersion":"1.1.0","name":"n","socket":"` + sock + `","prevResult":{"cniVersion":"1.1.0","ips":[{"address":"x"}]}}`), types.ErrDecodingFailure, "prevResult"},
+		{"unknown cniVersion 2.0.0", env("ADD", ""), str(conf("2.0.0")), types.ErrIncompatibleCNIVersion, `"2.0.0", which ofsdn does not support: use one of 0.1.0`},
+		{"unknown cniVersion 1.2.0 for DEL", env("DEL", ""), str(conf("1.2.0")), types.ErrIncompatibleCNIVersion, `"1.2.0"`},
+		{"cniVersion not a version", env("ADD", ""), str(conf("one")), types.ErrInvalidNetworkConfig, `"cniVersion" is invalid`},
+		{"CHECK with cniVersion 0.3.1", env("CHECK", ""), str(conf("0.3.1")), types.ErrIncompatibleCNIVersion, "CHECK"},
+		{"STATUS with cniVersion 1.0.0", env("STATUS", ""), str(conf("1.0.0")), types.ErrIncompatibleCNIVersion, "STATUS"},
+		{"GC with cniVersion 0.4.0", env("GC", ""), str(conf("0.4.0")), types.ErrIncompatibleCNIVersion, "GC"},
+		{"netconf larger than 640 KiB", env("ADD", ""), &big, types.ErrInvalidNetworkConfig, "exceeds 655360 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, status := runPlugin(t, tc.env, tc.stdin)
+			var e types.Error
+			if err := json.Unmarshal([]byte(out), &e); err != nil || e.Code == 0 {
+				t.Fatalf("stdout %q is not a CNI error (%v)", out, err)
+			}
+			if status != 1 {
+				t.Errorf("exit status %d, want 1", status)
+			}
+			if e.Code != tc.code || !strings.Contains(e.Msg, tc.want) {
+				t.Errorf("CNI error %d %q, want code %d containing %q", e.Code, e.Msg, tc.code, tc.want)
+			}
+			t.Logf("| %s | %d | `%s` |", tc.name, e.Code, e.Msg)
+		})
+	}
+	if calls := h.Calls(cni.CmdAdd); len(h.Calls(cni.CmdDel))+len(calls)+len(h.Calls(cni.CmdCheck))+len(h.Calls(cni.CmdStatus))+len(h.Calls(cni.CmdGC)) != 0 {
+		t.Errorf("the daemon received %d requests for bad input", len(h.calls))
+	}
+	// VERSION ignores stdin, whatever it holds.
+	out, status := runPlugin(t, []string{"CNI_COMMAND=VERSION"}, str("garbage"))
+	if status != 0 || !strings.Contains(out, `"supportedVersions"`) {
+		t.Errorf("VERSION with garbage stdin: exit %d, stdout %q", status, out)
+	}
+}
+
+// TestStdinNeverClosed: a runtime that never closes stdin gets CNI error 5
+// after StdinTimeout instead of a plugin that hangs.
+func TestStdinNeverClosed(t *testing.T) {
+	t.Parallel()
+	env := []string{"CNI_COMMAND=ADD", "CNI_CONTAINERID=c", "CNI_NETNS=/var/run/netns/x", "CNI_IFNAME=eth0", "CNI_PATH=" + binDir}
+	out, status := runPlugin(t, env, nil)
+	var e types.Error
+	if err := json.Unmarshal([]byte(out), &e); err != nil || status != 1 || e.Code != types.ErrIOFailure || !strings.Contains(e.Msg, "close stdin within 10s") {
+		t.Errorf("stdin never closed: exit %d, stdout %q; want code 5 naming the 10s deadline", status, out)
+	}
+}
