@@ -124,6 +124,11 @@ var (
 	// l3_forwarding and egress stages and used by the output stage (output:reg1).
 	// 0 means "not decided yet": ofport 0 is not a valid port (OpenFlow 1.3.5 §7.2.1).
 	OutPortField = FieldRange{Field: reg(1), Start: 0, End: 31}
+
+	// ScratchField is reg2 (all 32 bits): a temporary within one flow's action list, e.g.
+	// the ARP responder's swap of arp_spa and arp_tpa (PeerFlows). No flow matches it and
+	// no stage reads a value another stage wrote there.
+	ScratchField = FieldRange{Field: reg(2), Start: 0, End: 31}
 )
 
 // SourceClass values of SourceClassField (reg0[0..3]).
@@ -132,7 +137,8 @@ const (
 	SourceGateway uint32 = 1
 	// SourcePod: from a local pod's port. Checked by the spoof_guard stage.
 	SourcePod uint32 = 2
-	// SourceTunnel: from the tunnel port (reserved; no tunnel yet).
+	// SourceTunnel: from the tunnel port (VXLAN/Geneve from a peer node). Checked by the
+	// tunnel_ingress stage.
 	SourceTunnel uint32 = 3
 )
 
@@ -158,10 +164,12 @@ var (
 //	bits 35..32  stage             (4 bits)  index of the flow's table in Tables() (0..9)
 //	bits 31..0   owner id          (32 bits) pod: its IPv4 address as a big-endian
 //	                                          uint32 (unique among live pods of a node);
-//	                                          peer: the peer's node IP; pipeline: 0
+//	                                          peer: the network address of its pod subnet
+//	                                          (unique among peers; stable when the peer's
+//	                                          node IP changes); pipeline: 0
 //
 // Match cookies with a mask (OpenFlow 1.3.5 §7.3.4.1 cookie_mask; §7.3.5.2 flow stats):
-// PodCookie, GenerationCookie.
+// PodCookie, PeerCookie, GenerationCookie.
 type Cookie uint64
 
 // OwnerKind says what a flow belongs to (cookie bits 39..36).
@@ -173,7 +181,8 @@ const (
 	OwnerPipeline OwnerKind = 1
 	// OwnerPod: one local pod's flows, built by PodFlows; owner id = pod IPv4 address.
 	OwnerPod OwnerKind = 2
-	// OwnerPeer: one peer node's flows (reserved for tunnels); owner id = peer node IP.
+	// OwnerPeer: one peer node's flows, built by PeerFlows; owner id = the network address
+	// of the peer's pod subnet.
 	OwnerPeer OwnerKind = 3
 )
 
@@ -217,7 +226,8 @@ func (c Cookie) Owner() OwnerKind { return OwnerKind(uint64(c)>>cookieOwnerShift
 // Stage returns the index of the flow's table in Tables().
 func (c Cookie) Stage() uint8 { return uint8(uint64(c)>>cookieStageShift) & 0xf }
 
-// OwnerID returns the owner id (a pod's IPv4 address as uint32, 0 for the pipeline).
+// OwnerID returns the owner id (a pod's IPv4 address or a peer's pod subnet address as
+// uint32, 0 for the pipeline).
 func (c Cookie) OwnerID() uint32 { return uint32(c) }
 
 // String returns the cookie in hex as ovs-ofctl prints it (cookie=0x...).

@@ -82,6 +82,9 @@ type Match struct {
 	ARPSpa net.IP
 	// ARPTpa is the ARP target IPv4 address, nil = any; needs EthTypeARP.
 	ARPTpa net.IP
+	// ARPTpaPrefix is an ARP target IPv4 prefix (arp_tpa=10.244.2.0/24, a masked
+	// OXM_OF_ARP_TPA), nil = any; needs EthTypeARP; not together with ARPTpa.
+	ARPTpaPrefix *net.IPNet
 	// ARPSha is the ARP sender hardware address, nil = any; needs EthTypeARP.
 	ARPSha net.HardwareAddr
 	// ARPTha is the ARP target hardware address, nil = any; needs EthTypeARP.
@@ -93,7 +96,7 @@ type PortNames map[uint32]string
 
 // Action is one action of a flow. The implementations are Output, OutputInPort,
 // OutputReg, GotoTable, SetEthSrc, SetEthDst, SetARPOp, SetARPSpa, SetARPTpa, SetARPSha,
-// SetARPTha, Load, Move, DecTTL and Drop.
+// SetARPTha, SetTunDst, Load, Move, DecTTL and Drop.
 type Action interface {
 	// format appends the action as ovs-ofctl prints it.
 	format(b *strings.Builder, ports PortNames)
@@ -167,6 +170,14 @@ type SetARPTha struct {
 	MAC net.HardwareAddr
 }
 
+// SetTunDst sets the tunnel's outer IPv4 destination (OFPAT_SET_FIELD with the Nicira
+// field NXM_NX_TUN_IPV4_DST, §7.2.5), printed "set_field:172.16.0.2->tun_dst": a packet
+// then output to a flow-based tunnel port (options:remote_ip=flow) is sent to IP.
+type SetTunDst struct {
+	// IP is the peer node's IPv4 address.
+	IP net.IP
+}
+
 // Load writes Value into a field range (NXAST_REG_LOAD), printed
 // "load:0x2->NXM_NX_REG1[]". Value must fit in Dst.Bits() bits.
 type Load struct {
@@ -200,7 +211,7 @@ type Drop struct{}
 // prints it on a bridge whose tables are named after Tables(), without the leading space,
 // with ports by number (as OVS prints ports it has no name for):
 //
-//	cookie=0x100071000000000, table=classifier, priority=100,in_port=2 actions=load:0x1->NXM_NX_REG0[0..3],goto_table:"spoof_guard"
+//	cookie=0x200071000000000, table=classifier, priority=100,in_port=2 actions=load:0x1->NXM_NX_REG0[0..3],goto_table:"spoof_guard"
 func (f Flow) String() string { return f.Format(nil) }
 
 // Format renders the flow like String, with ports named by ports (ofport → name) where
@@ -250,7 +261,7 @@ func (f Flow) Validate() error {
 	}
 	m := f.Match
 	ipFields := m.IPSrc != nil || m.IPDst != nil
-	arpFields := m.ARPOp != 0 || m.ARPSpa != nil || m.ARPTpa != nil || m.ARPSha != nil || m.ARPTha != nil
+	arpFields := m.ARPOp != 0 || m.ARPSpa != nil || m.ARPTpa != nil || m.ARPTpaPrefix != nil || m.ARPSha != nil || m.ARPTha != nil
 	if ipFields && m.EthType != EthTypeIPv4 {
 		return fail("nw_src/nw_dst need EthType %#04x (ip)", EthTypeIPv4)
 	}
@@ -262,7 +273,10 @@ func (f Flow) Validate() error {
 			return fail("address %s is not IPv4", ip)
 		}
 	}
-	for _, n := range []*net.IPNet{m.IPSrc, m.IPDst} {
+	if m.ARPTpa != nil && m.ARPTpaPrefix != nil {
+		return fail("ARPTpa and ARPTpaPrefix both set: use one")
+	}
+	for _, n := range []*net.IPNet{m.IPSrc, m.IPDst, m.ARPTpaPrefix} {
 		if n != nil && (n.IP.To4() == nil || len(n.Mask) != net.IPv4len) {
 			return fail("prefix %s is not IPv4", n)
 		}
@@ -319,6 +333,10 @@ func (f Flow) Validate() error {
 		case SetARPTpa:
 			if a.IP.To4() == nil {
 				return fail("arp_tpa %s is not IPv4", a.IP)
+			}
+		case SetTunDst:
+			if a.IP.To4() == nil {
+				return fail("tun_dst %s is not IPv4", a.IP)
 			}
 		}
 	}
@@ -455,6 +473,9 @@ func (m Match) format(ports PortNames) string {
 		if m.ARPTpa != nil {
 			add("arp_tpa=%s", m.ARPTpa.To4())
 		}
+		if m.ARPTpaPrefix != nil {
+			add("arp_tpa=%s", formatPrefix(m.ARPTpaPrefix))
+		}
 		if m.ARPOp != 0 {
 			add("arp_op=%d", m.ARPOp)
 		}
@@ -565,6 +586,10 @@ func (a SetARPSha) format(b *strings.Builder, _ PortNames) {
 
 func (a SetARPTha) format(b *strings.Builder, _ PortNames) {
 	fmt.Fprintf(b, "set_field:%s->arp_tha", a.MAC)
+}
+
+func (a SetTunDst) format(b *strings.Builder, _ PortNames) {
+	fmt.Fprintf(b, "set_field:%s->tun_dst", a.IP.To4())
 }
 
 func (a Load) format(b *strings.Builder, _ PortNames) {
@@ -700,6 +725,16 @@ func (m Match) ofMatch() openflow13.Match {
 	if m.ARPTpa != nil {
 		om.AddField(*openflow13.NewArpTpaField(m.ARPTpa.To4()))
 	}
+	if m.ARPTpaPrefix != nil {
+		ip, mask := prefixField(m.ARPTpaPrefix)
+		f := openflow13.NewArpTpaField(ip)
+		if mask != nil {
+			f.HasMask = true
+			f.Mask = &openflow13.ArpXPaField{ArpPa: *mask}
+			f.Length *= 2
+		}
+		om.AddField(*f)
+	}
 	if m.ARPSha != nil {
 		om.AddField(*openflow13.NewArpShaField(m.ARPSha))
 	}
@@ -757,6 +792,10 @@ func (a SetARPSha) ofAction() openflow13.Action {
 
 func (a SetARPTha) ofAction() openflow13.Action {
 	return openflow13.NewActionSetField(*openflow13.NewArpThaField(a.MAC))
+}
+
+func (a SetTunDst) ofAction() openflow13.Action {
+	return openflow13.NewActionSetField(*openflow13.NewTunnelIpv4DstField(a.IP.To4(), nil))
 }
 
 func (a Load) ofAction() openflow13.Action {

@@ -11,7 +11,9 @@ import (
 	"github.com/contiv/libOpenflow/openflow13"
 )
 
-// testConfig is the node of the golden tests: gateway ofport 2, pod subnet 10.244.1.0/24.
+// testConfig is the node of the golden tests: tunnel ofport 1, gateway ofport 2, pod
+// subnet 10.244.1.0/24 of cluster CIDR 10.244.0.0/16, service CIDR 10.96.0.0/12, node IP
+// 172.16.0.1.
 func testConfig() NodeConfig {
 	_, subnet, _ := net.ParseCIDR("10.244.1.0/24")
 	return NodeConfig{
@@ -20,7 +22,21 @@ func testConfig() NodeConfig {
 		GatewayIP:     net.ParseIP("10.244.1.1"),
 		PodSubnet:     subnet,
 		Generation:    7,
+		ClusterCIDR:   mustCIDR("10.244.0.0/16"),
+		ServiceCIDR:   mustCIDR("10.96.0.0/12"),
+		TunnelOFPort:  1,
+		NodeIP:        net.ParseIP("172.16.0.1"),
 	}
+}
+
+// testPeerB is node B of the golden tests: node IP 172.16.0.2, pod subnet 10.244.2.0/24.
+func testPeerB() Peer {
+	return Peer{Name: "node-b", NodeIP: net.ParseIP("172.16.0.2"), PodSubnet: mustCIDR("10.244.2.0/24")}
+}
+
+// testPeerC is node C: node IP 172.16.0.3, pod subnet 10.244.3.0/24.
+func testPeerC() Peer {
+	return Peer{Name: "node-c", NodeIP: net.ParseIP("172.16.0.3"), PodSubnet: mustCIDR("10.244.3.0/24")}
 }
 
 func testPodA() Pod {
@@ -80,39 +96,42 @@ func compareLines(t *testing.T, what string, got, want []string) {
 // goldenPipeline is PipelineFlows(testConfig()) as ovs-ofctl dump-flows --names prints it
 // (ports by number: the golden config's ports have no names).
 var goldenPipeline = []string{
-	`cookie=0x100071000000000, table=classifier, priority=100,in_port=2 actions=load:0x1->NXM_NX_REG0[0..3],goto_table:"spoof_guard"`,
-	`cookie=0x100071000000000, table=classifier, priority=0 actions=drop`,
-	`cookie=0x100071100000000, table="tunnel_ingress", priority=0 actions=drop`,
-	`cookie=0x100071200000000, table="spoof_guard", priority=100,ip,reg0=0x1/0xf actions=goto_table:service`,
-	`cookie=0x100071200000000, table="spoof_guard", priority=100,arp,reg0=0x1/0xf actions=goto_table:arp`,
-	`cookie=0x100071200000000, table="spoof_guard", priority=0 actions=drop`,
-	`cookie=0x100071300000000, table=arp, priority=100,arp,arp_tpa=10.244.1.1 actions=load:0x2->NXM_NX_REG1[],goto_table:output`,
-	`cookie=0x100071300000000, table=arp, priority=0 actions=drop`,
-	`cookie=0x100071400000000, table=service, priority=1 actions=goto_table:"l3_forwarding"`,
-	`cookie=0x100071400000000, table=service, priority=0 actions=drop`,
-	`cookie=0x100071500000000, table="l3_forwarding", priority=100,ip,nw_dst=10.244.1.1 actions=set_field:0a:58:0a:f4:01:01->eth_dst,load:0x2->NXM_NX_REG1[],goto_table:"network_policy"`,
-	`cookie=0x100071500000000, table="l3_forwarding", priority=10,ip,nw_dst=10.244.1.0/24 actions=drop`,
-	`cookie=0x100071500000000, table="l3_forwarding", priority=1,ip actions=goto_table:"network_policy"`,
-	`cookie=0x100071500000000, table="l3_forwarding", priority=0 actions=drop`,
-	`cookie=0x100071600000000, table="network_policy", priority=1 actions=goto_table:remote`,
-	`cookie=0x100071600000000, table="network_policy", priority=0 actions=drop`,
-	`cookie=0x100071700000000, table=remote, priority=1 actions=goto_table:egress`,
-	`cookie=0x100071700000000, table=remote, priority=0 actions=drop`,
-	`cookie=0x100071800000000, table=egress, priority=100,ip,reg0=0x2/0xf,reg1=0 actions=set_field:0a:58:0a:f4:01:01->eth_dst,load:0x2->NXM_NX_REG1[],goto_table:output`,
-	`cookie=0x100071800000000, table=egress, priority=50,reg1=0 actions=drop`,
-	`cookie=0x100071800000000, table=egress, priority=1 actions=goto_table:output`,
-	`cookie=0x100071800000000, table=egress, priority=0 actions=drop`,
-	`cookie=0x100071900000000, table=output, priority=1 actions=output:NXM_NX_REG1[]`,
-	`cookie=0x100071900000000, table=output, priority=0 actions=drop`,
+	`cookie=0x200071000000000, table=classifier, priority=100,in_port=1 actions=load:0x3->NXM_NX_REG0[0..3],goto_table:"tunnel_ingress"`,
+	`cookie=0x200071000000000, table=classifier, priority=100,in_port=2 actions=load:0x1->NXM_NX_REG0[0..3],goto_table:"spoof_guard"`,
+	`cookie=0x200071000000000, table=classifier, priority=0 actions=drop`,
+	`cookie=0x200071100000000, table="tunnel_ingress", priority=0 actions=drop`,
+	`cookie=0x200071200000000, table="spoof_guard", priority=100,ip,reg0=0x1/0xf actions=goto_table:service`,
+	`cookie=0x200071200000000, table="spoof_guard", priority=100,arp,reg0=0x1/0xf actions=goto_table:arp`,
+	`cookie=0x200071200000000, table="spoof_guard", priority=0 actions=drop`,
+	`cookie=0x200071300000000, table=arp, priority=100,arp,arp_tpa=10.244.1.1 actions=load:0x2->NXM_NX_REG1[],goto_table:output`,
+	`cookie=0x200071300000000, table=arp, priority=0 actions=drop`,
+	`cookie=0x200071400000000, table=service, priority=100,ip,reg0=0x2/0xf,nw_dst=10.96.0.0/12 actions=set_field:0a:58:0a:f4:01:01->eth_dst,load:0x2->NXM_NX_REG1[],goto_table:output`,
+	`cookie=0x200071400000000, table=service, priority=1 actions=goto_table:"l3_forwarding"`,
+	`cookie=0x200071400000000, table=service, priority=0 actions=drop`,
+	`cookie=0x200071500000000, table="l3_forwarding", priority=100,ip,nw_dst=10.244.1.1 actions=set_field:0a:58:0a:f4:01:01->eth_dst,load:0x2->NXM_NX_REG1[],goto_table:"network_policy"`,
+	`cookie=0x200071500000000, table="l3_forwarding", priority=10,ip,nw_dst=10.244.1.0/24 actions=drop`,
+	`cookie=0x200071500000000, table="l3_forwarding", priority=1,ip actions=goto_table:"network_policy"`,
+	`cookie=0x200071500000000, table="l3_forwarding", priority=0 actions=drop`,
+	`cookie=0x200071600000000, table="network_policy", priority=1 actions=goto_table:remote`,
+	`cookie=0x200071600000000, table="network_policy", priority=0 actions=drop`,
+	`cookie=0x200071700000000, table=remote, priority=10,ip,reg1=0,nw_dst=10.244.0.0/16 actions=drop`,
+	`cookie=0x200071700000000, table=remote, priority=1 actions=goto_table:egress`,
+	`cookie=0x200071700000000, table=remote, priority=0 actions=drop`,
+	`cookie=0x200071800000000, table=egress, priority=100,ip,reg0=0x2/0xf,reg1=0 actions=set_field:0a:58:0a:f4:01:01->eth_dst,load:0x2->NXM_NX_REG1[],goto_table:output`,
+	`cookie=0x200071800000000, table=egress, priority=50,reg1=0 actions=drop`,
+	`cookie=0x200071800000000, table=egress, priority=1 actions=goto_table:output`,
+	`cookie=0x200071800000000, table=egress, priority=0 actions=drop`,
+	`cookie=0x200071900000000, table=output, priority=1 actions=output:NXM_NX_REG1[]`,
+	`cookie=0x200071900000000, table=output, priority=0 actions=drop`,
 }
 
 // goldenPodA is PodFlows(testConfig(), testPodA()); 0x0af40105 in the cookie is 10.244.1.5.
 var goldenPodA = []string{
-	`cookie=0x10007200af40105, table=classifier, priority=100,in_port=3 actions=load:0x2->NXM_NX_REG0[0..3],goto_table:"spoof_guard"`,
-	`cookie=0x10007220af40105, table="spoof_guard", priority=100,ip,in_port=3,dl_src=0a:58:0a:f4:01:05,nw_src=10.244.1.5 actions=goto_table:service`,
-	`cookie=0x10007220af40105, table="spoof_guard", priority=100,arp,in_port=3,dl_src=0a:58:0a:f4:01:05,arp_spa=10.244.1.5,arp_sha=0a:58:0a:f4:01:05 actions=goto_table:arp`,
-	`cookie=0x10007230af40105, table=arp, priority=100,arp,arp_tpa=10.244.1.5 actions=load:0x3->NXM_NX_REG1[],goto_table:output`,
-	`cookie=0x10007250af40105, table="l3_forwarding", priority=100,ip,nw_dst=10.244.1.5 actions=set_field:0a:58:0a:f4:01:05->eth_dst,load:0x3->NXM_NX_REG1[],goto_table:"network_policy"`,
+	`cookie=0x20007200af40105, table=classifier, priority=100,in_port=3 actions=load:0x2->NXM_NX_REG0[0..3],goto_table:"spoof_guard"`,
+	`cookie=0x20007220af40105, table="spoof_guard", priority=100,ip,in_port=3,dl_src=0a:58:0a:f4:01:05,nw_src=10.244.1.5 actions=goto_table:service`,
+	`cookie=0x20007220af40105, table="spoof_guard", priority=100,arp,in_port=3,dl_src=0a:58:0a:f4:01:05,arp_spa=10.244.1.5,arp_sha=0a:58:0a:f4:01:05 actions=goto_table:arp`,
+	`cookie=0x20007230af40105, table=arp, priority=100,arp,arp_tpa=10.244.1.5 actions=load:0x3->NXM_NX_REG1[],goto_table:output`,
+	`cookie=0x20007250af40105, table="l3_forwarding", priority=100,ip,nw_dst=10.244.1.5 actions=set_field:0a:58:0a:f4:01:05->eth_dst,load:0x3->NXM_NX_REG1[],goto_table:"network_policy"`,
 }
 
 func TestPipelineFlowsGolden(t *testing.T) {
@@ -126,7 +145,7 @@ func TestPodFlowsGolden(t *testing.T) {
 func TestFormatNamesPorts(t *testing.T) {
 	names := PortNames{2: "gw0", 3: "ofs-3a9f"}
 	got := PodFlows(testConfig(), testPodA())[0].Format(names)
-	want := `cookie=0x10007200af40105, table=classifier, priority=100,in_port="ofs-3a9f" actions=load:0x2->NXM_NX_REG0[0..3],goto_table:"spoof_guard"`
+	want := `cookie=0x20007200af40105, table=classifier, priority=100,in_port="ofs-3a9f" actions=load:0x2->NXM_NX_REG0[0..3],goto_table:"spoof_guard"`
 	if got != want {
 		t.Fatalf("got  %s\nwant %s", got, want)
 	}
@@ -276,11 +295,12 @@ func TestConfigAndPodValidate(t *testing.T) {
 var pipelineGolden = struct {
 	version uint8
 	hash    string
-}{1, "e228d1a1a865ff7c886a60ad378e0d3a3de265ad022e29730818c78c910cc924"}
+}{2, "2eff2f2bd6adf2cb3d0e1e44eeea116ff754d83dff1312c8b1d45e9769d5d425"}
 
 func TestPipelineVersion(t *testing.T) {
 	cfg := testConfig()
 	fs := append(PipelineFlows(cfg), PodFlows(cfg, testPodA())...)
+	fs = append(fs, PeerFlows(cfg, testPeerB())...)
 	h := sha256.New()
 	for _, f := range fs {
 		f.Cookie &^= Cookie(CookieVersionMask) // the hash covers content, not the version itself
@@ -431,6 +451,8 @@ func kitchenSink() []Flow {
 		{Table: 201, Priority: 32768, Match: Match{EthType: 0x88cc}, Actions: []Action{Drop{}}},
 		{Table: 201, Priority: 9, Match: Match{EthType: EthTypeIPv4, Regs: []RegMark{{Range: FieldRange{Field: reg(5), Start: 31, End: 31}, Value: 1}}},
 			Actions: []Action{Move{Src: Whole(FieldIPSrc), Dst: Whole(FieldIPDst)}}},
+		{Table: 201, Priority: 10, Match: Match{EthType: EthTypeARP, ARPTpaPrefix: mustCIDR("10.0.1.7/24")},
+			Actions: []Action{SetTunDst{net.ParseIP("192.168.0.9")}, Output{Port: 2}}},
 	}
 }
 
@@ -439,6 +461,7 @@ var goldenKitchenSink = []string{
 	`table=200, priority=8,arp,arp_spa=10.0.0.1,arp_tpa=10.0.0.2,arp_op=1,arp_sha=0a:00:00:00:00:01,arp_tha=00:00:00:00:00:00 actions=move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[],set_field:0a:00:00:00:00:02->eth_src,set_field:2->arp_op,move:NXM_NX_ARP_SHA[]->NXM_NX_ARP_THA[],move:NXM_OF_ARP_SPA[]->NXM_OF_ARP_TPA[],set_field:0a:00:00:00:00:02->arp_sha,set_field:10.0.0.2->arp_spa,set_field:0a:00:00:00:00:01->arp_tha,set_field:10.0.0.1->arp_tpa,IN_PORT`,
 	`table=201, dl_type=0x88cc actions=drop`,
 	`table=201, priority=9,ip,reg5=0x80000000/0x80000000 actions=move:NXM_OF_IP_SRC[]->NXM_OF_IP_DST[]`,
+	`table=201, priority=10,arp,arp_tpa=10.0.1.0/24 actions=set_field:192.168.0.9->tun_dst,output:2`,
 }
 
 func TestKitchenSinkGolden(t *testing.T) {
@@ -491,7 +514,7 @@ func (m Match) fieldCount() int {
 	n := 0
 	for _, set := range []bool{m.InPort != 0, m.EthType != 0, m.EthSrc != nil, m.EthDst != nil, m.TunSrc != nil,
 		m.TunDst != nil, m.IPSrc != nil, m.IPDst != nil, m.ARPOp != 0, m.ARPSpa != nil, m.ARPTpa != nil,
-		m.ARPSha != nil, m.ARPTha != nil} {
+		m.ARPTpaPrefix != nil, m.ARPSha != nil, m.ARPTha != nil} {
 		if set {
 			n++
 		}

@@ -25,6 +25,21 @@ type NodeConfig struct {
 	// Generation is this daemon run's generation (cookie bits 55..40), bumped at each
 	// start so that flows of earlier runs can be deleted by GenerationCookie.
 	Generation uint16
+	// ClusterCIDR is the IPv4 prefix every node's pod subnet lies in (e.g. 10.244.0.0/16);
+	// nil on a single node. Addresses in it that no local pod, gateway or known peer owns
+	// are dropped in the remote stage instead of being sent to the host; everything outside
+	// it leaves by the gateway, where the host masquerades.
+	ClusterCIDR *net.IPNet
+	// ServiceCIDR is the Kubernetes service IPv4 range (e.g. 10.96.0.0/12); nil = none.
+	// Pod traffic to it goes to the gateway, where kube-proxy on the host handles it.
+	ServiceCIDR *net.IPNet
+	// TunnelOFPort is the ofport of the flow-based tunnel port (VXLAN or Geneve with
+	// options:remote_ip=flow, key=flow), 1..0xfffffeff; 0 = no tunnel (single node, no
+	// peers may be added).
+	TunnelOFPort uint32
+	// NodeIP is this node's underlay IPv4 address, the tunnels' outer source; needed when
+	// TunnelOFPort is set (a peer may not claim it).
+	NodeIP net.IP
 }
 
 // Validate checks that the config can build a pipeline: a valid gateway ofport, a
@@ -42,14 +57,48 @@ func (c NodeConfig) Validate() error {
 	if c.GatewayIP.To4() == nil || !c.PodSubnet.Contains(c.GatewayIP) {
 		return fmt.Errorf("node config: gateway IP %v is not an IPv4 address in pod subnet %v: use the subnet's first address", c.GatewayIP, c.PodSubnet)
 	}
+	if c.ClusterCIDR != nil {
+		if c.ClusterCIDR.IP.To4() == nil || len(c.ClusterCIDR.Mask) != net.IPv4len || !containsNet(c.ClusterCIDR, c.PodSubnet) {
+			return fmt.Errorf("node config: cluster CIDR %v is not an IPv4 prefix containing pod subnet %v: set clusterCIDR to the range every node's subnet is cut from", c.ClusterCIDR, c.PodSubnet)
+		}
+	}
+	if c.ServiceCIDR != nil {
+		if c.ServiceCIDR.IP.To4() == nil || len(c.ServiceCIDR.Mask) != net.IPv4len || overlaps(c.ServiceCIDR, c.PodSubnet) {
+			return fmt.Errorf("node config: service CIDR %v is not an IPv4 prefix apart from pod subnet %v: set serviceCIDR to the cluster's --service-cluster-ip-range", c.ServiceCIDR, c.PodSubnet)
+		}
+	}
+	if c.TunnelOFPort != 0 {
+		if c.TunnelOFPort >= 0xffffff00 || c.TunnelOFPort == c.GatewayOFPort {
+			return fmt.Errorf("node config: tunnel ofport %d is not a valid OpenFlow port other than the gateway's %d: read it from the tunnel Interface's ofport column", c.TunnelOFPort, c.GatewayOFPort)
+		}
+		if c.NodeIP.To4() == nil {
+			return fmt.Errorf("node config: node IP %v is not IPv4: set nodeIP to this node's underlay address", c.NodeIP)
+		}
+	}
 	return nil
 }
 
+// containsNet reports whether prefix outer contains all of inner.
+func containsNet(outer, inner *net.IPNet) bool {
+	oo, _ := outer.Mask.Size()
+	io, _ := inner.Mask.Size()
+	return oo <= io && outer.Contains(inner.IP)
+}
+
+// overlaps reports whether two prefixes share an address.
+func overlaps(a, b *net.IPNet) bool { return a.Contains(b.IP) || b.Contains(a.IP) }
+
 // PipelineFlows returns the node's own flows (owner OwnerPipeline), in pipeline order:
-// each table's priority-0 drop, the reserved stages' pass-through, the gateway's flows
-// and egress. cfg must be valid (NodeConfig.Validate).
+// each table's priority-0 drop, the reserved stages' pass-through, the gateway's flows,
+// the tunnel port's classifier flow (with TunnelOFPort), service traffic to the gateway
+// (with ServiceCIDR), the cluster-CIDR miss (with ClusterCIDR) and egress. cfg must be
+// valid (NodeConfig.Validate).
 func PipelineFlows(cfg NodeConfig) []Flow {
-	return []Flow{
+	var opt []Flow
+	if cfg.TunnelOFPort != 0 {
+		opt = append(opt, classifierTunnel(cfg))
+	}
+	return append(append(opt,
 		classifierGateway(cfg),
 		tableDrop(cfg, TableClassifier),
 
@@ -61,7 +110,16 @@ func PipelineFlows(cfg NodeConfig) []Flow {
 
 		arpToGateway(cfg),
 		tableDrop(cfg, TableARP),
+	), pipelineRest(cfg)...)
+}
 
+// pipelineRest is PipelineFlows from the service stage on.
+func pipelineRest(cfg NodeConfig) []Flow {
+	var fs []Flow
+	if cfg.ServiceCIDR != nil {
+		fs = append(fs, serviceToGateway(cfg))
+	}
+	fs = append(fs,
 		passThrough(cfg, TableService),
 		tableDrop(cfg, TableService),
 
@@ -72,7 +130,11 @@ func PipelineFlows(cfg NodeConfig) []Flow {
 
 		passThrough(cfg, TableNetworkPolicy),
 		tableDrop(cfg, TableNetworkPolicy),
-
+	)
+	if cfg.ClusterCIDR != nil {
+		fs = append(fs, remoteClusterMiss(cfg))
+	}
+	return append(fs,
 		passThrough(cfg, TableRemote),
 		tableDrop(cfg, TableRemote),
 
@@ -83,7 +145,7 @@ func PipelineFlows(cfg NodeConfig) []Flow {
 
 		outputToReg(cfg),
 		tableDrop(cfg, TableOutput),
-	}
+	)
 }
 
 // nodeFlow returns a flow of the node's own in table t, with its cookie.
@@ -119,6 +181,40 @@ func classifierGateway(cfg NodeConfig) Flow {
 	return nodeFlow(cfg, TableClassifier, PriorityNormal,
 		Match{InPort: cfg.GatewayOFPort},
 		LoadMark(FromGateway), GotoTable{TableSpoofGuard})
+}
+
+// classifierTunnel marks packets from the tunnel port as SourceTunnel and sends them to
+// tunnel_ingress, which accepts only known peers.
+//
+//	table=classifier, priority=100,in_port=TUN actions=load:0x3->NXM_NX_REG0[0..3],goto_table:"tunnel_ingress"
+func classifierTunnel(cfg NodeConfig) Flow {
+	return nodeFlow(cfg, TableClassifier, PriorityNormal,
+		Match{InPort: cfg.TunnelOFPort},
+		LoadMark(FromTunnel), GotoTable{TableTunnelIngress})
+}
+
+// serviceToGateway sends a pod's IP for the service CIDR to the gateway port: kube-proxy
+// on the host translates the service address (OpenShift SDN's table 60 did the same).
+// Traffic from the host or a tunnel is never for a service address here (kube-proxy has
+// translated it already), so only pods match.
+//
+//	table=service, priority=100,ip,reg0=0x2/0xf,nw_dst=SVC actions=set_field:GWMAC->eth_dst,load:GW->NXM_NX_REG1[],goto_table:output
+func serviceToGateway(cfg NodeConfig) Flow {
+	return nodeFlow(cfg, TableService, PriorityNormal,
+		Match{EthType: EthTypeIPv4, Regs: []RegMark{FromPod}, IPDst: cfg.ServiceCIDR},
+		SetEthDst{cfg.GatewayMAC}, Load{Dst: OutPortField, Value: uint64(cfg.GatewayOFPort)},
+		GotoTable{TableOutput})
+}
+
+// remoteClusterMiss drops undecided IP (reg1=0) for an address of the cluster CIDR that
+// no known peer's subnet holds (the peers' flows are more specific; local addresses were
+// decided in l3_forwarding and carry reg1): sending it to the host would only bring it back here, and a removed
+// peer's pods become unreachable at once.
+//
+//	table=remote, priority=10,ip,reg1=0,nw_dst=CLUSTER actions=drop
+func remoteClusterMiss(cfg NodeConfig) Flow {
+	return nodeFlow(cfg, TableRemote, PriorityLow,
+		Match{EthType: EthTypeIPv4, Regs: []RegMark{OutPortUnset}, IPDst: cfg.ClusterCIDR}, Drop{})
 }
 
 // spoofGuardGatewayIP trusts IP from the host: any source address goes on.

@@ -46,12 +46,15 @@ func startSwitchNode(t *testing.T) *switchNode {
 			"--", "set", "Bridge", "br-int", fmt.Sprintf("flow_tables:%d=%s", ti.ID, id))
 	}
 	ovs.Vsctl(t, args...)
+	// The flow-based tunnel port, as ofsdn-node creates it (ovsdb.EnsureTunnelPort).
+	ovs.Vsctl(t, "add-port", "br-int", "vxlan0", "--", "set", "interface", "vxlan0", "type=vxlan",
+		"options:remote_ip=flow", "options:key=flow", "ofport_request=1")
 	// Port names: one OVS prints bare, two it quotes (a dash, an underscore).
 	ports := []struct {
 		name   string
 		ofport uint32
 	}{{"gw0", 2}, {"pod-a", 3}, {"pod_b", 4}}
-	names := PortNames{}
+	names := PortNames{1: "vxlan0"}
 	for _, p := range ports {
 		ovs.Vsctl(t, "add-port", "br-int", p.name, "--", "set", "interface", p.name,
 			"type=internal", fmt.Sprintf("ofport_request=%d", p.ofport))
@@ -88,7 +91,13 @@ func sortedFormat(fs []Flow, names PortNames) []string {
 func (n *switchNode) desired() []Flow {
 	fs := PipelineFlows(n.cfg)
 	fs = append(fs, PodFlows(n.cfg, n.podA)...)
-	return append(fs, PodFlows(n.cfg, n.podB)...)
+	fs = append(fs, PodFlows(n.cfg, n.podB)...)
+	return append(fs, n.peerFlows()...)
+}
+
+// peerFlows returns the flows of the two peers, B and C.
+func (n *switchNode) peerFlows() []Flow {
+	return append(PeerFlows(n.cfg, testPeerB()), PeerFlows(n.cfg, testPeerC())...)
 }
 
 // addFlowsText installs flows with `ovs-ofctl add-flows` from their String() text.
@@ -147,7 +156,22 @@ func TestFlowsOnSwitch(t *testing.T) {
 		sendFlowMods(t, n.mgmt, mods...)
 		sendFlowMods(t, n.mgmt, DeleteByCookie(PodCookie(n.cfg, n.podA)))
 		want := append(PipelineFlows(n.cfg), PodFlows(n.cfg, n.podB)...)
+		want = append(want, n.peerFlows()...)
 		compareLines(t, "flows after deleting pod A by cookie", n.dump(t), sortedFormat(want, n.names))
+	})
+
+	t.Run("delete by peer cookie", func(t *testing.T) {
+		n.ovs.Ofctl(t, "del-flows", n.mgmt)
+		var mods []*openflow13.FlowMod
+		for _, f := range n.desired() {
+			mods = append(mods, f.FlowMod(openflow13.FC_ADD))
+		}
+		sendFlowMods(t, n.mgmt, mods...)
+		sendFlowMods(t, n.mgmt, DeleteByCookie(PeerCookie(testPeerC())))
+		want := append(PipelineFlows(n.cfg), PodFlows(n.cfg, n.podA)...)
+		want = append(want, PodFlows(n.cfg, n.podB)...)
+		want = append(want, PeerFlows(n.cfg, testPeerB())...)
+		compareLines(t, "flows after deleting peer C by cookie", n.dump(t), sortedFormat(want, n.names))
 	})
 
 	t.Run("delete old generation", func(t *testing.T) {
@@ -180,6 +204,7 @@ func TestPipelineOnSwitch(t *testing.T) {
 	arp := func(in uint32, src, dst net.HardwareAddr, op int, sha net.HardwareAddr, spa, tpa string) string {
 		return fmt.Sprintf("in_port=%d,arp,dl_src=%s,dl_dst=%s,arp_op=%d,arp_sha=%s,arp_spa=%s,arp_tpa=%s", in, src, dst, op, sha, spa, tpa)
 	}
+	tun := func(src, packet string) string { return "tun_src=" + src + ",tun_dst=172.16.0.1," + packet }
 	bcast := mustMAC("ff:ff:ff:ff:ff:ff")
 	other := mustMAC("0a:58:0a:f4:01:99")
 	for _, c := range []struct {
@@ -209,6 +234,17 @@ func TestPipelineOnSwitch(t *testing.T) {
 		{"ARP spoofed spa dropped", arp(a.OFPort, a.MAC, bcast, 1, a.MAC, "10.244.1.6", "10.244.1.1"), 0, nil},
 		{"ARP spoofed sha dropped", arp(a.OFPort, a.MAC, bcast, 1, other, "10.244.1.5", "10.244.1.1"), 0, nil},
 		{"ARP spoofed eth_src dropped", arp(a.OFPort, other, bcast, 1, a.MAC, "10.244.1.5", "10.244.1.1"), 0, nil},
+		// Multi-node: peers B (172.16.0.2, 10.244.2.0/24) and C are known; tunnel port 1.
+		{"peer pod to pod through the tunnel", tun("172.16.0.2", ip(1, other, gw.GatewayMAC, "10.244.2.7", "10.244.1.5")), a.OFPort, a.MAC},
+		{"peer host to gateway through the tunnel", tun("172.16.0.2", ip(1, other, gw.GatewayMAC, "10.244.2.1", "10.244.1.1")), gw.GatewayOFPort, gw.GatewayMAC},
+		{"tunnel from unknown node dropped", tun("172.16.0.9", ip(1, other, gw.GatewayMAC, "10.244.2.7", "10.244.1.5")), 0, nil},
+		{"tunnel from peer with C's source dropped", tun("172.16.0.2", ip(1, other, gw.GatewayMAC, "10.244.3.7", "10.244.1.5")), 0, nil},
+		{"tunnel ARP dropped", tun("172.16.0.2", arp(1, other, bcast, 1, other, "10.244.2.7", "10.244.1.5")), 0, nil},
+		{"pod to service via gateway", ip(a.OFPort, a.MAC, gw.GatewayMAC, "10.244.1.5", "10.96.0.10"), gw.GatewayOFPort, gw.GatewayMAC},
+		{"pod to unknown node's subnet dropped", ip(a.OFPort, a.MAC, gw.GatewayMAC, "10.244.9.7", "10.244.9.7"), 0, nil},
+		{"host to unknown node's subnet dropped", ip(gw.GatewayOFPort, gw.GatewayMAC, VirtualRouterMAC, "10.244.1.1", "10.244.9.7"), 0, nil},
+		{"pod ARP for a remote pod dropped", arp(a.OFPort, a.MAC, bcast, 1, a.MAC, "10.244.1.5", "10.244.2.7"), 0, nil},
+		{"host ARP for unknown node's subnet dropped", arp(gw.GatewayOFPort, gw.GatewayMAC, bcast, 1, gw.GatewayMAC, "10.244.1.1", "10.244.9.7"), 0, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			trace := n.ovs.Appctl(t, "ofproto/trace", "br-int", c.packet)
@@ -221,6 +257,7 @@ func TestPipelineOnSwitch(t *testing.T) {
 			}
 		})
 	}
+	tracePeers(t, n)
 }
 
 var (

@@ -1,0 +1,149 @@
+package flows
+
+// One peer node's flows: accept its tunnels, answer the host's ARP for its pod subnet,
+// send traffic for its pod subnet into the tunnel with tun_dst = its node IP. All carry
+// the peer's cookie (owner OwnerPeer, owner id = the network address of its pod subnet),
+// so PeerCookie selects exactly them for deletion.
+//
+// Design history: pods on a node get a /24 (or similar) of the cluster CIDR and a default
+// route via the gateway, so a pod never ARPs for a remote pod: it sends every off-subnet
+// packet to the gateway MAC, and the pipeline routes it (the l3_forwarding stage of the
+// receiving node rewrites eth_dst to the destination pod's MAC, as it does for local
+// traffic). The only host on the bridge that does ARP for remote pod addresses is the
+// node itself: its route for the cluster CIDR points out of the gateway port (on-link,
+// one static route, no per-peer host routes), so the arp stage answers the host's
+// requests for a peer's subnet with VirtualRouterMAC (an ARP responder in OVS, after
+// Antrea's arpResponder; OpenShift SDN instead tunnelled ARP to the peer, which needs
+// pods on-link across nodes). Tunnelled packets are accepted only from a known peer's
+// node IP and only with a source address in that peer's pod subnet, the tunnel's own
+// spoof guard; they skip the local spoof_guard stage (no local port sent them). One
+// flow-based tunnel port serves every peer (OpenShift SDN's vxlan0): the destination is
+// set per flow (set_field:IP->tun_dst).
+
+import (
+	"fmt"
+	"net"
+)
+
+// VirtualRouterMAC is the MAC with which the arp stage answers the host's ARP requests
+// for remote pod addresses (locally administered, unicast). Frames the host then sends
+// to remote pods carry it as eth_dst until the receiving node's l3_forwarding stage
+// rewrites it.
+var VirtualRouterMAC = net.HardwareAddr{0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff}
+
+// Peer is another node of the cluster, reached through the tunnel.
+type Peer struct {
+	// Name is the peer's node name, for logs and errors only.
+	Name string
+	// NodeIP is the peer's underlay IPv4 address: tunnels go to it (tun_dst) and come
+	// from it (tun_src).
+	NodeIP net.IP
+	// PodSubnet is the peer's IPv4 pod subnet; its network address is the cookie's owner
+	// id, so it must be unique among peers.
+	PodSubnet *net.IPNet
+}
+
+// Validate checks that peer can have flows on the node described by cfg: the node has
+// a tunnel port, the peer's node IP is IPv4 and not this node's, its pod subnet is IPv4,
+// does not overlap this node's pod subnet and lies in the cluster CIDR (if one is set).
+func (p Peer) Validate(cfg NodeConfig) error {
+	if cfg.TunnelOFPort == 0 {
+		return fmt.Errorf("peer %s: this node has no tunnel port: configure a tunnel (tunnelType) before adding peers", p.Name)
+	}
+	if p.NodeIP.To4() == nil || p.NodeIP.Equal(cfg.NodeIP) || p.NodeIP.IsUnspecified() {
+		return fmt.Errorf("peer %s: node IP %v is not an IPv4 address other than this node's %v: use the peer node's InternalIP", p.Name, p.NodeIP, cfg.NodeIP)
+	}
+	if p.PodSubnet == nil || p.PodSubnet.IP.To4() == nil || len(p.PodSubnet.Mask) != net.IPv4len {
+		return fmt.Errorf("peer %s: pod subnet %v is not an IPv4 prefix: set the node's IPv4 podCIDR", p.Name, p.PodSubnet)
+	}
+	if cfg.PodSubnet != nil && overlaps(p.PodSubnet, cfg.PodSubnet) {
+		return fmt.Errorf("peer %s: pod subnet %v overlaps this node's %v: every node needs its own subnet", p.Name, p.PodSubnet, cfg.PodSubnet)
+	}
+	if cfg.ClusterCIDR != nil && !containsNet(cfg.ClusterCIDR, p.PodSubnet) {
+		return fmt.Errorf("peer %s: pod subnet %v is outside cluster CIDR %v: fix the peer's podCIDR or the clusterCIDR", p.Name, p.PodSubnet, cfg.ClusterCIDR)
+	}
+	return nil
+}
+
+// PeerID returns the peer's cookie owner id: the network address of its pod subnet as a
+// big-endian uint32 (10.244.2.0/24 → 0x0af40200). It stays the same when the peer's node
+// IP changes, so an IP change rewrites the same owner's flows.
+func PeerID(p Peer) uint32 {
+	if p.PodSubnet == nil {
+		return 0
+	}
+	return ipv4ToUint32(p.PodSubnet.IP.Mask(p.PodSubnet.Mask))
+}
+
+// PeerCookie returns the cookie and mask that select exactly peer's flows: owner kind
+// peer and owner id = PeerID(peer), whatever their stage, pipeline version and
+// generation (OpenFlow 1.3.5 §7.3.4.1 cookie_mask). Use them with DeleteByCookie.
+func PeerCookie(p Peer) (cookie, mask uint64) {
+	return uint64(OwnerPeer)<<cookieOwnerShift | uint64(PeerID(p)),
+		CookieOwnerKindMask | CookieOwnerIDMask
+}
+
+// PeerFlows returns all flows of one peer, in pipeline order. cfg and peer must be valid
+// (NodeConfig.Validate, Peer.Validate).
+func PeerFlows(cfg NodeConfig, p Peer) []Flow {
+	return []Flow{
+		tunnelIngressPeer(cfg, p),
+		arpResponderPeer(cfg, p),
+		remotePeer(cfg, p),
+	}
+}
+
+// peerFlow returns a flow of peer p in table t, with the peer's cookie.
+func peerFlow(cfg NodeConfig, p Peer, t TableID, priority uint16, m Match, actions ...Action) Flow {
+	stage, _ := t.Stage()
+	return Flow{
+		Table:    t,
+		Priority: priority,
+		Cookie:   NewCookie(cfg.Generation, OwnerPeer, stage, PeerID(p)),
+		Match:    m,
+		Actions:  actions,
+	}
+}
+
+// tunnelIngressPeer accepts IP that arrived through the tunnel from the peer's node IP
+// with a source address in the peer's pod subnet (its pods and its gateway, i.e. its
+// host); it goes on to the service stage. Anything else from the tunnel meets the
+// table's counted drop.
+//
+//	table="tunnel_ingress", priority=100,ip,tun_src=PEERIP,nw_src=PEERSUBNET actions=goto_table:service
+func tunnelIngressPeer(cfg NodeConfig, p Peer) Flow {
+	return peerFlow(cfg, p, TableTunnelIngress, PriorityNormal,
+		Match{EthType: EthTypeIPv4, TunSrc: p.NodeIP, IPSrc: p.PodSubnet},
+		GotoTable{TableService})
+}
+
+// arpResponderPeer answers the host's ARP requests (from the gateway port) for any
+// address of the peer's pod subnet with VirtualRouterMAC, sent back out the gateway
+// port: swap the Ethernet and ARP addresses (arp_spa and arp_tpa through ScratchField),
+// opcode reply.
+//
+//	table=arp, priority=100,arp,reg0=0x1/0xf,arp_tpa=PEERSUBNET,arp_op=1 actions=move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[],set_field:VMAC->eth_src,set_field:2->arp_op,move:NXM_NX_ARP_SHA[]->NXM_NX_ARP_THA[],set_field:VMAC->arp_sha,move:NXM_OF_ARP_TPA[]->NXM_NX_REG2[],move:NXM_OF_ARP_SPA[]->NXM_OF_ARP_TPA[],move:NXM_NX_REG2[]->NXM_OF_ARP_SPA[],IN_PORT
+func arpResponderPeer(cfg NodeConfig, p Peer) Flow {
+	return peerFlow(cfg, p, TableARP, PriorityNormal,
+		Match{EthType: EthTypeARP, Regs: []RegMark{FromGateway}, ARPTpaPrefix: p.PodSubnet, ARPOp: ARPRequest},
+		Move{Src: Whole(FieldEthSrc), Dst: Whole(FieldEthDst)},
+		SetEthSrc{VirtualRouterMAC},
+		SetARPOp{ARPReply},
+		Move{Src: Whole(FieldARPSha), Dst: Whole(FieldARPTha)},
+		SetARPSha{VirtualRouterMAC},
+		Move{Src: Whole(FieldARPTpa), Dst: ScratchField},
+		Move{Src: Whole(FieldARPSpa), Dst: Whole(FieldARPTpa)},
+		Move{Src: ScratchField, Dst: Whole(FieldARPSpa)},
+		OutputInPort{})
+}
+
+// remotePeer sends IP for the peer's pod subnet into the tunnel, addressed to the peer's
+// node IP; egress then passes it to output (reg1 is decided).
+//
+//	table=remote, priority=100,ip,nw_dst=PEERSUBNET actions=set_field:PEERIP->tun_dst,load:TUN->NXM_NX_REG1[],goto_table:egress
+func remotePeer(cfg NodeConfig, p Peer) Flow {
+	return peerFlow(cfg, p, TableRemote, PriorityNormal,
+		Match{EthType: EthTypeIPv4, IPDst: p.PodSubnet},
+		SetTunDst{p.NodeIP}, Load{Dst: OutPortField, Value: uint64(cfg.TunnelOFPort)},
+		GotoTable{TableEgress})
+}
