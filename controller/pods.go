@@ -118,13 +118,19 @@ func stepErr(step string, err error) error { return &StepError{Step: step, Err: 
 
 // AddPod wires one pod interface (CNI ADD, CNI spec 1.1 "ADD: Add container to network").
 // A repeated ADD for the same container ID and interface returns the existing attachment.
-// On failure everything it created is removed again and the error is a *StepError naming
-// the step.
+// Operations on the same pod (container ID, or pod namespace/name) run one at a time, see
+// lockPod. ctx bounds the whole ADD, waits on OVS included (the CNI handler gives it the
+// configured ADD deadline). On failure, a passed deadline included, everything it created
+// is removed again (each undo step bounded by UndoTimeout) and the error is a *StepError
+// naming the step, wrapping ctx's error when that ended it.
 func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retErr error) {
 	if req.ContainerID == "" || req.IfName == "" || req.Netns == "" {
 		return nil, errors.New("container ID, interface name and netns are required for ADD")
 	}
-	unlock := n.locks.Lock(req.ContainerID)
+	unlock, err := n.lockPod(ctx, req)
+	if err != nil {
+		return nil, err
+	}
 	defer unlock()
 
 	key := attachmentKey(req.ContainerID, req.IfName)
@@ -179,20 +185,37 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 	a.HostMAC = res.HostMAC
 	a.ContainerIfIndex = res.ContainerIfIndex
 
-	// 3. OVS port, one transaction; ofport from the monitor cache.
+	// 3. OVS port, one transaction; ofport from the monitor cache. The undo is
+	// registered first: a transaction that committed but whose ofport wait
+	// ran out of time (vswitchd stuck) still leaves a row to remove.
+	undo = append(undo, func() {
+		uctx, cancel := undoContext(ctx)
+		defer cancel()
+		if err := n.db.DeletePort(uctx, n.opts.Bridge, a.HostVeth); err != nil {
+			n.log.Warn("failed ADD: cannot remove its OVS port; reconciliation will", "port", a.HostVeth, "container_id", req.ContainerID, "error", err)
+		}
+	})
 	ofport, err := n.db.AddPort(ctx, n.opts.Bridge, a.HostVeth, a.externalIDs())
 	step("ovsdb")
 	if err != nil {
 		return nil, stepErr("ovsdb", fmt.Errorf("%s: add port %s to bridge %s: %w", req, a.HostVeth, n.opts.Bridge, err))
 	}
-	undo = append(undo, func() { _ = n.db.DeletePort(context.WithoutCancel(ctx), n.opts.Bridge, a.HostVeth) })
 	a.OFPort = uint32(ofport)
 
 	// 4. The pod's flows, one batch confirmed by a barrier.
 	err = n.store.SetOwner(ctx, a.owner(), flows.PodFlows(n.cfg, a.flowPod()))
 	step("openflow")
 	if err != nil {
-		undo = append(undo, func() { n.deletePodFlows(context.WithoutCancel(ctx), a) })
+		// Runs before the port's undo. The delete is queued on the OpenFlow
+		// connection behind the adds, so a switch that resumes applies both
+		// in order even when the wait for its confirmation runs out.
+		undo = append(undo, func() {
+			uctx, cancel := undoContext(ctx)
+			defer cancel()
+			if err := n.deletePodFlows(uctx, a); err != nil {
+				n.log.Warn("failed ADD: removal of its flows not confirmed", "container_id", req.ContainerID, "error", err)
+			}
+		})
 		return nil, stepErr("openflow", fmt.Errorf("%s: %w", req, err))
 	}
 
@@ -209,7 +232,10 @@ func (n *Node) DelPod(ctx context.Context, req PodRequest) error {
 	if req.ContainerID == "" || req.IfName == "" {
 		return errors.New("container ID and interface name are required for DEL")
 	}
-	unlock := n.locks.Lock(req.ContainerID)
+	unlock, err := n.lockPod(ctx, req)
+	if err != nil {
+		return err
+	}
 	defer unlock()
 
 	key := attachmentKey(req.ContainerID, req.IfName)
@@ -217,10 +243,17 @@ func (n *Node) DelPod(ctx context.Context, req PodRequest) error {
 	n.mu.Lock()
 	a := n.pods[key]
 	n.mu.Unlock()
-	if a == nil {
-		// Not in memory (e.g. ADD failed half-way before a restart): rebuild from the port.
-		if p, ok := n.db.GetPort(hostVeth); ok {
-			a, _ = attachmentFromPort(p)
+	if p, ok := n.db.GetPort(hostVeth); ok {
+		pa, ours := attachmentFromPort(p)
+		if ours && (pa.ContainerID != req.ContainerID || pa.IfName != req.IfName) {
+			// A host-name hash collision (48 bits): the port and veth
+			// belong to another attachment and are not touched.
+			n.log.Warn("DEL: port with this attachment's host name belongs to another container; leaving it",
+				"port", hostVeth, "container_id", req.ContainerID, "owner_container_id", pa.ContainerID)
+			hostVeth = ""
+		} else if a == nil && ours {
+			// Not in memory (e.g. ADD failed half-way before a restart): rebuild from the port.
+			a = pa
 		}
 	}
 	if a == nil {
@@ -234,8 +267,10 @@ func (n *Node) DelPod(ctx context.Context, req PodRequest) error {
 			return stepErr("openflow", fmt.Errorf("%s: %w", req, err))
 		}
 	}
-	if err := n.db.DeletePort(ctx, n.opts.Bridge, hostVeth); err != nil {
-		return stepErr("ovsdb", fmt.Errorf("%s: delete port %s: %w", req, hostVeth, err))
+	if hostVeth != "" {
+		if err := n.db.DeletePort(ctx, n.opts.Bridge, hostVeth); err != nil {
+			return stepErr("ovsdb", fmt.Errorf("%s: delete port %s: %w", req, hostVeth, err))
+		}
 	}
 	if err := podnet.Teardown(hostVeth, req.Netns, req.IfName); err != nil {
 		return stepErr("veth", fmt.Errorf("%s: %w", req, err))
@@ -247,6 +282,57 @@ func (n *Node) DelPod(ctx context.Context, req PodRequest) error {
 	delete(n.pods, key)
 	n.mu.Unlock()
 	return nil
+}
+
+// UndoTimeout bounds each undo step of a failed ADD (removing its flows, its
+// OVS port): 10 seconds, independent of the ADD's own deadline, which may
+// already have passed. A step that runs out leaves its object to
+// reconciliation and is logged.
+const UndoTimeout = 10 * time.Second
+
+func undoContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), UndoTimeout)
+}
+
+// lockPod serialises operations on one pod: it takes the lock of the pod's
+// namespace/name (when CNI_ARGS named it), then the lock of the container ID,
+// always in that order. Operations on other pods are not blocked, and no
+// global lock is held while waiting on OVS. Waiting honours ctx: when ctx
+// ends first, lockPod returns an error saying another operation on the pod
+// is still running (the abandoned lock is released as soon as it is granted).
+func (n *Node) lockPod(ctx context.Context, req PodRequest) (func(), error) {
+	var unlocks []func()
+	unlockAll := func() {
+		for i := len(unlocks) - 1; i >= 0; i-- {
+			unlocks[i]()
+		}
+	}
+	keys := []string{"container:" + req.ContainerID}
+	if req.PodName != "" {
+		keys = []string{"pod:" + req.PodNamespace + "/" + req.PodName, keys[0]}
+	}
+	for _, k := range keys {
+		u, err := n.lockCtx(ctx, k)
+		if err != nil {
+			unlockAll()
+			return nil, fmt.Errorf("%s: another operation on this pod is still running: %w", req, err)
+		}
+		unlocks = append(unlocks, u)
+	}
+	return unlockAll, nil
+}
+
+// lockCtx takes n.locks' lock of key, or gives up when ctx ends.
+func (n *Node) lockCtx(ctx context.Context, key string) (func(), error) {
+	got := make(chan func(), 1)
+	go func() { got <- n.locks.Lock(key) }()
+	select {
+	case u := <-got:
+		return u, nil
+	case <-ctx.Done():
+		go func() { (<-got)() }()
+		return nil, ctx.Err()
+	}
 }
 
 // stepTimer returns a function that reports the time since the previous call (or since

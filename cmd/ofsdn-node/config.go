@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/ofsdn/ofsdn/cni"
 )
 
 // Config is the daemon's configuration: defaults, overridden by the config file (YAML or
@@ -34,6 +36,10 @@ type Config struct {
 	MTU int `json:"mtu"`
 	// StartTimeout bounds the start-up (OVSDB, bridge, OpenFlow), e.g. "30s".
 	StartTimeout string `json:"startTimeout"`
+	// AddTimeout bounds one CNI ADD in the daemon, waits on Open vSwitch included, e.g.
+	// "60s"; more than 0 and less than the plugin's own 90 s (cni.DefaultTimeout), so the
+	// runtime gets the daemon's clean error (code 11) rather than a timeout.
+	AddTimeout string `json:"addTimeout"`
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `json:"logLevel"`
 	// LogFormat is text or json.
@@ -52,6 +58,7 @@ func defaultConfig() Config {
 		DataDir:      "/var/lib/ofsdn",
 		MTU:          1450,
 		StartTimeout: "60s",
+		AddTimeout:   "60s",
 		LogLevel:     "info",
 		LogFormat:    "text",
 	}
@@ -72,6 +79,7 @@ func loadConfig(args []string) (Config, error) {
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory for persistent state (IP leases)")
 	fs.IntVar(&cfg.MTU, "mtu", cfg.MTU, "pod and gateway MTU in bytes")
 	fs.StringVar(&cfg.StartTimeout, "start-timeout", cfg.StartTimeout, "bound on start-up, e.g. 60s")
+	fs.StringVar(&cfg.AddTimeout, "add-timeout", cfg.AddTimeout, "bound on one CNI ADD, waits on OVS included, e.g. 60s (below the plugin's 90s)")
 	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "text or json")
 	if err := fs.Parse(args); err != nil {
@@ -84,7 +92,7 @@ func loadConfig(args []string) (Config, error) {
 			return cfg, fmt.Errorf("config file %s: %w", *file, err)
 		}
 		if err := yaml.UnmarshalStrict(b, &fromFile); err != nil {
-			return cfg, fmt.Errorf("config file %s: %w (keys are: podSubnet, bridge, gateway, datapathType, ovsdb, ovsRunDir, socket, dataDir, mtu, startTimeout, logLevel, logFormat)", *file, err)
+			return cfg, fmt.Errorf("config file %s: %w (keys are: podSubnet, bridge, gateway, datapathType, ovsdb, ovsRunDir, socket, dataDir, mtu, startTimeout, addTimeout, logLevel, logFormat)", *file, err)
 		}
 		// The flag variables point into cfg: parsing again re-applies only the flags given
 		// explicitly, over the file's values.
@@ -115,6 +123,9 @@ func (c Config) validate() error {
 	}
 	if _, err := time.ParseDuration(c.StartTimeout); err != nil {
 		return fmt.Errorf("config startTimeout %q: want a duration such as 60s", c.StartTimeout)
+	}
+	if d, err := time.ParseDuration(c.AddTimeout); err != nil || d <= 0 || d >= cni.DefaultTimeout {
+		return fmt.Errorf("config addTimeout %q: want a duration above 0 and below the plugin's %s, such as 60s", c.AddTimeout, cni.DefaultTimeout)
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		return fmt.Errorf("config logFormat %q: want text or json", c.LogFormat)

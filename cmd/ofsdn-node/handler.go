@@ -15,6 +15,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
+	"golang.org/x/sys/unix"
 
 	"github.com/ofsdn/ofsdn/cni"
 	"github.com/ofsdn/ofsdn/controller"
@@ -23,6 +24,8 @@ import (
 type handler struct {
 	node *controller.Node
 	log  *slog.Logger
+	// addTimeout bounds one ADD (config addTimeout); 0 means none beyond the plugin's.
+	addTimeout time.Duration
 }
 
 func (h *handler) podRequest(req *cni.Request) (controller.PodRequest, error) {
@@ -46,19 +49,60 @@ func (h *handler) logOutcome(verb string, pr controller.PodRequest, start time.T
 	h.log.Info(verb+" done", attrs...)
 }
 
-// Add implements server.Handler.
+// Add implements server.Handler. The ADD runs under the addTimeout deadline; when it
+// passes (Open vSwitch slow or stuck), AddPod has removed what it created and the runtime
+// gets CNI error 11 (try again later) naming the deadline and the step.
 func (h *handler) Add(ctx context.Context, req *cni.Request) (*current.Result, error) {
 	start := time.Now()
 	pr, err := h.podRequest(req)
 	if err != nil {
 		return nil, err
 	}
+	if err := checkNetns(req.Netns); err != nil {
+		return nil, err
+	}
+	if h.addTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, h.addTimeout)
+		defer cancel()
+	}
 	a, err := h.node.AddPod(ctx, pr)
 	h.logOutcome("ADD", pr, start, err)
 	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			step := "waiting for another operation on the same pod"
+			var se *controller.StepError
+			if errors.As(err, &se) {
+				step = "step " + se.Step
+			}
+			return nil, types.NewError(types.ErrTryAgainLater,
+				fmt.Sprintf("ADD of %s did not finish within %s (addTimeout), at %s: Open vSwitch is slow or not answering; what the ADD created was removed, try again later", pr, h.addTimeout, step),
+				err.Error())
+		}
 		return nil, cniError(err)
 	}
 	return resultFor(a), nil
+}
+
+// checkNetns checks CNI_NETNS for ADD and CHECK: it must exist, be a network namespace
+// (nsfs) and not be the daemon's own namespace, which wiring would break. Errors: code 4
+// (invalid CNI_NETNS) or 8 (ErrInvalidNetNS), naming the path.
+func checkNetns(path string) error {
+	var st, self unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return types.NewError(types.ErrInvalidEnvironmentVariables,
+			fmt.Sprintf("CNI_NETNS %s cannot be used: %v; pass the path of the pod's network namespace", path, err), "")
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(path, &fs); err != nil || fs.Type != unix.NSFS_MAGIC {
+		return types.NewError(types.ErrInvalidEnvironmentVariables,
+			fmt.Sprintf("CNI_NETNS %s is not a network namespace (not on nsfs); pass e.g. /var/run/netns/NAME or /proc/PID/ns/net", path), "")
+	}
+	if err := unix.Stat("/proc/self/ns/net", &self); err == nil && st.Dev == self.Dev && st.Ino == self.Ino {
+		return types.NewError(types.ErrInvalidNetNS,
+			fmt.Sprintf("CNI_NETNS %s is the ofsdn-node daemon's own network namespace, not a pod's", path), "")
+	}
+	return nil
 }
 
 // Del implements server.Handler.
@@ -80,6 +124,9 @@ func (h *handler) Del(ctx context.Context, req *cni.Request) error {
 func (h *handler) Check(ctx context.Context, req *cni.Request) error {
 	pr, err := h.podRequest(req)
 	if err != nil {
+		return err
+	}
+	if err := checkNetns(req.Netns); err != nil {
 		return err
 	}
 	conf, err := cni.LoadNetConf(req.Config)

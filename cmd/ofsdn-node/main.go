@@ -58,7 +58,8 @@ func run(args []string) error {
 	defer stop()
 
 	// The CNI socket answers "try again later" (code 11) until the node is ready.
-	h := &handler{log: log}
+	addTimeout, _ := time.ParseDuration(cfg.AddTimeout) // checked by loadConfig
+	h := &handler{log: log, addTimeout: addTimeout}
 	srv := server.New(cfg.Socket, h, log)
 	if err := srv.Start(); err != nil {
 		return fmt.Errorf("CNI server on %s: %w", cfg.Socket, err)
