@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"time"
 
 	"sigs.k8s.io/yaml"
 
 	"github.com/ofsdn/ofsdn/cni"
+	"github.com/ofsdn/ofsdn/metrics"
 )
 
 // Config is the daemon's configuration: defaults, overridden by the config file (YAML or
@@ -44,6 +46,12 @@ type Config struct {
 	LogLevel string `json:"logLevel"`
 	// LogFormat is text or json.
 	LogFormat string `json:"logFormat"`
+	// MetricsAddress is the host:port of the /metrics, /healthz and /readyz listener
+	// (default 127.0.0.1:9469; ":9469" for every address; "" turns it off).
+	MetricsAddress string `json:"metricsAddress"`
+	// CtlSocket is the inspection socket ofsdnctl talks to; default ctl.sock next to the
+	// CNI socket (/var/run/ofsdn/ctl.sock); "off" turns it off.
+	CtlSocket string `json:"ctlSocket"`
 }
 
 func defaultConfig() Config {
@@ -61,6 +69,8 @@ func defaultConfig() Config {
 		AddTimeout:   "60s",
 		LogLevel:     "info",
 		LogFormat:    "text",
+
+		MetricsAddress: metrics.DefaultAddress,
 	}
 }
 
@@ -82,6 +92,8 @@ func loadConfig(args []string) (Config, error) {
 	fs.StringVar(&cfg.AddTimeout, "add-timeout", cfg.AddTimeout, "bound on one CNI ADD, waits on OVS included, e.g. 60s (below the plugin's 90s)")
 	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "text or json")
+	fs.StringVar(&cfg.MetricsAddress, "metrics-address", cfg.MetricsAddress, "host:port of /metrics, /healthz and /readyz (\"\" turns it off)")
+	fs.StringVar(&cfg.CtlSocket, "ctl-socket", cfg.CtlSocket, "inspection socket for ofsdnctl (default: ctl.sock next to -socket; \"off\" turns it off)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -92,7 +104,7 @@ func loadConfig(args []string) (Config, error) {
 			return cfg, fmt.Errorf("config file %s: %w", *file, err)
 		}
 		if err := yaml.UnmarshalStrict(b, &fromFile); err != nil {
-			return cfg, fmt.Errorf("config file %s: %w (keys are: podSubnet, bridge, gateway, datapathType, ovsdb, ovsRunDir, socket, dataDir, mtu, startTimeout, addTimeout, logLevel, logFormat)", *file, err)
+			return cfg, fmt.Errorf("config file %s: %w (keys are: podSubnet, bridge, gateway, datapathType, ovsdb, ovsRunDir, socket, dataDir, mtu, startTimeout, addTimeout, logLevel, logFormat, metricsAddress, ctlSocket)", *file, err)
 		}
 		// The flag variables point into cfg: parsing again re-applies only the flags given
 		// explicitly, over the file's values.
@@ -100,6 +112,12 @@ func loadConfig(args []string) (Config, error) {
 		if err := fs.Parse(args); err != nil {
 			return cfg, err
 		}
+	}
+	switch cfg.CtlSocket {
+	case "":
+		cfg.CtlSocket = filepath.Join(filepath.Dir(cfg.Socket), "ctl.sock")
+	case "off":
+		cfg.CtlSocket = ""
 	}
 	return cfg, cfg.validate()
 }
@@ -123,6 +141,14 @@ func (c Config) validate() error {
 	}
 	if _, err := time.ParseDuration(c.StartTimeout); err != nil {
 		return fmt.Errorf("config startTimeout %q: want a duration such as 60s", c.StartTimeout)
+	}
+	if c.MetricsAddress != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsAddress); err != nil {
+			return fmt.Errorf("config metricsAddress %q: want host:port such as 127.0.0.1:9469 or :9469", c.MetricsAddress)
+		}
+	}
+	if c.CtlSocket != "" && (!filepath.IsAbs(c.CtlSocket) || c.CtlSocket == c.Socket) {
+		return fmt.Errorf("config ctlSocket %q: want an absolute path other than the CNI socket, e.g. /var/run/ofsdn/ctl.sock", c.CtlSocket)
 	}
 	if d, err := time.ParseDuration(c.AddTimeout); err != nil || d <= 0 || d >= cni.DefaultTimeout {
 		return fmt.Errorf("config addTimeout %q: want a duration above 0 and below the plugin's %s, such as 60s", c.AddTimeout, cni.DefaultTimeout)

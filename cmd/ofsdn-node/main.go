@@ -61,6 +61,12 @@ func run(args []string) error {
 	addTimeout, _ := time.ParseDuration(cfg.AddTimeout) // checked by loadConfig
 	h := &handler{log: log, addTimeout: addTimeout}
 	srv := server.New(cfg.Socket, h, log)
+	// Metrics, /healthz, /readyz and the inspection socket come up before OVS is reached.
+	obs, err := startObserver(cfg, srv, log)
+	if err != nil {
+		return err
+	}
+	defer obs.close()
 	if err := srv.Start(); err != nil {
 		return fmt.Errorf("CNI server on %s: %w", cfg.Socket, err)
 	}
@@ -78,11 +84,12 @@ func run(args []string) error {
 		return fmt.Errorf("OVSDB at %s: %w", cfg.OVSDB, err)
 	}
 	defer db.Close()
+	obs.setDB(db)
 	_, subnet, _ := net.ParseCIDR(cfg.PodSubnet)
 	node, err := controller.StartNode(sctx, db, controller.NodeOptions{
 		Bridge: cfg.Bridge, Gateway: cfg.Gateway, DatapathType: cfg.DatapathType,
 		PodSubnet: subnet, MTU: cfg.MTU, OVSRunDir: cfg.OVSRunDir, DataDir: cfg.DataDir,
-		EchoInterval: 5 * time.Second, Logger: log,
+		EchoInterval: 5 * time.Second, Logger: log, Hooks: obs.hooks(),
 	})
 	if err != nil {
 		return err
@@ -90,6 +97,7 @@ func run(args []string) error {
 	defer node.Close()
 	h.node = node
 	srv.SetReady(true)
+	obs.setNode(node)
 	log.Info("serving CNI requests", "socket", cfg.Socket)
 
 	select {

@@ -1,0 +1,132 @@
+package main
+
+// Observability wiring: the metrics and health listener (package metrics) and the
+// inspection socket (package ctl). Both start before the daemon connects to Open vSwitch,
+// so /healthz answers at once and /readyz says why the daemon is not ready yet.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/ofsdn/ofsdn/cni/server"
+	"github.com/ofsdn/ofsdn/controller"
+	"github.com/ofsdn/ofsdn/ctl"
+	"github.com/ofsdn/ofsdn/metrics"
+	"github.com/ofsdn/ofsdn/ovsdb"
+)
+
+// observer owns the daemon's metrics, health endpoints and inspection socket.
+type observer struct {
+	cfg     Config
+	cniSrv  *server.Server
+	metrics *metrics.Metrics
+	http    *metrics.Server // nil when metricsAddress is ""
+	ctl     *ctl.Server     // nil when ctlSocket is ""
+	db      atomic.Pointer[ovsdb.Client]
+	node    atomic.Pointer[controller.Node]
+	stop    chan struct{}
+}
+
+// startObserver creates the metrics, installs the CNI server's observer (call it before
+// srv.Start), and starts the metrics listener and the inspection socket.
+func startObserver(cfg Config, srv *server.Server, log *slog.Logger) (*observer, error) {
+	o := &observer{cfg: cfg, cniSrv: srv, metrics: metrics.New(), stop: make(chan struct{})}
+	srv.SetObserver(o.metrics.ObserveCNI)
+	o.metrics.SetSource(o.stats)
+	if cfg.MetricsAddress != "" {
+		o.http = metrics.NewServer(cfg.MetricsAddress, o.metrics.Registry(), log)
+		o.http.SetReadiness(o.readiness)
+		if err := o.http.Start(); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.CtlSocket != "" {
+		o.ctl = ctl.NewServer(cfg.CtlSocket, ctl.NodeSource(o.node.Load), log)
+		if err := o.ctl.Start(); err != nil {
+			o.close()
+			return nil, err
+		}
+	}
+	go o.metrics.WatchConnections(time.Second, o.stop)
+	return o, nil
+}
+
+// hooks returns the node's observer hooks.
+func (o *observer) hooks() controller.Hooks {
+	return controller.Hooks{AddStep: o.metrics.AddStep, FlowOp: o.metrics.FlowOp}
+}
+
+// setDB records the OVSDB client once connected.
+func (o *observer) setDB(db *ovsdb.Client) { o.db.Store(db) }
+
+// setNode records the started node: from now on the gauges, /readyz and the inspection
+// socket read it.
+func (o *observer) setNode(n *controller.Node) { o.node.Store(n) }
+
+// readiness is /readyz: OVSDB and OpenFlow connected, base pipeline installed, CNI socket
+// serving. The error lists what is not.
+func (o *observer) readiness() error {
+	var errs []error
+	n := o.node.Load()
+	if db := o.db.Load(); db == nil || !db.Connected() {
+		errs = append(errs, fmt.Errorf("OVSDB at %s not connected", o.cfg.OVSDB))
+	}
+	if n == nil {
+		errs = append(errs, fmt.Errorf("bridge %s: node not started (OpenFlow connection and base pipeline pending)", o.cfg.Bridge))
+	} else {
+		if !n.OpenFlowConnected() {
+			errs = append(errs, fmt.Errorf("OpenFlow connection to bridge %s down", o.cfg.Bridge))
+		}
+		if !n.PipelineInstalled() {
+			errs = append(errs, fmt.Errorf("base pipeline not installed on bridge %s", o.cfg.Bridge))
+		}
+	}
+	if !o.cniSrv.Ready() {
+		errs = append(errs, fmt.Errorf("CNI socket %s not serving yet", o.cfg.Socket))
+	} else if c, err := net.DialTimeout("unix", o.cfg.Socket, time.Second); err != nil {
+		errs = append(errs, fmt.Errorf("CNI socket %s not accepting connections: %v", o.cfg.Socket, err))
+	} else {
+		c.Close()
+	}
+	return errors.Join(errs...)
+}
+
+// stats samples the node for the metrics collector.
+func (o *observer) stats() metrics.NodeStats {
+	var s metrics.NodeStats
+	if db := o.db.Load(); db != nil {
+		s.OVSDBUp = db.Connected()
+	}
+	if n := o.node.Load(); n != nil {
+		s.LocalPods = len(n.Pods())
+		s.PoolAddresses, s.AllocatedAddresses = n.IPAM().Size(), n.IPAM().InUse()
+		s.FlowsByTable = n.Store().CountByTable()
+		s.OpenFlowUp = n.OpenFlowConnected()
+		s.OpenFlowSession = n.Switch()
+		s.Ready = o.readiness() == nil
+	}
+	return s
+}
+
+// close stops the listeners.
+func (o *observer) close() {
+	select {
+	case <-o.stop:
+		return
+	default:
+		close(o.stop)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if o.http != nil {
+		_ = o.http.Shutdown(ctx)
+	}
+	if o.ctl != nil {
+		_ = o.ctl.Shutdown(ctx)
+	}
+}

@@ -1,0 +1,230 @@
+package controller
+
+// Read-only views of the node for the daemon's metrics and its inspection API (ctl/):
+// connection state, readiness, and the switch's flows grouped by pipeline stage with their
+// packet counts, each paired with the desired flow it implements.
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/contiv/libOpenflow/openflow13"
+
+	"github.com/ofsdn/ofsdn/flows"
+)
+
+// OpenFlowConnected reports whether the node's OpenFlow connection to the bridge is up
+// (its Done channel is not closed).
+func (n *Node) OpenFlowConnected() bool {
+	sw := n.Switch()
+	if sw == nil {
+		return false
+	}
+	select {
+	case <-sw.Done():
+		return false
+	default:
+		return true
+	}
+}
+
+// OVSDBConnected reports whether the node's OVSDB session is up (ovsdb.Client.Connected).
+func (n *Node) OVSDBConnected() bool { return n.db != nil && n.db.Connected() }
+
+// PipelineInstalled reports whether the base pipeline's flows are in the desired-state
+// store, which happens only after the switch confirmed them with a barrier.
+func (n *Node) PipelineInstalled() bool {
+	if n.Store() == nil {
+		return false
+	}
+	_, ok := n.Store().Owner(ownerPipeline)
+	return ok
+}
+
+// Bridge returns the integration bridge's name.
+func (n *Node) Bridge() string { return n.opts.Bridge }
+
+// InstalledFlow is one flow entry as the switch reports it in a flow-stats reply
+// (OpenFlow 1.3.5 §7.3.5.2 ofp_flow_stats), paired with the desired flow it implements.
+type InstalledFlow struct {
+	// Table is the OpenFlow table id (0..254).
+	Table uint8
+	// Priority is the entry's priority (0..65535).
+	Priority uint16
+	// Cookie is the entry's cookie (flows.Cookie layout).
+	Cookie uint64
+	// Packets and Bytes are the entry's counters (n_packets, n_bytes).
+	Packets, Bytes uint64
+	// Duration is how long the entry has been installed (seconds and nanoseconds on the
+	// wire).
+	Duration time.Duration
+	// Text is the flow as `ovs-ofctl -O OpenFlow13 dump-flows --names` prints it, without
+	// the statistics, taken from the desired flow; for an entry the daemon does not want it
+	// is a short description with the match's field count.
+	Text string
+	// Desired is true when the entry is one of the daemon's desired flows.
+	Desired bool
+}
+
+// StageFlows is one pipeline stage's flow table on the switch.
+type StageFlows struct {
+	// Table is the OpenFlow table id.
+	Table uint8
+	// Stage is the stage name (flows.Tables), or "table_<id>" for a table outside the
+	// pipeline.
+	Stage string
+	// Flows are the entries the switch holds, by descending priority then text.
+	Flows []InstalledFlow
+	// Missing are desired flows of this table that the switch does not hold (text form);
+	// normally empty.
+	Missing []string
+}
+
+// InstalledFlows dumps every flow table with one flow-stats request (OpenFlow 1.3.5
+// §7.3.5.2, OFPTT_ALL, no cookie filter) and groups the entries by stage, in pipeline
+// order; every stage of the pipeline is present even when empty. Entries are paired with
+// the desired-state store's flows by table, priority, cookie and match.
+//
+// Errors: those of OFSwitch.DumpFlows (ErrDisconnected while the connection is down,
+// ctx's error).
+func (n *Node) InstalledFlows(ctx context.Context) ([]StageFlows, error) {
+	sw := n.Switch()
+	if sw == nil {
+		return nil, fmt.Errorf("bridge %s: no OpenFlow connection yet", n.opts.Bridge)
+	}
+	stats, err := sw.DumpFlows(ctx, tableAll, 0, 0)
+	if err != nil {
+		return nil, err
+	}
+	desired := n.Store().All()
+	ports := flows.PortNames{n.cfg.GatewayOFPort: n.opts.Gateway}
+	for _, a := range n.Pods() {
+		ports[a.OFPort] = a.HostVeth
+	}
+
+	// Pair by exact key first, then what is left by (table, priority, cookie) when that
+	// group has one flow on each side.
+	type entry struct {
+		f    flows.Flow
+		used bool
+	}
+	byKey := map[string][]*entry{}
+	byCoarse := map[string][]*entry{}
+	for _, f := range desired {
+		e := &entry{f: f}
+		fm := f.FlowMod(openflow13.FC_ADD)
+		byKey[flowKey(uint8(f.Table), f.Priority, uint64(f.Cookie), fm.Match)] = append(byKey[flowKey(uint8(f.Table), f.Priority, uint64(f.Cookie), fm.Match)], e)
+		ck := coarseKey(uint8(f.Table), f.Priority, uint64(f.Cookie))
+		byCoarse[ck] = append(byCoarse[ck], e)
+	}
+	out := make([]InstalledFlow, len(stats))
+	paired := make([]bool, len(stats))
+	for i, s := range stats {
+		out[i] = InstalledFlow{
+			Table: s.TableId, Priority: s.Priority, Cookie: s.Cookie,
+			Packets: s.PacketCount, Bytes: s.ByteCount,
+			Duration: time.Duration(s.DurationSec)*time.Second + time.Duration(s.DurationNSec),
+		}
+		for _, e := range byKey[flowKey(s.TableId, s.Priority, s.Cookie, s.Match)] {
+			if !e.used {
+				e.used, paired[i] = true, true
+				out[i].Text, out[i].Desired = e.f.Format(ports), true
+				break
+			}
+		}
+	}
+	coarseStats := map[string][]int{}
+	for i, s := range stats {
+		if !paired[i] {
+			ck := coarseKey(s.TableId, s.Priority, s.Cookie)
+			coarseStats[ck] = append(coarseStats[ck], i)
+		}
+	}
+	for ck, idx := range coarseStats {
+		var free []*entry
+		for _, e := range byCoarse[ck] {
+			if !e.used {
+				free = append(free, e)
+			}
+		}
+		if len(idx) == 1 && len(free) == 1 {
+			free[0].used = true
+			out[idx[0]].Text, out[idx[0]].Desired = free[0].f.Format(ports), true
+			continue
+		}
+		for _, i := range idx {
+			s := stats[i]
+			out[i].Text = fmt.Sprintf("cookie=%#x, table=%d, priority=%d, a match of %d fields: not one of the daemon's flows",
+				s.Cookie, s.TableId, s.Priority, len(s.Match.Fields))
+		}
+	}
+
+	stages := map[uint8]*StageFlows{}
+	var order []uint8
+	stage := func(id uint8) *StageFlows {
+		if st, ok := stages[id]; ok {
+			return st
+		}
+		name := flows.TableID(id).Name()
+		if name == "" {
+			name = fmt.Sprintf("table_%d", id)
+		}
+		st := &StageFlows{Table: id, Stage: name}
+		stages[id] = st
+		order = append(order, id)
+		return st
+	}
+	for _, t := range flows.Tables() {
+		stage(t.ID)
+	}
+	for _, f := range out {
+		st := stage(f.Table)
+		st.Flows = append(st.Flows, f)
+	}
+	for _, es := range byKey {
+		for _, e := range es {
+			if !e.used {
+				st := stage(uint8(e.f.Table))
+				st.Missing = append(st.Missing, e.f.Format(ports))
+			}
+		}
+	}
+	sort.Slice(order, func(i, j int) bool { return order[i] < order[j] })
+	res := make([]StageFlows, 0, len(order))
+	for _, id := range order {
+		st := stages[id]
+		sort.Slice(st.Flows, func(i, j int) bool {
+			a, b := st.Flows[i], st.Flows[j]
+			if a.Priority != b.Priority {
+				return a.Priority > b.Priority
+			}
+			return a.Text < b.Text
+		})
+		sort.Strings(st.Missing)
+		res = append(res, *st)
+	}
+	return res, nil
+}
+
+func coarseKey(table uint8, priority uint16, cookie uint64) string {
+	return fmt.Sprintf("%d/%d/%#x", table, priority, cookie)
+}
+
+// flowKey identifies a flow entry by table, priority, cookie and match. The match is its
+// set of encoded OXM/NXM fields, sorted, since the switch may return them in another order
+// than they were sent (OpenFlow 1.3.5 §7.2.3.5 leaves the order open).
+func flowKey(table uint8, priority uint16, cookie uint64, m openflow13.Match) string {
+	fields := make([][]byte, 0, len(m.Fields))
+	for i := range m.Fields {
+		b, err := m.Fields[i].MarshalBinary()
+		if err != nil {
+			b = []byte(fmt.Sprintf("unencodable field class %d field %d", m.Fields[i].Class, m.Fields[i].Field))
+		}
+		fields = append(fields, b)
+	}
+	sort.Slice(fields, func(i, j int) bool { return bytes.Compare(fields[i], fields[j]) < 0 })
+	return fmt.Sprintf("%s/%x", coarseKey(table, priority, cookie), bytes.Join(fields, []byte{0xff}))
+}

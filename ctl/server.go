@@ -1,0 +1,230 @@
+package ctl
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrNotReady is what a Source returns while the node is not started; the server answers
+// 503 with its message.
+var ErrNotReady = errors.New("ofsdn-node is still connecting to Open vSwitch; try again later")
+
+// FlowDumpTimeout bounds one flow dump (the flow-stats round trip to the switch): 30 seconds.
+const FlowDumpTimeout = 30 * time.Second
+
+// Source answers the API's questions. Implementations must be safe for concurrent use.
+// Errors wrapping ErrNotReady become 503, others 500; the message is sent to the client.
+type Source interface {
+	// Pods returns the local pods.
+	Pods() ([]Pod, error)
+	// Flows dumps the switch's flows grouped by stage, in pipeline order.
+	Flows(ctx context.Context) ([]Stage, error)
+	// Peers returns the known peer nodes.
+	Peers() ([]Peer, error)
+}
+
+// Server serves the inspection API on a unix socket. Create it with NewServer, then Start.
+type Server struct {
+	path string
+	src  Source
+	log  *slog.Logger
+
+	mu       sync.Mutex
+	http     *http.Server
+	listener net.Listener
+	done     chan struct{}
+}
+
+// NewServer returns a server for the unix socket at path (absolute) answering from src.
+// logger nil means slog.Default().
+func NewServer(path string, src Source, logger *slog.Logger) *Server {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &Server{path: path, src: src, log: logger.With("component", "ctl", "socket", path)}
+}
+
+// Start prepares the socket and serves in the background: the socket's directory is
+// created if needed and set to mode 0700 owned by root, a stale socket of an earlier
+// daemon is removed (a live one, or a path that is not a socket, is an error), the socket
+// is made mode 0600, and each connection's SO_PEERCRED must show uid 0.
+// Errors name the path and the step.
+func (s *Server) Start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.http != nil {
+		return fmt.Errorf("inspection socket %s: already started", s.path)
+	}
+	if !filepath.IsAbs(s.path) {
+		return fmt.Errorf("inspection socket %q: not an absolute path; set ctlSocket to one", s.path)
+	}
+	dir := filepath.Dir(s.path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("inspection socket: create directory %s: %w", dir, err)
+	}
+	if err := os.Chown(dir, 0, 0); err != nil {
+		return fmt.Errorf("inspection socket: make directory %s owned by root (the daemon must run as root): %w", dir, err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return fmt.Errorf("inspection socket: set mode 0700 on directory %s: %w", dir, err)
+	}
+	if err := removeStale(s.path); err != nil {
+		return err
+	}
+	l, err := net.Listen("unix", s.path)
+	if err != nil {
+		return fmt.Errorf("inspection socket: listen on %s: %w", s.path, err)
+	}
+	if err := os.Chmod(s.path, 0o600); err != nil {
+		l.Close()
+		return fmt.Errorf("inspection socket: set mode 0600 on %s: %w", s.path, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc(PathPods, func(w http.ResponseWriter, r *http.Request) {
+		pods, err := s.src.Pods()
+		s.answer(w, r, pods, err)
+	})
+	mux.HandleFunc(PathFlows, func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), FlowDumpTimeout)
+		defer cancel()
+		stages, err := s.src.Flows(ctx)
+		s.answer(w, r, stages, err)
+	})
+	mux.HandleFunc(PathPeers, func(w http.ResponseWriter, r *http.Request) {
+		peers, err := s.src.Peers()
+		s.answer(w, r, peers, err)
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusNotFound, errorBody{Error: fmt.Sprintf("no endpoint at %s: try %s, %s or %s", r.URL.Path, PathPods, PathFlows, PathPeers)})
+	})
+	s.http = &http.Server{
+		Handler:           rootOnly(mux),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ConnContext:       connContext,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	s.listener = l
+	s.done = make(chan struct{})
+	go func() {
+		defer close(s.done)
+		if err := s.http.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("inspection socket stopped", "err", err)
+		}
+	}()
+	s.log.Info("serving the inspection API")
+	return nil
+}
+
+// Shutdown stops serving, waits for requests in flight until ctx ends and removes the
+// socket.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	hs, done := s.http, s.done
+	s.mu.Unlock()
+	if hs == nil {
+		return nil
+	}
+	err := hs.Shutdown(ctx)
+	if err != nil {
+		hs.Close()
+	}
+	<-done
+	if rmErr := os.Remove(s.path); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) && err == nil {
+		err = fmt.Errorf("inspection socket: remove %s: %w", s.path, rmErr)
+	}
+	return err
+}
+
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, v any, err error) {
+	if r.Method != http.MethodGet {
+		w.Header().Set("Allow", http.MethodGet)
+		writeJSON(w, http.StatusMethodNotAllowed, errorBody{Error: fmt.Sprintf("method %s not allowed on %s: use GET", r.Method, r.URL.Path)})
+		return
+	}
+	if err != nil {
+		status := http.StatusInternalServerError
+		if errors.Is(err, ErrNotReady) {
+			status = http.StatusServiceUnavailable
+		}
+		s.log.Warn("inspection request failed", "path", r.URL.Path, "err", err)
+		writeJSON(w, status, errorBody{Error: err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b = []byte(`{"error":"cannot encode the answer as JSON"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// removeStale deletes a socket left at path by an earlier daemon; it refuses to delete
+// anything that is not a socket or a socket a server still answers on.
+func removeStale(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("inspection socket: inspect %s: %w", path, err)
+	}
+	if fi.Mode()&os.ModeSocket == 0 {
+		return fmt.Errorf("inspection socket: %s exists and is not a socket (mode %s): remove it or set ctlSocket to another path", path, fi.Mode())
+	}
+	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		c.Close()
+		return fmt.Errorf("inspection socket: another server is listening on %s: stop the other ofsdn-node daemon first", path)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("inspection socket: remove stale socket %s: %w", path, err)
+	}
+	return nil
+}
+
+type peerCredKey struct{}
+
+// connContext records the connecting process's uid (socket(7) SO_PEERCRED), or -1.
+func connContext(ctx context.Context, c net.Conn) context.Context {
+	uid := int64(-1)
+	if uc, ok := c.(*net.UnixConn); ok {
+		if raw, err := uc.SyscallConn(); err == nil {
+			_ = raw.Control(func(fd uintptr) {
+				if cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); err == nil {
+					uid = int64(cred.Uid)
+				}
+			})
+		}
+	}
+	return context.WithValue(ctx, peerCredKey{}, uid)
+}
+
+// rootOnly refuses callers whose uid is not 0.
+func rootOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		uid, _ := r.Context().Value(peerCredKey{}).(int64)
+		if uid != 0 {
+			writeJSON(w, http.StatusForbidden, errorBody{Error: fmt.Sprintf("caller uid %d is not root: only root may use the ofsdn-node inspection socket", uid)})
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}

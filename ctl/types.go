@@ -1,0 +1,104 @@
+// Package ctl is the ofsdn-node daemon's inspection API and its client: read-only HTTP+JSON
+// over a root-only unix socket (DefaultSocketPath), separate from the CNI socket so that
+// operators' tools never compete with the container runtime. It lists the local pods,
+// dumps the installed flows grouped by pipeline stage with packet counts (from OpenFlow
+// flow-stats requests the daemon sends, OpenFlow 1.3.5 §7.3.5.2) and lists the peer nodes.
+// cmd/ofsdnctl is its command-line front end.
+//
+// Endpoints (all GET, JSON bodies; errors are {"error": "..."} with a 4xx/5xx status):
+//
+//	/v1/pods   → []Pod, sorted by namespace, name, container ID
+//	/v1/flows  → []Stage, in pipeline order
+//	/v1/peers  → []Peer, sorted by node name
+package ctl
+
+import "time"
+
+// DefaultSocketPath is the inspection socket's default path, next to the CNI socket
+// (cni.DefaultSocketPath) in the root-only directory /var/run/ofsdn.
+const DefaultSocketPath = "/var/run/ofsdn/ctl.sock"
+
+// API paths.
+const (
+	// PathPods lists the local pods.
+	PathPods = "/v1/pods"
+	// PathFlows dumps the installed flows by stage.
+	PathFlows = "/v1/flows"
+	// PathPeers lists the peer nodes.
+	PathPeers = "/v1/peers"
+)
+
+// Pod is one pod interface attached on the node.
+type Pod struct {
+	// ContainerID is the runtime's container ID (CNI_CONTAINERID).
+	ContainerID string `json:"containerID"`
+	// IfName is the interface name inside the pod (CNI_IFNAME).
+	IfName string `json:"ifName"`
+	// Namespace and Name are the pod's (K8S_POD_NAMESPACE, K8S_POD_NAME); empty if the
+	// runtime did not pass them.
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// IP is the pod's address with prefix length, e.g. "10.128.0.5/24".
+	IP string `json:"ip"`
+	// MAC is the pod interface's MAC address.
+	MAC string `json:"mac"`
+	// OFPort is the OVS port's OpenFlow port number.
+	OFPort uint32 `json:"ofport"`
+	// HostVeth is the host end of the veth pair, also the OVS port's name.
+	HostVeth string `json:"hostVeth"`
+	// Netns is the path of the pod's network namespace.
+	Netns string `json:"netns"`
+}
+
+// Stage is one pipeline stage's flow table as the switch holds it.
+type Stage struct {
+	// Table is the OpenFlow table id (0..254).
+	Table uint8 `json:"table"`
+	// Name is the stage name (docs/pipeline.md), or "table_<id>" outside the pipeline.
+	Name string `json:"name"`
+	// Flows are the table's entries, by descending priority.
+	Flows []Flow `json:"flows"`
+	// Missing are the daemon's desired flows for this table that the switch lacks
+	// (ovs-ofctl text form); normally empty.
+	Missing []string `json:"missing,omitempty"`
+}
+
+// Flow is one flow entry with its statistics.
+type Flow struct {
+	// Priority is the entry's priority (0..65535).
+	Priority uint16 `json:"priority"`
+	// Cookie is the entry's cookie in hex, e.g. "0x100000002000003".
+	Cookie string `json:"cookie"`
+	// Packets and Bytes are the entry's counters (n_packets, n_bytes).
+	Packets uint64 `json:"packets"`
+	Bytes   uint64 `json:"bytes"`
+	// DurationSeconds is how long the entry has been installed, in seconds.
+	DurationSeconds float64 `json:"durationSeconds"`
+	// Flow is the entry in `ovs-ofctl -O OpenFlow13 dump-flows --names` form without the
+	// statistics.
+	Flow string `json:"flow"`
+	// Desired is false for an entry the daemon did not install (someone else's flow).
+	Desired bool `json:"desired"`
+}
+
+// Duration returns DurationSeconds as a time.Duration.
+func (f Flow) Duration() time.Duration {
+	return time.Duration(f.DurationSeconds * float64(time.Second))
+}
+
+// Peer is one remote node known to this node (the overlay's tunnel endpoints).
+type Peer struct {
+	// Node is the peer's node name.
+	Node string `json:"node"`
+	// IP is the peer's tunnel endpoint address.
+	IP string `json:"ip"`
+	// PodSubnet is the peer's pod subnet (CIDR).
+	PodSubnet string `json:"podSubnet"`
+	// OFPort is the tunnel port's OpenFlow port number (0 when shared).
+	OFPort uint32 `json:"ofport,omitempty"`
+}
+
+// errorBody is the JSON body of an error answer.
+type errorBody struct {
+	Error string `json:"error"`
+}

@@ -1,0 +1,383 @@
+// Package metrics is the ofsdn-node daemon's Prometheus instrumentation (client_golang) and
+// its HTTP listener: /metrics, /healthz and /readyz on one address (DefaultAddress).
+//
+// Every metric is named ofsdn_<subsystem>_<what>_<unit>, counters end in _total, and no
+// label takes values that grow with pods or containers: labels are a CNI command, a CNI
+// result, an ADD step, a pipeline stage or a flow batch kind, all bounded sets. Event
+// metrics (durations, batches) are fed by the daemon's hooks (ObserveCNI, AddStep,
+// FlowOp); state metrics (local pods, IP pool, flows per stage, connections) are read from
+// a NodeStats source at scrape time, so they can never drift from the daemon's state. The
+// flow counts come from the desired-state flow store, not from dumping the switch.
+//
+// Design history: the layout follows Antrea's agent metrics (pkg/agent/metrics: gauges read
+// from the agent's caches, a histogram per operation) and kube-state-metrics' rule of no
+// unbounded labels; the names follow https://prometheus.io/docs/practices/naming/ and pass
+// client_golang's promlint (see TestLint).
+package metrics
+
+import (
+	"fmt"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/ofsdn/ofsdn/flows"
+)
+
+// Metric names, for documentation and tests. README.md lists them with their labels.
+const (
+	// CNIRequestDuration is a histogram (seconds) of CNI requests answered by the daemon,
+	// labels command (ADD, DEL, CHECK, STATUS, GC, other) and result (success or
+	// error_<CNI code>).
+	CNIRequestDuration = "ofsdn_cni_request_duration_seconds"
+	// PodAddStepDuration is a histogram (seconds) of the steps of a pod ADD, label step
+	// (ipam, veth, ovsdb, openflow).
+	PodAddStepDuration = "ofsdn_pod_add_step_duration_seconds"
+	// LocalPods is a gauge: pod interfaces attached on this node.
+	LocalPods = "ofsdn_local_pods"
+	// IPAMPoolAddresses is a gauge: addresses the pod subnet offers to pods.
+	IPAMPoolAddresses = "ofsdn_ipam_pool_addresses"
+	// IPAMAllocatedAddresses is a gauge: addresses leased to pods.
+	IPAMAllocatedAddresses = "ofsdn_ipam_allocated_addresses"
+	// OpenFlowFlows is a gauge: flows the daemon holds installed, from its desired-state
+	// store, label stage (the pipeline stage name, or table_<id> outside the pipeline).
+	OpenFlowFlows = "ofsdn_openflow_flows"
+	// OpenFlowBatches is a counter: flow-mod batches (confirmed by a barrier) and bundles
+	// sent to the switch, label kind (flow_mod, bundle).
+	OpenFlowBatches = "ofsdn_openflow_batches_total"
+	// OpenFlowFlowMods is a counter: flow mods sent in those batches, label kind.
+	OpenFlowFlowMods = "ofsdn_openflow_flow_mods_total"
+	// OpenFlowBatchErrors is a counter: batches that failed (switch error, disconnect,
+	// timeout), label kind.
+	OpenFlowBatchErrors = "ofsdn_openflow_batch_errors_total"
+	// OpenFlowBatchDuration is a histogram (seconds) of a batch's time until the barrier or
+	// bundle commit reply, label kind.
+	OpenFlowBatchDuration = "ofsdn_openflow_batch_duration_seconds"
+	// OpenFlowConnected is a gauge: 1 while the OpenFlow connection to the bridge is up.
+	OpenFlowConnected = "ofsdn_openflow_connected"
+	// OpenFlowReconnects is a counter: OpenFlow connections re-established after the first.
+	OpenFlowReconnects = "ofsdn_openflow_reconnects_total"
+	// OVSDBConnected is a gauge: 1 while the OVSDB session with ovsdb-server is up.
+	OVSDBConnected = "ofsdn_ovsdb_connected"
+	// OVSDBReconnects is a counter: OVSDB sessions re-established after the first.
+	OVSDBReconnects = "ofsdn_ovsdb_reconnects_total"
+	// Peers is a gauge: peer nodes known (0 until the overlay exists).
+	Peers = "ofsdn_peers"
+	// Ready is a gauge: 1 while /readyz answers 200.
+	Ready = "ofsdn_ready"
+	// BuildInfo is the usual constant-1 gauge with labels version, revision and goversion.
+	BuildInfo = "ofsdn_build_info"
+)
+
+// Label values of the event metrics, pre-created so that the set of series is fixed.
+var (
+	// CNICommands are the command label's values (cni/server.Observer's set).
+	CNICommands = []string{"ADD", "DEL", "CHECK", "STATUS", "GC", "other"}
+	// AddSteps are the step label's values (controller.Hooks.AddStep's set).
+	AddSteps = []string{"ipam", "veth", "ovsdb", "openflow"}
+	// BatchKinds are the kind label's values (controller.Hooks.FlowOp's set).
+	BatchKinds = []string{"flow_mod", "bundle"}
+)
+
+// Histogram buckets, in seconds.
+var (
+	// CNIBuckets resolve the low milliseconds an ADD takes up to the 90 s a plugin waits
+	// (cni.DefaultTimeout): 0.5 ms … 60 s.
+	CNIBuckets = []float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60}
+	// StepBuckets resolve sub-millisecond steps (a lease, a flow batch) up to 10 s:
+	// 0.1 ms … 10 s.
+	StepBuckets = []float64{0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10}
+)
+
+// Version is the daemon's version for ofsdn_build_info; set it with
+// -ldflags "-X github.com/ofsdn/ofsdn/metrics.Version=v1.2.3". When empty, the main
+// module's version from the Go build info is used ("(devel)" for a source build).
+var Version string
+
+// NodeStats is one sample of the node's state, read at every scrape (and by
+// WatchConnections). The zero value describes a node that is not started yet.
+type NodeStats struct {
+	// LocalPods is the number of pod interfaces attached on this node.
+	LocalPods int
+	// PoolAddresses and AllocatedAddresses are the IP pool's size and its leases.
+	PoolAddresses, AllocatedAddresses int
+	// FlowsByTable is the desired-state store's flow count per OpenFlow table id.
+	FlowsByTable map[uint8]int
+	// OpenFlowUp reports whether the OpenFlow connection is up.
+	OpenFlowUp bool
+	// OpenFlowSession identifies the OpenFlow connection (a comparable value such as the
+	// connection's pointer); a new value while up counts as a reconnect.
+	OpenFlowSession any
+	// OVSDBUp reports whether the OVSDB session is up.
+	OVSDBUp bool
+	// Peers is the number of peer nodes known.
+	Peers int
+	// Ready reports whether the daemon is ready (what /readyz says).
+	Ready bool
+}
+
+// Metrics is the daemon's registry and its instruments. Create it with New; all methods
+// are safe for concurrent use.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	cniDuration     *prometheus.HistogramVec
+	addStep         *prometheus.HistogramVec
+	batches         *prometheus.CounterVec
+	flowMods        *prometheus.CounterVec
+	batchErrors     *prometheus.CounterVec
+	batchDuration   *prometheus.HistogramVec
+	ofReconnects    prometheus.Counter
+	ovsdbReconnects prometheus.Counter
+
+	mu     sync.Mutex
+	source func() NodeStats
+	of     connTracker
+	ovsdb  connTracker
+}
+
+// New returns the daemon's metrics on a new registry that also holds the Go runtime and
+// process collectors and ofsdn_build_info.
+func New() *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry()}
+	m.cniDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: CNIRequestDuration, Buckets: CNIBuckets,
+		Help: "Time from receiving a CNI request on the daemon's socket to answering it, by command and result (success or error_<CNI error code>).",
+	}, []string{"command", "result"})
+	m.addStep = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: PodAddStepDuration, Buckets: StepBuckets,
+		Help: "Duration of each step of a pod ADD: ipam (lease), veth (netlink), ovsdb (port transaction until ofport), openflow (pod flows until barrier).",
+	}, []string{"step"})
+	m.batches = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: OpenFlowBatches,
+		Help: "Flow-mod batches (each confirmed by a barrier) and bundles sent to the switch.",
+	}, []string{"kind"})
+	m.flowMods = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: OpenFlowFlowMods,
+		Help: "Flow mods sent to the switch in batches and bundles.",
+	}, []string{"kind"})
+	m.batchErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: OpenFlowBatchErrors,
+		Help: "Flow-mod batches and bundles that failed: rejected by the switch, connection lost or timed out.",
+	}, []string{"kind"})
+	m.batchDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: OpenFlowBatchDuration, Buckets: StepBuckets,
+		Help: "Time from sending a flow-mod batch or bundle to its barrier or commit reply.",
+	}, []string{"kind"})
+	m.ofReconnects = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: OpenFlowReconnects,
+		Help: "OpenFlow connections to the bridge re-established after the first one.",
+	})
+	m.ovsdbReconnects = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: OVSDBReconnects,
+		Help: "OVSDB sessions with ovsdb-server re-established after the first one.",
+	})
+	m.of.reconnects, m.ovsdb.reconnects = m.ofReconnects, m.ovsdbReconnects
+	for _, k := range BatchKinds {
+		m.batches.WithLabelValues(k)
+		m.flowMods.WithLabelValues(k)
+		m.batchErrors.WithLabelValues(k)
+		m.batchDuration.WithLabelValues(k)
+	}
+	for _, s := range AddSteps {
+		m.addStep.WithLabelValues(s)
+	}
+	version, revision := buildVersion()
+	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: BuildInfo,
+		Help: "Build information of the ofsdn-node binary; the value is always 1.",
+	}, []string{"version", "revision", "goversion"})
+	buildInfo.WithLabelValues(version, revision, runtime.Version()).Set(1)
+
+	m.reg.MustRegister(m.cniDuration, m.addStep, m.batches, m.flowMods, m.batchErrors,
+		m.batchDuration, m.ofReconnects, m.ovsdbReconnects, buildInfo, nodeCollector{m},
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Registry returns the registry holding every metric, for the HTTP handler and tests.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// SetSource installs the function that samples the node's state at scrape time. It must
+// be cheap and safe for concurrent use; nil means the zero NodeStats (node not started).
+func (m *Metrics) SetSource(f func() NodeStats) {
+	m.mu.Lock()
+	m.source = f
+	m.mu.Unlock()
+}
+
+// ObserveCNI records one answered CNI request; its signature is cni/server.Observer's.
+// code 0 is success, anything else is reported as result="error_<code>".
+func (m *Metrics) ObserveCNI(command string, code uint, d time.Duration) {
+	result := "success"
+	if code != 0 {
+		result = "error_" + strconv.FormatUint(uint64(code), 10)
+	}
+	m.cniDuration.WithLabelValues(boundedCommand(command), result).Observe(d.Seconds())
+}
+
+// AddStep records the duration of one ADD step; it is controller.Hooks.AddStep.
+func (m *Metrics) AddStep(step string, d time.Duration) {
+	m.addStep.WithLabelValues(bounded(step, AddSteps)).Observe(d.Seconds())
+}
+
+// FlowOp records one flow-mod batch or bundle of n flow mods that took d and ended with
+// err; it is controller.Hooks.FlowOp.
+func (m *Metrics) FlowOp(kind string, n int, d time.Duration, err error) {
+	kind = bounded(kind, BatchKinds)
+	m.batches.WithLabelValues(kind).Inc()
+	m.flowMods.WithLabelValues(kind).Add(float64(n))
+	m.batchDuration.WithLabelValues(kind).Observe(d.Seconds())
+	if err != nil {
+		m.batchErrors.WithLabelValues(kind).Inc()
+	}
+}
+
+// Sample reads the source once, updates the reconnect counters from it and returns it.
+// The collector calls it at every scrape; WatchConnections calls it periodically so that
+// reconnects between scrapes are counted too.
+func (m *Metrics) Sample() NodeStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var s NodeStats
+	if m.source != nil {
+		s = m.source()
+	}
+	m.of.observe(s.OpenFlowUp, s.OpenFlowSession)
+	m.ovsdb.observe(s.OVSDBUp, nil)
+	return s
+}
+
+// WatchConnections samples the node every interval until stop is closed, so that a
+// connection lost and re-established between two scrapes is still counted. A reconnect
+// faster than interval (both transitions between two samples) is seen only if the
+// connection's session value changed.
+func (m *Metrics) WatchConnections(interval time.Duration, stop <-chan struct{}) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			m.Sample()
+		}
+	}
+}
+
+// connTracker counts reconnects from samples of a connection's state.
+type connTracker struct {
+	reconnects prometheus.Counter
+	seenUp     bool
+	up         bool
+	session    any
+}
+
+func (c *connTracker) observe(up bool, session any) {
+	if up {
+		if c.seenUp && (!c.up || session != c.session) {
+			c.reconnects.Inc()
+		}
+		c.seenUp, c.session = true, session
+	}
+	c.up = up
+}
+
+// nodeCollector exports the NodeStats gauges at scrape time.
+type nodeCollector struct{ m *Metrics }
+
+var (
+	descLocalPods  = prometheus.NewDesc(LocalPods, "Pod interfaces attached on this node.", nil, nil)
+	descPool       = prometheus.NewDesc(IPAMPoolAddresses, "Addresses of the node's pod subnet available to pods (without network, broadcast and gateway addresses).", nil, nil)
+	descAllocated  = prometheus.NewDesc(IPAMAllocatedAddresses, "Addresses of the node's pod subnet leased to pods.", nil, nil)
+	descFlows      = prometheus.NewDesc(OpenFlowFlows, "Flows installed by the daemon per pipeline stage, from its desired-state flow store.", []string{"stage"}, nil)
+	descOFUp       = prometheus.NewDesc(OpenFlowConnected, "1 while the OpenFlow connection to the integration bridge is up, else 0.", nil, nil)
+	descOVSDBUp    = prometheus.NewDesc(OVSDBConnected, "1 while the OVSDB session with ovsdb-server is up, else 0.", nil, nil)
+	descPeers      = prometheus.NewDesc(Peers, "Peer nodes known to this node (0 until the overlay exists).", nil, nil)
+	descReady      = prometheus.NewDesc(Ready, "1 while the daemon is ready (/readyz answers 200), else 0.", nil, nil)
+	nodeCollectors = []*prometheus.Desc{descLocalPods, descPool, descAllocated, descFlows, descOFUp, descOVSDBUp, descPeers, descReady}
+)
+
+func (c nodeCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range nodeCollectors {
+		ch <- d
+	}
+}
+
+func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.m.Sample()
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	gauge(descLocalPods, float64(s.LocalPods))
+	gauge(descPool, float64(s.PoolAddresses))
+	gauge(descAllocated, float64(s.AllocatedAddresses))
+	for stage, n := range FlowsByStage(s.FlowsByTable) {
+		gauge(descFlows, float64(n), stage)
+	}
+	gauge(descOFUp, b2f(s.OpenFlowUp))
+	gauge(descOVSDBUp, b2f(s.OVSDBUp))
+	gauge(descPeers, float64(s.Peers))
+	gauge(descReady, b2f(s.Ready))
+}
+
+// FlowsByStage turns per-table flow counts into per-stage counts: every stage of the
+// pipeline (flows.Tables) is present, 0 when empty; a table outside the pipeline is named
+// table_<id>.
+func FlowsByStage(byTable map[uint8]int) map[string]int {
+	out := map[string]int{}
+	for _, t := range flows.Tables() {
+		out[t.Name] = byTable[t.ID]
+	}
+	for id, n := range byTable {
+		if flows.TableID(id).Name() == "" {
+			out[fmt.Sprintf("table_%d", id)] = n
+		}
+	}
+	return out
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func boundedCommand(c string) string { return bounded(c, CNICommands) }
+
+// bounded returns v if it is one of allowed, else "other": label values stay a fixed set
+// even if a caller passes something new.
+func bounded(v string, allowed []string) string {
+	for _, a := range allowed {
+		if a == v {
+			return v
+		}
+	}
+	return "other"
+}
+
+// buildVersion returns the version and VCS revision for ofsdn_build_info.
+func buildVersion() (version, revision string) {
+	version, revision = Version, "unknown"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if version == "" {
+			version = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				revision = s.Value
+			}
+		}
+	}
+	if version == "" {
+		version = "unknown"
+	}
+	return version, revision
+}
