@@ -1,0 +1,145 @@
+package topology
+
+// These tests drive the Kubernetes source with client-go's fake clientset: no API server
+// runs here. The fake clientset serves list and watch from its object tracker, so the
+// real informer code path (list, watch, handlers) runs against it.
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+func node(name, podCIDR, internalIP string) *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if podCIDR != "" {
+		n.Spec.PodCIDR = podCIDR
+		n.Spec.PodCIDRs = []string{podCIDR}
+	}
+	if internalIP != "" {
+		n.Status.Addresses = []corev1.NodeAddress{
+			{Type: corev1.NodeHostName, Address: name},
+			{Type: corev1.NodeInternalIP, Address: internalIP},
+		}
+	}
+	return n
+}
+
+// next returns the next event, failing after a generous wait.
+func next(t *testing.T, evs <-chan Event) Event {
+	t.Helper()
+	select {
+	case e, ok := <-evs:
+		if !ok {
+			t.Fatal("events closed")
+		}
+		return e
+	case <-time.After(20 * time.Second):
+		t.Fatal("no event within 20s")
+	}
+	return Event{}
+}
+
+// none checks that no event arrives within a short while (only as a guard that nothing
+// extra was sent; a later next() would catch it too).
+func none(t *testing.T, evs <-chan Event) {
+	t.Helper()
+	select {
+	case e := <-evs:
+		t.Fatalf("unexpected event %s %+v", e.Kind, e)
+	case <-time.After(300 * time.Millisecond):
+	}
+}
+
+func TestKubernetesSource(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// Node a (this node) registered before its podCIDR was allocated; b is complete.
+	client := fake.NewClientset(node("a", "", "172.16.0.1"), node("b", "10.244.2.0/24", "172.16.0.2"))
+	cluster, _ := parseIPv4Net("10.244.0.0/16")
+	src := NewKubernetes(client, "a", cluster)
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx) }()
+	evs := src.Events()
+	nodes := client.CoreV1().Nodes()
+
+	t.Run("peer add", func(t *testing.T) {
+		e := next(t, evs)
+		if e.Kind != EventPeerAdded || e.Peer.Name != "b" || e.Peer.NodeIP.String() != "172.16.0.2" || e.Peer.PodSubnet.String() != "10.244.2.0/24" {
+			t.Fatalf("want peer-added b, got %s %+v", e.Kind, e)
+		}
+	})
+	t.Run("podCIDR set late", func(t *testing.T) {
+		if _, err := nodes.Update(ctx, node("a", "10.244.1.0/24", "172.16.0.1"), metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		e := next(t, evs)
+		if e.Kind != EventLocal || e.Local.Name != "a" || e.Local.PodSubnet.String() != "10.244.1.0/24" ||
+			e.Local.NodeIP.String() != "172.16.0.1" || e.Local.ClusterCIDR.String() != "10.244.0.0/16" {
+			t.Fatalf("want local a 10.244.1.0/24, got %s %+v", e.Kind, e)
+		}
+	})
+	t.Run("status-only update is no event", func(t *testing.T) {
+		n := node("b", "10.244.2.0/24", "172.16.0.2")
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+		if _, err := nodes.Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		none(t, evs)
+	})
+	t.Run("node add", func(t *testing.T) {
+		if _, err := nodes.Create(ctx, node("c", "10.244.3.0/24", "172.16.0.3"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		e := next(t, evs)
+		if e.Kind != EventPeerAdded || e.Peer.Name != "c" || e.Peer.NodeIP.String() != "172.16.0.3" {
+			t.Fatalf("want peer-added c, got %s %+v", e.Kind, e)
+		}
+	})
+	t.Run("InternalIP change", func(t *testing.T) {
+		if _, err := nodes.Update(ctx, node("b", "10.244.2.0/24", "172.16.0.22"), metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		e := next(t, evs)
+		if e.Kind != EventPeerUpdated || e.Peer.Name != "b" || e.Peer.NodeIP.String() != "172.16.0.22" || e.Old.NodeIP.String() != "172.16.0.2" {
+			t.Fatalf("want peer-updated b 172.16.0.2 → 172.16.0.22, got %s %+v", e.Kind, e)
+		}
+	})
+	t.Run("delete", func(t *testing.T) {
+		if err := nodes.Delete(ctx, "c", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		e := next(t, evs)
+		if e.Kind != EventPeerDeleted || e.Peer.Name != "c" {
+			t.Fatalf("want peer-deleted c, got %s %+v", e.Kind, e)
+		}
+	})
+	t.Run("node without podCIDR is no peer", func(t *testing.T) {
+		if _, err := nodes.Create(ctx, node("d", "", "172.16.0.4"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		none(t, evs)
+	})
+	cancel()
+	select {
+	case err := <-done:
+		if err != context.Canceled {
+			t.Fatalf("Run returned %v, want context.Canceled", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+	for range evs { // closed after Run returns
+	}
+}
+
+func TestKubernetesSourceNeedsNodeName(t *testing.T) {
+	src := NewKubernetes(fake.NewClientset(), "", nil)
+	if err := src.Run(context.Background()); err == nil {
+		t.Fatal("Run without a node name succeeded")
+	}
+}

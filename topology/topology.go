@@ -1,0 +1,209 @@
+// Package topology tells the node daemon where it stands in the cluster: this node's pod
+// subnet, address and the cluster CIDR, and the peer nodes (name, node IP, pod subnet) its
+// tunnel reaches. One interface, Source, has two implementations: File (a static YAML/JSON
+// topology, or flannel's subnet.env, reloaded when the file changes) and Kubernetes
+// (client-go informers on Node objects).
+//
+// A Source reports changes as events, one peer at a time, so that the daemon rewrites only
+// that peer's flows: EventLocal when this node's settings are first known (and again if
+// they change), then EventPeerAdded, EventPeerUpdated and EventPeerDeleted.
+//
+// Design history: flannel's subnet manager has the same two back ends (a local lease
+// file vs. the Kubernetes API), and Antrea's NodeRouteController keys its per-node flows
+// on the Node object's name and podCIDRs; both diff the peer set instead of resyncing.
+package topology
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+)
+
+// Local is this node's settings.
+type Local struct {
+	// Name is this node's name (the Kubernetes Node name, NODE_NAME).
+	Name string
+	// NodeIP is this node's underlay IPv4 address; nil when the source does not say
+	// (flannel's subnet.env): the daemon's config or interface detection fills it.
+	NodeIP net.IP
+	// PodSubnet is this node's IPv4 pod subnet (Node.spec.podCIDRs, FLANNEL_SUBNET).
+	PodSubnet *net.IPNet
+	// ClusterCIDR is the IPv4 prefix every pod subnet is cut from (FLANNEL_NETWORK);
+	// nil when the source does not say (Kubernetes: it comes from the daemon's config).
+	ClusterCIDR *net.IPNet
+	// MTU is the pod MTU the source asks for in bytes (FLANNEL_MTU); 0 = not set.
+	MTU int
+	// IPMasq is the source's masquerade choice (FLANNEL_IPMASQ); nil = not set.
+	IPMasq *bool
+}
+
+// Peer is another node reached through the tunnel.
+type Peer struct {
+	// Name is the node's name; peers are keyed by it.
+	Name string
+	// NodeIP is the node's underlay IPv4 address (Kubernetes: its InternalIP).
+	NodeIP net.IP
+	// PodSubnet is the node's IPv4 pod subnet.
+	PodSubnet *net.IPNet
+}
+
+// String returns "name (ip, subnet)".
+func (p Peer) String() string { return fmt.Sprintf("%s (%v, %v)", p.Name, p.NodeIP, p.PodSubnet) }
+
+// Equal reports whether p and q name the same node with the same address and subnet.
+func (p Peer) Equal(q Peer) bool {
+	return p.Name == q.Name && p.NodeIP.Equal(q.NodeIP) && netEqual(p.PodSubnet, q.PodSubnet)
+}
+
+// EventKind says what an Event reports.
+type EventKind int
+
+// Event kinds.
+const (
+	// EventLocal: this node's settings are known (first event) or changed (Local).
+	EventLocal EventKind = iota + 1
+	// EventPeerAdded: a peer appeared (Peer).
+	EventPeerAdded
+	// EventPeerUpdated: a peer's node IP or pod subnet changed (Old → Peer).
+	EventPeerUpdated
+	// EventPeerDeleted: a peer is gone (Peer is its last known state).
+	EventPeerDeleted
+)
+
+// String returns the kind's name: local, peer-added, peer-updated, peer-deleted.
+func (k EventKind) String() string {
+	switch k {
+	case EventLocal:
+		return "local"
+	case EventPeerAdded:
+		return "peer-added"
+	case EventPeerUpdated:
+		return "peer-updated"
+	case EventPeerDeleted:
+		return "peer-deleted"
+	}
+	return fmt.Sprintf("EventKind(%d)", int(k))
+}
+
+// Event is one change of the topology.
+type Event struct {
+	// Kind says what changed.
+	Kind EventKind
+	// Local is this node's settings (EventLocal).
+	Local Local
+	// Peer is the peer added, updated (new state) or deleted (last state).
+	Peer Peer
+	// Old is the peer's previous state (EventPeerUpdated).
+	Old Peer
+}
+
+// Source is where the daemon learns the topology. Run watches until ctx ends and sends
+// the changes on Events, in order, starting with EventLocal once this node's settings are
+// known; it returns ctx.Err() when ctx ends, or an error naming the source if it cannot
+// watch at all. Events is closed when Run returns. Events must be drained: Run waits for
+// the reader.
+type Source interface {
+	Run(ctx context.Context) error
+	Events() <-chan Event
+}
+
+// tracker holds the last reported state and turns new states into events.
+type tracker struct {
+	mu    sync.Mutex
+	local *Local
+	peers map[string]Peer
+	out   chan Event
+}
+
+func newTracker() *tracker {
+	return &tracker{peers: map[string]Peer{}, out: make(chan Event, 64)}
+}
+
+// send delivers e unless ctx ends first.
+func (t *tracker) send(ctx context.Context, e Event) bool {
+	select {
+	case t.out <- e:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// diff computes the events that take the reported state to local + peers (peers nil
+// means "no change to peers"; deleteMissing removes peers not in the map).
+func (t *tracker) diff(local *Local, peers map[string]Peer, deleteMissing bool) []Event {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var evs []Event
+	if local != nil && (t.local == nil || !localEqual(*t.local, *local)) {
+		l := *local
+		t.local = &l
+		evs = append(evs, Event{Kind: EventLocal, Local: l})
+	}
+	if deleteMissing {
+		for name, old := range t.peers {
+			if _, ok := peers[name]; !ok {
+				delete(t.peers, name)
+				evs = append(evs, Event{Kind: EventPeerDeleted, Peer: old})
+			}
+		}
+	}
+	for name, p := range peers {
+		old, ok := t.peers[name]
+		switch {
+		case !ok:
+			evs = append(evs, Event{Kind: EventPeerAdded, Peer: p})
+		case !old.Equal(p):
+			evs = append(evs, Event{Kind: EventPeerUpdated, Peer: p, Old: old})
+		default:
+			continue
+		}
+		t.peers[name] = p
+	}
+	return evs
+}
+
+// deletePeer forgets one peer and returns its delete event, if it was known.
+func (t *tracker) deletePeer(name string) []Event {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	old, ok := t.peers[name]
+	if !ok {
+		return nil
+	}
+	delete(t.peers, name)
+	return []Event{{Kind: EventPeerDeleted, Peer: old}}
+}
+
+func localEqual(a, b Local) bool {
+	return a.Name == b.Name && a.NodeIP.Equal(b.NodeIP) && netEqual(a.PodSubnet, b.PodSubnet) &&
+		netEqual(a.ClusterCIDR, b.ClusterCIDR) && a.MTU == b.MTU &&
+		(a.IPMasq == nil) == (b.IPMasq == nil) && (a.IPMasq == nil || *a.IPMasq == *b.IPMasq)
+}
+
+func netEqual(a, b *net.IPNet) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.String() == b.String()
+}
+
+// parseIPv4Net parses an IPv4 CIDR and returns its network (host bits cleared).
+func parseIPv4Net(s string) (*net.IPNet, error) {
+	ip, n, err := net.ParseCIDR(s)
+	if err != nil || ip.To4() == nil {
+		return nil, fmt.Errorf("%q is not an IPv4 CIDR", s)
+	}
+	n.IP = n.IP.To4()
+	return n, nil
+}
+
+// parseIPv4 parses an IPv4 address.
+func parseIPv4(s string) (net.IP, error) {
+	ip := net.ParseIP(s)
+	if ip == nil || ip.To4() == nil {
+		return nil, fmt.Errorf("%q is not an IPv4 address", s)
+	}
+	return ip.To4(), nil
+}
