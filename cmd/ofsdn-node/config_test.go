@@ -1,0 +1,76 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestConfigDefaultsRunAsTheyAre(t *testing.T) {
+	cfg, err := loadConfig(nil)
+	if err != nil {
+		t.Fatalf("defaults do not validate: %v", err)
+	}
+	if cfg.Bridge != "br-int" || cfg.Gateway != "ofsdn-gw0" || cfg.DatapathType != "system" || cfg.Socket != "/var/run/ofsdn/cni.sock" {
+		t.Fatalf("unexpected defaults: %+v", cfg)
+	}
+}
+
+func TestConfigFileThenFlags(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "ofsdn.yaml")
+	yaml := "podSubnet: 10.200.3.0/24\ndatapathType: netdev\nmtu: 1400\nbridge: br-file\n"
+	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadConfig([]string{"-config", file, "-bridge", "br-flag"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.PodSubnet != "10.200.3.0/24" || cfg.DatapathType != "netdev" || cfg.MTU != 1400 {
+		t.Errorf("file values not applied: %+v", cfg)
+	}
+	if cfg.Bridge != "br-flag" {
+		t.Errorf("explicit flag must win over the file: bridge=%q", cfg.Bridge)
+	}
+	if cfg.Gateway != "ofsdn-gw0" {
+		t.Errorf("keys absent from file and flags keep their defaults: gateway=%q", cfg.Gateway)
+	}
+}
+
+func TestConfigErrorsNameTheKey(t *testing.T) {
+	dir := t.TempDir()
+	cases := map[string]struct {
+		args []string
+		file string
+		want string
+	}{
+		"bad subnet":        {args: []string{"-pod-subnet", "10.0.0.0"}, want: "podSubnet"},
+		"ipv6 subnet":       {args: []string{"-pod-subnet", "fd00::/64"}, want: "podSubnet"},
+		"tiny subnet":       {args: []string{"-pod-subnet", "10.0.0.0/31"}, want: "podSubnet"},
+		"bad datapath":      {args: []string{"-datapath-type", "dpdk"}, want: "datapathType"},
+		"bad mtu":           {args: []string{"-mtu", "100"}, want: "mtu"},
+		"long gateway":      {args: []string{"-gateway", "a-very-long-gateway-name"}, want: "gateway"},
+		"unknown file key":  {file: "podSubnet: 10.1.0.0/24\nbirdge: x\n", want: "birdge"},
+		"JSON file":         {file: `{"mtu": 70000}`, want: "mtu"},
+		"missing file":      {args: []string{"-config", filepath.Join(dir, "absent.yaml")}, want: "absent.yaml"},
+		"bad start timeout": {args: []string{"-start-timeout", "soon"}, want: "startTimeout"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			args := c.args
+			if c.file != "" {
+				f := filepath.Join(t.TempDir(), "c.yaml")
+				if err := os.WriteFile(f, []byte(c.file), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				args = append([]string{"-config", f}, args...)
+			}
+			_, err := loadConfig(args)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("want an error naming %q, got %v", c.want, err)
+			}
+		})
+	}
+}
