@@ -7,12 +7,22 @@ package controller
 // per peer node. All changes go through SetOwner and DeleteOwner, which compute the
 // difference between what the owner had and what it wants now, send only that difference
 // as one batch of flow mods and wait for the barrier (or an atomic bundle where asked).
-// Because the store keeps the whole desired state, a reconnect can replay it (Replay), and
+// Because the store keeps the whole desired state, a reconnect can replay it (Sync), and
 // per-stage counts for metrics come from here rather than from dumping the switch
 // (after Antrea's pkg/agent/openflow client and its flow caches).
+//
+// Connections. The store programs only the connection its last Sync made whole (the
+// "synced" connection). Sync holds the store's write lock while it snapshots every owner
+// and installs them as one atomic bundle, so a change is either in the snapshot or waits
+// for the next connection; SetOwner and DeleteOwner hold the read lock, never wait for a
+// Sync (TryRLock) and fail fast while one runs. While there is no live synced connection
+// SetOwner fails with an error matching ErrOVSUnavailable, and DeleteOwner only forgets the
+// owner: every new connection starts with a Sync that deletes all flows and re-adds the
+// desired ones, so the owner's flows cannot survive it.
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -23,20 +33,114 @@ import (
 	"github.com/ofsdn/ofsdn/flows"
 )
 
-// FlowStore is the daemon's desired flow state, grouped by owner, and its sync to one
-// OpenFlow switch. It is safe for concurrent use; changes to different owners proceed
-// concurrently (only the in-memory bookkeeping is serialised, never a wait on the switch).
+// FlowStore is the daemon's desired flow state, grouped by owner, and its sync to the
+// switch's current connection. It is safe for concurrent use; changes to different owners
+// proceed concurrently (only the in-memory bookkeeping is serialised, never a wait on the
+// switch).
 type FlowStore struct {
-	sw      *OFSwitch
 	observe func(kind string, n int, d time.Duration, err error)
 
+	sync sync.RWMutex // write: Sync; read: SetOwner / DeleteOwner while they touch the switch
+
 	mu     sync.Mutex
+	synced *OFSwitch                        // connection made whole by the last Sync
 	owners map[string]map[string]flows.Flow // owner → MatchKey → flow
 }
 
-// NewFlowStore returns an empty store that programs sw.
-func NewFlowStore(sw *OFSwitch) *FlowStore {
-	return &FlowStore{sw: sw, owners: map[string]map[string]flows.Flow{}}
+// NewFlowStore returns an empty store with no connection; Load fills it, Sync attaches it
+// to a connection.
+func NewFlowStore() *FlowStore {
+	return &FlowStore{owners: map[string]map[string]flows.Flow{}}
+}
+
+// Load records fs as owner's desired flows without touching the switch; the next Sync
+// installs them. The daemon uses it at start to gather the whole state before one bundle.
+func (s *FlowStore) Load(owner string, fs []flows.Flow) {
+	want := make(map[string]flows.Flow, len(fs))
+	for _, f := range fs {
+		want[f.MatchKey()] = f
+	}
+	s.mu.Lock()
+	s.owners[owner] = want
+	s.mu.Unlock()
+}
+
+// conn returns the live synced connection, or an error matching ErrDisconnected and
+// ErrOVSUnavailable.
+func (s *FlowStore) conn() (*OFSwitch, error) {
+	s.mu.Lock()
+	c := s.synced
+	s.mu.Unlock()
+	if c == nil {
+		return nil, fmt.Errorf("%w (no synchronised OpenFlow connection yet)", ErrDisconnected)
+	}
+	select {
+	case <-c.Done():
+		return nil, c.downErr()
+	default:
+		return c, nil
+	}
+}
+
+// readLock takes the read side of the sync lock without waiting: while a Sync runs (or
+// waits to run) it fails with an error matching ErrOVSUnavailable.
+func (s *FlowStore) readLock(owner string) error {
+	if !s.sync.TryRLock() {
+		return fmt.Errorf("flows of %s: %w (the switch's flow tables are being resynchronised after a reconnect)", owner, ErrDisconnected)
+	}
+	return nil
+}
+
+// Sync makes the flow tables behind c hold exactly what the store wants, as ONE atomic
+// bundle (ApplyBundle: ONF EXT-230 bundles for OpenFlow 1.3, OVS commits all or nothing),
+// and from then on programs c. The bundle is pre, then an OFPFC_ADD of every desired flow
+// of every owner (OpenFlow 1.3.5 §6.4: an add replaces the entry with the same match and
+// priority, cookie included), then post. On a reconnect the node passes pre = delete
+// every flow (flows.DeleteByCookie(0, 0)) so that nothing but the desired state remains;
+// at daemon start it passes post = delete each earlier generation by cookie mask, so the
+// old flows keep forwarding until the new generation replaces them in the same commit.
+//
+// Sync waits for changes in flight to end (they are on the old, dead connection and fail
+// fast) and makes new ones fail fast until it returns. Errors: those of ApplyBundle; the
+// store is then still attached to its previous connection.
+func (s *FlowStore) Sync(ctx context.Context, c *OFSwitch, pre, post []FlowModOp) error {
+	s.sync.Lock()
+	defer s.sync.Unlock()
+	s.mu.Lock()
+	ops := make([]FlowModOp, 0, len(pre)+len(post)+64)
+	ops = append(ops, pre...)
+	owners := make([]string, 0, len(s.owners))
+	for o := range s.owners {
+		owners = append(owners, o)
+	}
+	sort.Strings(owners)
+	n := 0
+	for _, o := range owners {
+		keys := make([]string, 0, len(s.owners[o]))
+		for k := range s.owners[o] {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			f := s.owners[o][k]
+			ops = append(ops, FlowModOp{Mod: f.FlowMod(openflow13.FC_ADD), Name: o + ": " + f.String()})
+			n++
+		}
+	}
+	s.mu.Unlock()
+	ops = append(ops, post...)
+	start := time.Now()
+	err := c.ApplyBundle(ctx, ops)
+	if s.observe != nil {
+		s.observe("bundle", len(ops), time.Since(start), err)
+	}
+	if err != nil {
+		return fmt.Errorf("synchronise %d desired flows of %d owners: %w", n, len(owners), err)
+	}
+	s.mu.Lock()
+	s.synced = c
+	s.mu.Unlock()
+	return nil
 }
 
 // SetOwner makes the switch hold exactly fs for owner: flows new or changed since the last
@@ -44,10 +148,20 @@ func NewFlowStore(sw *OFSwitch) *FlowStore {
 // 1.3.5 §6.4), flows no longer wanted are removed with OFPFC_DELETE_STRICT. The batch is
 // confirmed with a barrier before SetOwner returns. On error the store keeps the owner's
 // previous state, so a retry sends the difference again; the error names the failed flow.
+// While the switch is disconnected or being resynchronised it fails at once with an error
+// matching ErrOVSUnavailable (and ErrDisconnected).
 func (s *FlowStore) SetOwner(ctx context.Context, owner string, fs []flows.Flow) error {
 	want := make(map[string]flows.Flow, len(fs))
 	for _, f := range fs {
 		want[f.MatchKey()] = f
+	}
+	if err := s.readLock(owner); err != nil {
+		return err
+	}
+	defer s.sync.RUnlock()
+	c, err := s.conn()
+	if err != nil {
+		return fmt.Errorf("flows of %s: %w", owner, err)
 	}
 	s.mu.Lock()
 	have := s.owners[owner]
@@ -66,7 +180,7 @@ func (s *FlowStore) SetOwner(ctx context.Context, owner string, fs []flows.Flow)
 		}
 	}
 	if len(ops) > 0 {
-		if err := s.apply(ctx, ops); err != nil {
+		if err := s.apply(ctx, c, ops); err != nil {
 			return fmt.Errorf("flows of %s: %w", owner, err)
 		}
 	}
@@ -79,22 +193,41 @@ func (s *FlowStore) SetOwner(ctx context.Context, owner string, fs []flows.Flow)
 // DeleteOwner removes every flow of owner from the switch with one OFPFC_DELETE selected by
 // cookie and cookieMask (OpenFlow 1.3.5 §6.4: cookie mask in delete requests), which also
 // removes flows of that owner the store no longer remembers (e.g. from before a restart),
-// then forgets the owner. Deleting an unknown owner is not an error.
+// then forgets the owner. Deleting an unknown owner is not an error. While the switch is
+// disconnected it only forgets the owner and returns nil: the Sync that starts every new
+// connection deletes all flows and re-adds only the desired ones. It fails (matching
+// ErrOVSUnavailable) only while a Sync is running, or on a rejected delete.
 func (s *FlowStore) DeleteOwner(ctx context.Context, owner string, cookie, cookieMask uint64) error {
+	if err := s.readLock(owner); err != nil {
+		return err
+	}
+	defer s.sync.RUnlock()
+	forget := func() {
+		s.mu.Lock()
+		delete(s.owners, owner)
+		s.mu.Unlock()
+	}
+	c, err := s.conn()
+	if err != nil {
+		forget()
+		return nil
+	}
 	op := FlowModOp{Mod: flows.DeleteByCookie(cookie, cookieMask), Name: fmt.Sprintf("%s: delete cookie=%#x/%#x", owner, cookie, cookieMask)}
-	if err := s.apply(ctx, []FlowModOp{op}); err != nil {
+	if err := s.apply(ctx, c, []FlowModOp{op}); err != nil {
+		if errors.Is(err, ErrDisconnected) {
+			forget() // the next connection's Sync starts from an empty table
+			return nil
+		}
 		return fmt.Errorf("flows of %s: %w", owner, err)
 	}
-	s.mu.Lock()
-	delete(s.owners, owner)
-	s.mu.Unlock()
+	forget()
 	return nil
 }
 
 // apply sends ops as one batch confirmed by a barrier, and reports it to the observer.
-func (s *FlowStore) apply(ctx context.Context, ops []FlowModOp) error {
+func (s *FlowStore) apply(ctx context.Context, c *OFSwitch, ops []FlowModOp) error {
 	start := time.Now()
-	err := s.sw.Apply(ctx, ops)
+	err := c.Apply(ctx, ops)
 	if s.observe != nil {
 		s.observe("flow_mod", len(ops), time.Since(start), err)
 	}

@@ -5,10 +5,32 @@ package controller
 // Start brings the node's switch into the shape the pipeline expects, in this order: the
 // integration bridge through OVSDB (fail_mode=secure so that without us nothing forwards,
 // protocols=OpenFlow13, flow tables named after the pipeline stages), the gateway internal
-// port and its address through netlink, our own OpenFlow connection to the bridge, the base
-// pipeline, and then the flows of every pod already attached (their ports carry our
-// external_ids), so a daemon restart re-creates its state from OVSDB and the IPAM store
-// instead of losing it.
+// port and its address through netlink, the IPAM store, a new generation number, the
+// reconciliation of broken attachments (reconcile.go), the desired flows of the base
+// pipeline and of every pod already attached (their ports carry our external_ids), and
+// last our own OpenFlow connection, whose first sync installs all of it as one bundle.
+// So a daemon restart re-creates its state from OVSDB and the IPAM store instead of
+// losing it.
+//
+// Restarts (design history and the rules every change here must keep):
+//   - Flows are never deleted at start. Each daemon run has a generation (cookie bits
+//     55..40), one more than the last run's, persisted in the bridge's
+//     external_ids:ofsdn-generation BEFORE any flow carries it. The first sync is one
+//     atomic bundle: an OFPFC_ADD of every desired flow (replacing the old entry with the
+//     same match, so packets never see a gap), then a delete by cookie mask of every
+//     earlier generation found on the switch (flows.GenerationCookie). Pods forward with
+//     the old flows while the daemon is down.
+//   - ovs-vswitchd restart: Switch (reconnect.go) re-dials with backoff forever; each new
+//     connection is synced with one bundle "delete every flow, add every desired flow"
+//     before any other flow change is accepted. Only then is
+//     other_config:flow-restore-wait removed: whoever restarts ovs-vswitchd (ovs-ctl
+//     restart, the DaemonSet's start script, the e2e test) sets it to true before the
+//     start, so ovs-vswitchd keeps the kernel datapath's flows and does not handle
+//     packets with its own, still empty, tables until the controller has restored them.
+//   - ovsdb-server restart: the ovsdb client reconnects and refreshes its cache; the node
+//     then re-ensures the bridge (with its table names) and the gateway port.
+//   - While OVS is unreachable, operations fail fast with errors matching
+//     ErrOVSUnavailable (CNI error 11, try again later) instead of waiting.
 
 import (
 	"context"
@@ -17,6 +39,8 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -46,6 +70,9 @@ type NodeOptions struct {
 	DataDir string
 	// EchoInterval is the OpenFlow keep-alive period (seconds resolution is enough).
 	EchoInterval time.Duration
+	// MaxReconnectBackoff is the longest pause between two OpenFlow dial attempts after the
+	// connection is lost (attempts never stop); zero means DefaultMaxBackoff (1 s).
+	MaxReconnectBackoff time.Duration
 	// Logger receives the node's logs; nil means slog.Default().
 	Logger *slog.Logger
 	// Hooks lets an observer (the metrics package) time the node's work; nil fields are
@@ -70,7 +97,7 @@ type Node struct {
 	opts   NodeOptions
 	log    *slog.Logger
 	db     *ovsdb.Client
-	sw     *OFSwitch
+	sw     *Switch
 	store  *FlowStore
 	ipam   *ipam.Store
 	cfg    flows.NodeConfig
@@ -79,11 +106,27 @@ type Node struct {
 	locks keyedMutex
 	mu    sync.Mutex
 	pods  map[string]*Attachment // attachmentKey → attachment
+
+	stop chan struct{}  // closed by Close: ends the background loops
+	wg   sync.WaitGroup // background loops (OVSDB reconnect watcher)
 }
 
-// StartNode ensures the bridge, the gateway port and its address, connects OpenFlow,
-// installs the base pipeline and re-installs the flows of pods already attached.
-// It returns an error naming the step that failed (OVSDB, gateway, OpenFlow, pipeline).
+// GenerationKey is the bridge external_ids key that holds the generation (1..65535) of
+// the daemon run that last started on this bridge; see flows.Cookie.
+const GenerationKey = "ofsdn-generation"
+
+// FlowRestoreWaitKey is the Open_vSwitch other_config key with which whoever restarts
+// ovs-vswitchd asks it to keep the datapath's flows and not forward with its own tables
+// until the controller has restored them (vswitchd.conf.db(5), other_config
+// flow-restore-wait). The node removes it after every full flow sync.
+const FlowRestoreWaitKey = "flow-restore-wait"
+
+// StartNode ensures the bridge, the gateway port and its address, opens the IPAM store,
+// takes a new generation, removes broken attachments, connects OpenFlow and installs the
+// base pipeline and the flows of pods already attached in one bundle (deleting earlier
+// generations' flows in the same commit). It returns an error naming the step that failed
+// (OVSDB, gateway, IPAM, generation, OpenFlow). The OpenFlow connection is retried with
+// backoff until ctx ends.
 func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -91,22 +134,13 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 	if opts.PodSubnet == nil || opts.PodSubnet.IP.To4() == nil {
 		return nil, errors.New("node: pod subnet must be an IPv4 CIDR (set podSubnet in the config)")
 	}
-	n := &Node{opts: opts, log: opts.Logger, db: db, pods: map[string]*Attachment{}}
+	n := &Node{opts: opts, log: opts.Logger, db: db, pods: map[string]*Attachment{}, stop: make(chan struct{})}
 	gwIP := nthIP(opts.PodSubnet, 1)
 	n.gwAddr = &net.IPNet{IP: gwIP, Mask: opts.PodSubnet.Mask}
 
-	if err := db.EnsureBridge(ctx, ovsdb.BridgeSpec{
-		Name:         opts.Bridge,
-		DatapathType: opts.DatapathType,
-		FailMode:     "secure",
-		Protocols:    []string{"OpenFlow13"},
-		TableNames:   flows.TableNames(),
-	}); err != nil {
-		return nil, fmt.Errorf("node: ensure bridge %s: %w", opts.Bridge, err)
-	}
-	gwPort, err := db.EnsureInternalPort(ctx, opts.Bridge, opts.Gateway, nil)
+	gwPort, err := n.ensureSwitchConfig(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("node: ensure gateway port %s on %s: %w", opts.Gateway, opts.Bridge, err)
+		return nil, err
 	}
 	gwMAC, err := podnet.ConfigureGateway(ctx, opts.Gateway, n.gwAddr, opts.MTU)
 	if err != nil {
@@ -117,44 +151,210 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 		GatewayMAC:    gwMAC,
 		GatewayIP:     gwIP,
 		PodSubnet:     opts.PodSubnet,
-		Generation:    1,
-	}
-	if err := n.cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("node: %w", err)
 	}
 
 	n.ipam, err = ipam.Open(opts.DataDir, opts.PodSubnet, gwIP)
 	if err != nil {
 		return nil, fmt.Errorf("node: IPAM store: %w", err)
 	}
-
-	mgmt := filepath.Join(opts.OVSRunDir, opts.Bridge+".mgmt")
-	n.sw, err = DialOpenFlow(ctx, mgmt, OFOptions{EchoInterval: opts.EchoInterval, Logger: opts.Logger})
-	if err != nil {
-		return nil, fmt.Errorf("node: OpenFlow connection to bridge %s at %s: %w", opts.Bridge, mgmt, err)
-	}
-	n.store = NewFlowStore(n.sw)
-	n.store.observe = opts.Hooks.FlowOp
-	if err := n.store.SetOwner(ctx, ownerPipeline, flows.PipelineFlows(n.cfg)); err != nil {
-		n.sw.Close()
-		return nil, fmt.Errorf("node: install base pipeline: %w", err)
-	}
-	if err := n.restorePods(ctx); err != nil {
-		n.sw.Close()
+	fail := func(err error) (*Node, error) {
+		n.ipam.Close()
 		return nil, err
 	}
+
+	if n.cfg.Generation, err = n.nextGeneration(ctx); err != nil {
+		return fail(err)
+	}
+	if err := n.cfg.Validate(); err != nil {
+		return fail(fmt.Errorf("node: %w", err))
+	}
+
+	// Broken attachments go before anything is installed; their flows of the earlier
+	// generation are deleted with the rest of it by the first sync.
+	if removed, err := n.reconcile(ctx); err != nil {
+		n.log.Warn("reconciliation at start left broken attachments; CNI GC will retry", "removed", removed, "err", err)
+	} else if removed > 0 {
+		n.log.Info("reconciliation at start removed broken attachments", "removed", removed)
+	}
+
+	n.store = NewFlowStore()
+	n.store.observe = opts.Hooks.FlowOp
+	n.store.Load(ownerPipeline, flows.PipelineFlows(n.cfg))
+	n.restorePods()
+
+	mgmt := filepath.Join(opts.OVSRunDir, opts.Bridge+".mgmt")
+	n.sw = NewSwitch(mgmt, SwitchOptions{
+		OF:         OFOptions{EchoInterval: opts.EchoInterval, Logger: opts.Logger},
+		MaxBackoff: opts.MaxReconnectBackoff,
+		Logger:     opts.Logger,
+	}, n.onConnect)
+	if err := n.sw.Start(ctx); err != nil {
+		return fail(fmt.Errorf("node: OpenFlow connection to bridge %s at %s and first flow sync: %w", opts.Bridge, mgmt, err))
+	}
+
+	n.wg.Add(1)
+	go n.watchOVSDB()
 	n.log.Info("node ready", "bridge", opts.Bridge, "datapath_type", opts.DatapathType,
 		"gateway", opts.Gateway, "gateway_ofport", gwPort, "gateway_ip", n.gwAddr.String(),
-		"pod_subnet", opts.PodSubnet.String(), "pods", len(n.pods))
+		"pod_subnet", opts.PodSubnet.String(), "pods", len(n.pods), "generation", n.cfg.Generation)
 	return n, nil
 }
 
-// Close closes the OpenFlow connection. Flows stay on the switch, so pods keep forwarding
-// while the daemon is down.
-func (n *Node) Close() error { return n.sw.Close() }
+// ensureSwitchConfig makes OVSDB hold what the node needs: the integration bridge (with
+// fail_mode, protocols and table names) and the gateway internal port. It returns the
+// gateway's ofport. It runs at start and again after every OVSDB reconnection.
+func (n *Node) ensureSwitchConfig(ctx context.Context) (int, error) {
+	if err := n.db.EnsureBridge(ctx, ovsdb.BridgeSpec{
+		Name:         n.opts.Bridge,
+		DatapathType: n.opts.DatapathType,
+		FailMode:     "secure",
+		Protocols:    []string{"OpenFlow13"},
+		TableNames:   flows.TableNames(),
+	}); err != nil {
+		return 0, fmt.Errorf("node: ensure bridge %s: %w", n.opts.Bridge, err)
+	}
+	gwPort, err := n.db.EnsureInternalPort(ctx, n.opts.Bridge, n.opts.Gateway, nil)
+	if err != nil {
+		return 0, fmt.Errorf("node: ensure gateway port %s on %s: %w", n.opts.Gateway, n.opts.Bridge, err)
+	}
+	return gwPort, nil
+}
 
-// Switch returns the node's OpenFlow connection.
-func (n *Node) Switch() *OFSwitch { return n.sw }
+// nextGeneration reads the previous run's generation from the bridge's external_ids,
+// persists the next one (1..65535, wrapping past 0) and returns it. It is persisted before
+// any flow carries it, so a crash right after can never make two runs share a generation.
+func (n *Node) nextGeneration(ctx context.Context) (uint16, error) {
+	ids, _ := n.db.BridgeExternalIDs(n.opts.Bridge)
+	prev, _ := strconv.ParseUint(ids[GenerationKey], 10, 16)
+	gen := uint16(prev) + 1
+	if gen == 0 {
+		gen = 1
+	}
+	if err := n.db.SetBridgeExternalID(ctx, n.opts.Bridge, GenerationKey, strconv.Itoa(int(gen))); err != nil {
+		return 0, fmt.Errorf("node: persist generation %d in bridge %s external_ids:%s: %w", gen, n.opts.Bridge, GenerationKey, err)
+	}
+	return gen, nil
+}
+
+// onConnect prepares a new OpenFlow connection before anything else may use it (see
+// Switch): one bundle makes the tables hold exactly the desired state, then
+// flow-restore-wait is cleared. On the first connection earlier generations are deleted
+// by cookie after the adds; on a reconnect every flow is deleted before them.
+func (n *Node) onConnect(ctx context.Context, c *OFSwitch, first bool) error {
+	var pre, post []FlowModOp
+	if first {
+		stale, err := staleGenerations(ctx, c, n.cfg.Generation)
+		if err != nil {
+			return err
+		}
+		for _, g := range stale {
+			cookie, mask := flows.GenerationCookie(g)
+			post = append(post, FlowModOp{Mod: flows.DeleteByCookie(cookie, mask),
+				Name: fmt.Sprintf("delete flows of earlier generation %d (cookie=%#x/%#x)", g, cookie, mask)})
+		}
+		if len(stale) > 0 {
+			n.log.Info("replacing flows of earlier daemon runs", "generation", n.cfg.Generation, "earlier", stale)
+		}
+	} else {
+		pre = []FlowModOp{{Mod: flows.DeleteByCookie(0, 0), Name: "delete every flow before the replay"}}
+		// On the userspace datapath a restarted ovs-vswitchd re-opens the gateway's tap;
+		// make sure it is up with its address (idempotent).
+		if _, err := podnet.ConfigureGateway(ctx, n.opts.Gateway, n.gwAddr, n.opts.MTU); err != nil {
+			n.log.Warn("gateway not reconfigured after reconnect", "gateway", n.opts.Gateway, "err", err)
+		}
+	}
+	start := time.Now()
+	if err := n.store.Sync(ctx, c, pre, post); err != nil {
+		return err
+	}
+	n.log.Info("flow tables synchronised", "first", first, "flows", len(n.store.All()), "duration", time.Since(start).Round(time.Microsecond))
+	return n.clearFlowRestoreWait(ctx)
+}
+
+// clearFlowRestoreWait removes other_config:flow-restore-wait once the tables are whole.
+func (n *Node) clearFlowRestoreWait(ctx context.Context) error {
+	if v, ok := n.db.OtherConfig()[FlowRestoreWaitKey]; !ok || v != "true" {
+		return nil
+	}
+	if err := n.db.RemoveOtherConfig(ctx, FlowRestoreWaitKey); err != nil {
+		return fmt.Errorf("remove other_config:%s after restoring flows: %w", FlowRestoreWaitKey, err)
+	}
+	n.log.Info("flows restored: removed other_config:flow-restore-wait, ovs-vswitchd forwards with them now")
+	return nil
+}
+
+// staleGenerations dumps every flow (OFPMP_FLOW, OpenFlow 1.3.5 §7.3.5.2) and returns the
+// generations other than current that their cookies carry, sorted.
+func staleGenerations(ctx context.Context, c *OFSwitch, current uint16) ([]uint16, error) {
+	stats, err := c.DumpFlows(ctx, tableAll, 0, 0)
+	if err != nil {
+		return nil, fmt.Errorf("list flows of earlier generations: %w", err)
+	}
+	seen := map[uint16]bool{}
+	var out []uint16
+	for _, s := range stats {
+		if g := flows.Cookie(s.Cookie).Generation(); g != current && !seen[g] {
+			seen[g] = true
+			out = append(out, g)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out, nil
+}
+
+// watchOVSDB re-ensures the bridge and the gateway port after each OVSDB reconnection
+// (ovsdb-server restarted, perhaps with a database that lost them), retrying with backoff
+// until it succeeds or the node closes.
+func (n *Node) watchOVSDB() {
+	defer n.wg.Done()
+	ch := n.db.Reconnected()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-ch:
+		}
+		for attempt := 1; ; attempt++ {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			gwPort, err := n.ensureSwitchConfig(ctx)
+			cancel()
+			if err == nil {
+				if uint32(gwPort) != n.cfg.GatewayOFPort {
+					n.log.Error("gateway ofport changed after the OVSDB reconnection; restart the daemon to rebuild the pipeline",
+						"gateway", n.opts.Gateway, "was", n.cfg.GatewayOFPort, "now", gwPort)
+				}
+				n.log.Info("bridge and gateway re-ensured after OVSDB reconnection", "bridge", n.opts.Bridge)
+				break
+			}
+			n.log.Warn("re-ensuring bridge after OVSDB reconnection failed, retrying", "attempt", attempt, "err", err)
+			select {
+			case <-n.stop:
+				return
+			case <-time.After(time.Duration(min(attempt, 10)) * 500 * time.Millisecond):
+			}
+		}
+	}
+}
+
+// Close stops the background loops and closes the OpenFlow connection. Flows stay on the
+// switch, so pods keep forwarding while the daemon is down.
+func (n *Node) Close() error {
+	select {
+	case <-n.stop:
+	default:
+		close(n.stop)
+	}
+	err := n.sw.Close()
+	n.wg.Wait()
+	return err
+}
+
+// Switch returns the node's reconnecting OpenFlow connection.
+func (n *Node) Switch() *Switch { return n.sw }
+
+// Generation returns this daemon run's generation (1..65535), the cookie bits 55..40 of
+// every flow it installs; it is also in the bridge's external_ids:ofsdn-generation.
+func (n *Node) Generation() uint16 { return n.cfg.Generation }
 
 // Store returns the node's desired-state flow store.
 func (n *Node) Store() *FlowStore { return n.store }
@@ -169,8 +369,8 @@ func (n *Node) Config() flows.NodeConfig { return n.cfg }
 func (n *Node) Gateway() *net.IPNet { return n.gwAddr }
 
 // restorePods rebuilds the local pod table from the bridge's ports that carry our
-// external_ids and re-installs their flows.
-func (n *Node) restorePods(ctx context.Context) error {
+// external_ids and loads their desired flows into the store (installed by the first sync).
+func (n *Node) restorePods() {
 	for _, p := range n.db.ListPorts(n.opts.Bridge) {
 		a, ok := attachmentFromPort(p)
 		if !ok {
@@ -180,13 +380,14 @@ func (n *Node) restorePods(ctx context.Context) error {
 			n.log.Warn("port has no IP lease; leaving it for garbage collection", "port", p.Name, "container_id", a.ContainerID)
 			continue
 		}
-		a.Gateway, a.MTU = n.cfg.GatewayIP, n.opts.MTU
-		if err := n.store.SetOwner(ctx, a.owner(), flows.PodFlows(n.cfg, a.flowPod())); err != nil {
-			return fmt.Errorf("node: restore flows of pod %s/%s (port %s): %w", a.PodNamespace, a.PodName, p.Name, err)
+		if a.OFPort == 0 {
+			n.log.Warn("port has no ofport yet; leaving it for garbage collection", "port", p.Name, "container_id", a.ContainerID)
+			continue
 		}
+		a.Gateway, a.MTU = n.cfg.GatewayIP, n.opts.MTU
+		n.store.Load(a.owner(), flows.PodFlows(n.cfg, a.flowPod()))
 		n.pods[a.key()] = a
 	}
-	return nil
 }
 
 // nthIP returns the n-th address of subnet (0 is the network address).

@@ -71,8 +71,18 @@ const (
 
 // ErrDisconnected matches (errors.Is) every error returned because the OpenFlow connection
 // is gone: the switch closed it, ovs-vswitchd died, an echo went unanswered, a write failed
-// or Close was called. The remedy is to dial again and replay the desired flows.
-var ErrDisconnected = errors.New("openflow connection to the switch is down")
+// or Close was called. The remedy is to dial again and replay the desired flows (Switch
+// does both). Every error matching ErrDisconnected also matches ErrOVSUnavailable.
+var ErrDisconnected error = &alsoError{msg: "openflow connection to the switch is down", also: ErrOVSUnavailable}
+
+// alsoError is a sentinel error that also matches (errors.Is) a broader sentinel.
+type alsoError struct {
+	msg  string
+	also error
+}
+
+func (e *alsoError) Error() string        { return e.msg }
+func (e *alsoError) Is(target error) bool { return target == e.also }
 
 // errClosedByUser is the cause recorded when Close ends the connection.
 var errClosedByUser = errors.New("closed by OFSwitch.Close")

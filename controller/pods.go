@@ -449,6 +449,10 @@ func (n *Node) GC(ctx context.Context, valid []AttachmentID) error {
 			firstErr = err
 		}
 	}
+	// Valid attachments that are broken anyway (veth gone, ofport -1, lease without port).
+	if _, err := n.reconcile(ctx); err != nil && firstErr == nil {
+		firstErr = err
+	}
 	return firstErr
 }
 

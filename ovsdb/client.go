@@ -37,6 +37,14 @@ const closedEndpoint = "unix:/dev/null/ofsdn-ovsdb-client-closed"
 // ErrClosed is returned by every operation on a Client after Close.
 var ErrClosed = errors.New("ovsdb: client is closed")
 
+// ErrUnavailable matches (errors.Is) every error returned because Open vSwitch cannot be
+// reached right now: the session with ovsdb-server is lost and did not come back within
+// Options.ReconnectWait, or it was lost while a write or a wait was in progress. The
+// condition is transient (the client keeps reconnecting), so callers should fail the
+// request with "try again later" (CNI error 11) rather than as a permanent error.
+// controller.ErrOVSUnavailable is the same value.
+var ErrUnavailable = errors.New("Open vSwitch is unavailable (ovsdb-server or ovs-vswitchd is down or restarting); try again later")
+
 // Options tunes a Client. The zero value is valid: every zero field takes the default
 // given in its comment.
 type Options struct {
@@ -55,9 +63,13 @@ type Options struct {
 	// notice a peer that vanished without closing the connection; a unix: socket reports a
 	// dead ovsdb-server at once. It must exceed ConnectTimeout. Default: 0 (off).
 	EchoInterval time.Duration
-	// WaitTimeout bounds waits for ovs-vswitchd (an ofport, a reconfiguration) when the
-	// caller's context has no deadline. Default: 10 seconds.
+	// WaitTimeout bounds waits for ovs-vswitchd (an ofport, a reconfiguration) and single
+	// transactions when the caller's context has no deadline. Default: 10 seconds.
 	WaitTimeout time.Duration
+	// ReconnectWait is how long a write issued while the session is down waits for the
+	// client to reconnect before it fails with an error matching ErrUnavailable (never
+	// longer than the caller's context allows). Default: 2 seconds.
+	ReconnectWait time.Duration
 }
 
 func (o *Options) setDefaults() {
@@ -72,6 +84,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.WaitTimeout <= 0 {
 		o.WaitTimeout = 10 * time.Second
+	}
+	if o.ReconnectWait <= 0 {
+		o.ReconnectWait = 2 * time.Second
 	}
 }
 
@@ -89,8 +104,9 @@ type Client struct {
 	closed    chan struct{}
 	lost      atomic.Bool // the session was lost; cleared when the cache is refilled
 
-	mu      sync.Mutex
-	waiters map[string]map[chan struct{}]struct{} // key: "Table/name" (see waitKey)
+	mu          sync.Mutex
+	waiters     map[string]map[chan struct{}]struct{} // key: "Table/name" (see waitKey)
+	reconnectCh []chan struct{}                       // see Reconnected
 }
 
 // Connect dials ovsdb-server at endpoint ("unix:/path/db.sock" or "tcp:host:port"),
@@ -373,6 +389,7 @@ func (c *Client) onEvent(table string, m model.Model, added bool) {
 			// every waiter must re-check, rows may have gone without a delete event.
 			if c.lost.Swap(false) {
 				c.log.Info("reconnected to ovsdb-server, cache refreshed")
+				c.notifyReconnected()
 			}
 			c.wakeAll()
 			return
@@ -387,6 +404,30 @@ func (c *Client) onEvent(table string, m model.Model, added bool) {
 		select {
 		case ch <- struct{}{}:
 		default: // already signalled
+		}
+	}
+}
+
+// Reconnected returns a channel that receives a value each time the client has
+// re-established a lost session and refilled its cache (at most one value is buffered;
+// several reconnections before the receiver reads coalesce into one). The owner uses it to
+// re-ensure what a restarted ovsdb-server may have lost (bridge, ports, table names). Each
+// call returns a new channel; it is never closed.
+func (c *Client) Reconnected() <-chan struct{} {
+	ch := make(chan struct{}, 1)
+	c.mu.Lock()
+	c.reconnectCh = append(c.reconnectCh, ch)
+	c.mu.Unlock()
+	return ch
+}
+
+func (c *Client) notifyReconnected() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, ch := range c.reconnectCh {
+		select {
+		case ch <- struct{}{}:
+		default:
 		}
 	}
 }
@@ -435,6 +476,9 @@ func (c *Client) waitFor(ctx context.Context, keys []string, check func() (bool,
 		select {
 		case <-ch:
 		case <-ctx.Done():
+			if !c.Connected() {
+				return fmt.Errorf("%w: the session with ovsdb-server at %s is down: %w", ErrUnavailable, c.endpoint, ctx.Err())
+			}
 			return ctx.Err()
 		case <-c.closed:
 			return ErrClosed
@@ -454,18 +498,57 @@ func (c *Client) waitContext(ctx context.Context) (context.Context, context.Canc
 
 // transact runs ops as one RFC 7047 §4.1.3 transaction and turns any per-operation or
 // commit error of the reply into a Go error naming the operation.
+//
+// While the session is down it first waits up to Options.ReconnectWait (bounded by ctx) for
+// the client to reconnect, then fails with an error matching ErrUnavailable; a ctx without
+// deadline is bounded by Options.WaitTimeout, so a transaction never hangs.
 func (c *Client) transact(ctx context.Context, what string, ops []libovsdb.Operation) ([]libovsdb.OperationResult, error) {
 	if c.isClosed() {
 		return nil, ErrClosed
 	}
-	res, err := c.ovs.Transact(ctx, ops...)
+	if err := c.awaitConnected(ctx); err != nil {
+		return nil, fmt.Errorf("ovsdb: %s: %w", what, err)
+	}
+	tctx, cancel := c.waitContext(ctx)
+	defer cancel()
+	res, err := c.ovs.Transact(tctx, ops...)
 	if err != nil {
+		if !c.Connected() {
+			return nil, fmt.Errorf("ovsdb: %s: %w: the session with ovsdb-server at %s was lost: %w", what, ErrUnavailable, c.endpoint, err)
+		}
 		return nil, fmt.Errorf("ovsdb: %s: transaction with %s failed: %w", what, c.endpoint, err)
 	}
 	if err := checkResults(ops, res); err != nil {
 		return nil, fmt.Errorf("ovsdb: %s: %w", what, err)
 	}
 	return res, nil
+}
+
+// awaitConnected returns nil at once when the session is up; otherwise it polls every
+// 50 milliseconds for up to Options.ReconnectWait (or until ctx ends) and then returns an
+// error matching ErrUnavailable (and ctx's error when ctx ended first).
+func (c *Client) awaitConnected(ctx context.Context) error {
+	if c.Connected() {
+		return nil
+	}
+	t := time.NewTimer(c.opts.ReconnectWait)
+	defer t.Stop()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: not connected to ovsdb-server at %s: %w", ErrUnavailable, c.endpoint, ctx.Err())
+		case <-c.closed:
+			return ErrClosed
+		case <-t.C:
+			return fmt.Errorf("%w: not connected to ovsdb-server at %s for %s (is ovsdb-server running?)", ErrUnavailable, c.endpoint, c.opts.ReconnectWait)
+		case <-tick.C:
+			if c.Connected() {
+				return nil
+			}
+		}
+	}
 }
 
 // checkResults applies RFC 7047 §4.1.3: the reply has one result per operation, an

@@ -100,11 +100,10 @@ func run(args []string) error {
 	obs.setNode(node)
 	log.Info("serving CNI requests", "socket", cfg.Socket)
 
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down; flows stay installed so pods keep forwarding")
-		return nil
-	case <-node.Switch().Done():
-		return fmt.Errorf("OpenFlow connection to bridge %s lost: %v", cfg.Bridge, node.Switch().Err())
-	}
+	// A lost OpenFlow or OVSDB connection is not fatal: the node reconnects by itself
+	// (controller.Switch, ovsdb.Client), replays its flows and answers CNI requests with
+	// "try again later" meanwhile.
+	<-ctx.Done()
+	log.Info("shutting down; flows stay installed so pods keep forwarding")
+	return nil
 }

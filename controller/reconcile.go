@@ -1,0 +1,148 @@
+package controller
+
+// Reconciliation of pod attachments against what really exists.
+//
+// A pod attachment lives in three places: an IP lease (the IPAM store, written first), a
+// veth pair (netlink) and an OVS port with our external_ids (OVSDB, written last). A crash
+// of the daemon, a DEL that never came, or somebody deleting a link by hand can leave
+// these out of step. At start (before the flows are installed) and on every CNI GC the
+// node removes what can no longer work:
+//
+//   - a port with our external_ids whose host veth is gone, or whose ofport is -1
+//     (ovs-vswitchd could not open the device): its flows, the port, what is left of the
+//     veth and its lease are removed;
+//   - a lease with no port (the daemon died between the allocation and the port, so the
+//     runtime never got an answer for it): the lease and a leftover host veth are removed.
+//
+// A lease whose port still exists is never freed, even if nothing else mentions it: the
+// pod may be running. Each removal takes the attachment's per-container lock and checks
+// the condition again under it, so an ADD in flight (lease allocated, port not yet made)
+// is waited for rather than robbed of its address.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/ofsdn/ofsdn/cni/podnet"
+	"github.com/ofsdn/ofsdn/ovsdb"
+)
+
+// brokenReason says why an attachment is broken, or "" when it is not (or no longer)
+// broken: its port is missing, its host veth is gone, or its ofport is -1. byPort says the
+// attachment was found by its port (else by its lease). It also returns the port and
+// whether it exists.
+func (n *Node) brokenReason(containerID, ifName string, byPort bool) (string, ovsdb.PortInfo, bool) {
+	hostVeth := podnet.HostVethName(containerID, ifName)
+	p, ok := n.db.GetPort(hostVeth)
+	if !ok {
+		if byPort {
+			return "", p, false // the port went meanwhile (a DEL): nothing left to do here
+		}
+		if _, leased := n.ipam.Get(containerID, ifName); !leased {
+			return "", p, false
+		}
+		return "IP lease without an OVS port", p, false
+	}
+	if a, ours := attachmentFromPort(p); !ours || a.ContainerID != containerID || a.IfName != ifName {
+		return "", p, true
+	}
+	if p.OFPort == -1 {
+		return fmt.Sprintf("ovs-vswitchd could not open the port (ofport -1: %s)", p.Error), p, true
+	}
+	if !podnet.HostVethExists(hostVeth) {
+		return "host veth " + hostVeth + " is gone", p, true
+	}
+	return "", p, true
+}
+
+// reconcile removes broken attachments (see the file comment) and returns how many it
+// removed and the first error after trying all of them. It must not run while the node
+// holds a per-container lock.
+func (n *Node) reconcile(ctx context.Context) (int, error) {
+	type cand struct {
+		containerID, ifName string
+		byPort              bool
+	}
+	var cands []cand
+	seen := map[string]bool{}
+	for _, p := range n.db.ListPorts(n.opts.Bridge) {
+		if a, ok := attachmentFromPort(p); ok && !seen[a.key()] {
+			seen[a.key()] = true
+			cands = append(cands, cand{a.ContainerID, a.IfName, true})
+		}
+	}
+	for _, l := range n.ipam.List() {
+		if k := attachmentKey(l.ContainerID, l.IfName); !seen[k] {
+			seen[k] = true
+			cands = append(cands, cand{l.ContainerID, l.IfName, false})
+		}
+	}
+	removed := 0
+	var firstErr error
+	for _, c := range cands {
+		// Cheap check without the lock first; most attachments are fine.
+		if why, _, _ := n.brokenReason(c.containerID, c.ifName, c.byPort); why == "" {
+			continue
+		}
+		ok, err := n.removeBroken(ctx, c.containerID, c.ifName, c.byPort)
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+		if ok {
+			removed++
+		}
+	}
+	return removed, firstErr
+}
+
+// removeBroken re-checks one attachment under its lock and removes it if still broken:
+// flows (by the pod's cookie), port, host veth, lease, in DEL's order.
+func (n *Node) removeBroken(ctx context.Context, containerID, ifName string, byPort bool) (bool, error) {
+	unlock, err := n.lockCtx(ctx, "container:"+containerID) // the key lockPod (pods.go) takes too
+	if err != nil {
+		return false, fmt.Errorf("reconcile container %s: an operation on it is still running: %w", shortID(containerID), err)
+	}
+	defer unlock()
+	why, p, hasPort := n.brokenReason(containerID, ifName, byPort)
+	if why == "" {
+		return false, nil
+	}
+	hostVeth := podnet.HostVethName(containerID, ifName)
+	key := attachmentKey(containerID, ifName)
+	n.log.Warn("removing broken pod attachment", "container_id", containerID, "ifname", ifName,
+		"port", hostVeth, "reason", why)
+
+	n.mu.Lock()
+	a := n.pods[key]
+	n.mu.Unlock()
+	if a == nil && hasPort {
+		a, _ = attachmentFromPort(p)
+	}
+	var errs []error
+	if a != nil && a.IP != nil {
+		if err := n.deletePodFlows(ctx, a); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if hasPort {
+		if err := n.db.DeletePort(ctx, n.opts.Bridge, hostVeth); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := podnet.Teardown(hostVeth, "", ifName); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) == 0 {
+		if err := n.ipam.Release(containerID, ifName); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return false, fmt.Errorf("remove broken attachment of container %s (%s; port %s): %w", shortID(containerID), why, hostVeth, err)
+	}
+	n.mu.Lock()
+	delete(n.pods, key)
+	n.mu.Unlock()
+	return true, nil
+}
