@@ -17,18 +17,10 @@ import (
 )
 
 // OpenFlowConnected reports whether the node's OpenFlow connection to the bridge is up
-// (its Done channel is not closed).
+// and ready (Switch.Connected: false while reconnecting and replaying the flows).
 func (n *Node) OpenFlowConnected() bool {
 	sw := n.Switch()
-	if sw == nil {
-		return false
-	}
-	select {
-	case <-sw.Done():
-		return false
-	default:
-		return true
-	}
+	return sw != nil && sw.Connected()
 }
 
 // OVSDBConnected reports whether the node's OVSDB session is up (ovsdb.Client.Connected).
@@ -216,9 +208,20 @@ func coarseKey(table uint8, priority uint16, cookie uint64) string {
 // flowKey identifies a flow entry by table, priority, cookie and match. The match is its
 // set of encoded OXM/NXM fields, sorted, since the switch may return them in another order
 // than they were sent (OpenFlow 1.3.5 §7.2.3.5 leaves the order open).
+//
+// Fields holding a MAC address (eth_src, eth_dst, arp_sha, arp_tha) count by their header
+// only: the pinned libOpenflow decodes their values into nil slices (EthSrcField,
+// EthDstField and ArpXHaField UnmarshalBinary copy into an unallocated HardwareAddr), so a
+// dumped entry reads all zeros there. The other fields (in_port, eth_type, IPs, registers)
+// still tell a table's flows of one owner apart in this pipeline.
 func flowKey(table uint8, priority uint16, cookie uint64, m openflow13.Match) string {
 	fields := make([][]byte, 0, len(m.Fields))
 	for i := range m.Fields {
+		switch m.Fields[i].Value.(type) {
+		case *openflow13.EthSrcField, *openflow13.EthDstField, *openflow13.ArpXHaField:
+			fields = append(fields, []byte(fmt.Sprintf("mac-field %#x", m.Fields[i].MarshalHeader())))
+			continue
+		}
 		b, err := m.Fields[i].MarshalBinary()
 		if err != nil {
 			b = []byte(fmt.Sprintf("unencodable field class %d field %d", m.Fields[i].Class, m.Fields[i].Field))

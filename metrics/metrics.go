@@ -99,8 +99,8 @@ var (
 // module's version from the Go build info is used ("(devel)" for a source build).
 var Version string
 
-// NodeStats is one sample of the node's state, read at every scrape (and by
-// WatchConnections). The zero value describes a node that is not started yet.
+// NodeStats is one sample of the node's state, read at every scrape. The zero value
+// describes a node that is not started yet.
 type NodeStats struct {
 	// LocalPods is the number of pod interfaces attached on this node.
 	LocalPods int
@@ -110,11 +110,14 @@ type NodeStats struct {
 	FlowsByTable map[uint8]int
 	// OpenFlowUp reports whether the OpenFlow connection is up.
 	OpenFlowUp bool
-	// OpenFlowSession identifies the OpenFlow connection (a comparable value such as the
-	// connection's pointer); a new value while up counts as a reconnect.
-	OpenFlowSession any
+	// OpenFlowReconnects counts OpenFlow connections re-established since the daemon
+	// started (monotonic).
+	OpenFlowReconnects int64
 	// OVSDBUp reports whether the OVSDB session is up.
 	OVSDBUp bool
+	// OVSDBReconnects counts OVSDB sessions re-established since the daemon started
+	// (monotonic).
+	OVSDBReconnects int64
 	// Peers is the number of peer nodes known.
 	Peers int
 	// Ready reports whether the daemon is ready (what /readyz says).
@@ -126,19 +129,15 @@ type NodeStats struct {
 type Metrics struct {
 	reg *prometheus.Registry
 
-	cniDuration     *prometheus.HistogramVec
-	addStep         *prometheus.HistogramVec
-	batches         *prometheus.CounterVec
-	flowMods        *prometheus.CounterVec
-	batchErrors     *prometheus.CounterVec
-	batchDuration   *prometheus.HistogramVec
-	ofReconnects    prometheus.Counter
-	ovsdbReconnects prometheus.Counter
+	cniDuration   *prometheus.HistogramVec
+	addStep       *prometheus.HistogramVec
+	batches       *prometheus.CounterVec
+	flowMods      *prometheus.CounterVec
+	batchErrors   *prometheus.CounterVec
+	batchDuration *prometheus.HistogramVec
 
 	mu     sync.Mutex
 	source func() NodeStats
-	of     connTracker
-	ovsdb  connTracker
 }
 
 // New returns the daemon's metrics on a new registry that also holds the Go runtime and
@@ -169,15 +168,6 @@ func New() *Metrics {
 		Name: OpenFlowBatchDuration, Buckets: StepBuckets,
 		Help: "Time from sending a flow-mod batch or bundle to its barrier or commit reply.",
 	}, []string{"kind"})
-	m.ofReconnects = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: OpenFlowReconnects,
-		Help: "OpenFlow connections to the bridge re-established after the first one.",
-	})
-	m.ovsdbReconnects = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: OVSDBReconnects,
-		Help: "OVSDB sessions with ovsdb-server re-established after the first one.",
-	})
-	m.of.reconnects, m.ovsdb.reconnects = m.ofReconnects, m.ovsdbReconnects
 	for _, k := range BatchKinds {
 		m.batches.WithLabelValues(k)
 		m.flowMods.WithLabelValues(k)
@@ -195,7 +185,7 @@ func New() *Metrics {
 	buildInfo.WithLabelValues(version, revision, runtime.Version()).Set(1)
 
 	m.reg.MustRegister(m.cniDuration, m.addStep, m.batches, m.flowMods, m.batchErrors,
-		m.batchDuration, m.ofReconnects, m.ovsdbReconnects, buildInfo, nodeCollector{m},
+		m.batchDuration, buildInfo, nodeCollector{m},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -239,54 +229,16 @@ func (m *Metrics) FlowOp(kind string, n int, d time.Duration, err error) {
 	}
 }
 
-// Sample reads the source once, updates the reconnect counters from it and returns it.
-// The collector calls it at every scrape; WatchConnections calls it periodically so that
-// reconnects between scrapes are counted too.
+// Sample reads the source once (the zero NodeStats without one); the collector calls it
+// at every scrape.
 func (m *Metrics) Sample() NodeStats {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	var s NodeStats
-	if m.source != nil {
-		s = m.source()
+	f := m.source
+	m.mu.Unlock()
+	if f == nil {
+		return NodeStats{}
 	}
-	m.of.observe(s.OpenFlowUp, s.OpenFlowSession)
-	m.ovsdb.observe(s.OVSDBUp, nil)
-	return s
-}
-
-// WatchConnections samples the node every interval until stop is closed, so that a
-// connection lost and re-established between two scrapes is still counted. A reconnect
-// faster than interval (both transitions between two samples) is seen only if the
-// connection's session value changed.
-func (m *Metrics) WatchConnections(interval time.Duration, stop <-chan struct{}) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-			m.Sample()
-		}
-	}
-}
-
-// connTracker counts reconnects from samples of a connection's state.
-type connTracker struct {
-	reconnects prometheus.Counter
-	seenUp     bool
-	up         bool
-	session    any
-}
-
-func (c *connTracker) observe(up bool, session any) {
-	if up {
-		if c.seenUp && (!c.up || session != c.session) {
-			c.reconnects.Inc()
-		}
-		c.seenUp, c.session = true, session
-	}
-	c.up = up
+	return f()
 }
 
 // nodeCollector exports the NodeStats gauges at scrape time.
@@ -299,9 +251,11 @@ var (
 	descFlows      = prometheus.NewDesc(OpenFlowFlows, "Flows installed by the daemon per pipeline stage, from its desired-state flow store.", []string{"stage"}, nil)
 	descOFUp       = prometheus.NewDesc(OpenFlowConnected, "1 while the OpenFlow connection to the integration bridge is up, else 0.", nil, nil)
 	descOVSDBUp    = prometheus.NewDesc(OVSDBConnected, "1 while the OVSDB session with ovsdb-server is up, else 0.", nil, nil)
+	descOFRecon    = prometheus.NewDesc(OpenFlowReconnects, "OpenFlow connections to the bridge re-established after the first one.", nil, nil)
+	descOVSDBRecon = prometheus.NewDesc(OVSDBReconnects, "OVSDB sessions with ovsdb-server re-established after the first one.", nil, nil)
 	descPeers      = prometheus.NewDesc(Peers, "Peer nodes known to this node (0 until the overlay exists).", nil, nil)
 	descReady      = prometheus.NewDesc(Ready, "1 while the daemon is ready (/readyz answers 200), else 0.", nil, nil)
-	nodeCollectors = []*prometheus.Desc{descLocalPods, descPool, descAllocated, descFlows, descOFUp, descOVSDBUp, descPeers, descReady}
+	nodeCollectors = []*prometheus.Desc{descLocalPods, descPool, descAllocated, descFlows, descOFUp, descOVSDBUp, descOFRecon, descOVSDBRecon, descPeers, descReady}
 )
 
 func (c nodeCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -323,6 +277,8 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(descOFUp, b2f(s.OpenFlowUp))
 	gauge(descOVSDBUp, b2f(s.OVSDBUp))
+	ch <- prometheus.MustNewConstMetric(descOFRecon, prometheus.CounterValue, float64(s.OpenFlowReconnects))
+	ch <- prometheus.MustNewConstMetric(descOVSDBRecon, prometheus.CounterValue, float64(s.OVSDBReconnects))
 	gauge(descPeers, float64(s.Peers))
 	gauge(descReady, b2f(s.Ready))
 }

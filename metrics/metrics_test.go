@@ -43,7 +43,7 @@ func (f *fakeNode) update(fn func(s *NodeStats)) {
 
 func newFake() *fakeNode {
 	return &fakeNode{stats: NodeStats{PoolAddresses: 253, FlowsByTable: map[uint8]int{0: 2, 20: 3, 90: 2},
-		OpenFlowUp: true, OpenFlowSession: new(int), OVSDBUp: true, Ready: true}}
+		OpenFlowUp: true, OVSDBUp: true, Ready: true}}
 }
 
 // cycle runs one pod ADD and DEL through the hooks, as the CNI server and the node call
@@ -237,27 +237,17 @@ func TestStateGaugesFollowSource(t *testing.T) {
 	}
 }
 
-func TestReconnectsCounted(t *testing.T) {
+func TestReconnectCounters(t *testing.T) {
 	m := New()
 	f := newFake()
-	f.update(func(s *NodeStats) { s.OpenFlowUp, s.OVSDBUp, s.OpenFlowSession = false, false, nil })
 	m.SetSource(f.get)
-	m.Sample()                                                                                         // starting: down
-	f.update(func(s *NodeStats) { s.OpenFlowUp, s.OVSDBUp, s.OpenFlowSession = true, true, new(int) }) // first connections
-	m.Sample()
-	m.Sample()
-	f.update(func(s *NodeStats) { s.OVSDBUp = false }) // ovsdb-server restarts
-	m.Sample()
-	f.update(func(s *NodeStats) { s.OVSDBUp = true })
-	m.Sample()
-	f.update(func(s *NodeStats) { s.OpenFlowSession = new(int) }) // OpenFlow re-dialled between two samples
-	m.Sample()
+	f.update(func(s *NodeStats) { s.OpenFlowReconnects, s.OVSDBReconnects = 3, 1 })
 	mfs, _ := m.Registry().Gather()
 	if got := counterValue(t, mfs, OVSDBReconnects, nil); got != 1 {
 		t.Errorf("ovsdb reconnects %v, want 1", got)
 	}
-	if got := counterValue(t, mfs, OpenFlowReconnects, nil); got != 1 {
-		t.Errorf("openflow reconnects %v, want 1", got)
+	if got := counterValue(t, mfs, OpenFlowReconnects, nil); got != 3 {
+		t.Errorf("openflow reconnects %v, want 3", got)
 	}
 }
 

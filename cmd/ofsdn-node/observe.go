@@ -28,8 +28,10 @@ type observer struct {
 	http    *metrics.Server // nil when metricsAddress is ""
 	ctl     *ctl.Server     // nil when ctlSocket is ""
 	db      atomic.Pointer[ovsdb.Client]
-	node    atomic.Pointer[controller.Node]
-	stop    chan struct{}
+	// ovsdbReconnects counts ovsdb.Client.Reconnected notifications.
+	ovsdbReconnects atomic.Int64
+	node            atomic.Pointer[controller.Node]
+	stop            chan struct{}
 }
 
 // startObserver creates the metrics, installs the CNI server's observer (call it before
@@ -52,7 +54,6 @@ func startObserver(cfg Config, srv *server.Server, log *slog.Logger) (*observer,
 			return nil, err
 		}
 	}
-	go o.metrics.WatchConnections(time.Second, o.stop)
 	return o, nil
 }
 
@@ -61,8 +62,21 @@ func (o *observer) hooks() controller.Hooks {
 	return controller.Hooks{AddStep: o.metrics.AddStep, FlowOp: o.metrics.FlowOp}
 }
 
-// setDB records the OVSDB client once connected.
-func (o *observer) setDB(db *ovsdb.Client) { o.db.Store(db) }
+// setDB records the OVSDB client once connected and counts its reconnections.
+func (o *observer) setDB(db *ovsdb.Client) {
+	o.db.Store(db)
+	ch := db.Reconnected()
+	go func() {
+		for {
+			select {
+			case <-ch:
+				o.ovsdbReconnects.Add(1)
+			case <-o.stop:
+				return
+			}
+		}
+	}()
+}
 
 // setNode records the started node: from now on the gauges, /readyz and the inspection
 // socket read it.
@@ -101,13 +115,14 @@ func (o *observer) stats() metrics.NodeStats {
 	var s metrics.NodeStats
 	if db := o.db.Load(); db != nil {
 		s.OVSDBUp = db.Connected()
+		s.OVSDBReconnects = o.ovsdbReconnects.Load()
 	}
 	if n := o.node.Load(); n != nil {
 		s.LocalPods = len(n.Pods())
 		s.PoolAddresses, s.AllocatedAddresses = n.IPAM().Size(), n.IPAM().InUse()
 		s.FlowsByTable = n.Store().CountByTable()
 		s.OpenFlowUp = n.OpenFlowConnected()
-		s.OpenFlowSession = n.Switch()
+		s.OpenFlowReconnects = n.Switch().Reconnects()
 		s.Ready = o.readiness() == nil
 	}
 	return s
