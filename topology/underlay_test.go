@@ -26,8 +26,16 @@ func TestFindUnderlay(t *testing.T) {
 	}
 	defer netns.Close()
 	err = netns.Do(func(ns.NetNS) error {
-		l := &netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: "uplink0", MTU: 1400}}
+		// A veth pair (the kernel here has no dummy module); the peer end stays unused.
+		l := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "uplink0", MTU: 1400}, PeerName: "uplink0p"}
 		if err := netlink.LinkAdd(l); err != nil {
+			return err
+		}
+		peer, err := netlink.LinkByName("uplink0p")
+		if err != nil {
+			return err
+		}
+		if err := netlink.LinkSetUp(peer); err != nil {
 			return err
 		}
 		if err := netlink.LinkSetUp(l); err != nil {
