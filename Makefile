@@ -11,6 +11,7 @@ all: build
 build:
 	$(GO) build $(GOFLAGS) -o $(BIN)/ofsdn ./cmd/ofsdn
 	$(GO) build $(GOFLAGS) -o $(BIN)/ofsdn-node ./cmd/ofsdn-node
+	$(GO) build $(GOFLAGS) -o $(BIN)/ofsdnctl ./cmd/ofsdnctl
 
 deps:
 	./hack/install-deps.sh
