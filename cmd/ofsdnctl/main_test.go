@@ -1,0 +1,81 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ofsdn/ofsdn/ctl"
+)
+
+type src struct{}
+
+func (src) Pods() ([]ctl.Pod, error) {
+	return []ctl.Pod{{ContainerID: "abc123", IfName: "eth0", Namespace: "default", Name: "web", IP: "10.128.0.2/24",
+		MAC: "0a:58:0a:80:00:02", OFPort: 2, HostVeth: "ofs0123456789ab"}}, nil
+}
+
+func (src) Flows(context.Context) ([]ctl.Stage, error) {
+	return []ctl.Stage{
+		{Table: 0, Name: "classifier", Flows: []ctl.Flow{{Priority: 100, Cookie: "0x1", Packets: 7, Bytes: 700,
+			Flow: `cookie=0x1, table=classifier, priority=100,in_port=2 actions=goto_table:"spoof_guard"`, Desired: true}}},
+		{Table: 50, Name: "l3_forwarding", Flows: []ctl.Flow{{Priority: 5, Cookie: "0x0", Flow: "priority=5 actions=drop"}},
+			Missing: []string{"cookie=0x2, table=l3_forwarding, priority=100,ip,nw_dst=10.128.0.2 actions=drop"}},
+	}, nil
+}
+
+func (src) Peers() ([]ctl.Peer, error) { return []ctl.Peer{}, nil }
+
+func ofsdnctl(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestCommands(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "ctl.sock")
+	s := ctl.NewServer(sock, src{}, nil)
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+
+	code, out, errs := ofsdnctl(t, "-socket", sock, "pods")
+	if code != 0 || !strings.Contains(out, "default/web") || !strings.Contains(out, "abc123") || !strings.Contains(out, "ofs0123456789ab") {
+		t.Errorf("pods: %d\n%s%s", code, out, errs)
+	}
+	code, out, _ = ofsdnctl(t, "pods", "-socket", sock, "-o", "json")
+	var pods []ctl.Pod
+	if code != 0 || json.Unmarshal([]byte(out), &pods) != nil || len(pods) != 1 || pods[0].OFPort != 2 {
+		t.Errorf("pods -o json (flags after the command): %d\n%s", code, out)
+	}
+	code, out, _ = ofsdnctl(t, "-socket", sock, "flows")
+	for _, want := range []string{"classifier", `priority=100,in_port=2 actions=goto_table:"spoof_guard"`, "(not ofsdn's) priority=5", "MISSING on the switch: priority=100,ip,nw_dst=10.128.0.2"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("flows lacks %q:\n%s", want, out)
+		}
+	}
+	code, out, _ = ofsdnctl(t, "-socket", sock, "flows", "-stage", "classifier")
+	if code != 0 || strings.Contains(out, "l3_forwarding") || !strings.Contains(out, "classifier") {
+		t.Errorf("flows -stage classifier: %d\n%s", code, out)
+	}
+	if code, _, errs := ofsdnctl(t, "-socket", sock, "flows", "-stage", "nope"); code != 1 || !strings.Contains(errs, "classifier, l3_forwarding") {
+		t.Errorf("flows -stage nope: %d %s", code, errs)
+	}
+	if code, out, _ := ofsdnctl(t, "-socket", sock, "-o", "json", "peers"); code != 0 || strings.TrimSpace(out) != "[]" {
+		t.Errorf("peers -o json: %d %q", code, out)
+	}
+	for _, bad := range [][]string{{}, {"frobnicate"}, {"-o", "yaml", "pods"}, {"pods", "extra"}} {
+		if code, _, _ := ofsdnctl(t, append([]string{"-socket", sock}, bad...)...); code != 2 {
+			t.Errorf("%v: exit %d, want 2", bad, code)
+		}
+	}
+	missing := filepath.Join(t.TempDir(), "none.sock")
+	if code, _, errs := ofsdnctl(t, "-socket", missing, "pods"); code != 1 || !strings.Contains(errs, missing) {
+		t.Errorf("no daemon: exit %d %s, want 1 naming the socket", code, errs)
+	}
+}
