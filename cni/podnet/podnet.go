@@ -316,59 +316,33 @@ func configurePod(podNS ns.NetNS, spec Spec, mac net.HardwareAddr) (index int, e
 
 // Teardown removes the veth pair of one pod interface. It is idempotent
 // (CNI spec 1.1 section "DEL": DEL of something absent succeeds): if
-// hostVeth exists it is deleted (which deletes the pod end too); otherwise,
-// if netnsPath names a namespace that still exists, ifName is deleted inside
-// it when it is a veth. An empty or vanished netnsPath is not an error.
+// hostVeth exists it is deleted, which deletes the pod end too. When hostVeth
+// does not exist, nothing is deleted: a veth pair only ever goes as a whole,
+// so a link called ifName in the pod netns (netnsPath) is then not the pod
+// end of ours but, say, another plugin's interface that made our ADD fail
+// (SPEC.md "DEL" after a failed ADD must not remove it). netnsPath and ifName
+// are kept for the callers' symmetry with Setup and are not opened.
 //
 // Errors: hostVeth exists but is not a veth (Teardown refuses to delete
 // another program's link); a netlink failure other than "not found".
 func Teardown(hostVeth, netnsPath, ifName string) error {
-	if hostVeth != "" {
-		link, err := netlinksafe.LinkByName(hostVeth)
-		switch {
-		case err == nil:
-			if _, ok := link.(*netlink.Veth); !ok {
-				return fmt.Errorf("podnet: host interface %s is a %s, not a veth: refusing to delete it; remove it by hand if it is stale", hostVeth, link.Type())
-			}
-			if err := netlink.LinkDel(link); err != nil && !isNotFound(err) {
-				return fmt.Errorf("podnet: delete host veth %s: %w", hostVeth, err)
-			}
-			return nil
-		case !isNotFound(err):
-			return fmt.Errorf("podnet: look up host veth %s: %w", hostVeth, err)
-		}
-	}
-	if netnsPath == "" || ifName == "" {
+	_, _ = netnsPath, ifName
+	if hostVeth == "" {
 		return nil
 	}
-	err := ns.WithNetNSPath(netnsPath, func(ns.NetNS) error {
-		link, err := netlinksafe.LinkByName(ifName)
-		if isNotFound(err) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("podnet: look up %s in pod netns %s: %w", ifName, netnsPath, err)
-		}
+	link, err := netlinksafe.LinkByName(hostVeth)
+	switch {
+	case err == nil:
 		if _, ok := link.(*netlink.Veth); !ok {
-			return nil // not ours
+			return fmt.Errorf("podnet: host interface %s is a %s, not a veth: refusing to delete it; remove it by hand if it is stale", hostVeth, link.Type())
 		}
 		if err := netlink.LinkDel(link); err != nil && !isNotFound(err) {
-			return fmt.Errorf("podnet: delete %s in pod netns %s: %w", ifName, netnsPath, err)
+			return fmt.Errorf("podnet: delete host veth %s: %w", hostVeth, err)
 		}
-		return nil
-	})
-	if isNetnsGone(err) {
-		return nil
+	case !isNotFound(err):
+		return fmt.Errorf("podnet: look up host veth %s: %w", hostVeth, err)
 	}
-	return err
-}
-
-// isNetnsGone reports whether err says the namespace path no longer names a
-// network namespace.
-func isNetnsGone(err error) bool {
-	var notExist ns.NSPathNotExistErr
-	var notNS ns.NSPathNotNSErr
-	return errors.As(err, &notExist) || errors.As(err, &notNS)
+	return nil
 }
 
 // isNotFound reports whether err is netlink's "no such link".
