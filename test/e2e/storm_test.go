@@ -575,3 +575,34 @@ func TestAddDeadlineWhenOVSStuck(t *testing.T) {
 	}
 	n.assertNoLeaks(t)
 }
+
+// TestDaemonRefusesBadNetns: the daemon checks CNI_NETNS itself (the socket is an API too):
+// a path that does not exist or is not a network namespace gets code 4 naming CNI_NETNS,
+// the daemon's own namespace code 8; nothing is allocated.
+func TestDaemonRefusesBadNetns(t *testing.T) {
+	n := startNode(t, "10.144.0.0/24")
+	file := filepath.Join(t.TempDir(), "not-a-netns")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		netns string
+		code  uint
+	}{
+		{"/var/run/netns/ofsdn-e2e-does-not-exist", types.ErrInvalidEnvironmentVariables},
+		{file, types.ErrInvalidEnvironmentVariables},
+		{n.ovs.NetnsPath(), types.ErrInvalidNetNS}, // where ofsdn-node runs
+	} {
+		rt := &libcni.RuntimeConf{ContainerID: "badns", NetNS: tc.netns, IfName: "eth0"}
+		_, err := n.cni.AddNetworkList(context.Background(), n.netconf, rt)
+		var e *types.Error
+		if !errors.As(err, &e) || e.Code != tc.code || !strings.Contains(e.Msg, "CNI_NETNS "+tc.netns) {
+			t.Errorf("ADD with CNI_NETNS %s: %v; want CNI error %d naming it", tc.netns, err, tc.code)
+		} else {
+			t.Logf("runtime sees: code %d %q", e.Code, e.Msg)
+		}
+	}
+	if l := n.leases(t); len(l) != 0 {
+		t.Errorf("leases after refused ADDs: %v", l)
+	}
+}
