@@ -169,6 +169,9 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 		return fail(fmt.Errorf("node: %w", err))
 	}
 
+	n.store = NewFlowStore()
+	n.store.observe = opts.Hooks.FlowOp
+
 	// Broken attachments go before anything is installed; their flows of the earlier
 	// generation are deleted with the rest of it by the first sync.
 	if removed, err := n.reconcile(ctx); err != nil {
@@ -177,8 +180,6 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 		n.log.Info("reconciliation at start removed broken attachments", "removed", removed)
 	}
 
-	n.store = NewFlowStore()
-	n.store.observe = opts.Hooks.FlowOp
 	n.store.Load(ownerPipeline, flows.PipelineFlows(n.cfg))
 	n.restorePods()
 

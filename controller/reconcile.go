@@ -29,12 +29,12 @@ import (
 )
 
 // brokenReason says why an attachment is broken, or "" when it is not (or no longer)
-// broken: its port is missing, its host veth is gone, or its ofport is -1. byPort says the
-// attachment was found by its port (else by its lease). It also returns the port and
+// broken: its port is missing, its host veth is gone, or its ofport is -1. port is the
+// name of its OVS port (and host veth); byPort says the attachment was found by its port
+// (else by its lease, and port is podnet.HostVethName). It also returns the port and
 // whether it exists.
-func (n *Node) brokenReason(containerID, ifName string, byPort bool) (string, ovsdb.PortInfo, bool) {
-	hostVeth := podnet.HostVethName(containerID, ifName)
-	p, ok := n.db.GetPort(hostVeth)
+func (n *Node) brokenReason(containerID, ifName, port string, byPort bool) (string, ovsdb.PortInfo, bool) {
+	p, ok := n.db.GetPort(port)
 	if !ok {
 		if byPort {
 			return "", p, false // the port went meanwhile (a DEL): nothing left to do here
@@ -50,8 +50,8 @@ func (n *Node) brokenReason(containerID, ifName string, byPort bool) (string, ov
 	if p.OFPort == -1 {
 		return fmt.Sprintf("ovs-vswitchd could not open the port (ofport -1: %s)", p.Error), p, true
 	}
-	if !podnet.HostVethExists(hostVeth) {
-		return "host veth " + hostVeth + " is gone", p, true
+	if !podnet.HostVethExists(p.Name) {
+		return "host veth " + p.Name + " is gone", p, true
 	}
 	return "", p, true
 }
@@ -61,31 +61,31 @@ func (n *Node) brokenReason(containerID, ifName string, byPort bool) (string, ov
 // holds a per-container lock.
 func (n *Node) reconcile(ctx context.Context) (int, error) {
 	type cand struct {
-		containerID, ifName string
-		byPort              bool
+		containerID, ifName, port string
+		byPort                    bool
 	}
 	var cands []cand
 	seen := map[string]bool{}
 	for _, p := range n.db.ListPorts(n.opts.Bridge) {
 		if a, ok := attachmentFromPort(p); ok && !seen[a.key()] {
 			seen[a.key()] = true
-			cands = append(cands, cand{a.ContainerID, a.IfName, true})
+			cands = append(cands, cand{a.ContainerID, a.IfName, p.Name, true})
 		}
 	}
 	for _, l := range n.ipam.List() {
 		if k := attachmentKey(l.ContainerID, l.IfName); !seen[k] {
 			seen[k] = true
-			cands = append(cands, cand{l.ContainerID, l.IfName, false})
+			cands = append(cands, cand{l.ContainerID, l.IfName, podnet.HostVethName(l.ContainerID, l.IfName), false})
 		}
 	}
 	removed := 0
 	var firstErr error
 	for _, c := range cands {
 		// Cheap check without the lock first; most attachments are fine.
-		if why, _, _ := n.brokenReason(c.containerID, c.ifName, c.byPort); why == "" {
+		if why, _, _ := n.brokenReason(c.containerID, c.ifName, c.port, c.byPort); why == "" {
 			continue
 		}
-		ok, err := n.removeBroken(ctx, c.containerID, c.ifName, c.byPort)
+		ok, err := n.removeBroken(ctx, c.containerID, c.ifName, c.port, c.byPort)
 		if err != nil && firstErr == nil {
 			firstErr = err
 		}
@@ -98,17 +98,17 @@ func (n *Node) reconcile(ctx context.Context) (int, error) {
 
 // removeBroken re-checks one attachment under its lock and removes it if still broken:
 // flows (by the pod's cookie), port, host veth, lease, in DEL's order.
-func (n *Node) removeBroken(ctx context.Context, containerID, ifName string, byPort bool) (bool, error) {
+func (n *Node) removeBroken(ctx context.Context, containerID, ifName, port string, byPort bool) (bool, error) {
 	unlock, err := n.lockCtx(ctx, "container:"+containerID) // the key lockPod (pods.go) takes too
 	if err != nil {
 		return false, fmt.Errorf("reconcile container %s: an operation on it is still running: %w", shortID(containerID), err)
 	}
 	defer unlock()
-	why, p, hasPort := n.brokenReason(containerID, ifName, byPort)
+	why, p, hasPort := n.brokenReason(containerID, ifName, port, byPort)
 	if why == "" {
 		return false, nil
 	}
-	hostVeth := podnet.HostVethName(containerID, ifName)
+	hostVeth := port
 	key := attachmentKey(containerID, ifName)
 	n.log.Warn("removing broken pod attachment", "container_id", containerID, "ifname", ifName,
 		"port", hostVeth, "reason", why)
