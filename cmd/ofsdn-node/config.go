@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"sigs.k8s.io/yaml"
@@ -34,7 +35,9 @@ type Config struct {
 	Socket string `json:"socket"`
 	// DataDir holds persistent state (IP leases).
 	DataDir string `json:"dataDir"`
-	// MTU is the pods' and gateway's MTU in bytes (576..9000).
+	// MTU is the pods' and gateway's MTU in bytes (576..9000); 0 = automatic: the
+	// topology's (FLANNEL_MTU), else with an overlay the underlay interface's (the one
+	// holding nodeIP) minus 50 bytes of VXLAN/Geneve over IPv4, else 1450.
 	MTU int `json:"mtu"`
 	// StartTimeout bounds the start-up (OVSDB, bridge, OpenFlow), e.g. "30s".
 	StartTimeout string `json:"startTimeout"`
@@ -52,6 +55,43 @@ type Config struct {
 	// CtlSocket is the inspection socket ofsdnctl talks to; default ctl.sock next to the
 	// CNI socket (/var/run/ofsdn/ctl.sock); "off" turns it off.
 	CtlSocket string `json:"ctlSocket"`
+
+	// Topology says where this node's subnet and its peers come from: "" (none: a single
+	// node with podSubnet), "file" (topologyFile, reloaded on change) or "kubernetes" (Node
+	// objects: this node's spec.podCIDRs, peers' podCIDRs and InternalIPs).
+	Topology string `json:"topology"`
+	// TopologyFile is the static topology (YAML/JSON, see topology.FileSpec) or flannel's
+	// subnet.env (a path ending in .env); setting it implies topology "file".
+	TopologyFile string `json:"topologyFile"`
+	// NodeName is this node's name; default $NODE_NAME, else the host name.
+	NodeName string `json:"nodeName"`
+	// Kubeconfig is the kubeconfig file for topology "kubernetes"; "" = in-cluster.
+	Kubeconfig string `json:"kubeconfig"`
+	// ClusterCIDR is the IPv4 range every node's pod subnet is cut from; default the
+	// topology's (FLANNEL_NETWORK, clusterCIDR of the file); required with a topology.
+	ClusterCIDR string `json:"clusterCIDR"`
+	// ServiceCIDR is the Kubernetes service IPv4 range, sent to the gateway for kube-proxy;
+	// "" = none.
+	ServiceCIDR string `json:"serviceCIDR"`
+	// NodeIP is this node's underlay IPv4 address; default the topology's, else the
+	// address of the default route's interface.
+	NodeIP string `json:"nodeIP"`
+	// TunnelType is vxlan (default) or geneve, used when a topology is set.
+	TunnelType string `json:"tunnelType"`
+	// TunnelPort is the tunnel's UDP port; 0 = 4789 (VXLAN) or 6081 (Geneve).
+	TunnelPort int `json:"tunnelPort"`
+	// Masquerade masquerades pod traffic leaving the cluster CIDR to the node's address
+	// (iptables), with a topology; default true (FLANNEL_IPMASQ may turn it off).
+	Masquerade *bool `json:"masquerade"`
+	// CNIBinDir, when set, is where the daemon installs its plugin binary (atomically,
+	// once ready), e.g. /opt/cni/bin.
+	CNIBinDir string `json:"cniBinDir"`
+	// CNIConfDir, when set, is where the daemon writes its conflist (atomically, once
+	// ready), e.g. /etc/cni/net.d.
+	CNIConfDir string `json:"cniConfDir"`
+	// PluginBinary is the plugin binary to install; default "ofsdn" next to this daemon's
+	// executable.
+	PluginBinary string `json:"pluginBinary"`
 }
 
 func defaultConfig() Config {
@@ -71,6 +111,7 @@ func defaultConfig() Config {
 		LogFormat:    "text",
 
 		MetricsAddress: metrics.DefaultAddress,
+		TunnelType:     "vxlan",
 	}
 }
 
@@ -94,6 +135,23 @@ func loadConfig(args []string) (Config, error) {
 	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "text or json")
 	fs.StringVar(&cfg.MetricsAddress, "metrics-address", cfg.MetricsAddress, "host:port of /metrics, /healthz and /readyz (\"\" turns it off)")
 	fs.StringVar(&cfg.CtlSocket, "ctl-socket", cfg.CtlSocket, "inspection socket for ofsdnctl (default: ctl.sock next to -socket; \"off\" turns it off)")
+	fs.StringVar(&cfg.Topology, "topology", cfg.Topology, "where peers come from: \"\" (single node), file or kubernetes")
+	fs.StringVar(&cfg.TopologyFile, "topology-file", cfg.TopologyFile, "static topology (YAML/JSON) or flannel subnet.env; implies -topology file")
+	fs.StringVar(&cfg.NodeName, "node-name", cfg.NodeName, "this node's name (default $NODE_NAME, else the host name)")
+	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", cfg.Kubeconfig, "kubeconfig for -topology kubernetes (default in-cluster)")
+	fs.StringVar(&cfg.ClusterCIDR, "cluster-cidr", cfg.ClusterCIDR, "IPv4 range of all pod subnets (default from the topology)")
+	fs.StringVar(&cfg.ServiceCIDR, "service-cidr", cfg.ServiceCIDR, "Kubernetes service IPv4 range, sent to the gateway")
+	fs.StringVar(&cfg.NodeIP, "node-ip", cfg.NodeIP, "this node's underlay IPv4 address (default from the topology or the default route)")
+	fs.StringVar(&cfg.TunnelType, "tunnel-type", cfg.TunnelType, "vxlan or geneve")
+	fs.IntVar(&cfg.TunnelPort, "tunnel-port", cfg.TunnelPort, "tunnel UDP port (0 = the type's default)")
+	fs.Func("masquerade", "masquerade pod traffic leaving the cluster CIDR: true or false (default true)", func(v string) error {
+		b, err := strconv.ParseBool(v)
+		cfg.Masquerade = &b
+		return err
+	})
+	fs.StringVar(&cfg.CNIBinDir, "cni-bin-dir", cfg.CNIBinDir, "install the plugin binary here once ready (e.g. /opt/cni/bin)")
+	fs.StringVar(&cfg.CNIConfDir, "cni-conf-dir", cfg.CNIConfDir, "write the conflist here once ready (e.g. /etc/cni/net.d)")
+	fs.StringVar(&cfg.PluginBinary, "plugin-binary", cfg.PluginBinary, "plugin binary to install (default ofsdn next to this executable)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -104,7 +162,7 @@ func loadConfig(args []string) (Config, error) {
 			return cfg, fmt.Errorf("config file %s: %w", *file, err)
 		}
 		if err := yaml.UnmarshalStrict(b, &fromFile); err != nil {
-			return cfg, fmt.Errorf("config file %s: %w (keys are: podSubnet, bridge, gateway, datapathType, ovsdb, ovsRunDir, socket, dataDir, mtu, startTimeout, addTimeout, logLevel, logFormat, metricsAddress, ctlSocket)", *file, err)
+			return cfg, fmt.Errorf("config file %s: %w (keys are: podSubnet, bridge, gateway, datapathType, ovsdb, ovsRunDir, socket, dataDir, mtu, startTimeout, addTimeout, logLevel, logFormat, metricsAddress, ctlSocket, topology, topologyFile, nodeName, kubeconfig, clusterCIDR, serviceCIDR, nodeIP, tunnelType, tunnelPort, masquerade, cniBinDir, cniConfDir, pluginBinary)", *file, err)
 		}
 		// The flag variables point into cfg: parsing again re-applies only the flags given
 		// explicitly, over the file's values.
@@ -118,6 +176,15 @@ func loadConfig(args []string) (Config, error) {
 		cfg.CtlSocket = filepath.Join(filepath.Dir(cfg.Socket), "ctl.sock")
 	case "off":
 		cfg.CtlSocket = ""
+	}
+	if cfg.TopologyFile != "" && cfg.Topology == "" {
+		cfg.Topology = "file"
+	}
+	if cfg.NodeName == "" {
+		cfg.NodeName = os.Getenv("NODE_NAME")
+	}
+	if cfg.NodeName == "" {
+		cfg.NodeName, _ = os.Hostname()
 	}
 	return cfg, cfg.validate()
 }
@@ -133,8 +200,36 @@ func (c Config) validate() error {
 	if c.DatapathType != "system" && c.DatapathType != "netdev" {
 		return fmt.Errorf("config datapathType %q: want system or netdev", c.DatapathType)
 	}
-	if c.MTU < 576 || c.MTU > 9000 {
-		return fmt.Errorf("config mtu %d: want 576..9000 bytes", c.MTU)
+	if c.MTU != 0 && (c.MTU < 576 || c.MTU > 9000) {
+		return fmt.Errorf("config mtu %d: want 576..9000 bytes, or 0 for automatic", c.MTU)
+	}
+	switch c.Topology {
+	case "", "kubernetes":
+	case "file":
+		if c.TopologyFile == "" {
+			return fmt.Errorf("config topology file: set topologyFile to the topology's path")
+		}
+	default:
+		return fmt.Errorf("config topology %q: want \"\", file or kubernetes", c.Topology)
+	}
+	for key, v := range map[string]string{"clusterCIDR": c.ClusterCIDR, "serviceCIDR": c.ServiceCIDR} {
+		if v == "" {
+			continue
+		}
+		if ip, _, err := net.ParseCIDR(v); err != nil || ip.To4() == nil {
+			return fmt.Errorf("config %s %q: want an IPv4 CIDR such as 10.244.0.0/16", key, v)
+		}
+	}
+	if c.NodeIP != "" {
+		if ip := net.ParseIP(c.NodeIP); ip == nil || ip.To4() == nil {
+			return fmt.Errorf("config nodeIP %q: want an IPv4 address of this node", c.NodeIP)
+		}
+	}
+	if c.TunnelType != "vxlan" && c.TunnelType != "geneve" {
+		return fmt.Errorf("config tunnelType %q: want vxlan or geneve", c.TunnelType)
+	}
+	if c.TunnelPort < 0 || c.TunnelPort > 65535 {
+		return fmt.Errorf("config tunnelPort %d: want 1..65535, or 0 for the default", c.TunnelPort)
 	}
 	if len(c.Gateway) > 15 || c.Gateway == "" {
 		return fmt.Errorf("config gateway %q: want a link name of 1..15 bytes", c.Gateway)

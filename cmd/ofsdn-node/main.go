@@ -86,17 +86,38 @@ func run(args []string) error {
 	defer db.Close()
 	obs.setDB(db)
 	_, subnet, _ := net.ParseCIDR(cfg.PodSubnet)
+	mtu := cfg.MTU
+	if mtu == 0 {
+		mtu = defaultMTU
+	}
+	// With a topology (file or Kubernetes) the node's subnet, MTU and peers come from it.
+	cl, err := prepareCluster(sctx, ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	if cl != nil {
+		subnet, mtu = cl.podSubnet, cl.mtu
+	}
 	node, err := controller.StartNode(sctx, db, controller.NodeOptions{
 		Bridge: cfg.Bridge, Gateway: cfg.Gateway, DatapathType: cfg.DatapathType,
-		PodSubnet: subnet, MTU: cfg.MTU, OVSRunDir: cfg.OVSRunDir, DataDir: cfg.DataDir,
+		PodSubnet: subnet, MTU: mtu, OVSRunDir: cfg.OVSRunDir, DataDir: cfg.DataDir,
 		EchoInterval: 5 * time.Second, Logger: log, Hooks: obs.hooks(),
 	})
 	if err != nil {
 		return err
 	}
 	defer node.Close()
+	if cl != nil {
+		if err := cl.join(ctx, node, cfg, log); err != nil {
+			return err
+		}
+	}
 	h.node = node
 	srv.SetReady(true)
+	// Only now, ready to serve ADD, show the kubelet the plugin and its config.
+	if err := installCNI(cfg, log); err != nil {
+		return err
+	}
 	obs.setNode(node)
 	log.Info("serving CNI requests", "socket", cfg.Socket)
 

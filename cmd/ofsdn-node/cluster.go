@@ -1,0 +1,264 @@
+package main
+
+// Joining the cluster: the topology source, the node's network settings derived from it
+// (pod subnet, cluster CIDR, node IP, MTU, masquerade), the overlay, and the CNI files a
+// kubelet waits for.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/ofsdn/ofsdn/controller"
+	"github.com/ofsdn/ofsdn/masq"
+	"github.com/ofsdn/ofsdn/topology"
+)
+
+// cluster is what the daemon learned from its topology before starting the node.
+type cluster struct {
+	src         topology.Source
+	pending     []topology.Event // peer events received before this node's settings
+	podSubnet   *net.IPNet
+	clusterCIDR *net.IPNet
+	serviceCIDR *net.IPNet
+	nodeIP      net.IP
+	mtu         int
+	masquerade  bool
+}
+
+// defaultMTU is the pod MTU without a topology and without mtu in the config (bytes): a
+// 1500-byte underlay minus VXLAN's 50.
+const defaultMTU = 1450
+
+// prepareCluster starts the topology source (it runs until runCtx ends) and waits, bounded
+// by waitCtx, for this node's settings; then it derives the pod subnet, cluster and
+// service CIDRs, node IP, MTU and masquerade choice (config first, then topology, then
+// detection). Without a topology it returns nil.
+func prepareCluster(waitCtx, runCtx context.Context, cfg Config, log *slog.Logger) (*cluster, error) {
+	var src topology.Source
+	switch cfg.Topology {
+	case "":
+		return nil, nil
+	case "file":
+		f := topology.NewFile(cfg.TopologyFile)
+		f.Logger = log
+		src = f
+	case "kubernetes":
+		client, err := kubeClient(cfg.Kubeconfig)
+		if err != nil {
+			return nil, err
+		}
+		var cidr *net.IPNet
+		if cfg.ClusterCIDR != "" {
+			_, cidr, _ = net.ParseCIDR(cfg.ClusterCIDR)
+		}
+		k := topology.NewKubernetes(client, cfg.NodeName, cidr)
+		k.Logger = log
+		src = k
+	}
+	runErr := make(chan error, 1)
+	go func() { runErr <- src.Run(runCtx) }()
+
+	c := &cluster{src: src}
+	var local topology.Local
+	for found := false; !found; {
+		select {
+		case <-waitCtx.Done():
+			return nil, fmt.Errorf("topology %s: this node's pod subnet not known before the start timeout (%w): for kubernetes, check that the controller manager allocates node CIDRs", cfg.Topology, waitCtx.Err())
+		case err := <-runErr:
+			return nil, fmt.Errorf("topology %s: %w", cfg.Topology, err)
+		case e := <-src.Events():
+			if e.Kind == topology.EventLocal {
+				local, found = e.Local, true
+			} else {
+				c.pending = append(c.pending, e)
+			}
+		}
+	}
+	go func() {
+		if err := <-runErr; err != nil && !errors.Is(err, context.Canceled) {
+			log.Error("topology source stopped; peers no longer follow it", "topology", cfg.Topology, "err", err)
+		}
+	}()
+
+	c.podSubnet = local.PodSubnet
+	c.clusterCIDR = local.ClusterCIDR
+	if cfg.ClusterCIDR != "" {
+		_, c.clusterCIDR, _ = net.ParseCIDR(cfg.ClusterCIDR)
+	}
+	if c.clusterCIDR == nil {
+		return nil, errors.New("no cluster CIDR: set clusterCIDR in the config (or in the topology file / FLANNEL_NETWORK)")
+	}
+	if cfg.ServiceCIDR != "" {
+		_, c.serviceCIDR, _ = net.ParseCIDR(cfg.ServiceCIDR)
+	}
+	c.nodeIP = local.NodeIP
+	if cfg.NodeIP != "" {
+		c.nodeIP = net.ParseIP(cfg.NodeIP).To4()
+	}
+	var underlay topology.Underlay
+	var err error
+	if c.nodeIP == nil {
+		underlay, err = topology.DefaultUnderlay()
+		c.nodeIP = underlay.IP
+	} else {
+		underlay, err = topology.FindUnderlay(c.nodeIP)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("node IP: %w", err)
+	}
+	switch {
+	case cfg.MTU != 0:
+		c.mtu = cfg.MTU
+	case local.MTU != 0:
+		c.mtu = local.MTU
+	default:
+		c.mtu = underlay.PodMTU()
+	}
+	c.masquerade = true
+	if local.IPMasq != nil {
+		c.masquerade = *local.IPMasq
+	}
+	if cfg.Masquerade != nil {
+		c.masquerade = *cfg.Masquerade
+	}
+	log.Info("cluster settings", "topology", cfg.Topology, "node", cfg.NodeName, "pod_subnet", c.podSubnet,
+		"cluster_cidr", c.clusterCIDR, "service_cidr", c.serviceCIDR, "node_ip", c.nodeIP,
+		"underlay", underlay.Name, "underlay_mtu", underlay.MTU, "mtu", c.mtu, "masquerade", c.masquerade)
+	return c, nil
+}
+
+// kubeClient returns a clientset from kubeconfig, or the in-cluster config if it is "".
+func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+	var rc *rest.Config
+	var err error
+	if kubeconfig == "" {
+		rc, err = rest.InClusterConfig()
+	} else {
+		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w (in a pod, mount the service account; elsewhere set kubeconfig)", err)
+	}
+	rc.UserAgent = "ofsdn-node"
+	return kubernetes.NewForConfig(rc)
+}
+
+// join turns the started node into a cluster member: overlay (tunnel port, pipeline flows,
+// cluster route), egress masquerade, the peers already known, then follows the topology
+// in the background until ctx ends.
+func (c *cluster) join(ctx context.Context, node *controller.Node, cfg Config, log *slog.Logger) error {
+	ov, err := controller.StartOverlay(ctx, node, controller.OverlayOptions{
+		TunnelType: cfg.TunnelType, TunnelName: tunnelPortName(cfg.TunnelType), TunnelDstPort: cfg.TunnelPort,
+		NodeIP: c.nodeIP, ClusterCIDR: c.clusterCIDR, ServiceCIDR: c.serviceCIDR,
+	})
+	if err != nil {
+		return err
+	}
+	if c.masquerade {
+		if err := masq.EnableIPForward(); err != nil {
+			return err
+		}
+		if err := masq.Ensure(masq.Rules{PodSubnet: c.podSubnet, ClusterCIDR: c.clusterCIDR}); err != nil {
+			return err
+		}
+	}
+	for _, e := range c.pending {
+		if err := ov.Apply(ctx, e); err != nil {
+			log.Error("topology event not applied", "event", e.Kind.String(), "peer", e.Peer.Name, "err", err)
+		}
+	}
+	c.pending = nil
+	go ov.Follow(ctx, c.src.Events())
+	return nil
+}
+
+// tunnelPortName is the tunnel port's name for a tunnel type: vxlan0 or geneve0.
+func tunnelPortName(typ string) string { return typ + "0" }
+
+// installCNI installs the plugin binary into cfg.CNIBinDir and writes the conflist into
+// cfg.CNIConfDir, each by writing a temporary file in the same directory and renaming it
+// over the final name, so a kubelet never sees a partial file. It is called once the
+// daemon serves ADD: the conflist's appearance is what tells the kubelet the network is
+// ready. Either directory may be unset (nothing written there).
+func installCNI(cfg Config, log *slog.Logger) error {
+	if cfg.CNIBinDir != "" {
+		src := cfg.PluginBinary
+		if src == "" {
+			self, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("install CNI plugin: find this executable: %w (set pluginBinary)", err)
+			}
+			src = filepath.Join(filepath.Dir(self), "ofsdn")
+		}
+		in, err := os.Open(src)
+		if err != nil {
+			return fmt.Errorf("install CNI plugin: %w (set pluginBinary to the ofsdn plugin)", err)
+		}
+		defer in.Close()
+		if err := writeAtomic(filepath.Join(cfg.CNIBinDir, "ofsdn"), 0o755, func(w io.Writer) error {
+			_, err := io.Copy(w, in)
+			return err
+		}); err != nil {
+			return fmt.Errorf("install CNI plugin into %s: %w", cfg.CNIBinDir, err)
+		}
+		log.Info("CNI plugin installed", "path", filepath.Join(cfg.CNIBinDir, "ofsdn"))
+	}
+	if cfg.CNIConfDir != "" {
+		conf := map[string]any{
+			"cniVersion": "1.1.0",
+			"name":       "ofsdn",
+			"plugins":    []map[string]any{{"type": "ofsdn", "socket": cfg.Socket}},
+		}
+		b, _ := json.MarshalIndent(conf, "", "  ")
+		path := filepath.Join(cfg.CNIConfDir, "10-ofsdn.conflist")
+		if err := writeAtomic(path, 0o644, func(w io.Writer) error {
+			_, err := w.Write(append(b, '\n'))
+			return err
+		}); err != nil {
+			return fmt.Errorf("write CNI config into %s: %w", cfg.CNIConfDir, err)
+		}
+		log.Info("CNI config written", "path", path)
+	}
+	return nil
+}
+
+// writeAtomic writes path through a temporary file in its directory, fsyncs it, sets
+// mode and renames it over path (rename(2) is atomic within a file system).
+func writeAtomic(path string, mode os.FileMode, fill func(io.Writer) error) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // no-op after the rename
+	if err := fill(tmp); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// TestDeployConfigMapLoads: the config file shipped in deploy/ofsdn.yaml's ConfigMap is
+// accepted by the daemon as it is.
+func TestDeployConfigMapLoads(t *testing.T) {
+	b, err := os.ReadFile("../../deploy/ofsdn.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conf string
+	for _, doc := range strings.Split(string(b), "\n---\n") {
+		var cm corev1.ConfigMap
+		if err := yaml.Unmarshal([]byte(doc), &cm); err == nil && cm.Kind == "ConfigMap" {
+			conf = cm.Data["config.yaml"]
+		}
+	}
+	if conf == "" {
+		t.Fatal("no ConfigMap with config.yaml in deploy/ofsdn.yaml")
+	}
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("NODE_NAME", "node-a")
+	cfg, err := loadConfig([]string{"-config", path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Topology != "kubernetes" || cfg.NodeName != "node-a" || cfg.MTU != 0 || cfg.CNIConfDir == "" || cfg.ClusterCIDR == "" {
+		t.Fatalf("config %+v", cfg)
+	}
+}
+
+// TestInstallCNI: the plugin binary and the conflist land complete, with their modes, and
+// no temporary file is left beside them.
+func TestInstallCNI(t *testing.T) {
+	dir := t.TempDir()
+	plugin := filepath.Join(dir, "src-ofsdn")
+	if err := os.WriteFile(plugin, []byte("#!/bin/sh\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bin, conf := filepath.Join(dir, "bin"), filepath.Join(dir, "net.d")
+	cfg := Config{CNIBinDir: bin, CNIConfDir: conf, PluginBinary: plugin, Socket: "/var/run/ofsdn/cni.sock"}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for range 2 { // idempotent
+		if err := installCNI(cfg, log); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := os.Stat(filepath.Join(bin, "ofsdn"))
+	if err != nil || st.Mode().Perm() != 0o755 || st.Size() != int64(len("#!/bin/sh\n")) {
+		t.Fatalf("installed plugin: %v %v", st, err)
+	}
+	b, err := os.ReadFile(filepath.Join(conf, "10-ofsdn.conflist"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cl struct {
+		CNIVersion string           `json:"cniVersion"`
+		Name       string           `json:"name"`
+		Plugins    []map[string]any `json:"plugins"`
+	}
+	if err := json.Unmarshal(b, &cl); err != nil || cl.Name != "ofsdn" || len(cl.Plugins) != 1 ||
+		cl.Plugins[0]["type"] != "ofsdn" || cl.Plugins[0]["socket"] != cfg.Socket {
+		t.Fatalf("conflist %s (%v)", b, err)
+	}
+	for _, d := range []string{bin, conf} {
+		entries, _ := os.ReadDir(d)
+		if len(entries) != 1 {
+			t.Errorf("%s holds %d files, want 1 (no temporaries left)", d, len(entries))
+		}
+	}
+}
