@@ -22,6 +22,8 @@ test: deps build lint
 	$(GO) test -count=1 -timeout 20m ./...
 	$(GO) test -count=1 -run '^$$' -fuzz FuzzParseArgs -fuzztime 5s ./cni/
 	$(GO) test -count=1 -run '^$$' -fuzz FuzzLoadNetConf -fuzztime 5s ./cni/
+	$(GO) test -count=1 -run '^$$' -fuzz FuzzDecodeRequest -fuzztime 5s ./cni/server/
+	$(GO) test -count=1 -run '^$$' -fuzz FuzzDecodeStore -fuzztime 5s ./cni/ipam/
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
