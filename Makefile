@@ -34,5 +34,18 @@ lint:
 demo: deps build
 	./test/demo.sh
 
+# Pod-wiring benchmark (bench/, bench/RESULTS.md): ofsdn through the plugin and in-daemon,
+# the shell-out baseline and the floor, interleaved on private OVS instances. Prints the
+# tables; raw samples in $(BENCH_OUT)/results.json. About 10 minutes on 2 cores.
+BENCH_OUT ?= /tmp/ofsdn-bench
+bench: deps build
+	$(GO) build $(GOFLAGS) -o $(BIN)/ofsdn-bench ./bench/cmd/ofsdn-bench
+	$(BIN)/ofsdn-bench -bin $(BIN) -sandbox test/sandbox.sh -out $(BENCH_OUT)
+
+# The same, small (under a minute): CI's smoke test, failing only when a mode errors.
+bench-quick: deps build
+	$(GO) build $(GOFLAGS) -o $(BIN)/ofsdn-bench ./bench/cmd/ofsdn-bench
+	$(BIN)/ofsdn-bench -quick -bin $(BIN) -sandbox test/sandbox.sh -out $(BENCH_OUT)-quick
+
 clean:
 	rm -rf $(BIN)

@@ -1,0 +1,404 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// Percentile returns the p-th percentile (0 < p <= 100, nearest rank) of samples, or 0 for
+// none. samples need not be sorted.
+func Percentile(samples []int64, p float64) int64 {
+	if len(samples) == 0 {
+		return 0
+	}
+	s := append([]int64(nil), samples...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	k := int(math.Ceil(p/100*float64(len(s)))) - 1
+	return s[max(0, min(k, len(s)-1))]
+}
+
+// fmtMS formats microseconds as milliseconds.
+func fmtMS(us int64) string {
+	switch {
+	case us == 0:
+		return "–"
+	case us < 10000:
+		return fmt.Sprintf("%.2f", float64(us)/1000)
+	default:
+		return fmt.Sprintf("%.1f", float64(us)/1000)
+	}
+}
+
+func ratio(a, b int64) string {
+	if a == 0 || b == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f×", float64(a)/float64(b))
+}
+
+func (r *Results) find(mode, op, phase string) *Series {
+	for _, s := range r.Series {
+		if s.Mode == mode && s.Op == op && s.Phase == phase {
+			return s
+		}
+	}
+	return nil
+}
+
+func (r *Results) pct(mode, op, phase string, p float64) int64 {
+	if s := r.find(mode, op, phase); s != nil {
+		return Percentile(s.SamplesUS, p)
+	}
+	return 0
+}
+
+// podsPerSecond is total pods over total wall time of the series' batches.
+func (s *Series) podsPerSecond() float64 {
+	var pods int
+	var wall int64
+	for i := range s.BatchPods {
+		pods += s.BatchPods[i]
+		wall += s.BatchWallUS[i]
+	}
+	if wall == 0 {
+		return 0
+	}
+	return float64(pods) / (float64(wall) / 1e6)
+}
+
+func (r *Results) modes() []string {
+	var out []string
+	for _, m := range AllModes {
+		for _, s := range r.Series {
+			if s.Mode == m {
+				out = append(out, m)
+				break
+			}
+		}
+	}
+	return out
+}
+
+func (r *Results) phases(prefix string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, s := range r.Series {
+		if strings.HasPrefix(s.Phase, prefix) && !seen[s.Phase] {
+			seen[s.Phase] = true
+			out = append(out, s.Phase)
+		}
+	}
+	return out
+}
+
+// Markdown renders the results as the tables RESULTS.md shows.
+func (r *Results) Markdown() string {
+	var b strings.Builder
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	m := r.Machine
+	w("Run `%s` (%s config), %s, took %s. Failures: **%d**.\n\n", r.Command, r.Config, r.Started.Format("2006-01-02 15:04 MST"), r.Duration, r.Failures)
+	w("Machine: %s, %d cores, %d MiB, kernel %s, %s, datapath %s, %s; load average at start %s.\n\n",
+		m.CPUModel, m.Cores, m.MemTotalMB, m.Kernel, m.OVSVersion, m.DatapathType, m.GoVersion, m.LoadAvg)
+	w("Modes: **ofsdn-cni** = real `ofsdn` plugin exec'd by libcni → `ofsdn-node` over its socket; **ofsdn-daemon** = `controller.Node.AddPod/DelPod` in-process; **floor** = veth created in place + one OVSDB transaction (ofport from the monitor) + one flow batch with barrier; **shell-addflow** = same IPAM/veth, then `ovs-vsctl add-port` + `ovs-vsctl get ofport` + one `ovs-ofctl add-flow` per flow (DEL: one `del-flows --strict` per flow); **shell-bundle** = the same with one `ovs-ofctl bundle` per pod. Latencies in milliseconds.\n\n")
+
+	// Sequential.
+	w("### One pod at a time, empty node (concurrency 1)\n\n")
+	w("| mode | n | ADD p50 | ADD p90 | ADD p99 | ADD max | DEL p50 | DEL p90 | DEL p99 | DEL max | failures |\n")
+	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, mode := range r.modes() {
+		a, d := r.find(mode, "add", "seq"), r.find(mode, "del", "seq")
+		if a == nil || d == nil {
+			continue
+		}
+		w("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %d |\n", mode, len(a.SamplesUS),
+			fmtMS(Percentile(a.SamplesUS, 50)), fmtMS(Percentile(a.SamplesUS, 90)), fmtMS(Percentile(a.SamplesUS, 99)), fmtMS(Percentile(a.SamplesUS, 100)),
+			fmtMS(Percentile(d.SamplesUS, 50)), fmtMS(Percentile(d.SamplesUS, 90)), fmtMS(Percentile(d.SamplesUS, 99)), fmtMS(Percentile(d.SamplesUS, 100)),
+			len(a.Errors)+len(d.Errors))
+	}
+	w("\n### Ratios (same run, same phase: concurrency 1, empty node)\n\n")
+	w("| ratio | ADD p50 | ADD p90 | ADD p99 | DEL p50 | DEL p90 | DEL p99 |\n|---|---:|---:|---:|---:|---:|---:|\n")
+	pairs := [][2]string{{ModeShellFlows, ModeFull}, {ModeShellBundle, ModeFull}, {ModeShellFlows, ModeInDaemon},
+		{ModeShellBundle, ModeInDaemon}, {ModeFull, ModeFloor}, {ModeInDaemon, ModeFloor}, {ModeFull, ModeInDaemon}}
+	for _, p := range pairs {
+		if r.find(p[0], "add", "seq") == nil || r.find(p[1], "add", "seq") == nil {
+			continue
+		}
+		w("| %s / %s", p[0], p[1])
+		for _, op := range []string{"add", "del"} {
+			for _, q := range []float64{50, 90, 99} {
+				w(" | %s", ratio(r.pct(p[0], op, "seq", q), r.pct(p[1], op, "seq", q)))
+			}
+		}
+		w(" |\n")
+	}
+
+	// Concurrency.
+	w("\n### Concurrency (empty node; pods/s = pods in the batch / wall time of the batch)\n\n")
+	w("| mode | concurrency | pods | ADD p50 | ADD p99 | ADD max | ADD pods/s | DEL p50 | DEL p99 | DEL pods/s | failures |\n")
+	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, mode := range r.modes() {
+		for _, ph := range append([]string{"seq"}, r.phases("conc")...) {
+			a, d := r.find(mode, "add", ph), r.find(mode, "del", ph)
+			if a == nil || d == nil {
+				continue
+			}
+			w("| %s | %d | %d | %s | %s | %s | %.0f | %s | %s | %.0f | %d |\n", mode, a.Conc, len(a.SamplesUS),
+				fmtMS(Percentile(a.SamplesUS, 50)), fmtMS(Percentile(a.SamplesUS, 99)), fmtMS(Percentile(a.SamplesUS, 100)), a.podsPerSecond(),
+				fmtMS(Percentile(d.SamplesUS, 50)), fmtMS(Percentile(d.SamplesUS, 99)), d.podsPerSecond(), len(a.Errors)+len(d.Errors))
+		}
+	}
+
+	// Fill.
+	if fills := r.phases("fill"); len(fills) > 0 {
+		w("\n### As the node fills (sequential ADD/DEL with N pods already on the bridge)\n\n")
+		w("| mode |")
+		for _, f := range fills {
+			w(" ADD p50 @%s | ADD p90 @%s |", strings.TrimPrefix(f, "fill"), strings.TrimPrefix(f, "fill"))
+		}
+		for _, f := range fills {
+			w(" DEL p50 @%s |", strings.TrimPrefix(f, "fill"))
+		}
+		w("\n|---|")
+		for range fills {
+			w("---:|---:|---:|")
+		}
+		w("\n")
+		for _, mode := range r.modes() {
+			w("| %s |", mode)
+			for _, f := range fills {
+				w(" %s | %s |", fmtMS(r.pct(mode, "add", f, 50)), fmtMS(r.pct(mode, "add", f, 90)))
+			}
+			for _, f := range fills {
+				w(" %s |", fmtMS(r.pct(mode, "del", f, 50)))
+			}
+			w("\n")
+		}
+	}
+
+	// Steps.
+	w("\n### Where the time goes (concurrency 1, empty node; per-step p50 / p90 / mean, ms; \"del …\" steps are DEL's, the rest ADD's)\n\n")
+	w("| mode | step | p50 | p90 | mean | share of mean total |\n|---|---|---:|---:|---:|---:|\n")
+	for _, mode := range r.modes() {
+		steps := r.Steps[mode+"/seq"]
+		if len(steps) == 0 {
+			continue
+		}
+		var addTotal, delTotal float64
+		means := map[string]float64{}
+		for k, v := range steps {
+			means[k] = mean(v)
+			if strings.HasPrefix(k, "del ") {
+				delTotal += means[k]
+			} else {
+				addTotal += means[k]
+			}
+		}
+		for _, k := range stepOrder(steps) {
+			total := addTotal
+			if strings.HasPrefix(k, "del ") {
+				total = delTotal
+			}
+			w("| %s | %s | %s | %s | %s | %.0f%% |\n", mode, k, fmtMS(Percentile(steps[k], 50)), fmtMS(Percentile(steps[k], 90)),
+				fmtMS(int64(means[k])), 100*means[k]/total)
+		}
+	}
+	if len(r.DaemonSideUS) > 0 {
+		client := r.pct(ModeFull, "add", "seq", 50)
+		daemon := Percentile(r.DaemonSideUS, 50)
+		w("| %s | ofsdn-node handling (its log, p50) | %s | %s | %s | |\n", ModeFull, fmtMS(daemon), fmtMS(Percentile(r.DaemonSideUS, 90)), fmtMS(int64(mean(r.DaemonSideUS))))
+		w("| %s | exec + libcni + socket hop (client p50 − daemon p50) | %s | | | |\n", ModeFull, fmtMS(client-daemon))
+	}
+	if len(r.PluginExecUS) > 0 {
+		w("| (reference) | bare plugin exec, CNI VERSION | %s | %s | %s | |\n", fmtMS(Percentile(r.PluginExecUS, 50)),
+			fmtMS(Percentile(r.PluginExecUS, 90)), fmtMS(int64(mean(r.PluginExecUS))))
+	}
+
+	if len(r.phases("conc")) > 0 {
+		w("\n### ofsdn-daemon ADD steps under concurrency (p50 / p90 ms; waits on locks and OVS included)\n\n| step |")
+		phs := append([]string{"seq"}, r.phases("conc")...)
+		for _, ph := range phs {
+			w(" %s |", ph)
+		}
+		w("\n|---|")
+		for range phs {
+			w("---:|")
+		}
+		w("\n")
+		for _, k := range stepOrder(r.Steps[ModeInDaemon+"/seq"]) {
+			w("| %s |", k)
+			for _, ph := range phs {
+				v := r.Steps[ModeInDaemon+"/"+ph][k]
+				w(" %s / %s |", fmtMS(Percentile(v, 50)), fmtMS(Percentile(v, 90)))
+			}
+			w("\n")
+		}
+	}
+
+	// CPU.
+	w("\n### CPU per pod operation (ADD or DEL), milliseconds, concurrency-1 phase\n\n")
+	w("| mode | ovs-vswitchd | ovsdb-server | ofsdn-node | bench process | exec'd children |\n|---|---:|---:|---:|---:|---:|\n")
+	for _, c := range r.CPU {
+		if c.Phase != "seq" || c.Ops == 0 {
+			continue
+		}
+		per := func(k string) string {
+			v, ok := c.MS[k]
+			if !ok {
+				return "–"
+			}
+			return fmt.Sprintf("%.2f", v/float64(c.Ops))
+		}
+		w("| %s | %s | %s | %s | %s | %s |\n", c.Mode, per("vswitchd"), per("ovsdb-server"), per("ofsdn-node"), per("bench"), per("children"))
+	}
+
+	// Scale.
+	if s := r.Scale; s != nil {
+		w("\n### Flow scale (flows only, no veths; ms)\n\n| what | flows | one owner at a time (FlowStore.SetOwner each, barrier each) | one batch (OFSwitch.Apply, one barrier) | one `ovs-ofctl add-flows` exec |\n|---|---:|---:|---:|---:|\n")
+		w("| %d pods | %d | %.0f | %.0f | %.0f |\n", s.Pods, s.PodFlows, s.PodsPerOwnerMS, s.PodsOneBatchMS, s.PodsOfctlMS)
+		w("| %d peer nodes (flows.PeerFlows) | %d | %.0f | %.0f | |\n", s.Peers, s.PeerFlows, s.PeersPerOwnerMS, s.PeersOneBatchMS)
+		w("| full sync on a live connection (FlowStore.Sync: one atomic bundle, delete all + add all) | %d | | %.0f (bundle) | |\n", s.PodFlows+s.PeerFlows, s.SyncBundleMS)
+		w("| re-install all after an ovs-vswitchd restart, from its start (vswitchd alone: %.0f) | %d | | %.0f (FlowStore.Sync bundle); %.0f (plain batch) | |\n",
+			s.VswitchdStartMS, s.PodFlows+s.PeerFlows, s.ReplaySyncMS, s.ReplayOneBatchMS)
+		w("\nFlowStore heap for all of it: %.1f MiB (%.0f bytes per flow).\n", float64(s.StoreHeapBytes)/(1<<20), float64(s.StoreHeapBytes)/float64(max(1, s.PodFlows+s.PeerFlows)))
+	}
+	if rs := r.Restart; rs != nil {
+		w("\n### Recovery with %d pods attached (%d flows)\n\n", rs.Pods, rs.FlowsBefore)
+		switch {
+		case rs.DaemonExited:
+			w("- ovs-vswitchd restart: back up in %.0f ms; ofsdn-node **exited** on the OpenFlow disconnect (no reconnect in this build).\n", rs.VswitchdStartMS)
+		default:
+			w("- ovs-vswitchd restart under a running ofsdn-node: vswitchd detached after %.0f ms; every flow back %.0f ms after its start.\n", rs.VswitchdStartMS, rs.VswitchdRecoverMS)
+		}
+		w("- ofsdn-node restart: SIGINT → exited in %.0f ms; started → CNI STATUS ready (pipeline and every pod's flows installed) in %.0f ms; flows after: %d.\n", rs.DaemonStopMS, rs.DaemonReadyMS, rs.FlowsAfter)
+	}
+	if len(r.RSS) > 0 {
+		w("\n### ofsdn-node resident memory (VmRSS)\n\n| pods attached | RSS MiB |\n|---:|---:|\n")
+		for _, p := range r.RSS {
+			w("| %d | %.1f |\n", p.Pods, float64(p.Bytes)/(1<<20))
+		}
+		if n := len(r.RSS); n > 1 && r.RSS[n-1].Pods >= 100 {
+			d := r.RSS[n-1].Bytes - r.RSS[0].Bytes
+			w("\nPer 1,000 pods: %.1f MiB (difference between %d and 0 pods, scaled).\n", float64(d)/(1<<20)*1000/float64(r.RSS[n-1].Pods), r.RSS[n-1].Pods)
+		}
+	}
+
+	// Targets.
+	w("\n### Targets (reported, never asserted)\n\n| target | measured | met |\n|---|---|---|\n")
+	full50, floor50 := r.pct(ModeFull, "add", "seq", 50), r.pct(ModeFloor, "add", "seq", 50)
+	sh50 := r.pct(ModeShellFlows, "add", "seq", 50)
+	if full50 > 0 && floor50 > 0 {
+		v := float64(full50) / float64(floor50)
+		w("| ofsdn-cni ADD p50 within 1.5× floor | %.2f× | %s |\n", v, yes(v <= 1.5))
+	}
+	if full50 > 0 && sh50 > 0 {
+		v := float64(sh50) / float64(full50)
+		w("| ≥ 10× faster than shell-out (add-flow) at p50 | %.1f× | %s |\n", v, yes(v >= 10))
+	}
+	if sb := r.pct(ModeShellBundle, "add", "seq", 50); full50 > 0 && sb > 0 {
+		v := float64(sb) / float64(full50)
+		w("| (for reference) vs shell-out (bundle) at p50 | %.1f× | %s |\n", v, yes(v >= 10))
+	}
+	for _, ph := range r.phases("conc") {
+		if s := r.find(ModeFull, "add", ph); s != nil && s.Conc == 32 {
+			var worst int64
+			for i := range s.BatchWallUS {
+				if s.BatchPods[i] >= 100 {
+					worst = max(worst, s.BatchWallUS[i])
+				}
+			}
+			if worst > 0 {
+				w("| 100 pods at concurrency 32 (ofsdn-cni) in < 1 s | slowest batch %.2f s | %s |\n", float64(worst)/1e6, yes(worst < 1e6))
+			} else {
+				w("| 100 pods at concurrency 32 (ofsdn-cni) in < 1 s | batch of %d pods only (quick run): %.0f pods/s | – |\n", s.BatchPods[0], s.podsPerSecond())
+			}
+		}
+	}
+	fails := 0
+	for _, s := range r.Series {
+		if s.Mode == ModeFull || s.Mode == ModeInDaemon {
+			fails += len(s.Errors)
+		}
+	}
+	w("| no ofsdn ADD/DEL failures at any concurrency | %d failures | %s |\n", fails, yes(fails == 0))
+	if len(r.SetupErrors) > 0 {
+		w("\nErrors outside the timed operations:\n\n")
+		for _, e := range r.SetupErrors {
+			w("- %s\n", e)
+		}
+	}
+	var errs []string
+	for _, s := range r.Series {
+		for i, e := range s.Errors {
+			if i < 3 {
+				errs = append(errs, fmt.Sprintf("%s %s %s: %s", s.Mode, s.Phase, s.Op, e))
+			}
+		}
+	}
+	if len(errs) > 0 {
+		w("\nFirst failures per series:\n\n")
+		for _, e := range errs {
+			w("- %s\n", tail(e, 400))
+		}
+	}
+	return b.String()
+}
+
+func yes(ok bool) string {
+	if ok {
+		return "yes"
+	}
+	return "**no**"
+}
+
+func mean(v []int64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	var s float64
+	for _, x := range v {
+		s += float64(x)
+	}
+	return s / float64(len(v))
+}
+
+// stepOrder lists steps in pipeline order where known, others after.
+func stepOrder(m map[string][]int64) []string {
+	order := []string{"ipam", "veth", "ovsdb", "vsctl add-port", "vsctl get ofport", "openflow", "ofctl",
+		"del openflow", "del ofctl", "del ovsdb", "del vsctl del-port", "del veth", "del ipam"}
+	var out []string
+	for _, k := range order {
+		if _, ok := m[k]; ok {
+			out = append(out, k)
+		}
+	}
+	for _, k := range sortedKeys(m) {
+		found := false
+		for _, o := range out {
+			found = found || o == k
+		}
+		if !found {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func writeResults(dir string, r *Results) error {
+	b, err := json.MarshalIndent(r, "", " ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), b, 0o644); err != nil {
+		return err
+	}
+	md := r.Markdown()
+	if r.Profile != "" {
+		md += "\n### CPU profile of the in-daemon ADD/DEL path (go tool pprof -top)\n\n```\n" + r.Profile + "```\n"
+	}
+	return os.WriteFile(filepath.Join(dir, "results.md"), []byte(md), 0o644)
+}
