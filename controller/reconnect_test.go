@@ -1,0 +1,165 @@
+package controller
+
+// Tests of the reconnecting Switch and the flow store's per-connection sync against a real,
+// private Open vSwitch: a dead connection (ovs-vswitchd hung) and a restarted ovs-vswitchd
+// both end with exactly the desired flows on the switch; changes while down fail fast.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"regexp"
+	"sort"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ofsdn/ofsdn/flows"
+	"github.com/ofsdn/ofsdn/test/sandbox"
+)
+
+// cookieCounts counts flows per cookie.
+func cookieCounts(fs []flows.Flow) map[uint64]int {
+	m := map[uint64]int{}
+	for _, f := range fs {
+		m[uint64(f.Cookie)]++
+	}
+	return m
+}
+
+var reCookie = regexp.MustCompile(`cookie=(0x[0-9a-f]+)`)
+
+// switchCookieCounts counts the switch's flows per cookie, from ovs-ofctl dump-flows.
+func switchCookieCounts(t *testing.T, ovs *sandbox.OVS) map[uint64]int {
+	t.Helper()
+	m := map[uint64]int{}
+	for _, l := range ofDumpLines(t, ovs) {
+		c, err := strconv.ParseUint(reCookie.FindStringSubmatch(l)[1], 0, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m[c]++
+	}
+	return m
+}
+
+func sameCounts(a, b map[uint64]int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func fmtCounts(m map[uint64]int) string {
+	keys := make([]uint64, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
+	s := ""
+	for _, k := range keys {
+		s += fmt.Sprintf("  %#x: %d\n", k, m[k])
+	}
+	return s
+}
+
+func waitUntil(t *testing.T, bound time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(bound)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", bound, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestSwitchReconnectReplaysExactDesiredState(t *testing.T) {
+	ovs := sandbox.Start(t)
+	ovs.Vsctl(t, "add-br", "br-int", "--", "set", "bridge", "br-int",
+		"datapath_type=netdev", "protocols=OpenFlow13", "fail_mode=secure")
+	_, subnet, _ := net.ParseCIDR("10.150.0.0/24")
+	cfg := flows.NodeConfig{GatewayOFPort: 1, GatewayMAC: net.HardwareAddr{0x0a, 0x58, 0x0a, 0x96, 0, 1},
+		GatewayIP: net.ParseIP("10.150.0.1").To4(), PodSubnet: subnet, Generation: 7}
+	pod := func(i int) flows.Pod {
+		return flows.Pod{OFPort: uint32(10 + i), MAC: net.HardwareAddr{0x0a, 0x58, 0x0a, 0x96, 0, byte(i)},
+			IP: net.IPv4(10, 150, 0, byte(i)).To4()}
+	}
+	store := NewFlowStore()
+	store.Load(ownerPipeline, flows.PipelineFlows(cfg))
+	store.Load("pod/a", flows.PodFlows(cfg, pod(2)))
+	store.Load("pod/b", flows.PodFlows(cfg, pod(3)))
+
+	var firsts, reconnects int
+	sw := NewSwitch(ovs.MgmtSocket("br-int"), SwitchOptions{
+		OF:         OFOptions{EchoInterval: 200 * time.Millisecond},
+		MaxBackoff: 200 * time.Millisecond,
+	}, func(ctx context.Context, c *OFSwitch, first bool) error {
+		var pre []FlowModOp
+		if first {
+			firsts++
+		} else {
+			reconnects++
+			pre = []FlowModOp{{Mod: flows.DeleteByCookie(0, 0), Name: "delete all"}}
+		}
+		return store.Sync(ctx, c, pre, nil)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := sw.Start(ctx); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() { sw.Close() })
+	if got, want := switchCookieCounts(t, ovs), cookieCounts(store.All()); !sameCounts(got, want) {
+		t.Fatalf("after Start: switch has\n%swant\n%s", fmtCounts(got), fmtCounts(want))
+	}
+
+	// 1. The connection dies while ovs-vswitchd keeps its tables (hung past the echo
+	// timeout). A stray flow added meanwhile must not survive the replay.
+	ovs.Ofctl(t, "add-flow", ovs.MgmtSocket("br-int"), "cookie=0xdead,table=3,priority=5,actions=drop")
+	ovs.StopVswitchd(t)
+	waitUntil(t, 20*time.Second, "the connection to be declared dead", func() bool { return !sw.Connected() })
+	err := store.SetOwner(context.Background(), "pod/c", flows.PodFlows(cfg, pod(4)))
+	if !errors.Is(err, ErrOVSUnavailable) || !errors.Is(err, ErrDisconnected) {
+		t.Errorf("SetOwner while disconnected: want ErrOVSUnavailable and ErrDisconnected, got %v", err)
+	}
+	if _, ok := store.Owner("pod/c"); ok {
+		t.Error("SetOwner that failed while disconnected changed the desired state")
+	}
+	if _, err := sw.DumpFlows(context.Background(), tableAll, 0, 0); !errors.Is(err, ErrOVSUnavailable) {
+		t.Errorf("DumpFlows while disconnected: want ErrOVSUnavailable, got %v", err)
+	}
+	ovs.ContVswitchd(t)
+	waitUntil(t, 20*time.Second, "the reconnect", func() bool { return sw.Connected() })
+	if got, want := switchCookieCounts(t, ovs), cookieCounts(store.All()); !sameCounts(got, want) {
+		t.Fatalf("after a reconnect to the same ovs-vswitchd: switch has\n%swant\n%s", fmtCounts(got), fmtCounts(want))
+	}
+
+	// 2. ovs-vswitchd is killed and restarted: its tables start empty. A DeleteOwner while
+	// it is down succeeds (forgets the owner) and the pod's flows do not come back.
+	ovs.KillVswitchd(t)
+	waitUntil(t, 10*time.Second, "the connection loss", func() bool { return !sw.Connected() })
+	if err := store.DeleteOwner(context.Background(), "pod/b", 0, 0); err != nil {
+		t.Errorf("DeleteOwner while disconnected: %v", err)
+	}
+	ovs.StartVswitchd(t, false)
+	waitUntil(t, 20*time.Second, "the reconnect after the restart", func() bool { return sw.Connected() })
+	if got, want := switchCookieCounts(t, ovs), cookieCounts(store.All()); !sameCounts(got, want) {
+		t.Fatalf("after ovs-vswitchd restarted: switch has\n%swant\n%s", fmtCounts(got), fmtCounts(want))
+	}
+	if err := store.SetOwner(context.Background(), "pod/c", flows.PodFlows(cfg, pod(4))); err != nil {
+		t.Fatalf("SetOwner after the reconnect: %v", err)
+	}
+	if got, want := switchCookieCounts(t, ovs), cookieCounts(store.All()); !sameCounts(got, want) {
+		t.Fatalf("after SetOwner on the new connection: switch has\n%swant\n%s", fmtCounts(got), fmtCounts(want))
+	}
+	if firsts != 1 || reconnects < 2 || sw.Reconnects() < 2 {
+		t.Errorf("OnConnect ran %d times first and %d times after reconnects (Switch counts %d); want 1 and ≥2", firsts, reconnects, sw.Reconnects())
+	}
+}
