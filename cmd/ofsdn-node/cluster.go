@@ -172,6 +172,9 @@ func (c *cluster) join(ctx context.Context, node *controller.Node, cfg Config, l
 		if err := masq.Ensure(masq.Rules{PodSubnet: c.podSubnet, ClusterCIDR: c.clusterCIDR}); err != nil {
 			return err
 		}
+	} else if err := masq.Delete(); err != nil {
+		// Turned off: remove what an earlier run with masquerade on left behind.
+		log.Warn("masquerade is off but earlier rules could not be removed", "err", err)
 	}
 	for _, e := range c.pending {
 		if err := ov.Apply(ctx, e); err != nil {
