@@ -58,7 +58,7 @@ func TestVswitchdRestartReplaysFlows(t *testing.T) {
 		}
 		t.Logf("round %d: all %d pod pairs and the gateway ping again %s after ovs-vswitchd returned (issue target: 2s)",
 			round, len(pods)*(len(pods)-1), d.Round(time.Millisecond))
-		_ = back
+		t.Logf("round %d: ovs-vswitchd returned at %s (compare with the daemon's log times below)", round, back.UTC().Format("15:04:05.000"))
 		n.logDaemonLines(t, "OpenFlow connection ready", "flow tables synchronised")
 
 		after := n.flowSet(t)
