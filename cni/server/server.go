@@ -392,7 +392,7 @@ func (s *Server) serveCNI(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req = *decoded
-	attrs := []any{"command", req.Command, "containerID", req.ContainerID, "ifName", req.IfName, "netns", req.Netns}
+	attrs := []any{"command", req.Command, "container_id", req.ContainerID, "ifname", req.IfName, "netns", req.Netns}
 
 	if !s.ready.Load() {
 		code := types.ErrTryAgainLater
@@ -419,7 +419,13 @@ func (s *Server) serveCNI(w http.ResponseWriter, r *http.Request) {
 			e = types.NewError(types.ErrInternal, err.Error(), "")
 		}
 		code = e.Code
-		s.log.Warn("CNI request failed", append(attrs, "code", e.Code, "msg", e.Msg, "details", e.Details,
+		// The handler logs ADD and DEL outcomes itself (one line each); here at debug level
+		// for those, so that one failure is not logged twice.
+		lvl := slog.LevelWarn
+		if req.Command == cni.CmdAdd || req.Command == cni.CmdDel {
+			lvl = slog.LevelDebug
+		}
+		s.log.Log(r.Context(), lvl, "CNI request failed", append(attrs, "code", e.Code, "msg", e.Msg, "details", e.Details,
 			"duration", time.Since(start))...)
 		writeResponse(w, statusFor(e.Code), &cni.Response{Error: e})
 		return
@@ -443,7 +449,7 @@ func (s *Server) serveCNI(w http.ResponseWriter, r *http.Request) {
 		}
 		resp.Result = raw
 	}
-	s.log.Info("CNI request done", append(attrs, "duration", time.Since(start))...)
+	s.log.Debug("CNI request done", append(attrs, "duration", time.Since(start))...)
 	writeResponse(w, http.StatusOK, resp)
 }
 
@@ -469,7 +475,7 @@ func commandLabel(c string) string {
 func (s *Server) call(ctx context.Context, req *cni.Request) (res *current.Result, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			s.log.Error("CNI handler panicked", "command", req.Command, "containerID", req.ContainerID,
+			s.log.Error("CNI handler panicked", "command", req.Command, "container_id", req.ContainerID,
 				"panic", p, "stack", string(debug.Stack()))
 			res, err = nil, types.NewError(types.ErrInternal, fmt.Sprintf("ofsdn-node CNI handler panicked: %v", p), "")
 		}
