@@ -209,9 +209,14 @@ func cniError(err error) error {
 	if errors.As(err, &te) {
 		return te
 	}
+	code := uint(types.ErrInternal)
+	if errors.Is(err, controller.ErrOVSUnavailable) {
+		// Open vSwitch (ovsdb-server or ovs-vswitchd) is restarting: the runtime retries.
+		code = types.ErrTryAgainLater
+	}
 	var se *controller.StepError
 	if errors.As(err, &se) {
-		return types.NewError(types.ErrInternal, fmt.Sprintf("ofsdn %s step failed: %v", se.Step, se.Err), "")
+		return types.NewError(code, fmt.Sprintf("ofsdn %s step failed: %v", se.Step, se.Err), "")
 	}
-	return types.NewError(types.ErrInternal, err.Error(), "")
+	return types.NewError(code, err.Error(), "")
 }

@@ -101,8 +101,8 @@ func TestOVSDBRestart(t *testing.T) {
 		code = te.Code
 	}
 	t.Logf("ADD during the ovsdb-server outage failed after %s with CNI code %d: %v", took.Round(time.Millisecond), code, err)
-	if !strings.Contains(strings.ToLower(err.Error()), "unavailable") && code != uint(types.ErrTryAgainLater) {
-		t.Errorf("ADD during the outage: want CNI error 11 or an error saying OVS is unavailable, got code %d: %v", code, err)
+	if code != uint(types.ErrTryAgainLater) || !strings.Contains(strings.ToLower(err.Error()), "unavailable") {
+		t.Errorf("ADD during the outage: want CNI error 11 (try again later) saying OVS is unavailable, got code %d: %v", code, err)
 	}
 
 	n.ovs.StartOVSDB(t)
