@@ -9,11 +9,10 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/ofsdn/ofsdn/internal/rootsock"
 )
 
 // ErrNotReady is what a Source returns while the node is not started; the server answers
@@ -66,29 +65,9 @@ func (s *Server) Start() error {
 	if s.http != nil {
 		return fmt.Errorf("inspection socket %s: already started", s.path)
 	}
-	if !filepath.IsAbs(s.path) {
-		return fmt.Errorf("inspection socket %q: not an absolute path; set ctlSocket to one", s.path)
-	}
-	dir := filepath.Dir(s.path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("inspection socket: create directory %s: %w", dir, err)
-	}
-	if err := os.Chown(dir, 0, 0); err != nil {
-		return fmt.Errorf("inspection socket: make directory %s owned by root (the daemon must run as root): %w", dir, err)
-	}
-	if err := os.Chmod(dir, 0o700); err != nil {
-		return fmt.Errorf("inspection socket: set mode 0700 on directory %s: %w", dir, err)
-	}
-	if err := removeStale(s.path); err != nil {
-		return err
-	}
-	l, err := net.Listen("unix", s.path)
+	l, err := rootsock.Listen(s.path, "inspection socket")
 	if err != nil {
-		return fmt.Errorf("inspection socket: listen on %s: %w", s.path, err)
-	}
-	if err := os.Chmod(s.path, 0o600); err != nil {
-		l.Close()
-		return fmt.Errorf("inspection socket: set mode 0600 on %s: %w", s.path, err)
+		return err
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc(PathPods, func(w http.ResponseWriter, r *http.Request) {
@@ -177,42 +156,13 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(append(b, '\n'))
 }
 
-// removeStale deletes a socket left at path by an earlier daemon; it refuses to delete
-// anything that is not a socket or a socket a server still answers on.
-func removeStale(path string) error {
-	fi, err := os.Lstat(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("inspection socket: inspect %s: %w", path, err)
-	}
-	if fi.Mode()&os.ModeSocket == 0 {
-		return fmt.Errorf("inspection socket: %s exists and is not a socket (mode %s): remove it or set ctlSocket to another path", path, fi.Mode())
-	}
-	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
-		c.Close()
-		return fmt.Errorf("inspection socket: another server is listening on %s: stop the other ofsdn-node daemon first", path)
-	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("inspection socket: remove stale socket %s: %w", path, err)
-	}
-	return nil
-}
-
 type peerCredKey struct{}
 
 // connContext records the connecting process's uid (socket(7) SO_PEERCRED), or -1.
 func connContext(ctx context.Context, c net.Conn) context.Context {
 	uid := int64(-1)
-	if uc, ok := c.(*net.UnixConn); ok {
-		if raw, err := uc.SyscallConn(); err == nil {
-			_ = raw.Control(func(fd uintptr) {
-				if cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); err == nil {
-					uid = int64(cred.Uid)
-				}
-			})
-		}
+	if cred, err := rootsock.PeerCred(c); err == nil {
+		uid = int64(cred.Uid)
 	}
 	return context.WithValue(ctx, peerCredKey{}, uid)
 }

@@ -39,6 +39,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ofsdn/ofsdn/cni"
+	"github.com/ofsdn/ofsdn/internal/rootsock"
 )
 
 // Handler carries out validated CNI operations. The server calls it only
@@ -162,31 +163,9 @@ func (s *Server) Start() error {
 	if s.http != nil {
 		return fmt.Errorf("CNI server on %s: already started", s.socketPath)
 	}
-	if !filepath.IsAbs(s.socketPath) {
-		return fmt.Errorf("CNI server socket %q: not an absolute path", s.socketPath)
-	}
-	dir := filepath.Dir(s.socketPath)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("CNI server: create socket directory %s: %w", dir, err)
-	}
-	if err := os.Chown(dir, 0, 0); err != nil {
-		return fmt.Errorf("CNI server: make socket directory %s owned by root (the daemon must run as root): %w", dir, err)
-	}
-	if err := os.Chmod(dir, 0o700); err != nil {
-		return fmt.Errorf("CNI server: set mode 0700 on socket directory %s: %w", dir, err)
-	}
-	if err := removeStaleSocket(s.socketPath); err != nil {
-		return err
-	}
-	l, err := net.Listen("unix", s.socketPath)
+	l, err := rootsock.Listen(s.socketPath, "CNI server")
 	if err != nil {
-		return fmt.Errorf("CNI server: listen on unix socket %s: %w", s.socketPath, err)
-	}
-	// The directory is already 0700 root, so the moment between bind and
-	// chmod exposes nothing.
-	if err := os.Chmod(s.socketPath, 0o600); err != nil {
-		l.Close()
-		return fmt.Errorf("CNI server: set mode 0600 on socket %s: %w", s.socketPath, err)
+		return err
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc(cni.RequestPath, s.serveCNI)
@@ -268,30 +247,6 @@ func Serve(ctx context.Context, socketPath string, h Handler, logger *slog.Logge
 	return s.Shutdown(sctx)
 }
 
-// removeStaleSocket deletes a socket file left at path by a previous daemon.
-// It refuses to delete anything that is not a socket, and a socket on which
-// a server still accepts connections.
-func removeStaleSocket(path string) error {
-	fi, err := os.Lstat(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("CNI server: inspect %s: %w", path, err)
-	}
-	if fi.Mode()&os.ModeSocket == 0 {
-		return fmt.Errorf("CNI server: %s exists and is not a socket (mode %s): remove it or choose another socket path", path, fi.Mode())
-	}
-	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
-		c.Close()
-		return fmt.Errorf("CNI server: another server is listening on %s: stop the other ofsdn-node daemon first", path)
-	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("CNI server: remove stale socket %s: %w", path, err)
-	}
-	return nil
-}
-
 // peerCredKey keys the connection's SO_PEERCRED credentials in the request
 // context.
 type peerCredKey struct{}
@@ -306,18 +261,8 @@ type peerCred struct {
 // connContext records each connection's peer credentials (socket(7)
 // SO_PEERCRED: the credentials of the process that called connect(2)).
 func connContext(ctx context.Context, c net.Conn) context.Context {
-	pc := peerCred{err: errors.New("not a unix socket connection")}
-	if uc, ok := c.(*net.UnixConn); ok {
-		pc.err = nil
-		raw, err := uc.SyscallConn()
-		if err != nil {
-			pc.err = err
-		} else if cerr := raw.Control(func(fd uintptr) {
-			pc.ucred, pc.err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-		}); cerr != nil {
-			pc.err = cerr
-		}
-	}
+	var pc peerCred
+	pc.ucred, pc.err = rootsock.PeerCred(c)
 	return context.WithValue(ctx, peerCredKey{}, pc)
 }
 

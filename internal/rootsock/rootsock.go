@@ -1,0 +1,98 @@
+// Package rootsock makes the daemon's root-only unix sockets: the CNI socket and the
+// inspection socket share one way of preparing the directory, replacing a stale socket,
+// listening, and reading the caller's credentials (socket(7) SO_PEERCRED).
+package rootsock
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Listen prepares path and listens on it:
+//   - the socket's directory is created if needed, then set to mode 0700 and owner
+//     root:root even if it existed;
+//   - a stale socket left by an earlier daemon is removed, but a path that is not a socket,
+//     or a socket on which a server still accepts connections, is an error;
+//   - the socket is made mode 0600 (the directory is already root-only, so the moment
+//     between bind and chmod exposes nothing).
+//
+// what names the socket in errors (e.g. "CNI server", "inspection socket"); errors name the
+// path and the failed step.
+func Listen(path, what string) (net.Listener, error) {
+	if !filepath.IsAbs(path) {
+		return nil, fmt.Errorf("%s socket %q: not an absolute path", what, path)
+	}
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("%s: create socket directory %s: %w", what, dir, err)
+	}
+	if err := os.Chown(dir, 0, 0); err != nil {
+		return nil, fmt.Errorf("%s: make socket directory %s owned by root (the daemon must run as root): %w", what, dir, err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("%s: set mode 0700 on socket directory %s: %w", what, dir, err)
+	}
+	if err := removeStale(path, what); err != nil {
+		return nil, err
+	}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: listen on unix socket %s: %w", what, path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("%s: set mode 0600 on socket %s: %w", what, path, err)
+	}
+	return l, nil
+}
+
+// removeStale deletes a socket file left at path by a previous daemon. It refuses to delete
+// anything that is not a socket, and a socket on which a server still accepts connections.
+func removeStale(path, what string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%s: inspect %s: %w", what, path, err)
+	}
+	if fi.Mode()&os.ModeSocket == 0 {
+		return fmt.Errorf("%s: %s exists and is not a socket (mode %s): remove it or choose another socket path", what, path, fi.Mode())
+	}
+	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		c.Close()
+		return fmt.Errorf("%s: another server is listening on %s: stop the other ofsdn-node daemon first", what, path)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%s: remove stale socket %s: %w", what, path, err)
+	}
+	return nil
+}
+
+// PeerCred returns the credentials of the process that connected c (socket(7) SO_PEERCRED).
+// It returns an error for connections that are not unix sockets or whose option cannot be
+// read.
+func PeerCred(c net.Conn) (*unix.Ucred, error) {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return nil, errors.New("not a unix socket connection")
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var cred *unix.Ucred
+	var credErr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return nil, err
+	}
+	return cred, credErr
+}
