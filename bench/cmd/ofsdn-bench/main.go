@@ -3,7 +3,7 @@
 //
 // Usage (as root, Open vSwitch installed, binaries built with make build):
 //
-//	ofsdn-bench [-quick] [-bin bin] [-out DIR] [-modes m1,m2]
+//	ofsdn-bench [-quick] [-bin bin] [-out DIR] [-modes m1,m2] [-fill 10,100,1000]
 //
 // It prints the markdown tables on stdout and writes DIR/results.md, DIR/results.json (raw
 // samples, machine) and DIR/cpu.pprof. Exit status 1 when any timed operation or set-up
@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -29,6 +30,7 @@ func main() {
 	out := flag.String("out", filepath.Join(os.TempDir(), "ofsdn-bench"), "directory for results.md, results.json and cpu.pprof")
 	modes := flag.String("modes", "", "comma-separated modes (default all: "+strings.Join(bench.AllModes, ",")+")")
 	script := flag.String("sandbox", "", "path of test/sandbox.sh (default: from the source tree)")
+	fill := flag.String("fill", "", "comma-separated numbers of pods already on the bridge at which ADD/DEL are timed, ascending (default 10,100,500; quick 10)")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "ofsdn-bench: must run as root (network namespaces, veths, OVS)")
@@ -46,6 +48,17 @@ func main() {
 	cfg.BinDir, cfg.Out, cfg.Script, cfg.Progress = abs, *out, *script, os.Stderr
 	if *modes != "" {
 		cfg.Modes = strings.Split(*modes, ",")
+	}
+	if *fill != "" {
+		cfg.FillLevels = nil
+		for _, f := range strings.Split(*fill, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 || (len(cfg.FillLevels) > 0 && n <= cfg.FillLevels[len(cfg.FillLevels)-1]) {
+				fmt.Fprintf(os.Stderr, "ofsdn-bench: -fill %q: want ascending positive pod counts, e.g. 10,100,1000\n", *fill)
+				os.Exit(2)
+			}
+			cfg.FillLevels = append(cfg.FillLevels, n)
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
