@@ -350,11 +350,8 @@ func TestOversizedBody(t *testing.T) {
 }
 
 func TestSocketPermissions(t *testing.T) {
+	// A missing directory is created 0700 root:root.
 	dir := filepath.Join(t.TempDir(), "ofsdn")
-	// An existing directory with loose permissions is tightened.
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	sock := filepath.Join(dir, "cni.sock")
 	s := New(sock, &fakeHandler{}, testLogger(t))
 	if err := s.Start(); err != nil {

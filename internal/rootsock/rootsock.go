@@ -15,8 +15,9 @@ import (
 )
 
 // Listen prepares path and listens on it:
-//   - the socket's directory is created if needed, then set to mode 0700 and owner
-//     root:root even if it existed;
+//   - a missing socket directory is created with mode 0700, owned by root:root; an existing
+//     one is never changed (it may be /run or /tmp), but must be owned by root and not
+//     writable by group or others, or Listen refuses it;
 //   - a stale socket left by an earlier daemon is removed, but a path that is not a socket,
 //     or a socket on which a server still accepts connections, is an error;
 //   - the socket is made mode 0600 (the directory is already root-only, so the moment
@@ -29,14 +30,8 @@ func Listen(path, what string) (net.Listener, error) {
 		return nil, fmt.Errorf("%s socket %q: not an absolute path", what, path)
 	}
 	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("%s: create socket directory %s: %w", what, dir, err)
-	}
-	if err := os.Chown(dir, 0, 0); err != nil {
-		return nil, fmt.Errorf("%s: make socket directory %s owned by root (the daemon must run as root): %w", what, dir, err)
-	}
-	if err := os.Chmod(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("%s: set mode 0700 on socket directory %s: %w", what, dir, err)
+	if err := ensureDir(dir, what); err != nil {
+		return nil, err
 	}
 	if err := removeStale(path, what); err != nil {
 		return nil, err
@@ -50,6 +45,39 @@ func Listen(path, what string) (net.Listener, error) {
 		return nil, fmt.Errorf("%s: set mode 0600 on socket %s: %w", what, path, err)
 	}
 	return l, nil
+}
+
+// ensureDir creates dir 0700 root:root, or checks that an existing dir is safe to hold a
+// root-only socket: owned by root, not writable by group or others.
+func ensureDir(dir, what string) error {
+	fi, err := os.Stat(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("%s: create socket directory %s: %w", what, dir, err)
+		}
+		if err := os.Chown(dir, 0, 0); err != nil {
+			return fmt.Errorf("%s: make socket directory %s owned by root (the daemon must run as root): %w", what, dir, err)
+		}
+		// MkdirAll applies the umask; make the mode exact.
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return fmt.Errorf("%s: set mode 0700 on socket directory %s: %w", what, dir, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%s: socket directory %s: %w", what, dir, err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s: %s is not a directory; choose a socket path in a directory of its own", what, dir)
+	}
+	st, ok := fi.Sys().(*unix.Stat_t)
+	if ok && st.Uid != 0 {
+		return fmt.Errorf("%s: socket directory %s is owned by uid %d, not root; use a directory of the daemon's own such as /var/run/ofsdn", what, dir, st.Uid)
+	}
+	if fi.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("%s: socket directory %s is writable by others (mode %s), so another user could replace the socket; use a directory of the daemon's own such as /var/run/ofsdn", what, dir, fi.Mode().Perm())
+	}
+	return nil
 }
 
 // removeStale deletes a socket file left at path by a previous daemon. It refuses to delete

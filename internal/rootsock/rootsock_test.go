@@ -1,0 +1,87 @@
+package rootsock
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestListenCreatesRootOnlyDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a", "b")
+	l, err := Listen(filepath.Join(dir, "x.sock"), "test socket")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	fi, err := os.Stat(dir)
+	if err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("created directory mode %v (%v), want 0700", fi.Mode().Perm(), err)
+	}
+	si, err := os.Lstat(filepath.Join(dir, "x.sock"))
+	if err != nil || si.Mode().Perm() != 0o600 || si.Mode()&os.ModeSocket == 0 {
+		t.Fatalf("socket mode %v (%v), want a socket with 0600", si.Mode(), err)
+	}
+}
+
+func TestListenLeavesAnExistingDirectoryAlone(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	l, err := Listen(filepath.Join(dir, "x.sock"), "test socket")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if fi, _ := os.Stat(dir); fi.Mode().Perm() != 0o755 {
+		t.Fatalf("an existing directory's mode was changed to %v; it may be the host's /run", fi.Mode().Perm())
+	}
+}
+
+func TestListenRefusesSharedDirectories(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "shared")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o777|os.ModeSticky); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Listen(filepath.Join(dir, "x.sock"), "test socket")
+	if err == nil || !strings.Contains(err.Error(), "writable by others") {
+		t.Fatalf("want a refusal naming the shared directory, got %v", err)
+	}
+	if fi, _ := os.Stat(dir); fi.Mode()&os.ModeSticky == 0 || fi.Mode().Perm() != 0o777 {
+		t.Fatalf("the shared directory's mode was changed to %v", fi.Mode())
+	}
+}
+
+func TestListenReplacesOnlyStaleSockets(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "x.sock")
+	live, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Listen(path, "test socket"); err == nil || !strings.Contains(err.Error(), "another server") {
+		t.Fatalf("want a refusal while a server listens, got %v", err)
+	}
+	live.(*net.UnixListener).SetUnlinkOnClose(false)
+	live.Close()
+	l, err := Listen(path, "test socket")
+	if err != nil {
+		t.Fatalf("stale socket not replaced: %v", err)
+	}
+	l.Close()
+	file := filepath.Join(dir, "plain")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Listen(file, "test socket"); err == nil || !strings.Contains(err.Error(), "not a socket") {
+		t.Fatalf("want a refusal of a regular file, got %v", err)
+	}
+}
