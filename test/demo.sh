@@ -8,14 +8,18 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 dir=$(mktemp -d /tmp/ofsdn-demo.XXXXXX)
-node=ofsdn-demo-node
-pods=(ofsdn-demo-pod1 ofsdn-demo-pod2 ofsdn-demo-pod3)
+# Names derive from this run's directory, so two demos (or one after a crash) never collide,
+# and cleanup removes only what this run created.
+run=${dir##*.}
+node=ofsdn-demo-$run-node
+pods=(ofsdn-demo-$run-pod1 ofsdn-demo-$run-pod2 ofsdn-demo-$run-pod3)
+created_pods=()
 subnet=10.128.0.0/24
 daemon_pid=
 
 cleanup() {
   set +e
-  for i in 0 1 2; do
+  for i in "${created_pods[@]}"; do
     [ -e "/var/run/netns/${pods[$i]}" ] && del_pod "$i" >/dev/null 2>&1
     ip netns del "${pods[$i]}" 2>/dev/null
   done
@@ -55,7 +59,8 @@ fi
 
 declare -a ips
 for i in 0 1 2; do
-  ip netns add "${pods[$i]}"
+  ip netns add "${pods[$i]}" || exit 1
+  created_pods+=("$i")
   ip netns exec "${pods[$i]}" ip link set lo up
   res=$(cni ADD "$i") || { echo "ADD pod$((i+1)) failed: $res"; cat "$dir/ofsdn-node.log"; exit 1; }
   ips[$i]=$(echo "$res" | jq -r '.ips[0].address' | cut -d/ -f1)
@@ -89,6 +94,7 @@ ovs-ofctl -O OpenFlow13 dump-flows --names "$dir/br-int.mgmt" | sed 's/^ */   /'
 
 echo "== DEL every pod"
 for i in 0 1 2; do cni DEL "$i" && echo "   pod$((i+1)) deleted" || fail=1; ip netns del "${pods[$i]}"; done
+created_pods=()
 left=$(ovs-vsctl --db="unix:$dir/db.sock" list-ports br-int | grep -v '^ofsdn-gw0$' || true)
 [ -n "$left" ] && { echo "ports left behind: $left"; fail=1; }
 
