@@ -2,7 +2,7 @@ package sandbox
 
 import (
 	"os"
-	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -22,7 +22,28 @@ func TestSandboxStartsOVSAndCleansUp(t *testing.T) {
 	if _, err := os.Stat(o.NetnsPath()); !os.IsNotExist(err) {
 		t.Fatalf("netns %s left behind after cleanup (stat err %v)", o.Netns, err)
 	}
-	if out, _ := exec.Command("pgrep", "-f", o.Dir).Output(); len(out) > 0 {
-		t.Fatalf("OVS daemons of %s still running: %s", o.Dir, out)
+	if pids := processesMentioning(t, o.Dir); len(pids) > 0 {
+		t.Fatalf("OVS daemons of %s still running: pids %v", o.Dir, pids)
 	}
+}
+
+// processesMentioning returns the pids whose command line contains s (read from /proc, so
+// the check does not depend on procps being installed).
+func processesMentioning(t *testing.T, s string) []string {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []string
+	for _, e := range entries {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || len(cmdline) == 0 {
+			continue
+		}
+		if strings.Contains(string(cmdline), s) {
+			pids = append(pids, e.Name())
+		}
+	}
+	return pids
 }
