@@ -128,7 +128,7 @@ func loadConfig(args []string) (Config, error) {
 	fs.StringVar(&cfg.OVSRunDir, "ovs-rundir", cfg.OVSRunDir, "Open vSwitch run directory (holds BRIDGE.mgmt)")
 	fs.StringVar(&cfg.Socket, "socket", cfg.Socket, "CNI server unix socket path")
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory for persistent state (IP leases)")
-	fs.IntVar(&cfg.MTU, "mtu", cfg.MTU, "pod and gateway MTU in bytes")
+	fs.IntVar(&cfg.MTU, "mtu", cfg.MTU, "pod and gateway MTU in bytes; 0 = automatic: the topology's, else underlay MTU - 50 (VXLAN over IPv4) with an overlay, else 1450")
 	fs.StringVar(&cfg.StartTimeout, "start-timeout", cfg.StartTimeout, "bound on start-up, e.g. 60s")
 	fs.StringVar(&cfg.AddTimeout, "add-timeout", cfg.AddTimeout, "bound on one CNI ADD, waits on OVS included, e.g. 60s (below the plugin's 90s)")
 	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error")
@@ -154,6 +154,9 @@ func loadConfig(args []string) (Config, error) {
 	fs.StringVar(&cfg.PluginBinary, "plugin-binary", cfg.PluginBinary, "plugin binary to install (default ofsdn next to this executable)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected argument %q: ofsdn-node takes only flags (see -help)", fs.Arg(0))
 	}
 	if *file != "" {
 		fromFile := defaultConfig()

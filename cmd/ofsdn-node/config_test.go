@@ -56,6 +56,7 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		"JSON file":         {file: `{"mtu": 70000}`, want: "mtu"},
 		"missing file":      {args: []string{"-config", filepath.Join(dir, "absent.yaml")}, want: "absent.yaml"},
 		"bad start timeout": {args: []string{"-start-timeout", "soon"}, want: "startTimeout"},
+		"stray argument":    {args: []string{"-bridge", "br-x", "extra"}, want: `unexpected argument "extra"`},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
