@@ -106,6 +106,11 @@ func (s *FlowStore) readLock(owner string) error {
 func (s *FlowStore) Sync(ctx context.Context, c *OFSwitch, pre, post []FlowModOp) error {
 	s.sync.Lock()
 	defer s.sync.Unlock()
+	return s.syncLocked(ctx, c, pre, post)
+}
+
+// syncLocked is Sync with the sync lock held.
+func (s *FlowStore) syncLocked(ctx context.Context, c *OFSwitch, pre, post []FlowModOp) error {
 	s.mu.Lock()
 	ops := make([]FlowModOp, 0, len(pre)+len(post)+64)
 	ops = append(ops, pre...)
@@ -141,6 +146,38 @@ func (s *FlowStore) Sync(ctx context.Context, c *OFSwitch, pre, post []FlowModOp
 	s.synced = c
 	s.mu.Unlock()
 	return nil
+}
+
+// Rebuild replaces the desired flows of the given owners (owner → flows) and makes the
+// switch hold the new desired state with one atomic bundle: delete every flow, then add
+// every desired flow of every owner (as on a reconnect), so packets never meet a table
+// with some owners rebuilt and others not. Owners the store no longer has (deleted
+// meanwhile) are skipped, never brought back. The node uses it when the ofports its
+// flows name change (a gateway or tunnel port created again after an OVSDB reconnection).
+// While there is no live synced connection it only records the flows: the next
+// connection's Sync installs them. Changes by SetOwner and DeleteOwner fail fast while it
+// runs (ErrOVSUnavailable). Errors: those of ApplyBundle; the new flows stay recorded, so
+// the next Sync (every reconnect) installs them.
+func (s *FlowStore) Rebuild(ctx context.Context, owners map[string][]flows.Flow) error {
+	s.sync.Lock()
+	defer s.sync.Unlock()
+	s.mu.Lock()
+	for o, fs := range owners {
+		if _, ok := s.owners[o]; !ok {
+			continue
+		}
+		want := make(map[string]flows.Flow, len(fs))
+		for _, f := range fs {
+			want[f.MatchKey()] = f
+		}
+		s.owners[o] = want
+	}
+	s.mu.Unlock()
+	c, err := s.conn()
+	if err != nil {
+		return nil // the next connection starts with a full Sync
+	}
+	return s.syncLocked(ctx, c, []FlowModOp{{Mod: flows.DeleteByCookie(0, 0), Name: "delete every flow before the rebuild"}}, nil)
 }
 
 // SetOwner makes the switch hold exactly fs for owner: flows new or changed since the last

@@ -78,7 +78,8 @@ type StageFlows struct {
 // InstalledFlows dumps every flow table with one flow-stats request (OpenFlow 1.3.5
 // §7.3.5.2, OFPTT_ALL, no cookie filter) and groups the entries by stage, in pipeline
 // order; every stage of the pipeline is present even when empty. Entries are paired with
-// the desired-state store's flows by table, priority, cookie and match.
+// the desired-state store's flows by table, priority, cookie and match (every field's
+// value and mask).
 //
 // Errors: those of OFSwitch.DumpFlows (ErrDisconnected while the connection is down,
 // ctx's error).
@@ -92,65 +93,40 @@ func (n *Node) InstalledFlows(ctx context.Context) ([]StageFlows, error) {
 		return nil, err
 	}
 	desired := n.Store().All()
-	ports := flows.PortNames{n.cfg.GatewayOFPort: n.opts.Gateway}
+	cfg := n.config()
+	ports := flows.PortNames{cfg.GatewayOFPort: n.opts.Gateway}
+	if n.overlay != nil {
+		ports[cfg.TunnelOFPort] = n.overlay.opts.TunnelName
+	}
 	for _, a := range n.Pods() {
 		ports[a.OFPort] = a.HostVeth
 	}
 
-	// Pair by exact key first, then what is left by (table, priority, cookie) when that
-	// group has one flow on each side.
+	// Pair by table, priority, cookie and the match's full field values.
 	type entry struct {
 		f    flows.Flow
 		used bool
 	}
 	byKey := map[string][]*entry{}
-	byCoarse := map[string][]*entry{}
 	for _, f := range desired {
-		e := &entry{f: f}
-		fm := f.FlowMod(openflow13.FC_ADD)
-		byKey[flowKey(uint8(f.Table), f.Priority, uint64(f.Cookie), fm.Match)] = append(byKey[flowKey(uint8(f.Table), f.Priority, uint64(f.Cookie), fm.Match)], e)
-		ck := coarseKey(uint8(f.Table), f.Priority, uint64(f.Cookie))
-		byCoarse[ck] = append(byCoarse[ck], e)
+		k := flowKey(uint8(f.Table), f.Priority, uint64(f.Cookie), f.FlowMod(openflow13.FC_ADD).Match)
+		byKey[k] = append(byKey[k], &entry{f: f})
 	}
 	out := make([]InstalledFlow, len(stats))
-	paired := make([]bool, len(stats))
 	for i, s := range stats {
 		out[i] = InstalledFlow{
 			Table: s.TableId, Priority: s.Priority, Cookie: s.Cookie,
 			Packets: s.PacketCount, Bytes: s.ByteCount,
 			Duration: time.Duration(s.DurationSec)*time.Second + time.Duration(s.DurationNSec),
+			Text: fmt.Sprintf("cookie=%#x, table=%d, priority=%d, a match of %d fields: not one of the daemon's flows",
+				s.Cookie, s.TableId, s.Priority, len(s.Match.Fields)),
 		}
 		for _, e := range byKey[flowKey(s.TableId, s.Priority, s.Cookie, s.Match)] {
 			if !e.used {
-				e.used, paired[i] = true, true
+				e.used = true
 				out[i].Text, out[i].Desired = e.f.Format(ports), true
 				break
 			}
-		}
-	}
-	coarseStats := map[string][]int{}
-	for i, s := range stats {
-		if !paired[i] {
-			ck := coarseKey(s.TableId, s.Priority, s.Cookie)
-			coarseStats[ck] = append(coarseStats[ck], i)
-		}
-	}
-	for ck, idx := range coarseStats {
-		var free []*entry
-		for _, e := range byCoarse[ck] {
-			if !e.used {
-				free = append(free, e)
-			}
-		}
-		if len(idx) == 1 && len(free) == 1 {
-			free[0].used = true
-			out[idx[0]].Text, out[idx[0]].Desired = free[0].f.Format(ports), true
-			continue
-		}
-		for _, i := range idx {
-			s := stats[i]
-			out[i].Text = fmt.Sprintf("cookie=%#x, table=%d, priority=%d, a match of %d fields: not one of the daemon's flows",
-				s.Cookie, s.TableId, s.Priority, len(s.Match.Fields))
 		}
 	}
 
@@ -201,27 +177,13 @@ func (n *Node) InstalledFlows(ctx context.Context) ([]StageFlows, error) {
 	return res, nil
 }
 
-func coarseKey(table uint8, priority uint16, cookie uint64) string {
-	return fmt.Sprintf("%d/%d/%#x", table, priority, cookie)
-}
-
 // flowKey identifies a flow entry by table, priority, cookie and match. The match is its
-// set of encoded OXM/NXM fields, sorted, since the switch may return them in another order
-// than they were sent (OpenFlow 1.3.5 §7.2.3.5 leaves the order open).
-//
-// Fields holding a MAC address (eth_src, eth_dst, arp_sha, arp_tha) count by their header
-// only: the pinned libOpenflow decodes their values into nil slices (EthSrcField,
-// EthDstField and ArpXHaField UnmarshalBinary copy into an unallocated HardwareAddr), so a
-// dumped entry reads all zeros there. The other fields (in_port, eth_type, IPs, registers)
-// still tell a table's flows of one owner apart in this pipeline.
+// set of encoded OXM/NXM fields with their values and masks, sorted, since the switch may
+// return them in another order than they were sent (OpenFlow 1.3.5 §7.2.3.5 leaves the
+// order open). MAC fields of dumped entries carry their values (fillMACFields).
 func flowKey(table uint8, priority uint16, cookie uint64, m openflow13.Match) string {
 	fields := make([][]byte, 0, len(m.Fields))
 	for i := range m.Fields {
-		switch m.Fields[i].Value.(type) {
-		case *openflow13.EthSrcField, *openflow13.EthDstField, *openflow13.ArpXHaField:
-			fields = append(fields, []byte(fmt.Sprintf("mac-field %#x", m.Fields[i].MarshalHeader())))
-			continue
-		}
 		b, err := m.Fields[i].MarshalBinary()
 		if err != nil {
 			b = []byte(fmt.Sprintf("unencodable field class %d field %d", m.Fields[i].Class, m.Fields[i].Field))
@@ -229,5 +191,5 @@ func flowKey(table uint8, priority uint16, cookie uint64, m openflow13.Match) st
 		fields = append(fields, b)
 	}
 	sort.Slice(fields, func(i, j int) bool { return bytes.Compare(fields[i], fields[j]) < 0 })
-	return fmt.Sprintf("%s/%x", coarseKey(table, priority, cookie), bytes.Join(fields, []byte{0xff}))
+	return fmt.Sprintf("%d/%d/%#x/%x", table, priority, cookie, bytes.Join(fields, []byte{0xff}))
 }

@@ -1,16 +1,18 @@
 package controller
 
-// The node: bridge, gateway and base pipeline.
+// The node: bridge, gateway, tunnel port and base pipeline.
 //
 // Start brings the node's switch into the shape the pipeline expects, in this order: the
 // integration bridge through OVSDB (fail_mode=secure so that without us nothing forwards,
 // protocols=OpenFlow13, flow tables named after the pipeline stages), the gateway internal
-// port and its address through netlink, the IPAM store, a new generation number, the
-// reconciliation of broken attachments (reconcile.go), the desired flows of the base
-// pipeline and of every pod already attached (their ports carry our external_ids), and
-// last our own OpenFlow connection, whose first sync installs all of it as one bundle.
-// So a daemon restart re-creates its state from OVSDB and the IPAM store instead of
-// losing it.
+// port and, on a cluster member, the flow-based tunnel port (ensureSwitchConfig), the
+// gateway's address through netlink and the host's route for the cluster CIDR, the IPAM
+// store, a new generation number, the reconciliation of broken attachments
+// (reconcile.go), the desired flows of the base pipeline (with its tunnel and cluster
+// flows), of every pod already attached (their ports carry our external_ids) and of every
+// peer the topology already lists (peers.go), and last our own OpenFlow connection, whose
+// first sync installs all of it as one bundle. So a daemon restart re-creates its state
+// from OVSDB, the IPAM store and the topology instead of losing it.
 //
 // Restarts (design history and the rules every change here must keep):
 //   - Flows are never deleted at start. Each daemon run has a generation (cookie bits
@@ -27,12 +29,21 @@ package controller
 //     restart, the DaemonSet's start script, the e2e test) sets it to true before the
 //     start, so ovs-vswitchd keeps the kernel datapath's flows and does not handle
 //     packets with its own, still empty, tables until the controller has restored them.
+//     The first bundle must already hold every flow the node wants, the overlay's
+//     included: a flow missing from it is deleted with the earlier generation and stays
+//     missing until added (the tunnel and peer flows were once added after the first sync,
+//     and cross-node traffic stopped for tens of milliseconds at every daemon restart).
 //   - ovsdb-server restart: the ovsdb client reconnects and refreshes its cache; the node
-//     then re-ensures the bridge (with its table names) and the gateway port.
+//     then re-ensures the bridge (with its table names), the gateway port and the tunnel
+//     port, and the gateway's address. If the gateway's or the tunnel's ofport or the
+//     gateway's MAC changed (the database lost the ports and they were created again),
+//     the pipeline's and the peers' flows are rebuilt for the new values and the switch
+//     resynchronised with one bundle (rebuild); pods' flows do not name those ports.
 //   - While OVS is unreachable, operations fail fast with errors matching
 //     ErrOVSUnavailable (CNI error 11, try again later) instead of waiting.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -78,6 +89,9 @@ type NodeOptions struct {
 	// Hooks lets an observer (the metrics package) time the node's work; nil fields are
 	// skipped.
 	Hooks Hooks
+	// Overlay makes the node a cluster member (tunnel port, cluster flows, peers); nil = a
+	// single node without a tunnel. Its Peers are installed by the first flow sync.
+	Overlay *OverlayOptions
 }
 
 // Hooks are optional callbacks with which an observer times the node's work without
@@ -100,8 +114,24 @@ type Node struct {
 	sw     *Switch
 	store  *FlowStore
 	ipam   *ipam.Store
-	cfg    flows.NodeConfig
 	gwAddr *net.IPNet
+
+	// cfg is the flow builders' view of the node. It is complete before any goroutine
+	// starts; afterwards only rebuild changes it (new gateway/tunnel ofport or gateway MAC
+	// after an OVSDB reconnection), under cfgMu, and bumps cfgVer.
+	cfgMu  sync.RWMutex
+	cfg    flows.NodeConfig
+	cfgVer uint64
+
+	overlay *Overlay // nil on a single node
+
+	// rebuildPending: a rebuild's bundle failed; the next attempt runs it again even if
+	// the ports no longer differ from cfg. Used by the watchOVSDB goroutine only.
+	rebuildPending bool
+
+	// runCtx lives until Close: it bounds the node's background work (the kept route).
+	runCtx    context.Context
+	cancelRun context.CancelFunc
 
 	locks keyedMutex
 	mu    sync.Mutex
@@ -121,12 +151,15 @@ const GenerationKey = "ofsdn-generation"
 // flow-restore-wait). The node removes it after every full flow sync.
 const FlowRestoreWaitKey = "flow-restore-wait"
 
-// StartNode ensures the bridge, the gateway port and its address, opens the IPAM store,
-// takes a new generation, removes broken attachments, connects OpenFlow and installs the
-// base pipeline and the flows of pods already attached in one bundle (deleting earlier
-// generations' flows in the same commit). It returns an error naming the step that failed
-// (OVSDB, gateway, IPAM, generation, OpenFlow). The OpenFlow connection is retried with
-// backoff until ctx ends.
+// StartNode ensures the bridge, the gateway port and its address (and with
+// opts.Overlay the tunnel port and the host's route for the cluster CIDR), opens the IPAM
+// store, takes a new generation, removes broken attachments, connects OpenFlow and
+// installs the base pipeline, the flows of pods already attached and those of the
+// overlay's initial peers in one bundle (deleting earlier generations' flows in the same
+// commit). It returns an error naming the step that failed (config, OVSDB, gateway,
+// tunnel, route, IPAM, generation, OpenFlow). The OpenFlow connection is retried with
+// backoff until ctx ends. An initial peer that fails flows.Peer.Validate is logged and
+// left out (the topology's next event for it tries again).
 func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -134,11 +167,14 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 	if opts.PodSubnet == nil || opts.PodSubnet.IP.To4() == nil {
 		return nil, errors.New("node: pod subnet must be an IPv4 CIDR (set podSubnet in the config)")
 	}
+	if ov := opts.Overlay; ov != nil && ov.ClusterCIDR == nil {
+		return nil, errors.New("overlay: no cluster CIDR: set clusterCIDR in the config or the topology")
+	}
 	n := &Node{opts: opts, log: opts.Logger, db: db, pods: map[string]*Attachment{}, stop: make(chan struct{})}
 	gwIP := nthIP(opts.PodSubnet, 1)
 	n.gwAddr = &net.IPNet{IP: gwIP, Mask: opts.PodSubnet.Mask}
 
-	gwPort, err := n.ensureSwitchConfig(ctx)
+	ports, err := n.ensureSwitchConfig(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -147,17 +183,37 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 		return nil, fmt.Errorf("node: configure gateway %s with %s: %w", opts.Gateway, n.gwAddr, err)
 	}
 	n.cfg = flows.NodeConfig{
-		GatewayOFPort: uint32(gwPort),
+		GatewayOFPort: uint32(ports.gateway),
 		GatewayMAC:    gwMAC,
 		GatewayIP:     gwIP,
 		PodSubnet:     opts.PodSubnet,
 	}
+	if ov := opts.Overlay; ov != nil {
+		n.cfg.TunnelOFPort = uint32(ports.tunnel)
+		n.cfg.NodeIP = ov.NodeIP.To4()
+		n.cfg.ClusterCIDR = ov.ClusterCIDR
+		n.cfg.ServiceCIDR = ov.ServiceCIDR
+	}
+	if err := n.cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+
+	n.runCtx, n.cancelRun = context.WithCancel(context.Background())
+	if ov := opts.Overlay; ov != nil {
+		// Kept (re-added when the gateway is created again) until Close.
+		if err := podnet.KeepRoute(n.runCtx, n.log, opts.Gateway, ov.ClusterCIDR, gwIP); err != nil {
+			n.cancelRun()
+			return nil, fmt.Errorf("overlay: route for cluster CIDR %v via %s: %w", ov.ClusterCIDR, opts.Gateway, err)
+		}
+	}
 
 	n.ipam, err = ipam.Open(opts.DataDir, opts.PodSubnet, gwIP)
 	if err != nil {
+		n.cancelRun()
 		return nil, fmt.Errorf("node: IPAM store: %w", err)
 	}
 	fail := func(err error) (*Node, error) {
+		n.cancelRun()
 		n.ipam.Close()
 		return nil, err
 	}
@@ -182,6 +238,10 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 
 	n.store.Load(ownerPipeline, flows.PipelineFlows(n.cfg))
 	n.restorePods()
+	if ov := opts.Overlay; ov != nil {
+		n.overlay = newOverlay(n, *ov)
+		n.overlay.load(ov.Peers)
+	}
 
 	mgmt := filepath.Join(opts.OVSRunDir, opts.Bridge+".mgmt")
 	n.sw = NewSwitch(mgmt, SwitchOptions{
@@ -196,15 +256,25 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 	n.wg.Add(1)
 	go n.watchOVSDB()
 	n.log.Info("node ready", "bridge", opts.Bridge, "datapath_type", opts.DatapathType,
-		"gateway", opts.Gateway, "gateway_ofport", gwPort, "gateway_ip", n.gwAddr.String(),
-		"pod_subnet", opts.PodSubnet.String(), "pods", len(n.pods), "generation", n.cfg.Generation)
+		"gateway", opts.Gateway, "gateway_ofport", ports.gateway, "gateway_ip", n.gwAddr.String(),
+		"pod_subnet", opts.PodSubnet.String(), "pods", len(n.pods), "generation", n.Generation())
+	if ov := opts.Overlay; ov != nil {
+		n.log.Info("overlay ready", "tunnel", ov.TunnelName, "type", ov.TunnelType, "tunnel_ofport", ports.tunnel,
+			"node_ip", ov.NodeIP, "cluster_cidr", ov.ClusterCIDR, "service_cidr", ov.ServiceCIDR,
+			"peers", len(n.overlay.Peers()))
+	}
 	return n, nil
 }
 
+// switchPorts are the ofports of the node's own ports (1..65279; tunnel 0 = none).
+type switchPorts struct{ gateway, tunnel int }
+
 // ensureSwitchConfig makes OVSDB hold what the node needs: the integration bridge (with
-// fail_mode, protocols and table names) and the gateway internal port. It returns the
-// gateway's ofport. It runs at start and again after every OVSDB reconnection.
-func (n *Node) ensureSwitchConfig(ctx context.Context) (int, error) {
+// fail_mode, protocols and table names), the gateway internal port and, with an overlay,
+// the flow-based tunnel port (ovsdb.EnsureTunnelPort). It returns their ofports. It runs
+// at start and again after every OVSDB reconnection.
+func (n *Node) ensureSwitchConfig(ctx context.Context) (switchPorts, error) {
+	var ports switchPorts
 	if err := n.db.EnsureBridge(ctx, ovsdb.BridgeSpec{
 		Name:         n.opts.Bridge,
 		DatapathType: n.opts.DatapathType,
@@ -212,13 +282,22 @@ func (n *Node) ensureSwitchConfig(ctx context.Context) (int, error) {
 		Protocols:    []string{"OpenFlow13"},
 		TableNames:   flows.TableNames(),
 	}); err != nil {
-		return 0, fmt.Errorf("node: ensure bridge %s: %w", n.opts.Bridge, err)
+		return ports, fmt.Errorf("node: ensure bridge %s: %w", n.opts.Bridge, err)
 	}
-	gwPort, err := n.db.EnsureInternalPort(ctx, n.opts.Bridge, n.opts.Gateway, nil)
+	var err error
+	ports.gateway, err = n.db.EnsureInternalPort(ctx, n.opts.Bridge, n.opts.Gateway, nil)
 	if err != nil {
-		return 0, fmt.Errorf("node: ensure gateway port %s on %s: %w", n.opts.Gateway, n.opts.Bridge, err)
+		return ports, fmt.Errorf("node: ensure gateway port %s on %s: %w", n.opts.Gateway, n.opts.Bridge, err)
 	}
-	return gwPort, nil
+	if ov := n.opts.Overlay; ov != nil {
+		ports.tunnel, err = n.db.EnsureTunnelPort(ctx, ovsdb.TunnelSpec{
+			Bridge: n.opts.Bridge, Name: ov.TunnelName, Type: ov.TunnelType, DstPort: ov.TunnelDstPort,
+		})
+		if err != nil {
+			return ports, fmt.Errorf("overlay: tunnel port %s (%s) on %s: %w", ov.TunnelName, ov.TunnelType, n.opts.Bridge, err)
+		}
+	}
+	return ports, nil
 }
 
 // nextGeneration reads the previous run's generation from the bridge's external_ids,
@@ -244,7 +323,8 @@ func (n *Node) nextGeneration(ctx context.Context) (uint16, error) {
 func (n *Node) onConnect(ctx context.Context, c *OFSwitch, first bool) error {
 	var pre, post []FlowModOp
 	if first {
-		stale, err := staleGenerations(ctx, c, n.cfg.Generation)
+		gen := n.Generation()
+		stale, err := staleGenerations(ctx, c, gen)
 		if err != nil {
 			return err
 		}
@@ -254,7 +334,7 @@ func (n *Node) onConnect(ctx context.Context, c *OFSwitch, first bool) error {
 				Name: fmt.Sprintf("delete flows of earlier generation %d (cookie=%#x/%#x)", g, cookie, mask)})
 		}
 		if len(stale) > 0 {
-			n.log.Info("replacing flows of earlier daemon runs", "generation", n.cfg.Generation, "earlier", stale)
+			n.log.Info("replacing flows of earlier daemon runs", "generation", gen, "earlier", stale)
 		}
 	} else {
 		pre = []FlowModOp{{Mod: flows.DeleteByCookie(0, 0), Name: "delete every flow before the replay"}}
@@ -303,9 +383,10 @@ func staleGenerations(ctx context.Context, c *OFSwitch, current uint16) ([]uint1
 	return out, nil
 }
 
-// watchOVSDB re-ensures the bridge and the gateway port after each OVSDB reconnection
-// (ovsdb-server restarted, perhaps with a database that lost them), retrying with backoff
-// until it succeeds or the node closes.
+// watchOVSDB re-ensures the bridge, the gateway and tunnel ports and the gateway's address
+// after each OVSDB reconnection (ovsdb-server restarted, perhaps with a database that lost
+// them), retrying with backoff until it succeeds or the node closes; if an ofport or the
+// gateway's MAC changed it rebuilds the flows that use them.
 func (n *Node) watchOVSDB() {
 	defer n.wg.Done()
 	ch := n.db.Reconnected()
@@ -316,15 +397,10 @@ func (n *Node) watchOVSDB() {
 		case <-ch:
 		}
 		for attempt := 1; ; attempt++ {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			gwPort, err := n.ensureSwitchConfig(ctx)
+			ctx, cancel := context.WithTimeout(n.runCtx, 30*time.Second)
+			err := n.reensure(ctx)
 			cancel()
 			if err == nil {
-				if uint32(gwPort) != n.cfg.GatewayOFPort {
-					n.log.Error("gateway ofport changed after the OVSDB reconnection; restart the daemon to rebuild the pipeline",
-						"gateway", n.opts.Gateway, "was", n.cfg.GatewayOFPort, "now", gwPort)
-				}
-				n.log.Info("bridge and gateway re-ensured after OVSDB reconnection", "bridge", n.opts.Bridge)
 				break
 			}
 			n.log.Warn("re-ensuring bridge after OVSDB reconnection failed, retrying", "attempt", attempt, "err", err)
@@ -337,6 +413,83 @@ func (n *Node) watchOVSDB() {
 	}
 }
 
+// reensure is one run of watchOVSDB's work: ensureSwitchConfig, the gateway's address,
+// and a rebuild of the flows if the gateway's or tunnel's ofport or the gateway's MAC
+// changed.
+func (n *Node) reensure(ctx context.Context) error {
+	ports, err := n.ensureSwitchConfig(ctx)
+	if err != nil {
+		return err
+	}
+	gwMAC, err := podnet.ConfigureGateway(ctx, n.opts.Gateway, n.gwAddr, n.opts.MTU)
+	if err != nil {
+		return fmt.Errorf("node: configure gateway %s with %s: %w", n.opts.Gateway, n.gwAddr, err)
+	}
+	cfg := n.config()
+	if n.rebuildPending || uint32(ports.gateway) != cfg.GatewayOFPort || uint32(ports.tunnel) != cfg.TunnelOFPort ||
+		!bytes.Equal(gwMAC, cfg.GatewayMAC) {
+		n.log.Warn("gateway or tunnel port changed after the OVSDB reconnection; rebuilding the flows that use them",
+			"gateway", n.opts.Gateway, "gateway_ofport_was", cfg.GatewayOFPort, "gateway_ofport", ports.gateway,
+			"gateway_mac_was", cfg.GatewayMAC, "gateway_mac", gwMAC,
+			"tunnel_ofport_was", cfg.TunnelOFPort, "tunnel_ofport", ports.tunnel)
+		n.rebuildPending = true // until the switch holds the rebuilt flows
+		if err := n.rebuild(ctx, ports, gwMAC); err != nil {
+			return err
+		}
+		n.rebuildPending = false
+	}
+	n.log.Info("bridge, gateway and tunnel re-ensured after OVSDB reconnection", "bridge", n.opts.Bridge)
+	return nil
+}
+
+// rebuild takes new gateway/tunnel ofports and gateway MAC into the node's config and
+// replaces the pipeline's and every peer's flows with ones built from it, resynchronising
+// the switch in one bundle (FlowStore.Rebuild). Pods' flows do not name these ports.
+// A peer added concurrently re-checks the config version after its own change
+// (Overlay.AddPeer), so none keeps flows of the old config. Errors: an invalid new config
+// (e.g. the new tunnel ofport equals the gateway's) or the bundle's.
+func (n *Node) rebuild(ctx context.Context, ports switchPorts, gwMAC net.HardwareAddr) error {
+	n.cfgMu.Lock()
+	cfg := n.cfg
+	cfg.GatewayOFPort, cfg.GatewayMAC = uint32(ports.gateway), gwMAC
+	if cfg.TunnelOFPort != 0 {
+		cfg.TunnelOFPort = uint32(ports.tunnel)
+	}
+	if err := cfg.Validate(); err != nil {
+		n.cfgMu.Unlock()
+		return fmt.Errorf("node: rebuild flows for the new ports: %w", err)
+	}
+	n.cfg = cfg
+	n.cfgVer++
+	n.cfgMu.Unlock()
+
+	owners := map[string][]flows.Flow{ownerPipeline: flows.PipelineFlows(cfg)}
+	if n.overlay != nil {
+		for _, p := range n.overlay.Peers() {
+			owners[peerOwner(p)] = flows.PeerFlows(cfg, p)
+		}
+	}
+	if err := n.store.Rebuild(ctx, owners); err != nil {
+		return fmt.Errorf("node: rebuild flows for gateway ofport %d, tunnel ofport %d: %w", cfg.GatewayOFPort, cfg.TunnelOFPort, err)
+	}
+	n.log.Info("flows rebuilt for the new ports", "owners", len(owners), "gateway_ofport", cfg.GatewayOFPort, "tunnel_ofport", cfg.TunnelOFPort)
+	return nil
+}
+
+// configVersion returns the flow builders' view of the node (a copy) and its version,
+// which rebuild bumps.
+func (n *Node) configVersion() (flows.NodeConfig, uint64) {
+	n.cfgMu.RLock()
+	defer n.cfgMu.RUnlock()
+	return n.cfg, n.cfgVer
+}
+
+// config returns the flow builders' view of the node (a copy).
+func (n *Node) config() flows.NodeConfig {
+	cfg, _ := n.configVersion()
+	return cfg
+}
+
 // Close stops the background loops and closes the OpenFlow connection. Flows stay on the
 // switch, so pods keep forwarding while the daemon is down.
 func (n *Node) Close() error {
@@ -345,6 +498,7 @@ func (n *Node) Close() error {
 	default:
 		close(n.stop)
 	}
+	n.cancelRun()
 	err := n.sw.Close()
 	n.wg.Wait()
 	return err
@@ -355,7 +509,7 @@ func (n *Node) Switch() *Switch { return n.sw }
 
 // Generation returns this daemon run's generation (1..65535), the cookie bits 55..40 of
 // every flow it installs; it is also in the bridge's external_ids:ofsdn-generation.
-func (n *Node) Generation() uint16 { return n.cfg.Generation }
+func (n *Node) Generation() uint16 { return n.config().Generation }
 
 // Store returns the node's desired-state flow store.
 func (n *Node) Store() *FlowStore { return n.store }
@@ -363,8 +517,13 @@ func (n *Node) Store() *FlowStore { return n.store }
 // IPAM returns the node's IP address store.
 func (n *Node) IPAM() *ipam.Store { return n.ipam }
 
-// Config returns the flow builders' view of the node (gateway ofport, MAC, IP, pod subnet).
-func (n *Node) Config() flows.NodeConfig { return n.cfg }
+// Config returns the flow builders' view of the node (gateway ofport, MAC, IP, pod subnet,
+// and with an overlay the tunnel ofport, node IP, cluster and service CIDRs), a copy.
+func (n *Node) Config() flows.NodeConfig { return n.config() }
+
+// Overlay returns the node's cluster membership (tunnel and peers), or nil on a single
+// node (NodeOptions.Overlay unset).
+func (n *Node) Overlay() *Overlay { return n.overlay }
 
 // Gateway returns the gateway's address with the pod subnet's prefix length.
 func (n *Node) Gateway() *net.IPNet { return n.gwAddr }
@@ -385,8 +544,9 @@ func (n *Node) restorePods() {
 			n.log.Warn("port has no ofport yet; leaving it for garbage collection", "port", p.Name, "container_id", a.ContainerID)
 			continue
 		}
-		a.Gateway, a.MTU = n.cfg.GatewayIP, n.opts.MTU
-		n.store.Load(a.owner(), flows.PodFlows(n.cfg, a.flowPod()))
+		cfg := n.config()
+		a.Gateway, a.MTU = cfg.GatewayIP, n.opts.MTU
+		n.store.Load(a.owner(), flows.PodFlows(cfg, a.flowPod()))
 		n.pods[a.key()] = a
 	}
 }

@@ -977,8 +977,16 @@ func (s *OFSwitch) decodeFlowStatsReply(msg []byte) ([]*openflow13.FlowStats, er
 }
 
 // decodeFlowStats decodes one ofp_flow_stats entry with libOpenflow; if that fails it
-// returns the fixed fields and (if decodable) the match, without instructions.
+// returns the fixed fields and (if decodable) the match, without instructions. The MAC
+// match fields libOpenflow reads as zeros are then filled from the entry's bytes
+// (fillMACFields).
 func (s *OFSwitch) decodeFlowStats(e []byte) (fs *openflow13.FlowStats) {
+	defer func() {
+		if err := fillMACFields(&fs.Match, e[48:]); err != nil {
+			s.log.Warn("flow stats entry: MAC match fields not decoded", "table", fs.TableId,
+				"priority", fs.Priority, "cookie", fmt.Sprintf("%#x", fs.Cookie), "err", err)
+		}
+	}()
 	err := func() (err error) {
 		defer func() {
 			if r := recover(); r != nil {
@@ -1019,6 +1027,58 @@ func (s *OFSwitch) decodeFlowStats(e []byte) (fs *openflow13.FlowStats) {
 	s.log.Warn("flow stats entry only partly decoded: instructions dropped", "table", fs.TableId,
 		"priority", fs.Priority, "cookie", fmt.Sprintf("%#x", fs.Cookie), "err", err, "matchErr", merr)
 	return fs
+}
+
+// fillMACFields sets the values (and masks) of m's MAC match fields (eth_src, eth_dst,
+// arp_sha, arp_tha) from raw, the ofp_match they were decoded from (OpenFlow 1.3.5
+// §7.2.3: type, length, then OXM TLVs of a 4-byte header class:16 field:7 hasmask:1
+// length:8 and length bytes of value then mask). The pinned libOpenflow decodes these
+// fields by copying into a nil net.HardwareAddr (EthSrcField, EthDstField and ArpXHaField
+// UnmarshalBinary), so they read as zeros. Fields are walked by the lengths on the wire
+// and matched to m.Fields by position and header. Errors: raw does not describe m's
+// fields (m is left as libOpenflow decoded it from there on).
+func fillMACFields(m *openflow13.Match, raw []byte) error {
+	if len(raw) < 4 {
+		return fmt.Errorf("match of %d bytes", len(raw))
+	}
+	end := min(int(binary.BigEndian.Uint16(raw[2:])), len(raw))
+	off := 4
+	for i := range m.Fields {
+		f := &m.Fields[i]
+		if off+4 > end {
+			return fmt.Errorf("match field %d (class %#x field %d) beyond the match's %d bytes", i, f.Class, f.Field, end)
+		}
+		class, field, hasMask, l := binary.BigEndian.Uint16(raw[off:]), raw[off+2]>>1, raw[off+2]&1 == 1, int(raw[off+3])
+		if class != f.Class || field != f.Field || hasMask != f.HasMask || off+4+l > end {
+			return fmt.Errorf("match field %d: wire header class %#x field %d length %d, decoded class %#x field %d", i, class, field, l, f.Class, f.Field)
+		}
+		payload := raw[off+4 : off+4+l]
+		if class == openflow13.OXM_CLASS_EXPERIMENTER && len(payload) >= 4 {
+			payload = payload[4:]
+		}
+		off += 4 + l
+		n := 6
+		if !hasMask && len(payload) != n || hasMask && len(payload) != 2*n {
+			continue // not a 6-byte address
+		}
+		mac := func(b []byte) net.HardwareAddr { return append(net.HardwareAddr(nil), b[:n]...) }
+		set := func(v util.Message, b []byte) util.Message {
+			switch v.(type) {
+			case *openflow13.EthSrcField:
+				return &openflow13.EthSrcField{EthSrc: mac(b)}
+			case *openflow13.EthDstField:
+				return &openflow13.EthDstField{EthDst: mac(b)}
+			case *openflow13.ArpXHaField:
+				return &openflow13.ArpXHaField{ArpHa: mac(b)}
+			}
+			return v
+		}
+		f.Value = set(f.Value, payload)
+		if hasMask && f.Mask != nil {
+			f.Mask = set(f.Mask, payload[n:])
+		}
+	}
+	return nil
 }
 
 // opLabel names op i of a batch for errors.

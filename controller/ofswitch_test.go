@@ -599,3 +599,72 @@ func TestOFSwitchClose(t *testing.T) {
 		t.Fatalf("second Close: %v", err)
 	}
 }
+
+// TestOFSwitchDumpFlowsMACMatches: flows matching dl_src, a masked dl_dst, arp_sha and
+// arp_tha come back from DumpFlows with those addresses (the pinned libOpenflow alone
+// decodes them as zeros), and re-encode to the bytes that were sent, so the inspection
+// API pairs them with the desired flows by value.
+func TestOFSwitchDumpFlowsMACMatches(t *testing.T) {
+	ovs, sw := ofTestBridge(t, OFOptions{})
+	src := net.HardwareAddr{0x0a, 0x58, 0x0a, 0x8e, 0x00, 0x07}
+	dst := net.HardwareAddr{0x01, 0x00, 0x5e, 0x00, 0x00, 0x00}
+	dstMask := net.HardwareAddr{0xff, 0xff, 0xff, 0x80, 0x00, 0x00}
+	sha := net.HardwareAddr{0x0a, 0x58, 0x0a, 0x8e, 0x00, 0x08}
+	tha := net.HardwareAddr{0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff}
+
+	eth := openflow13.NewFlowMod()
+	eth.Cookie, eth.Priority = 0x1, 100
+	eth.Match.AddField(*openflow13.NewInPortField(1))
+	eth.Match.AddField(*openflow13.NewEthSrcField(src, nil))
+	eth.Match.AddField(*openflow13.NewEthDstField(dst, &dstMask))
+	eth.AddInstruction(openflow13.NewInstrGotoTable(1))
+	arp := openflow13.NewFlowMod()
+	arp.Cookie, arp.Priority = 0x2, 100
+	arp.Match.AddField(*openflow13.NewEthTypeField(0x0806))
+	arp.Match.AddField(*openflow13.NewArpShaField(sha))
+	arp.Match.AddField(*openflow13.NewArpThaField(tha))
+	arp.AddInstruction(openflow13.NewInstrGotoTable(1))
+	if err := sw.Apply(context.Background(), []FlowModOp{{Mod: eth, Name: "eth"}, {Mod: arp, Name: "arp"}}); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	t.Logf("ovs-ofctl:\n%s", strings.Join(ofDumpLines(t, ovs), "\n"))
+
+	stats, err := sw.DumpFlows(context.Background(), openflow13.OFPTT_ALL, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, s := range stats {
+		for _, f := range s.Match.Fields {
+			switch v := f.Value.(type) {
+			case *openflow13.EthSrcField:
+				got["eth_src"] = v.EthSrc.String()
+			case *openflow13.EthDstField:
+				got["eth_dst"] = v.EthDst.String()
+				if m, ok := f.Mask.(*openflow13.EthDstField); ok {
+					got["eth_dst_mask"] = m.EthDst.String()
+				}
+			case *openflow13.ArpXHaField:
+				if f.Field == openflow13.OXM_FIELD_ARP_SHA {
+					got["arp_sha"] = v.ArpHa.String()
+				} else {
+					got["arp_tha"] = v.ArpHa.String()
+				}
+			}
+		}
+	}
+	want := map[string]string{"eth_src": src.String(), "eth_dst": dst.String(), "eth_dst_mask": dstMask.String(),
+		"arp_sha": sha.String(), "arp_tha": tha.String()}
+	for k, w := range want {
+		if got[k] != w {
+			t.Errorf("dumped %s = %q, want %s", k, got[k], w)
+		}
+	}
+	// The dumped matches encode to the sent ones (fields in any order).
+	sent := map[uint64]openflow13.Match{0x1: eth.Match, 0x2: arp.Match}
+	for _, s := range stats {
+		if a, b := flowKey(0, 0, 0, s.Match), flowKey(0, 0, 0, sent[s.Cookie]); a != b {
+			t.Errorf("cookie %#x: dumped match %s, sent %s", s.Cookie, a, b)
+		}
+	}
+}

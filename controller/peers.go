@@ -3,15 +3,22 @@ package controller
 // The overlay: the tunnel port, the pipeline's multi-node flows and one flow owner per
 // peer node.
 //
-// Design history: the node starts single-node (StartNode) and StartOverlay then turns it
-// into a cluster member without a second pipeline install: it ensures the flow-based
-// tunnel port (ovsdb.EnsureTunnelPort), adds the cluster and service CIDRs and the tunnel
-// ofport to the node's flows.NodeConfig and re-sets the pipeline owner (the flow store
-// sends only the new flows), and keeps the host's route for the cluster CIDR on the
-// gateway port. Each peer is its own flow-store owner ("peer/<subnet>") whose flows carry
+// Design history: the node first started single-node and a StartOverlay call then turned
+// it into a cluster member (tunnel port, pipeline re-set, peers added one by one). That
+// left a hole at every daemon restart: the first flow sync's bundle deleted the earlier
+// generation, tunnel and peer flows included, before the overlay had added them again, so
+// cross-node traffic stopped for tens of milliseconds (three 10 ms pings lost in the
+// multi-node restart e2e), and the tunnel port was not re-created after an ovsdb-server
+// restart. Now the overlay is part of the node's options (NodeOptions.Overlay): the
+// tunnel port is ensured with the bridge and the gateway (ensureSwitchConfig, also after
+// every OVSDB reconnection), the pipeline is built with the tunnel and cluster flows from
+// the start, and the peers the topology lists at start are loaded into the flow store
+// before the first sync, so that one bundle replaces every flow of the earlier run.
+// The host's route for the cluster CIDR is kept on the gateway port until the node
+// closes. Each peer is its own flow-store owner ("peer/<subnet>") whose flows carry
 // flows.PeerCookie, so removing a peer deletes exactly its flows by cookie mask, and a
-// peer's new node IP (same subnet) is a diff of that owner only. Topology events arrive
-// one peer at a time (topology.Source); nothing is resynced in full.
+// peer's new node IP (same subnet) is a diff of that owner only. After start, topology
+// events arrive one peer at a time (topology.Source, Follow); nothing is resynced in full.
 
 import (
 	"context"
@@ -23,13 +30,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ofsdn/ofsdn/cni/podnet"
 	"github.com/ofsdn/ofsdn/flows"
-	"github.com/ofsdn/ofsdn/ovsdb"
 	"github.com/ofsdn/ofsdn/topology"
 )
 
-// OverlayOptions configures StartOverlay.
+// OverlayOptions configures a node's cluster membership (NodeOptions.Overlay).
 type OverlayOptions struct {
 	// TunnelType is ovsdb.TypeVXLAN or ovsdb.TypeGeneve.
 	TunnelType string
@@ -43,54 +48,51 @@ type OverlayOptions struct {
 	ClusterCIDR *net.IPNet
 	// ServiceCIDR is the service IPv4 range sent to the gateway (kube-proxy); nil = none.
 	ServiceCIDR *net.IPNet
+	// Peers are the peer nodes the topology lists at start; their flows are part of the
+	// node's first flow sync. Later changes go through Overlay.Apply / Follow.
+	Peers []flows.Peer
 }
 
-// Overlay is a node's membership in the cluster: its tunnel port and its peers. Create it
-// with StartOverlay; it is safe for concurrent use.
+// Overlay is a node's membership in the cluster: its tunnel port and its peers. StartNode
+// creates it when NodeOptions.Overlay is set (Node.Overlay); it is safe for concurrent
+// use.
 type Overlay struct {
-	n   *Node
-	log *slog.Logger
+	n    *Node
+	log  *slog.Logger
+	opts OverlayOptions
 
 	mu    sync.Mutex
 	peers map[string]flows.Peer // owner → peer
 }
 
-// StartOverlay ensures the tunnel port on the node's bridge, installs the pipeline's
-// multi-node flows (tunnel classifier, service CIDR to the gateway, cluster-CIDR miss) and
-// the host's route for the cluster CIDR out of the gateway (kept across gateway
-// re-creation until ctx ends). Call it after StartNode and before the node serves CNI
-// requests. Errors name the step (tunnel port, config, pipeline flows, route).
-func StartOverlay(ctx context.Context, n *Node, opts OverlayOptions) (*Overlay, error) {
-	port, err := n.db.EnsureTunnelPort(ctx, ovsdb.TunnelSpec{
-		Bridge: n.opts.Bridge, Name: opts.TunnelName, Type: opts.TunnelType, DstPort: opts.TunnelDstPort,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("overlay: tunnel port %s (%s) on %s: %w", opts.TunnelName, opts.TunnelType, n.opts.Bridge, err)
-	}
-	cfg := n.cfg
-	cfg.TunnelOFPort = uint32(port)
-	cfg.NodeIP = opts.NodeIP.To4()
-	cfg.ClusterCIDR = opts.ClusterCIDR
-	cfg.ServiceCIDR = opts.ServiceCIDR
-	if opts.ClusterCIDR == nil {
-		return nil, errors.New("overlay: no cluster CIDR: set clusterCIDR in the config or the topology")
-	}
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("overlay: %w", err)
-	}
-	if err := retryUnavailable(ctx, func() error {
-		return n.store.SetOwner(ctx, ownerPipeline, flows.PipelineFlows(cfg))
-	}); err != nil {
-		return nil, fmt.Errorf("overlay: install the pipeline's tunnel and cluster flows: %w", err)
-	}
-	n.cfg = cfg // before any CNI request: StartOverlay runs before the server is ready
-	if err := podnet.KeepRoute(ctx, n.log, n.opts.Gateway, opts.ClusterCIDR, n.cfg.GatewayIP); err != nil {
-		return nil, fmt.Errorf("overlay: route for cluster CIDR %v via %s: %w", opts.ClusterCIDR, n.opts.Gateway, err)
-	}
-	n.log.Info("overlay ready", "tunnel", opts.TunnelName, "type", opts.TunnelType, "tunnel_ofport", port,
-		"node_ip", cfg.NodeIP, "cluster_cidr", opts.ClusterCIDR, "service_cidr", opts.ServiceCIDR)
-	return &Overlay{n: n, log: n.log, peers: map[string]flows.Peer{}}, nil
+func newOverlay(n *Node, opts OverlayOptions) *Overlay {
+	opts.Peers = nil
+	return &Overlay{n: n, log: n.log, opts: opts, peers: map[string]flows.Peer{}}
 }
+
+// load records the initial peers and loads their flows into the store without touching
+// the switch (the first sync installs them). Invalid peers and a second peer claiming a
+// subnet are logged and left out.
+func (o *Overlay) load(peers []flows.Peer) {
+	cfg := o.n.config()
+	for _, p := range peers {
+		if err := p.Validate(cfg); err != nil {
+			o.log.Error("topology peer left out", "peer", p.Name, "err", err)
+			continue
+		}
+		owner := peerOwner(p)
+		if cur, ok := o.peers[owner]; ok {
+			o.log.Error("topology peer left out", "peer", p.Name,
+				"err", fmt.Sprintf("pod subnet %v is already peer %s's: fix the node's podCIDR", p.PodSubnet, cur.Name))
+			continue
+		}
+		o.n.store.Load(owner, flows.PeerFlows(cfg, p))
+		o.peers[owner] = p
+	}
+}
+
+// TunnelOFPort returns the tunnel port's current ofport (1..65279).
+func (o *Overlay) TunnelOFPort() uint32 { return o.n.config().TunnelOFPort }
 
 // peerOwner is the flow-store owner of a peer: its pod subnet, which is unique.
 func peerOwner(p flows.Peer) string { return "peer/" + p.PodSubnet.String() }
@@ -101,24 +103,30 @@ func peerOwner(p flows.Peer) string { return "peer/" + p.PodSubnet.String() }
 // another peer already holds, or the flow store's error (matching ErrOVSUnavailable while
 // the switch is unreachable).
 func (o *Overlay) AddPeer(ctx context.Context, p flows.Peer) error {
-	cfg := o.n.cfg
-	if err := p.Validate(cfg); err != nil {
-		return err
-	}
 	owner := peerOwner(p)
-	o.mu.Lock()
-	if cur, ok := o.peers[owner]; ok && cur.Name != p.Name {
+	for {
+		cfg, ver := o.n.configVersion()
+		if err := p.Validate(cfg); err != nil {
+			return err
+		}
+		o.mu.Lock()
+		if cur, ok := o.peers[owner]; ok && cur.Name != p.Name {
+			o.mu.Unlock()
+			return fmt.Errorf("peer %s: pod subnet %v is already peer %s's: fix the node's podCIDR", p.Name, p.PodSubnet, cur.Name)
+		}
 		o.mu.Unlock()
-		return fmt.Errorf("peer %s: pod subnet %v is already peer %s's: fix the node's podCIDR", p.Name, p.PodSubnet, cur.Name)
+		if err := o.n.store.SetOwner(ctx, owner, flows.PeerFlows(cfg, p)); err != nil {
+			return fmt.Errorf("peer %s: %w", p.Name, err)
+		}
+		o.mu.Lock()
+		o.peers[owner] = p
+		o.mu.Unlock()
+		// A rebuild (new tunnel ofport) that ran meanwhile may have missed this peer:
+		// build its flows again from the new config.
+		if _, now := o.n.configVersion(); now == ver {
+			return nil
+		}
 	}
-	o.mu.Unlock()
-	if err := o.n.store.SetOwner(ctx, owner, flows.PeerFlows(cfg, p)); err != nil {
-		return fmt.Errorf("peer %s: %w", p.Name, err)
-	}
-	o.mu.Lock()
-	o.peers[owner] = p
-	o.mu.Unlock()
-	return nil
 }
 
 // UpdatePeer moves a peer from old to p: a new node IP with the same subnet is a diff of
@@ -179,9 +187,9 @@ func (o *Overlay) Apply(ctx context.Context, e topology.Event) error {
 	case topology.EventPeerDeleted:
 		err = retryUnavailable(ctx, func() error { return o.DeletePeer(ctx, conv(e.Peer)) })
 	case topology.EventLocal:
-		if e.Local.PodSubnet != nil && e.Local.PodSubnet.String() != o.n.cfg.PodSubnet.String() {
+		if running := o.n.config().PodSubnet; e.Local.PodSubnet != nil && e.Local.PodSubnet.String() != running.String() {
 			o.log.Error("this node's pod subnet changed in the topology; restart the daemon to use it",
-				"running", o.n.cfg.PodSubnet, "topology", e.Local.PodSubnet)
+				"running", running, "topology", e.Local.PodSubnet)
 		}
 		return nil
 	}

@@ -167,7 +167,7 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 		PodNamespace: req.PodNamespace, PodName: req.PodName,
 		HostVeth: podnet.HostVethName(req.ContainerID, req.IfName),
 		IP:       &net.IPNet{IP: ip.To4(), Mask: n.opts.PodSubnet.Mask},
-		Gateway:  n.cfg.GatewayIP,
+		Gateway:  n.config().GatewayIP,
 		MTU:      n.opts.MTU,
 	}
 
@@ -203,7 +203,7 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 	a.OFPort = uint32(ofport)
 
 	// 4. The pod's flows, one batch confirmed by a barrier.
-	err = n.store.SetOwner(ctx, a.owner(), flows.PodFlows(n.cfg, a.flowPod()))
+	err = n.store.SetOwner(ctx, a.owner(), flows.PodFlows(n.config(), a.flowPod()))
 	step("openflow")
 	if err != nil {
 		// Runs before the port's undo. The delete is queued on the OpenFlow
@@ -349,7 +349,7 @@ func (n *Node) stepTimer() func(step string) {
 }
 
 func (n *Node) deletePodFlows(ctx context.Context, a *Attachment) error {
-	cookie, mask := flows.PodCookie(n.cfg, a.flowPod())
+	cookie, mask := flows.PodCookie(n.config(), a.flowPod())
 	return n.store.DeleteOwner(ctx, a.owner(), cookie, mask)
 }
 
@@ -377,7 +377,7 @@ func (n *Node) CheckPod(ctx context.Context, req PodRequest, wantIP *net.IPNet) 
 		return stepErr("check", fmt.Errorf("%s: OVS port %s has ofport %d, flows use %d", req, a.HostVeth, p.OFPort, a.OFPort))
 	}
 	want, _ := n.store.Owner(a.owner())
-	cookie, mask := flows.PodCookie(n.cfg, a.flowPod())
+	cookie, mask := flows.PodCookie(n.config(), a.flowPod())
 	got, err := n.sw.DumpFlows(ctx, tableAll, cookie, mask)
 	if err != nil {
 		return stepErr("check", fmt.Errorf("%s: dump flows: %w", req, err))

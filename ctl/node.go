@@ -77,10 +77,29 @@ func (s nodeSource) Flows(ctx context.Context) ([]Stage, error) {
 	return out, nil
 }
 
-// Peers returns no peers: the node has no overlay yet, so it knows none.
+// Peers returns the peers whose flows the node's overlay holds (Overlay.Peers), sorted
+// by node name; none on a single node.
 func (s nodeSource) Peers() ([]Peer, error) {
-	if _, err := s.get(); err != nil {
+	n, err := s.get()
+	if err != nil {
 		return nil, err
 	}
-	return []Peer{}, nil
+	out := []Peer{}
+	ov := n.Overlay()
+	if ov == nil {
+		return out, nil
+	}
+	port := ov.TunnelOFPort()
+	for _, p := range ov.Peers() {
+		q := Peer{Node: p.Name, OFPort: port}
+		if p.NodeIP != nil {
+			q.IP = p.NodeIP.String()
+		}
+		if p.PodSubnet != nil {
+			q.PodSubnet = p.PodSubnet.String()
+		}
+		out = append(out, q)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	return out, nil
 }

@@ -94,7 +94,8 @@ type Peer struct {
 	IP string `json:"ip"`
 	// PodSubnet is the peer's pod subnet (CIDR).
 	PodSubnet string `json:"podSubnet"`
-	// OFPort is the tunnel port's OpenFlow port number (0 when shared).
+	// OFPort is the OpenFlow port number (1..65279) of the tunnel port that reaches the
+	// peer: one flow-based port serves every peer, so all peers show the same.
 	OFPort uint32 `json:"ofport,omitempty"`
 }
 

@@ -14,12 +14,16 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/ofsdn/ofsdn/controller"
+	"github.com/ofsdn/ofsdn/flows"
 	"github.com/ofsdn/ofsdn/masq"
 	"github.com/ofsdn/ofsdn/topology"
 )
@@ -27,7 +31,7 @@ import (
 // cluster is what the daemon learned from its topology before starting the node.
 type cluster struct {
 	src         topology.Source
-	pending     []topology.Event // peer events received before this node's settings
+	peers       map[string]topology.Peer // by name: the peers known at start
 	podSubnet   *net.IPNet
 	clusterCIDR *net.IPNet
 	serviceCIDR *net.IPNet
@@ -69,7 +73,7 @@ func prepareCluster(waitCtx, runCtx context.Context, cfg Config, log *slog.Logge
 	runErr := make(chan error, 1)
 	go func() { runErr <- src.Run(runCtx) }()
 
-	c := &cluster{src: src}
+	c := &cluster{src: src, peers: map[string]topology.Peer{}}
 	var local topology.Local
 	for found := false; !found; {
 		select {
@@ -81,9 +85,19 @@ func prepareCluster(waitCtx, runCtx context.Context, cfg Config, log *slog.Logge
 			if e.Kind == topology.EventLocal {
 				local, found = e.Local, true
 			} else {
-				c.pending = append(c.pending, e)
+				c.track(e)
 			}
 		}
+	}
+	// The peers known now go into the node's first flow sync; so that a restart does not
+	// drop a peer's flows for a moment, wait (briefly) for the ones the source is about to
+	// report.
+	var expect map[string]bool
+	if f, ok := src.(*topology.File); ok {
+		expect = filePeers(f.Path)
+	}
+	if err := c.collectPeers(waitCtx, src.Events(), expect, initialPeersSettle, initialPeersWait); err != nil {
+		return nil, fmt.Errorf("topology %s: %w", cfg.Topology, err)
 	}
 	go func() {
 		if err := <-runErr; err != nil && !errors.Is(err, context.Canceled) {
@@ -138,6 +152,109 @@ func prepareCluster(waitCtx, runCtx context.Context, cfg Config, log *slog.Logge
 	return c, nil
 }
 
+// Bounds of the wait for the peers a topology source reports at start.
+const (
+	// initialPeersSettle: without a list of expected peers, the peers are complete once
+	// no event came for this long (the sources report their initial state in a burst).
+	initialPeersSettle = 300 * time.Millisecond
+	// initialPeersWait bounds the whole wait; a peer reported later is added by the
+	// topology follower (a moment without its flows after a daemon restart).
+	initialPeersWait = 5 * time.Second
+)
+
+// track applies one peer event to the start-time peer set.
+func (c *cluster) track(e topology.Event) {
+	switch e.Kind {
+	case topology.EventPeerAdded, topology.EventPeerUpdated:
+		c.peers[e.Peer.Name] = e.Peer
+	case topology.EventPeerDeleted:
+		delete(c.peers, e.Peer.Name)
+	}
+}
+
+// collectPeers reads the events that follow this node's settings into the peer set:
+// with expect (peer names the source will report) until all of them are in, else until
+// no event came for settle; at most for limit. An EventLocal here is a change of this
+// node's settings between two reads: the first one stays (logged by the overlay later).
+// Errors: ctx ended, or the source stopped.
+func (c *cluster) collectPeers(ctx context.Context, events <-chan topology.Event, expect map[string]bool, settle, limit time.Duration) error {
+	deadline := time.NewTimer(limit)
+	defer deadline.Stop()
+	quiet := time.NewTimer(settle)
+	defer quiet.Stop()
+	complete := func() bool {
+		if expect == nil {
+			return false
+		}
+		for name := range expect {
+			if _, ok := c.peers[name]; !ok {
+				return false
+			}
+		}
+		return true
+	}
+	for !complete() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("peers not known before the start timeout: %w", ctx.Err())
+		case <-deadline.C:
+			return nil
+		case <-quiet.C:
+			if expect == nil {
+				return nil
+			}
+		case e, ok := <-events:
+			if !ok {
+				return errors.New("the source stopped while reporting the peers")
+			}
+			c.track(e)
+			if !quiet.Stop() {
+				select {
+				case <-quiet.C:
+				default:
+				}
+			}
+			quiet.Reset(settle)
+		}
+	}
+	return nil
+}
+
+// filePeers returns the names of the peers the topology file at path lists now (nil if it
+// cannot be read or parsed: the settle wait applies then).
+func filePeers(path string) map[string]bool {
+	if strings.HasSuffix(path, ".env") {
+		return map[string]bool{} // flannel's subnet.env lists no peers
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	_, peers, err := topology.ParseFileSpec(b)
+	if err != nil {
+		return nil
+	}
+	out := make(map[string]bool, len(peers))
+	for name := range peers {
+		out[name] = true
+	}
+	return out
+}
+
+// overlayOptions returns the node's overlay settings with the peers known at start,
+// sorted by name.
+func (c *cluster) overlayOptions(cfg Config) *controller.OverlayOptions {
+	o := &controller.OverlayOptions{
+		TunnelType: cfg.TunnelType, TunnelName: tunnelPortName(cfg.TunnelType), TunnelDstPort: cfg.TunnelPort,
+		NodeIP: c.nodeIP, ClusterCIDR: c.clusterCIDR, ServiceCIDR: c.serviceCIDR,
+	}
+	for _, p := range c.peers {
+		o.Peers = append(o.Peers, flows.Peer{Name: p.Name, NodeIP: p.NodeIP, PodSubnet: p.PodSubnet})
+	}
+	sort.Slice(o.Peers, func(i, j int) bool { return o.Peers[i].Name < o.Peers[j].Name })
+	return o
+}
+
 // kubeClient returns a clientset from kubeconfig, or the in-cluster config if it is "".
 func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
 	var rc *rest.Config
@@ -154,16 +271,14 @@ func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(rc)
 }
 
-// join turns the started node into a cluster member: overlay (tunnel port, pipeline flows,
-// cluster route), egress masquerade, the peers already known, then follows the topology
-// in the background until ctx ends.
-func (c *cluster) join(ctx context.Context, node *controller.Node, cfg Config, log *slog.Logger) error {
-	ov, err := controller.StartOverlay(ctx, node, controller.OverlayOptions{
-		TunnelType: cfg.TunnelType, TunnelName: tunnelPortName(cfg.TunnelType), TunnelDstPort: cfg.TunnelPort,
-		NodeIP: c.nodeIP, ClusterCIDR: c.clusterCIDR, ServiceCIDR: c.serviceCIDR,
-	})
-	if err != nil {
-		return err
+// join completes the cluster membership of a node started with overlayOptions (tunnel
+// port, pipeline and initial peers' flows, cluster route are in place): egress
+// masquerade, then it follows the topology's peer events in the background until ctx
+// ends.
+func (c *cluster) join(ctx context.Context, node *controller.Node, log *slog.Logger) error {
+	ov := node.Overlay()
+	if ov == nil {
+		return errors.New("join the cluster: the node was started without its overlay settings")
 	}
 	if c.masquerade {
 		if err := masq.EnableIPForward(); err != nil {
@@ -176,12 +291,6 @@ func (c *cluster) join(ctx context.Context, node *controller.Node, cfg Config, l
 		// Turned off: remove what an earlier run with masquerade on left behind.
 		log.Warn("masquerade is off but earlier rules could not be removed", "err", err)
 	}
-	for _, e := range c.pending {
-		if err := ov.Apply(ctx, e); err != nil {
-			log.Error("topology event not applied", "event", e.Kind.String(), "peer", e.Peer.Name, "err", err)
-		}
-	}
-	c.pending = nil
 	go ov.Follow(ctx, c.src.Events())
 	return nil
 }

@@ -95,20 +95,24 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	var overlay *controller.OverlayOptions
 	if cl != nil {
 		subnet, mtu = cl.podSubnet, cl.mtu
+		// The overlay (tunnel port, cluster flows, the peers known now) is part of the
+		// node's first flow sync: a restart replaces the earlier run's flows in one bundle.
+		overlay = cl.overlayOptions(cfg)
 	}
 	node, err := controller.StartNode(sctx, db, controller.NodeOptions{
 		Bridge: cfg.Bridge, Gateway: cfg.Gateway, DatapathType: cfg.DatapathType,
 		PodSubnet: subnet, MTU: mtu, OVSRunDir: cfg.OVSRunDir, DataDir: cfg.DataDir,
-		EchoInterval: 5 * time.Second, Logger: log, Hooks: obs.hooks(),
+		EchoInterval: 5 * time.Second, Logger: log, Hooks: obs.hooks(), Overlay: overlay,
 	})
 	if err != nil {
 		return err
 	}
 	defer node.Close()
 	if cl != nil {
-		if err := cl.join(ctx, node, cfg, log); err != nil {
+		if err := cl.join(ctx, node, log); err != nil {
 			return err
 		}
 	}

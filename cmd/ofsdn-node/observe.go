@@ -123,6 +123,9 @@ func (o *observer) stats() metrics.NodeStats {
 		s.FlowsByTable = n.Store().CountByTable()
 		s.OpenFlowUp = n.OpenFlowConnected()
 		s.OpenFlowReconnects = n.Switch().Reconnects()
+		if ov := n.Overlay(); ov != nil {
+			s.Peers = len(ov.Peers())
+		}
 		s.Ready = o.readiness() == nil
 	}
 	return s

@@ -10,11 +10,15 @@ package e2e
 // stands for the world. Every address is private and inside namespaces the test made.
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +26,9 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/vishvananda/netlink"
 
+	"github.com/ofsdn/ofsdn/ctl"
 	"github.com/ofsdn/ofsdn/flows"
+	"github.com/ofsdn/ofsdn/metrics"
 	"github.com/ofsdn/ofsdn/test/sandbox"
 )
 
@@ -114,7 +120,7 @@ func (cn *clusterNode) start() {
 	}
 	cmd := exec.Command("ip", "netns", "exec", n.ovs.Netns, filepath.Join(binDir, "ofsdn-node"),
 		"--ovsdb", n.ovs.OVSDBEndpoint(), "--ovs-rundir", n.dir, "--datapath-type", "netdev",
-		"--socket", n.socket, "--data-dir", n.dataDir, "--log-level", "debug", "--metrics-address", "",
+		"--socket", n.socket, "--data-dir", n.dataDir, "--log-level", "debug",
 		"--topology-file", cn.topo, "--service-cidr", "10.96.0.0/12", "--mtu", "0")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
@@ -289,6 +295,214 @@ func TestMultiNode(t *testing.T) {
 		})
 		if a.daemon.Process.Pid != pidA || a.daemon.ProcessState != nil {
 			t.Fatal("node-a's daemon was restarted")
+		}
+	})
+}
+
+// ---- restarts in a cluster (issues 3 + 4) ------------------------------------------------
+
+// pingSeqs is a continuous ping (one echo request every interval) from a pod; stop it to
+// learn which sequence numbers were answered.
+type pingSeqs struct {
+	cmd *exec.Cmd
+	out *bytes.Buffer
+}
+
+var icmpSeqRe = regexp.MustCompile(`icmp_seq=(\d+)`)
+
+// startPings starts `ping -i interval` from netns to dst (root may go below 0.2 s).
+func startPings(t *testing.T, netnsPath string, dst net.IP, interval string) *pingSeqs {
+	t.Helper()
+	p := &pingSeqs{out: &bytes.Buffer{}}
+	p.cmd = exec.Command("ip", "netns", "exec", filepath.Base(netnsPath), "ping", "-n", "-i", interval, "-W", "2", dst.String())
+	p.cmd.Stdout = p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.cmd.Process.Kill(); _ = p.cmd.Wait() })
+	return p
+}
+
+// stop ends the ping (SIGINT, so it flushes its output) and returns how many requests up
+// to the last answered one were sent and how many of them went unanswered, with the
+// unanswered sequence numbers. Requests after the last answer (in flight at the stop)
+// are not counted.
+func (p *pingSeqs) stop(t *testing.T) (sent, lost int, missing []int) {
+	t.Helper()
+	_ = p.cmd.Process.Signal(os.Interrupt)
+	_ = p.cmd.Wait()
+	got := map[int]bool{}
+	maxSeq := 0
+	for _, m := range icmpSeqRe.FindAllStringSubmatch(p.out.String(), -1) {
+		s, _ := strconv.Atoi(m[1])
+		got[s] = true
+		maxSeq = max(maxSeq, s)
+	}
+	for s := 1; s <= maxSeq; s++ {
+		if !got[s] {
+			missing = append(missing, s)
+		}
+	}
+	return maxSeq, len(missing), missing
+}
+
+// flowGenerations returns the generations (cookie bits 55..40) found on cn's bridge.
+func (cn *clusterNode) flowGenerations(t *testing.T) map[uint16]int {
+	t.Helper()
+	gens := map[uint16]int{}
+	for _, l := range cn.flowSet(t) {
+		gens[cookieGeneration(t, l)]++
+	}
+	return gens
+}
+
+// TestMultiNodeRestarts: on a three-node cluster, node-a's daemon is killed with SIGKILL
+// while a pod on node-a pings a pod on node-b every 10 ms; no echo request may go
+// unanswered while the daemon is down nor across its restart (the restarted daemon's first
+// flow bundle already holds the tunnel port's and the peers' flows, so deleting the
+// earlier generation in the same commit leaves no gap). After the restart node-a's table
+// holds only the new generation, with both peers' flows. Then node-a's tunnel port is
+// deleted from OVSDB (its ofport number taken by another port) and ovsdb-server is
+// restarted: the daemon re-creates the tunnel port, rebuilds the pipeline and peer flows
+// for the new ofport, and cross-node traffic works again without a daemon restart.
+// ofsdnctl peers and the ofsdn_peers gauge list node-a's two peers, and ofsdnctl flows
+// pairs every flow on the switch (MAC matches included) with a desired flow.
+func TestMultiNodeRestarts(t *testing.T) {
+	ulPath := newNetns(t, "ofsdn-ul")
+	ul := filepath.Base(ulPath)
+	mustRun(t, "ip", "netns", "exec", ul, "ip", "link", "add", "br0", "type", "bridge")
+	mustRun(t, "ip", "netns", "exec", ul, "ip", "link", "set", "br0", "up")
+	a := startClusterNode(t, ul, "node-a", "172.30.0.21", "10.244.11.0/24", 1)
+	b := startClusterNode(t, ul, "node-b", "172.30.0.22", "10.244.12.0/24", 2)
+	c := startClusterNode(t, ul, "node-c", "172.30.0.23", "10.244.13.0/24", 3)
+	nodes := []*clusterNode{a, b, c}
+	for _, n := range nodes {
+		var peers []*clusterNode
+		for _, p := range nodes {
+			if p != n {
+				peers = append(peers, p)
+			}
+		}
+		writeTopology(t, n.topo, topologyYAML(n, peers))
+		n.start()
+	}
+	pa, pb, pc := a.addPod("rs-a"), b.addPod("rs-b"), c.addPod("rs-c")
+	for _, dst := range []*testPod{pb, pc} {
+		waitUntil(t, "ping node-a → "+dst.name, 30*time.Second, func() error { return ping(pa.netns, dst.ip()) })
+	}
+
+	t.Run("daemon killed and restarted: cross-node pings never stop", func(t *testing.T) {
+		gen1 := a.generation(t)
+		pings := startPings(t, pa.netns, pb.ip(), "0.01")
+		time.Sleep(500 * time.Millisecond)
+		a.stopDaemon() // SIGKILL
+		time.Sleep(time.Second)
+		a.start() // returns once CNI STATUS passes: the node, overlay and peers are in place
+		time.Sleep(time.Second)
+		sent, lost, missing := pings.stop(t)
+		t.Logf("node-a daemon SIGKILL + restart: %d echo requests every 10 ms to node-b's pod, %d unanswered %v", sent, lost, missing)
+		if sent < 100 {
+			t.Fatalf("only %d echo requests answered or lost: the ping did not run", sent)
+		}
+		if lost > 0 {
+			t.Errorf("%d of %d echo requests node-a → node-b lost across node-a's daemon restart (seq %v)", lost, sent, missing)
+		}
+		gen2 := a.generation(t)
+		if gen2 == gen1 {
+			t.Fatalf("generation still %d after the restart", gen1)
+		}
+		if gens := a.flowGenerations(t); len(gens) != 1 || gens[gen2] == 0 {
+			t.Errorf("flow generations on node-a after the restart %v, want only %d", gens, gen2)
+		}
+		for _, p := range []*clusterNode{b, c} {
+			fs := a.peerFlows(p)
+			if len(fs) != 3 {
+				t.Errorf("node-a holds %d flows of peer %s after the restart, want 3:\n%s", len(fs), p.name, strings.Join(fs, "\n"))
+			}
+			for _, l := range fs {
+				if g := cookieGeneration(t, l); g != gen2 {
+					t.Errorf("peer %s flow of generation %d, want %d: %s", p.name, g, gen2, l)
+				}
+			}
+		}
+		if err := ping(pa.netns, pc.ip()); err != nil {
+			t.Errorf("node-a → node-c after the restart: %v", err)
+		}
+	})
+
+	t.Run("ovsdb-server restarted after the tunnel port was lost: port and flows rebuilt", func(t *testing.T) {
+		pid := a.daemon.Process.Pid
+		old := strings.TrimSpace(a.ovs.Vsctl(t, "get", "Interface", "vxlan0", "ofport"))
+		// The port goes and another port takes its ofport number, so the re-created
+		// tunnel gets a new one and every flow naming it must be rebuilt.
+		a.ovs.Vsctl(t, "del-port", "br-int", "vxlan0", "--", "add-port", "br-int", "steal0",
+			"--", "set", "Interface", "steal0", "type=internal", "ofport_request="+old)
+		if err := pingOnce(pa.netns, pb.ip()); err == nil {
+			t.Fatal("node-a still reaches node-b without its tunnel port")
+		}
+		a.ovs.KillOVSDB(t)
+		a.ovs.StartOVSDB(t)
+		waitUntil(t, "node-a → node-b after the ovsdb-server restart", 60*time.Second, func() error {
+			return pingOnce(pa.netns, pb.ip())
+		})
+		now := strings.TrimSpace(a.ovs.Vsctl(t, "get", "Interface", "vxlan0", "ofport"))
+		t.Logf("tunnel port vxlan0 re-created: ofport %s, was %s", now, old)
+		if now == old {
+			t.Errorf("vxlan0 kept ofport %s although steal0 holds it", old)
+		}
+		waitUntil(t, "node-c → node-a after the ovsdb-server restart", 30*time.Second, func() error {
+			return ping(pc.netns, pa.ip())
+		})
+		if a.daemon.Process.Pid != pid || a.daemon.ProcessState != nil {
+			t.Error("node-a's daemon was restarted")
+		}
+	})
+
+	t.Run("ofsdnctl peers, ofsdn_peers gauge and ofsdnctl flows on node-a", func(t *testing.T) {
+		var peers []ctl.Peer
+		if err := json.Unmarshal(runCtl(t, a.testNode, "peers", "-o", "json"), &peers); err != nil {
+			t.Fatal(err)
+		}
+		want := []ctl.Peer{{Node: b.name, IP: b.ip, PodSubnet: b.subnet}, {Node: c.name, IP: c.ip, PodSubnet: c.subnet}}
+		if len(peers) != len(want) {
+			t.Fatalf("ofsdnctl peers on node-a: %s, want %s", jsonString(peers), jsonString(want))
+		}
+		for i, w := range want {
+			if peers[i].Node != w.Node || peers[i].IP != w.IP || peers[i].PodSubnet != w.PodSubnet {
+				t.Errorf("ofsdnctl peers on node-a [%d] = %s, want %s", i, jsonString(peers[i]), jsonString(w))
+			}
+		}
+		table := string(runCtl(t, a.testNode, "peers"))
+		for _, w := range want {
+			if !strings.Contains(table, w.Node) || !strings.Contains(table, w.IP) || !strings.Contains(table, w.PodSubnet) {
+				t.Errorf("ofsdnctl peers table lacks %s:\n%s", jsonString(w), table)
+			}
+		}
+
+		fams, _ := scrape(t, netnsHTTP(t, a.ovs.NetnsPath()))
+		g, ok := fams[metrics.Peers]
+		if !ok || len(g.Metric) != 1 || g.Metric[0].GetGauge().GetValue() != 2 {
+			t.Errorf("%s on node-a: %v, want 2", metrics.Peers, g)
+		}
+
+		var stages []ctl.Stage
+		if err := json.Unmarshal(runCtl(t, a.testNode, "flows", "-o", "json"), &stages); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, st := range stages {
+			if len(st.Missing) > 0 {
+				t.Errorf("stage %s: desired flows missing on the switch: %v", st.Name, st.Missing)
+			}
+			for _, f := range st.Flows {
+				n++
+				if !f.Desired {
+					t.Errorf("stage %s: flow not paired with a desired flow: %s", st.Name, f.Flow)
+				}
+			}
+		}
+		if want := len(a.flowSet(t)); n != want {
+			t.Errorf("ofsdnctl flows lists %d flows, the switch holds %d", n, want)
 		}
 	})
 }
