@@ -57,6 +57,13 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
+	// One controller per bridge: a second daemon waits here rather than replace our flows.
+	unlockBridge, err := lockBridge(ctx, cfg.OVSRunDir, cfg.Bridge, log)
+	if err != nil {
+		return err
+	}
+	defer unlockBridge()
+
 	// The CNI socket answers "try again later" (code 11) until the node is ready.
 	addTimeout, _ := time.ParseDuration(cfg.AddTimeout) // checked by loadConfig
 	h := &handler{log: log, addTimeout: addTimeout}
