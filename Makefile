@@ -37,11 +37,13 @@ demo: deps build
 
 # Pod-wiring benchmark (bench/, bench/RESULTS.md): ofsdn through the plugin and in-daemon,
 # the shell-out baseline and the floor, interleaved on private OVS instances. Prints the
-# tables; raw samples in $(BENCH_OUT)/results.json. About 10 minutes on 2 cores.
+# tables; raw samples in $(BENCH_OUT)/results.json. About 5 minutes on 2 quiet cores.
+# BENCH_FLAGS passes more flags, e.g. BENCH_FLAGS="-fill 10,100,1000" (about 9 minutes in all).
 BENCH_OUT ?= /tmp/ofsdn-bench
+BENCH_FLAGS ?=
 bench: deps build
 	$(GO) build $(GOFLAGS) -o $(BIN)/ofsdn-bench ./bench/cmd/ofsdn-bench
-	$(BIN)/ofsdn-bench -bin $(BIN) -sandbox test/sandbox.sh -out $(BENCH_OUT)
+	$(BIN)/ofsdn-bench -bin $(BIN) -sandbox test/sandbox.sh -out $(BENCH_OUT) $(BENCH_FLAGS)
 
 # The same, small (under a minute): CI's smoke test, failing only when a mode errors.
 bench-quick: deps build

@@ -61,10 +61,10 @@ func Quick() Config {
 		FillLevels: []int{10}, FillRounds: 1, FillBatch: 3, ProfileOps: 5, PluginExecs: 5, ScalePods: 200, ScalePeers: 20}
 }
 
-// Full is the size RESULTS.md reports (about 10 minutes on 2 cores). Its highest fill is
-// 500 pods: filling five bridges to 1,000 veths takes about 7.5 minutes on its own here
-// (every port added costs ovs-vswitchd more as the bridge grows); pass FillLevels
-// 10,100,1000 (ofsdn-bench -fill) for that.
+// Full is the size RESULTS.md reports (about 5 minutes on 2 quiet cores). Its highest fill
+// is 500 pods: filling five bridges to 1,000 veths takes about 4 minutes on its own here
+// (every port added costs ovs-vswitchd more as the bridge grows; 7.5 minutes under load);
+// pass FillLevels 10,100,1000 (ofsdn-bench -fill) for that, about 10 minutes in all.
 func Full() Config {
 	return Config{Name: "full", SeqRounds: 10, SeqBatch: 10, Conc: []int{8, 32}, ConcPods: []int{64, 100}, ConcRounds: 2,
 		FillLevels: []int{10, 100, 500}, FillRounds: 4, FillBatch: 5, ProfileOps: 200, PluginExecs: 30,
