@@ -102,8 +102,11 @@ func startClusterNode(t *testing.T, ul, name, ip, subnet string, idx int) *clust
 	n.cni = libcni.NewCNIConfigWithCacheDir([]string{bin}, filepath.Join(o.Dir, "cni-cache"), nil)
 	t.Cleanup(func() {
 		n.stopDaemon()
+		b, _ := os.ReadFile(n.logPath)
+		if bytes.Contains(b, []byte("WARNING: DATA RACE")) {
+			t.Errorf("%s: the race detector reported a data race in ofsdn-node (log below)", name)
+		}
 		if t.Failed() {
-			b, _ := os.ReadFile(n.logPath)
 			t.Logf("%s ofsdn-node log:\n%s", name, b)
 			t.Logf("%s flows:\n%s", name, o.Ofctl(t, "dump-flows", "--names", n.mgmt()))
 		}
@@ -118,7 +121,9 @@ func (cn *clusterNode) start() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("ip", "netns", "exec", n.ovs.Netns, filepath.Join(binDir, "ofsdn-node"),
+	// Built with -race when the tests are (daemonBinary), so data races in the daemon
+	// show up in its log.
+	cmd := exec.Command("ip", "netns", "exec", n.ovs.Netns, daemonBinary(t),
 		"--ovsdb", n.ovs.OVSDBEndpoint(), "--ovs-rundir", n.dir, "--datapath-type", "netdev",
 		"--socket", n.socket, "--data-dir", n.dataDir, "--log-level", "debug",
 		"--topology-file", cn.topo, "--service-cidr", "10.96.0.0/12", "--mtu", "0")
@@ -447,6 +452,7 @@ func TestMultiNodeRestarts(t *testing.T) {
 		})
 		now := strings.TrimSpace(a.ovs.Vsctl(t, "get", "Interface", "vxlan0", "ofport"))
 		t.Logf("tunnel port vxlan0 re-created: ofport %s, was %s", now, old)
+		a.logDaemonLines(t, "re-ensured", "rebuil")
 		if now == old {
 			t.Errorf("vxlan0 kept ofport %s although steal0 holds it", old)
 		}

@@ -84,6 +84,7 @@ func TestVswitchdRestartReplaysFlows(t *testing.T) {
 func TestOVSDBRestart(t *testing.T) {
 	n := startNode(t, "10.141.0.0/24")
 	a := n.addPod("o1")
+	before := n.flowSet(t)
 
 	n.ovs.KillOVSDB(t)
 	down := n.newPodSpec("o-down")
@@ -113,6 +114,13 @@ func TestOVSDBRestart(t *testing.T) {
 	}
 	if err := pingOnce(a.netns, b.ip()); err != nil {
 		t.Errorf("old pod to new pod after the ovsdb-server restart: %v", err)
+	}
+	// Same ports after the restart: the pipeline was not rebuilt, the old flows are intact
+	// (plus the new pod's).
+	n.logDaemonLines(t, "re-ensured", "rebuil")
+	after := n.flowSet(t)
+	if missing, _ := diffLines(before, after); len(missing) > 0 {
+		t.Errorf("flows gone after the ovsdb-server restart:\n%s", strings.Join(missing, "\n"))
 	}
 	// The failed ADD left no lease and no port.
 	for ip, cid := range n.leases(t) {
