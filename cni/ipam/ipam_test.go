@@ -1,6 +1,7 @@
 package ipam
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -8,7 +9,9 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func mustCIDR(t testing.TB, s string) *net.IPNet {
@@ -428,4 +431,261 @@ func FuzzDecodeStore(f *testing.F) {
 			}
 		}
 	})
+}
+
+// copyOpen copies leases.json of dir into a fresh directory, as a crash at
+// this instant would leave it, and opens it.
+func copyOpen(t *testing.T, dir, cidr string, reserved ...string) *Store {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, "ipam", stateFile))
+	if err != nil {
+		t.Errorf("read lease file: %v", err)
+		return nil
+	}
+	crashed := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(crashed, "ipam"), 0o700); err != nil {
+		t.Error(err)
+		return nil
+	}
+	if err := os.WriteFile(filepath.Join(crashed, "ipam", stateFile), data, 0o600); err != nil {
+		t.Error(err)
+		return nil
+	}
+	var rs []net.IP
+	for _, r := range reserved {
+		rs = append(rs, net.ParseIP(r))
+	}
+	s, err := Open(crashed, mustCIDR(t, cidr), rs...)
+	if err != nil {
+		t.Errorf("Open of a copy of %s: %v", dir, err)
+		return nil
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// waitFor polls cond (no timing asserted: it only waits for a state the
+// test's goroutines are bound to reach).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for i := 0; !cond(); i++ {
+		if i > 60000 { // ~60 s: something is stuck
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestGroupCommit: 64 concurrent Allocates share a handful of file writes,
+// and each lease is in the lease file (a copy of the directory taken right
+// after Allocate returns opens with it) when its Allocate returns.
+func TestGroupCommit(t *testing.T) {
+	const n = 64
+	for _, hold := range []bool{true, false} {
+		t.Run(fmt.Sprintf("holdFirstWrite=%v", hold), func(t *testing.T) {
+			dir := t.TempDir()
+			s := openT(t, dir, "10.7.0.0/24", "10.7.0.1")
+			var writes atomic.Int64
+			s.writeHook = func() error {
+				// With hold, the first write waits until all n changes are in
+				// memory, so they are all queued behind it: exactly 2 writes.
+				if writes.Add(1) == 1 && hold {
+					waitFor(t, "all allocations applied in memory", func() bool { return s.InUse() == n })
+				}
+				return nil
+			}
+			ips := make([]string, n)
+			var wg sync.WaitGroup
+			for i := 0; i < n; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					cid := fmt.Sprint("c", i)
+					ip, err := s.Allocate(cid, "eth0", "")
+					if err != nil {
+						t.Errorf("Allocate(%s): %v", cid, err)
+						return
+					}
+					ips[i] = ip.String()
+					c := copyOpen(t, dir, "10.7.0.0/24", "10.7.0.1")
+					if c == nil {
+						return
+					}
+					if l, ok := c.Get(cid, "eth0"); !ok || !l.IP.Equal(ip) {
+						t.Errorf("Allocate(%s) returned %s but the lease file holds %v (%v)", cid, ip, l.IP, ok)
+					}
+				}()
+			}
+			wg.Wait()
+			seen := map[string]bool{}
+			for i, ip := range ips {
+				if seen[ip] {
+					t.Errorf("c%d got %s, already handed out", i, ip)
+				}
+				seen[ip] = true
+			}
+			w := writes.Load()
+			t.Logf("%d concurrent Allocates, %d file writes", n, w)
+			if hold && w > 2 {
+				t.Errorf("%d concurrent Allocates took %d file writes, want at most 2", n, w)
+			}
+			if w >= n {
+				t.Errorf("%d concurrent Allocates took %d file writes: no grouping", n, w)
+			}
+		})
+	}
+}
+
+// TestWriteFailureRollsBackBatch: a write fails while a release is being
+// written and allocations (one of them of the address being released) are
+// queued behind it. Every caller gets the error, memory and the lease file
+// are as before the batch, and the pool continues from there.
+func TestWriteFailureRollsBackBatch(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, dir, "10.0.0.0/29", "10.0.0.1") // allocatable .2-.6
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	var calls atomic.Int64
+	s.writeHook = func() error {
+		if calls.Add(1) == 1 {
+			close(entered)
+			<-release
+			return errors.New("injected write failure")
+		}
+		return nil
+	}
+	// The hook is armed only from the 5th write on: the setup writes succeed.
+	calls.Store(-4)
+	for _, c := range []string{"a", "b", "c", "d"} {
+		alloc(t, s, c, "eth0") // .2 .3 .4 .5
+	}
+	before, err := os.ReadFile(filepath.Join(dir, "ipam", stateFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var wg sync.WaitGroup
+	errs := map[string]error{}
+	got := map[string]net.IP{}
+	var mu sync.Mutex
+	run := func(name string, f func() (net.IP, error)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ip, err := f()
+			mu.Lock()
+			errs[name], got[name] = err, ip
+			mu.Unlock()
+		}()
+	}
+	run("release a", func() (net.IP, error) { return nil, s.Release("a", "eth0") })
+	<-entered // the release is being written
+	run("x", func() (net.IP, error) { return s.Allocate("x", "eth0", "") })
+	waitFor(t, "x applied", func() bool { _, ok := s.Get("x", "eth0"); return ok })
+	run("y", func() (net.IP, error) { return s.Allocate("y", "eth0", "") })
+	waitFor(t, "y applied", func() bool { _, ok := s.Get("y", "eth0"); return ok })
+	if l, _ := s.Get("y", "eth0"); l.IP.String() != "10.0.0.2" {
+		t.Fatalf("y got %v in memory, want 10.0.0.2 (a's address, released in the batch being written)", l.IP)
+	}
+	close(release)
+	wg.Wait()
+	for _, name := range []string{"release a", "x", "y"} {
+		if errs[name] == nil {
+			t.Errorf("%s succeeded (%v) although its write failed", name, got[name])
+		}
+	}
+	after, _ := os.ReadFile(filepath.Join(dir, "ipam", stateFile))
+	if string(after) != string(before) {
+		t.Errorf("lease file changed by a failed write:\n%s\nwant\n%s", after, before)
+	}
+	if l, ok := s.Get("a", "eth0"); !ok || l.IP.String() != "10.0.0.2" {
+		t.Errorf("lease a after the failed release = %v %v, want 10.0.0.2", l.IP, ok)
+	}
+	for _, c := range []string{"x", "y"} {
+		if _, ok := s.Get(c, "eth0"); ok {
+			t.Errorf("failed allocation %s is still in memory", c)
+		}
+	}
+	if s.InUse() != 4 {
+		t.Errorf("InUse = %d after the failed batch, want 4", s.InUse())
+	}
+	// The cursor is rolled back too: the next address is .6, then .2 is full.
+	if ip := alloc(t, s, "z", "eth0"); ip != "10.0.0.6" {
+		t.Errorf("allocation after the failed batch = %s, want 10.0.0.6", ip)
+	}
+	if c := copyOpen(t, dir, "10.0.0.0/29", "10.0.0.1"); c != nil && c.InUse() != 5 {
+		t.Errorf("lease file after recovery holds %d leases, want 5", c.InUse())
+	}
+}
+
+// TestRetryWaitsForWrite: a retried Allocate of a key whose lease is still
+// being written, and a repeated Release of a key whose release is still being
+// written, return only after that write, with its result.
+func TestRetryWaitsForWrite(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		t.Run(fmt.Sprintf("writeFails=%v", fail), func(t *testing.T) {
+			dir := t.TempDir()
+			s := openT(t, dir, "10.8.0.0/24", "10.8.0.1")
+			gate := make(chan struct{}, 2) // one token lets one write through
+			s.writeHook = func() error {
+				<-gate
+				if fail {
+					return errors.New("injected write failure")
+				}
+				return nil
+			}
+			// waiters is how many callers wait on the write that holds key
+			// a's lease, or its release.
+			waiters := func() int {
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				if l, ok := s.byKey[key{"a", "eth0"}]; ok && l.pending != nil {
+					return l.pending.waiters
+				}
+				if b := s.releasing[key{"a", "eth0"}]; b != nil {
+					return b.waiters
+				}
+				return 0
+			}
+			errs := make(chan error, 2)
+			for i := 0; i < 2; i++ {
+				go func() {
+					ip, err := s.Allocate("a", "eth0", "")
+					if err == nil && ip.String() != "10.8.0.2" {
+						err = fmt.Errorf("got %v, want 10.8.0.2", ip)
+					}
+					errs <- err
+				}()
+				waitFor(t, "caller waiting on the write", func() bool { return waiters() == i+1 })
+			}
+			gate <- struct{}{} // both callers wait on this one write
+			for i := 0; i < 2; i++ {
+				if err := <-errs; fail != (err != nil) {
+					t.Fatalf("Allocate (call %d): %v, with writeFails=%v", i, err, fail)
+				}
+			}
+			if fail {
+				if s.InUse() != 0 {
+					t.Errorf("InUse = %d, want 0", s.InUse())
+				}
+				return
+			}
+			if c := copyOpen(t, dir, "10.8.0.0/24", "10.8.0.1"); c != nil && c.InUse() != 1 {
+				t.Errorf("lease file holds %d leases after both Allocates returned, want 1", c.InUse())
+			}
+			for i := 0; i < 2; i++ {
+				go func() { errs <- s.Release("a", "eth0") }()
+				waitFor(t, "releaser waiting on the write", func() bool { return waiters() == i+1 })
+			}
+			gate <- struct{}{}
+			for i := 0; i < 2; i++ {
+				if err := <-errs; err != nil {
+					t.Errorf("Release (call %d): %v", i, err)
+				}
+			}
+			if c := copyOpen(t, dir, "10.8.0.0/24", "10.8.0.1"); c != nil && c.InUse() != 0 {
+				t.Errorf("lease file holds %d leases after both Releases returned, want 0", c.InUse())
+			}
+		})
+	}
 }

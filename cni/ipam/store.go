@@ -107,24 +107,118 @@ func parsePoolIP(s string, first, last uint32) (uint32, error) {
 	return u, nil
 }
 
-// encodeState renders the in-memory state as leases.json. Caller holds s.mu.
-func (s *Store) encodeState() ([]byte, error) {
-	fsx := fileState{Version: formatVersion, Subnet: s.subnet.String(), Leases: make(map[string]fileLease, len(s.byIP))}
+// snapshot copies the in-memory state into its leases.json layout. Caller
+// holds s.mu.
+func (s *Store) snapshot() *fileState {
+	fsx := &fileState{Version: formatVersion, Subnet: s.subnet.String(), Leases: make(map[string]fileLease, len(s.byIP))}
 	if s.cursor >= s.first && s.cursor <= s.last {
 		fsx.LastAllocated = u32ToIP(s.cursor).String()
 	}
 	for ip, l := range s.byIP {
 		fsx.Leases[u32ToIP(ip).String()] = fileLease{ContainerID: l.key.containerID, IfName: l.key.ifName, Owner: l.owner, Allocated: l.allocated}
 	}
-	return json.MarshalIndent(&fsx, "", "  ")
+	return fsx
 }
 
-// persist writes the in-memory state durably: temp file in the same
-// directory, fsync, rename over leases.json, fsync of the directory (so the
-// rename itself survives a power loss). Caller holds s.mu. On error the old
-// leases.json is untouched and no temp file is left behind.
-func (s *Store) persist() (err error) {
-	data, err := s.encodeState()
+// encodeState renders the in-memory state as leases.json. Caller holds s.mu.
+func (s *Store) encodeState() ([]byte, error) {
+	return json.MarshalIndent(s.snapshot(), "", "  ")
+}
+
+// join returns the pending batch, creating it and starting the flusher
+// goroutine if needed. Caller holds s.mu and must add its change to the
+// batch before releasing s.mu.
+func (s *Store) join() *batch {
+	if s.pending == nil {
+		s.pending = &batch{done: make(chan struct{})}
+	}
+	if !s.flushing {
+		s.flushing = true
+		go s.flush()
+	}
+	return s.pending
+}
+
+// flush is the group-commit writer: while a batch is pending it takes it,
+// snapshots the state under s.mu (so the snapshot holds exactly the changes
+// of this batch and of every batch before it), writes it without s.mu, and
+// then completes the batch. On a write error it rolls back, newest first,
+// the batch queued meanwhile and then this batch, and fails both: the queued
+// batch's changes were applied on top of this one's (for example an address
+// this batch released, allocated again), so it cannot be kept alone.
+func (s *Store) flush() {
+	s.mu.Lock()
+	for s.pending != nil {
+		b := s.pending
+		s.pending = nil
+		fsx := s.snapshot()
+		s.mu.Unlock()
+		err := s.write(fsx)
+		s.mu.Lock()
+		if err == nil {
+			s.finish(b, nil)
+			continue
+		}
+		if next := s.pending; next != nil {
+			s.pending = nil
+			s.rollback(next)
+			s.finish(next, err)
+		}
+		s.rollback(b)
+		s.finish(b, err)
+	}
+	s.flushing = false
+	s.idle.Broadcast()
+	s.mu.Unlock()
+}
+
+// rollback undoes the in-memory changes of b, newest first. Caller holds s.mu.
+func (s *Store) rollback(b *batch) {
+	for i := len(b.changes) - 1; i >= 0; i-- {
+		c := b.changes[i]
+		if c.added {
+			delete(s.byIP, c.l.ip)
+			delete(s.byKey, c.l.key)
+			s.cursor = c.prevCursor
+		} else {
+			s.byIP[c.l.ip], s.byKey[c.l.key] = c.l, c.l
+		}
+	}
+}
+
+// finish marks b's leases durable (err == nil), drops its entries from the
+// releasing maps and wakes its callers. Caller holds s.mu.
+func (s *Store) finish(b *batch, err error) {
+	for _, c := range b.changes {
+		if c.added {
+			if c.l.pending == b {
+				c.l.pending = nil
+			}
+			continue
+		}
+		if s.releasing[c.l.key] == b {
+			delete(s.releasing, c.l.key)
+		}
+		if s.releasingIP[c.l.ip] == b {
+			delete(s.releasingIP, c.l.ip)
+		}
+	}
+	b.err = err
+	close(b.done)
+}
+
+// write stores fsx durably: temp file in the same directory, fsync, rename
+// over leases.json, fsync of the directory (so the rename itself survives a
+// power loss). It does not touch the Store's in-memory state and runs without
+// s.mu, from the flusher only. On error the old leases.json is untouched and
+// no temp file is left behind.
+func (s *Store) write(fsx *fileState) (err error) {
+	if s.writeHook != nil {
+		if err := s.writeHook(); err != nil {
+			return fmt.Errorf("ipam: write leases in %s: %w", s.dir, err)
+		}
+	}
+	data, err := json.MarshalIndent(fsx, "", "  ")
 	if err != nil {
 		return fmt.Errorf("ipam: encode leases: %w", err)
 	}
