@@ -33,9 +33,9 @@
 // batch (the sequence above: one file write, two fsyncs) without holding the
 // mutex, and every caller of the batch returns only after that write. Changes
 // arriving while a batch is being written form the next batch, written right
-// after. So N concurrent callers cost about two writes instead of N (at
-// concurrency 32 this took the IPAM step of a pod ADD from ~144 ms to a few
-// ms; bench/RESULTS.md, "IPAM group commit").
+// after. So N concurrent callers cost about two writes instead of N
+// (bench/RESULTS.md, "IPAM group commit": an Allocate+Release pair with 32
+// goroutines went from 9.7 ms to 0.63 ms).
 //
 // Crash safety: Allocate returns an address only after a write that holds its
 // lease is durable, and Release returns only after a write without the lease
