@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ofsdn/ofsdn/internal/httpserve"
 	"github.com/ofsdn/ofsdn/internal/rootsock"
 )
 
@@ -39,10 +40,8 @@ type Server struct {
 	src  Source
 	log  *slog.Logger
 
-	mu       sync.Mutex
-	http     *http.Server
-	listener net.Listener
-	done     chan struct{}
+	mu  sync.Mutex
+	srv *httpserve.Server // nil before Start
 }
 
 // NewServer returns a server for the unix socket at path (absolute) answering from src.
@@ -62,7 +61,7 @@ func NewServer(path string, src Source, logger *slog.Logger) *Server {
 func (s *Server) Start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.http != nil {
+	if s.srv != nil {
 		return fmt.Errorf("inspection socket %s: already started", s.path)
 	}
 	l, err := rootsock.Listen(s.path, "inspection socket")
@@ -87,22 +86,13 @@ func (s *Server) Start() error {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, errorBody{Error: fmt.Sprintf("no endpoint at %s: try %s, %s or %s", r.URL.Path, PathPods, PathFlows, PathPeers)})
 	})
-	s.http = &http.Server{
+	s.srv = httpserve.Start(&http.Server{
 		Handler:           rootOnly(mux),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       60 * time.Second,
-		MaxHeaderBytes:    64 << 10,
+		MaxHeaderBytes:    httpserve.MaxHeaderBytes,
 		ConnContext:       connContext,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-	}
-	s.listener = l
-	s.done = make(chan struct{})
-	go func() {
-		defer close(s.done)
-		if err := s.http.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.log.Error("inspection socket stopped", "err", err)
-		}
-	}()
+	}, l, s.log, "inspection socket")
 	s.log.Info("serving the inspection API")
 	return nil
 }
@@ -111,16 +101,12 @@ func (s *Server) Start() error {
 // socket.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
-	hs, done := s.http, s.done
+	srv := s.srv
 	s.mu.Unlock()
-	if hs == nil {
+	if srv == nil {
 		return nil
 	}
-	err := hs.Shutdown(ctx)
-	if err != nil {
-		hs.Close()
-	}
-	<-done
+	err := srv.Shutdown(ctx)
 	if rmErr := os.Remove(s.path); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) && err == nil {
 		err = fmt.Errorf("inspection socket: remove %s: %w", s.path, rmErr)
 	}

@@ -17,6 +17,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ofsdn/ofsdn/internal/httpserve"
 )
 
 // DefaultAddress is the listener's default address: port 9469 on the loopback. For
@@ -48,9 +50,8 @@ type Server struct {
 	ready atomic.Pointer[func() error]
 
 	mu       sync.Mutex
-	http     *http.Server
+	srv      *httpserve.Server // nil before Start
 	listener net.Listener
-	done     chan struct{}
 }
 
 // NewServer returns a listener for addr ("host:port"; port 0 picks a free one) that
@@ -87,7 +88,7 @@ func (s *Server) Readiness() error {
 func (s *Server) Start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.http != nil {
+	if s.srv != nil {
 		return fmt.Errorf("metrics listener on %s: already started", s.addr)
 	}
 	l, err := net.Listen("tcp", s.addr)
@@ -117,23 +118,15 @@ func (s *Server) Start() error {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("no endpoint at %s: try %s, %s or %s", r.URL.Path, PathMetrics, PathHealthz, PathReadyz), http.StatusNotFound)
 	})
-	s.http = &http.Server{
+	s.listener = l
+	s.srv = httpserve.Start(&http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      60 * time.Second,
 		IdleTimeout:       90 * time.Second,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-	}
-	s.listener = l
-	s.done = make(chan struct{})
-	go func() {
-		defer close(s.done)
-		if err := s.http.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.log.Error("metrics listener stopped", "err", err)
-		}
-	}()
+		MaxHeaderBytes:    httpserve.MaxHeaderBytes,
+	}, l, s.log, "metrics listener")
 	s.log.Info("serving metrics and health endpoints", "listening", l.Addr().String(),
 		"paths", []string{PathMetrics, PathHealthz, PathReadyz})
 	return nil
@@ -153,15 +146,10 @@ func (s *Server) Addr() net.Addr {
 // Shutdown stops the listener, waiting for requests in flight until ctx ends.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
-	hs, done := s.http, s.done
+	srv := s.srv
 	s.mu.Unlock()
-	if hs == nil {
+	if srv == nil {
 		return nil
 	}
-	err := hs.Shutdown(ctx)
-	if err != nil {
-		hs.Close()
-	}
-	<-done
-	return err
+	return srv.Shutdown(ctx)
 }

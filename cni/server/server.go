@@ -39,6 +39,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ofsdn/ofsdn/cni"
+	"github.com/ofsdn/ofsdn/internal/httpserve"
 	"github.com/ofsdn/ofsdn/internal/rootsock"
 )
 
@@ -98,11 +99,8 @@ type Server struct {
 
 	readHeaderTimeout, readTimeout time.Duration
 
-	mu       sync.Mutex
-	http     *http.Server
-	listener net.Listener
-	done     chan struct{}
-	serveErr error
+	mu  sync.Mutex
+	srv *httpserve.Server // nil before Start
 }
 
 // New returns a server for socketPath (an absolute path, normally
@@ -160,7 +158,7 @@ func (s *Server) Ready() bool { return s.ready.Load() }
 func (s *Server) Start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.http != nil {
+	if s.srv != nil {
 		return fmt.Errorf("CNI server on %s: already started", s.socketPath)
 	}
 	l, err := rootsock.Listen(s.socketPath, "CNI server")
@@ -173,30 +171,14 @@ func (s *Server) Start() error {
 		writeResponse(w, http.StatusNotFound, &cni.Response{Error: types.NewError(types.ErrInternal,
 			fmt.Sprintf("no CNI endpoint at %s %s: the plugin sends POST %s", r.Method, r.URL.Path, cni.RequestPath), "")})
 	})
-	s.http = &http.Server{
+	s.srv = httpserve.Start(&http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: s.readHeaderTimeout,
 		ReadTimeout:       s.readTimeout,
 		IdleTimeout:       IdleTimeout,
-		MaxHeaderBytes:    64 << 10,
+		MaxHeaderBytes:    httpserve.MaxHeaderBytes,
 		ConnContext:       connContext,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-	}
-	s.listener = l
-	s.done = make(chan struct{})
-	go func() {
-		defer close(s.done)
-		err := s.http.Serve(l)
-		if errors.Is(err, http.ErrServerClosed) {
-			err = nil
-		}
-		s.mu.Lock()
-		s.serveErr = err
-		s.mu.Unlock()
-		if err != nil {
-			s.log.Error("CNI server stopped", "err", err)
-		}
-	}()
+	}, l, s.log, "CNI server")
 	s.log.Info("CNI server listening")
 	return nil
 }
@@ -207,25 +189,18 @@ func (s *Server) Start() error {
 // running when it ended.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
-	hs, done := s.http, s.done
+	srv := s.srv
 	s.mu.Unlock()
-	if hs == nil {
+	if srv == nil {
 		return nil
 	}
-	err := hs.Shutdown(ctx)
-	if err != nil {
-		hs.Close()
-	}
-	<-done
+	err := srv.Shutdown(ctx)
 	// net.UnixListener unlinks its socket on Close; make sure anyway.
 	if rmErr := os.Remove(s.socketPath); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) && err == nil {
 		err = fmt.Errorf("CNI server: remove socket %s: %w", s.socketPath, rmErr)
 	}
-	s.mu.Lock()
-	serveErr := s.serveErr
-	s.mu.Unlock()
 	s.log.Info("CNI server stopped")
-	return errors.Join(serveErr, err)
+	return errors.Join(srv.Err(), err)
 }
 
 // Serve runs a ready server (see Server) on socketPath until ctx is
@@ -240,7 +215,7 @@ func Serve(ctx context.Context, socketPath string, h Handler, logger *slog.Logge
 	s.SetReady(true)
 	select {
 	case <-ctx.Done():
-	case <-s.done:
+	case <-s.srv.Done():
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
