@@ -44,7 +44,7 @@ func (e *env) attachment(t *testing.T) (*libcni.RuntimeConf, ns.NetNS) {
 
 func (e *env) add(t *testing.T, rt *libcni.RuntimeConf) types.Result {
 	t.Helper()
-	res, err := e.n.cni.AddNetworkList(context.Background(), e.list, rt)
+	res, err := e.n.CNI.AddNetworkList(context.Background(), e.list, rt)
 	if err != nil {
 		t.Fatalf("ADD (cniVersion %s): %v", e.v, err)
 	}
@@ -53,7 +53,7 @@ func (e *env) add(t *testing.T, rt *libcni.RuntimeConf) types.Result {
 
 func (e *env) del(t *testing.T, rt *libcni.RuntimeConf, what string) {
 	t.Helper()
-	if err := e.n.cni.DelNetworkList(context.Background(), e.list, rt); err != nil {
+	if err := e.n.CNI.DelNetworkList(context.Background(), e.list, rt); err != nil {
 		t.Errorf("%s (cniVersion %s): %v", what, e.v, err)
 	}
 }
@@ -172,7 +172,7 @@ var cases = []conformanceCase{
 			}); err != nil {
 				t.Fatal(err)
 			}
-			_, err := e.n.cni.AddNetworkList(context.Background(), e.list, rt)
+			_, err := e.n.CNI.AddNetworkList(context.Background(), e.list, rt)
 			var ce *types.Error
 			if !errors.As(err, &ce) || ce.Code == 0 || !strings.Contains(ce.Msg, "eth0") {
 				t.Fatalf("ADD into a netns that already has eth0: %v; want a CNI error naming eth0", err)
@@ -219,7 +219,7 @@ var cases = []conformanceCase{
 		run: func(t *testing.T, e *env) {
 			rt, netns := e.attachment(t)
 			res := e.add(t, rt)
-			if err := e.n.cni.CheckNetworkList(context.Background(), e.list, rt); err != nil {
+			if err := e.n.CNI.CheckNetworkList(context.Background(), e.list, rt); err != nil {
 				t.Errorf("CHECK right after ADD: %v", err)
 			}
 			cur, err := current.NewResultFromResult(res)
@@ -235,7 +235,7 @@ var cases = []conformanceCase{
 			}); err != nil {
 				t.Fatal(err)
 			}
-			err = e.n.cni.CheckNetworkList(context.Background(), e.list, rt)
+			err = e.n.CNI.CheckNetworkList(context.Background(), e.list, rt)
 			var ce *types.Error
 			if !errors.As(err, &ce) || !strings.Contains(ce.Msg, cur.IPs[0].Address.IP.String()) {
 				t.Errorf("CHECK after the pod's address was removed: %v; want a CNI error naming %s", err, cur.IPs[0].Address.IP)
@@ -252,13 +252,13 @@ var cases = []conformanceCase{
 			drop, _ := e.attachment(t)
 			e.add(t, keep)
 			e.add(t, drop)
-			err := e.n.cni.GCNetworkList(context.Background(), e.list, &libcni.GCArgs{
+			err := e.n.CNI.GCNetworkList(context.Background(), e.list, &libcni.GCArgs{
 				ValidAttachments: []types.GCAttachment{{ContainerID: keep.ContainerID, IfName: "eth0"}}})
 			if err != nil {
 				t.Fatalf("GC: %v", err)
 			}
 			e.n.assertGone(t, drop.ContainerID)
-			if err := e.n.cni.CheckNetworkList(context.Background(), e.list, keep); err != nil {
+			if err := e.n.CNI.CheckNetworkList(context.Background(), e.list, keep); err != nil {
 				t.Errorf("attachment listed as valid broken by GC: %v", err)
 			}
 			e.del(t, keep, "DEL")
@@ -270,7 +270,7 @@ var cases = []conformanceCase{
 		section: `Section 2 "STATUS": success when the plugin can serve ADD`,
 		min:     "1.1.0",
 		run: func(t *testing.T, e *env) {
-			if err := e.n.cni.GetStatusNetworkList(context.Background(), e.list); err != nil {
+			if err := e.n.CNI.GetStatusNetworkList(context.Background(), e.list); err != nil {
 				t.Errorf("STATUS: %v", err)
 			}
 		},
@@ -283,7 +283,7 @@ func TestConformance(t *testing.T) {
 	t.Run("VERSION", func(t *testing.T) {
 		// Section 2 "VERSION" and Section 5 "VERSION Success": the plugin reports its
 		// cniVersion and supportedVersions; ofsdn supports every version libcni knows.
-		info, err := n.cni.GetVersionInfo(context.Background(), "ofsdn")
+		info, err := n.CNI.GetVersionInfo(context.Background(), "ofsdn")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -309,16 +309,16 @@ func TestConformance(t *testing.T) {
 	// error code 50" — the daemon stopped.
 	t.Run("1.1.0/STATUS when the daemon is down", func(t *testing.T) {
 		n.stopDaemon()
-		err := n.cni.GetStatusNetworkList(context.Background(), n.confList(t, "1.1.0"))
+		err := n.CNI.GetStatusNetworkList(context.Background(), n.confList(t, "1.1.0"))
 		var ce *types.Error
 		if !errors.As(err, &ce) || ce.Code != types.ErrPluginNotAvailable {
 			t.Errorf("STATUS with the daemon down: %v; want CNI error 50", err)
 		}
 		// ADD then gets 11 (try again later) naming the socket.
 		rt := &libcni.RuntimeConf{ContainerID: "conf-down", NetNS: newNetns(t).Path(), IfName: "eth0"}
-		_, err = n.cni.AddNetworkList(context.Background(), n.confList(t, "1.1.0"), rt)
-		if !errors.As(err, &ce) || ce.Code != types.ErrTryAgainLater || !strings.Contains(ce.Msg, n.socket) {
-			t.Errorf("ADD with the daemon down: %v; want CNI error 11 naming %s", err, n.socket)
+		_, err = n.CNI.AddNetworkList(context.Background(), n.confList(t, "1.1.0"), rt)
+		if !errors.As(err, &ce) || ce.Code != types.ErrTryAgainLater || !strings.Contains(ce.Msg, n.Socket) {
+			t.Errorf("ADD with the daemon down: %v; want CNI error 11 naming %s", err, n.Socket)
 		}
 	})
 }

@@ -3,13 +3,13 @@ package conformance
 import (
 	"os"
 	"testing"
+
+	"github.com/ofsdn/ofsdn/test/harness"
 )
 
 // TestMain removes the binaries the tests built once the package's tests are done.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		_ = os.RemoveAll(binDir)
-	}
+	harness.RemoveBinaries()
 	os.Exit(code)
 }

@@ -3,11 +3,9 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -88,7 +86,7 @@ func TestPodsWiredEndToEnd(t *testing.T) {
 			if err := ping(p.netns, gw); err != nil {
 				t.Error(err)
 			}
-			if err := ping(n.ovs.Netns, p.ip()); err != nil {
+			if err := ping(n.OVS.Netns, p.ip()); err != nil {
 				t.Errorf("host (node netns) to pod: %v", err)
 			}
 		}
@@ -104,7 +102,7 @@ func TestPodsWiredEndToEnd(t *testing.T) {
 
 	t.Run("check", func(t *testing.T) {
 		for _, p := range pods {
-			if err := n.cni.CheckNetworkList(context.Background(), n.netconf, p.rt); err != nil {
+			if err := n.CNI.CheckNetworkList(context.Background(), n.Netconf, p.rt); err != nil {
 				t.Errorf("CHECK %s: %v", p.name, err)
 			}
 		}
@@ -146,7 +144,7 @@ func TestPodsWiredEndToEnd(t *testing.T) {
 				t.Errorf("second DEL of %s: %v", p.name, err)
 			}
 		}
-		if ports := n.ovs.Vsctl(t, "list-ports", "br-int"); ports != "ofsdn-gw0" {
+		if ports := n.OVS.Vsctl(t, "list-ports", "br-int"); ports != "ofsdn-gw0" {
 			t.Errorf("ports left on br-int: %q", ports)
 		}
 	})
@@ -168,13 +166,13 @@ func TestDelAfterNetnsGone(t *testing.T) {
 	q := n.addPod("nonetns")
 	rt := *q.rt
 	rt.NetNS = ""
-	if err := n.cni.DelNetworkList(context.Background(), n.netconf, &rt); err != nil {
+	if err := n.CNI.DelNetworkList(context.Background(), n.Netconf, &rt); err != nil {
 		t.Fatalf("DEL with empty CNI_NETNS: %v", err)
 	}
 	n.assertGone(t, q)
 
 	never := &libcni.RuntimeConf{ContainerID: "never-added", NetNS: "", IfName: "eth0"}
-	if err := n.cni.DelNetworkList(context.Background(), n.netconf, never); err != nil {
+	if err := n.CNI.DelNetworkList(context.Background(), n.Netconf, never); err != nil {
 		t.Fatalf("DEL of a container never added: %v", err)
 	}
 }
@@ -188,7 +186,7 @@ func TestGCKeepsValidAttachments(t *testing.T) {
 		pods = append(pods, n.addPod(fmt.Sprintf("gc%d", i)))
 	}
 	valid := []types.GCAttachment{{ContainerID: pods[1].containerID, IfName: "eth0"}, {ContainerID: pods[3].containerID, IfName: "eth0"}}
-	if err := n.cni.GCNetworkList(context.Background(), n.netconf, &libcni.GCArgs{ValidAttachments: valid}); err != nil {
+	if err := n.CNI.GCNetworkList(context.Background(), n.Netconf, &libcni.GCArgs{ValidAttachments: valid}); err != nil {
 		t.Fatalf("GC: %v", err)
 	}
 	for i, p := range pods {
@@ -200,7 +198,7 @@ func TestGCKeepsValidAttachments(t *testing.T) {
 		}
 		n.assertGone(t, p)
 	}
-	if got := len(strings.Fields(n.ovs.Vsctl(t, "list-ports", "br-int"))); got != 3 {
+	if got := len(strings.Fields(n.OVS.Vsctl(t, "list-ports", "br-int"))); got != 3 {
 		t.Errorf("want gateway + 2 pod ports after GC, got %d", got)
 	}
 }
@@ -210,31 +208,19 @@ func TestGCKeepsValidAttachments(t *testing.T) {
 func (n *testNode) assertGone(t *testing.T, p *testPod) {
 	t.Helper()
 	host := p.result.Interfaces[0].Name
-	if ports := n.ovs.Vsctl(t, "list-ports", "br-int"); contains(ports, host) {
+	if ports := n.OVS.Vsctl(t, "list-ports", "br-int"); contains(ports, host) {
 		t.Errorf("%s: OVS port %s left on br-int", p.name, host)
 	}
 	cookie, mask := flows.PodCookie(flows.NodeConfig{}, flows.Pod{IP: p.ip().To4()})
-	dump := n.ovs.Ofctl(t, "dump-flows", "--no-stats", n.mgmt(), fmt.Sprintf("cookie=%#x/%#x", cookie, mask))
+	dump := n.OVS.Ofctl(t, "dump-flows", "--no-stats", n.mgmt(), fmt.Sprintf("cookie=%#x/%#x", cookie, mask))
 	if lines := flowLines(dump); len(lines) > 0 {
 		t.Errorf("%s: flows with its cookie left:\n%s", p.name, strings.Join(lines, "\n"))
 	}
-	if err := exec.Command("ip", "netns", "exec", n.ovs.Netns, "ip", "link", "show", host).Run(); err == nil {
+	if err := exec.Command("ip", "netns", "exec", n.OVS.Netns, "ip", "link", "show", host).Run(); err == nil {
 		t.Errorf("%s: host veth %s left in the node netns", p.name, host)
 	}
-	b, err := os.ReadFile(filepath.Join(n.dataDir, "ipam", "leases.json"))
-	if err != nil {
-		t.Fatalf("read IP leases: %v", err)
-	}
-	var st struct {
-		Leases map[string]struct {
-			ContainerID string `json:"containerID"`
-		} `json:"leases"`
-	}
-	if err := json.Unmarshal(b, &st); err != nil {
-		t.Fatal(err)
-	}
-	for ip, l := range st.Leases {
-		if l.ContainerID == p.containerID {
+	for ip, id := range n.Leases(t) {
+		if id == p.containerID {
 			t.Errorf("%s: IP lease %s left for container %s", p.name, ip, p.containerID)
 		}
 	}
@@ -256,7 +242,7 @@ var nPackets = regexp.MustCompile(`n_packets=(\d+)`)
 // tableDrops returns the packet count of the priority-0 drop flow of a stage.
 func tableDrops(t *testing.T, n *testNode, table flows.TableID) int {
 	t.Helper()
-	dump := n.ovs.Ofctl(t, "dump-flows", n.mgmt(), fmt.Sprintf("table=%d", table))
+	dump := n.OVS.Ofctl(t, "dump-flows", n.mgmt(), fmt.Sprintf("table=%d", table))
 	total := 0
 	for _, line := range strings.Split(dump, "\n") {
 		if !strings.Contains(line, " priority=0 ") {

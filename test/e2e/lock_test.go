@@ -16,18 +16,18 @@ import (
 func TestSecondDaemonWaitsForTheBridge(t *testing.T) {
 	n := startNode(t, "10.143.0.0/24")
 	a, b := n.addPod("la"), n.addPod("lb")
-	flowsBefore := n.ovs.Ofctl(t, "dump-flows", "--no-stats", n.mgmt())
+	flowsBefore := n.OVS.Ofctl(t, "dump-flows", "--no-stats", n.mgmt())
 
-	logPath := filepath.Join(n.dir, "second.log")
+	logPath := filepath.Join(n.Dir, "second.log")
 	logf, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	second := exec.Command("ip", "netns", "exec", n.ovs.Netns, filepath.Join(binDir, "ofsdn-node"),
-		"--ovsdb", n.ovs.OVSDBEndpoint(), "--ovs-rundir", n.dir, "--datapath-type", "netdev",
-		"--socket", filepath.Join(n.dir, "second", "cni.sock"), "--data-dir", filepath.Join(n.dir, "second-data"),
-		"--pod-subnet", n.subnet, "--metrics-address", "")
+	second := exec.Command("ip", "netns", "exec", n.OVS.Netns, filepath.Join(buildBinaries(t), "ofsdn-node"),
+		"--ovsdb", n.OVS.OVSDBEndpoint(), "--ovs-rundir", n.Dir, "--datapath-type", "netdev",
+		"--socket", filepath.Join(n.Dir, "second", "cni.sock"), "--data-dir", filepath.Join(n.Dir, "second-data"),
+		"--pod-subnet", n.Subnet, "--metrics-address", "")
 	second.Stdout, second.Stderr = logf, logf
 	if err := second.Start(); err != nil {
 		t.Fatal(err)
@@ -50,13 +50,13 @@ func TestSecondDaemonWaitsForTheBridge(t *testing.T) {
 	if err := ping(a.netns, b.ip()); err != nil {
 		t.Errorf("pods stopped forwarding while a second daemon started: %v", err)
 	}
-	if after := n.ovs.Ofctl(t, "dump-flows", "--no-stats", n.mgmt()); after != flowsBefore {
+	if after := n.OVS.Ofctl(t, "dump-flows", "--no-stats", n.mgmt()); after != flowsBefore {
 		t.Errorf("the second daemon changed the flow table while the first ran:\nbefore:\n%s\nafter:\n%s", flowsBefore, after)
 	}
 
 	// The first daemon exits: the second one gets the bridge and becomes ready.
 	n.stopDaemon()
-	sock := filepath.Join(n.dir, "second", "cni.sock")
+	sock := filepath.Join(n.Dir, "second", "cni.sock")
 	deadline = time.Now().Add(30 * time.Second)
 	for {
 		if _, err := os.Stat(sock); err == nil {

@@ -4,12 +4,15 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/ofsdn/ofsdn/test/harness"
 )
 
 // TestMain removes the binaries the tests built once the package's tests are done.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	for _, dir := range []string{binDir, dirOf(raceBin), dirOf(ctlBin)} {
+	harness.RemoveBinaries()
+	for _, dir := range []string{dirOf(raceBin), dirOf(ctlBin)} {
 		if dir != "" {
 			_ = os.RemoveAll(dir)
 		}

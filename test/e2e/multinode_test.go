@@ -23,13 +23,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containernetworking/cni/libcni"
 	"github.com/vishvananda/netlink"
 
 	"github.com/ofsdn/ofsdn/ctl"
 	"github.com/ofsdn/ofsdn/flows"
 	"github.com/ofsdn/ofsdn/metrics"
-	"github.com/ofsdn/ofsdn/test/sandbox"
+	"github.com/ofsdn/ofsdn/test/harness"
 )
 
 const (
@@ -77,10 +76,9 @@ func writeTopology(t *testing.T, path, content string) {
 // with the node IP, and ofsdn-node reading its topology file.
 func startClusterNode(t *testing.T, ul, name, ip, subnet string, idx int) *clusterNode {
 	t.Helper()
-	bin := buildBinaries(t)
-	o := sandbox.Start(t)
-	n := &testNode{t: t, ovs: o, dir: o.Dir, socket: filepath.Join(o.Dir, "cni", "cni.sock"),
-		dataDir: filepath.Join(o.Dir, "data"), subnet: subnet, logPath: filepath.Join(o.Dir, "ofsdn-node.log")}
+	n := &testNode{harness.NewNode(t, subnet, "ofsdn-e2e")}
+	n.Name = name + " ofsdn-node"
+	o := n.OVS
 	cn := &clusterNode{testNode: n, name: name, ip: ip, subnet: subnet, topo: filepath.Join(o.Dir, "topology.yaml")}
 
 	// Underlay: veth ul-N (on the test's bridge) ↔ uplink0 (in the node), both MTU 1400.
@@ -94,21 +92,13 @@ func startClusterNode(t *testing.T, ul, name, ip, subnet string, idx int) *clust
 	o.Exec(t, "ip", "addr", "add", ip+"/24", "dev", "br-phy")
 	o.Exec(t, "ip", "link", "set", "br-phy", "up")
 
-	conf := fmt.Sprintf(`{"cniVersion":"1.1.0","name":"ofsdn-e2e","plugins":[{"type":"ofsdn","socket":%q}]}`, n.socket)
-	var err error
-	if n.netconf, err = libcni.ConfListFromBytes([]byte(conf)); err != nil {
-		t.Fatal(err)
-	}
-	n.cni = libcni.NewCNIConfigWithCacheDir([]string{bin}, filepath.Join(o.Dir, "cni-cache"), nil)
+	// Runs before the harness's clean-up, which logs the daemon's log and flows if the
+	// test failed.
 	t.Cleanup(func() {
 		n.stopDaemon()
-		b, _ := os.ReadFile(n.logPath)
+		b, _ := os.ReadFile(n.LogPath)
 		if bytes.Contains(b, []byte("WARNING: DATA RACE")) {
 			t.Errorf("%s: the race detector reported a data race in ofsdn-node (log below)", name)
-		}
-		if t.Failed() {
-			t.Logf("%s ofsdn-node log:\n%s", name, b)
-			t.Logf("%s flows:\n%s", name, o.Ofctl(t, "dump-flows", "--names", n.mgmt()))
 		}
 	})
 	return cn
@@ -116,25 +106,12 @@ func startClusterNode(t *testing.T, ul, name, ip, subnet string, idx int) *clust
 
 // start runs the daemon with the topology file and waits until CNI STATUS passes.
 func (cn *clusterNode) start() {
-	n, t := cn.testNode, cn.t
-	logf, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
+	t := cn.T
+	t.Helper()
 	// Built with -race when the tests are (daemonBinary), so data races in the daemon
 	// show up in its log.
-	cmd := exec.Command("ip", "netns", "exec", n.ovs.Netns, daemonBinary(t),
-		"--ovsdb", n.ovs.OVSDBEndpoint(), "--ovs-rundir", n.dir, "--datapath-type", "netdev",
-		"--socket", n.socket, "--data-dir", n.dataDir, "--log-level", "debug",
+	cn.StartDaemon(daemonBinary(t), 60*time.Second, "--log-level", "debug",
 		"--topology-file", cn.topo, "--service-cidr", "10.96.0.0/12", "--mtu", "0")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	n.daemon = cmd
-	waitUntil(t, cn.name+" ofsdn-node ready", 60*time.Second, func() error {
-		return n.cni.GetStatusNetworkList(t.Context(), n.netconf)
-	})
 }
 
 // waitFor polls cond until it returns nil or the (generous) deadline passes.
@@ -158,7 +135,7 @@ func waitUntil(t *testing.T, what string, limit time.Duration, cond func() error
 func (cn *clusterNode) peerFlows(peer *clusterNode) []string {
 	_, subnet, _ := net.ParseCIDR(peer.subnet)
 	cookie, mask := flows.PeerCookie(flows.Peer{PodSubnet: subnet})
-	out := cn.ovs.Ofctl(cn.t, "dump-flows", "--no-stats", cn.mgmt(), fmt.Sprintf("cookie=%#x/%#x", cookie, mask))
+	out := cn.OVS.Ofctl(cn.T, "dump-flows", "--no-stats", cn.mgmt(), fmt.Sprintf("cookie=%#x/%#x", cookie, mask))
 	var got []string
 	for _, l := range strings.Split(out, "\n") {
 		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "OFPST_FLOW") {
@@ -218,7 +195,7 @@ func TestMultiNode(t *testing.T) {
 
 	t.Run("host reaches a remote pod", func(t *testing.T) {
 		waitUntil(t, "ping node-a host → pod on node-b", 30*time.Second, func() error {
-			return ping(a.ovs.NetnsPath(), pb.ip())
+			return ping(a.OVS.NetnsPath(), pb.ip())
 		})
 	})
 
@@ -273,7 +250,7 @@ func TestMultiNode(t *testing.T) {
 		}
 	})
 
-	pidA := a.daemon.Process.Pid
+	pidA := a.Daemon.Process.Pid
 	t.Run("peer removed from the topology: its flows go and its pods are unreachable", func(t *testing.T) {
 		if len(a.peerFlows(c)) == 0 {
 			t.Fatal("node-a has no flows for node-c before the removal")
@@ -298,7 +275,7 @@ func TestMultiNode(t *testing.T) {
 		waitUntil(t, "ping node-a → node-c after re-adding", 30*time.Second, func() error {
 			return ping(pa.netns, pc.ip())
 		})
-		if a.daemon.Process.Pid != pidA || a.daemon.ProcessState != nil {
+		if a.Daemon.Process.Pid != pidA || a.Daemon.ProcessState != nil {
 			t.Fatal("node-a's daemon was restarted")
 		}
 	})
@@ -436,21 +413,21 @@ func TestMultiNodeRestarts(t *testing.T) {
 	})
 
 	t.Run("ovsdb-server restarted after the tunnel port was lost: port and flows rebuilt", func(t *testing.T) {
-		pid := a.daemon.Process.Pid
-		old := strings.TrimSpace(a.ovs.Vsctl(t, "get", "Interface", "vxlan0", "ofport"))
+		pid := a.Daemon.Process.Pid
+		old := strings.TrimSpace(a.OVS.Vsctl(t, "get", "Interface", "vxlan0", "ofport"))
 		// The port goes and another port takes its ofport number, so the re-created
 		// tunnel gets a new one and every flow naming it must be rebuilt.
-		a.ovs.Vsctl(t, "del-port", "br-int", "vxlan0", "--", "add-port", "br-int", "steal0",
+		a.OVS.Vsctl(t, "del-port", "br-int", "vxlan0", "--", "add-port", "br-int", "steal0",
 			"--", "set", "Interface", "steal0", "type=internal", "ofport_request="+old)
 		if err := pingOnce(pa.netns, pb.ip()); err == nil {
 			t.Fatal("node-a still reaches node-b without its tunnel port")
 		}
-		a.ovs.KillOVSDB(t)
-		a.ovs.StartOVSDB(t)
+		a.OVS.KillOVSDB(t)
+		a.OVS.StartOVSDB(t)
 		waitUntil(t, "node-a → node-b after the ovsdb-server restart", 60*time.Second, func() error {
 			return pingOnce(pa.netns, pb.ip())
 		})
-		now := strings.TrimSpace(a.ovs.Vsctl(t, "get", "Interface", "vxlan0", "ofport"))
+		now := strings.TrimSpace(a.OVS.Vsctl(t, "get", "Interface", "vxlan0", "ofport"))
 		t.Logf("tunnel port vxlan0 re-created: ofport %s, was %s", now, old)
 		a.logDaemonLines(t, "re-ensured", "rebuil")
 		if now == old {
@@ -459,7 +436,7 @@ func TestMultiNodeRestarts(t *testing.T) {
 		waitUntil(t, "node-c → node-a after the ovsdb-server restart", 30*time.Second, func() error {
 			return ping(pc.netns, pa.ip())
 		})
-		if a.daemon.Process.Pid != pid || a.daemon.ProcessState != nil {
+		if a.Daemon.Process.Pid != pid || a.Daemon.ProcessState != nil {
 			t.Error("node-a's daemon was restarted")
 		}
 	})
@@ -485,7 +462,7 @@ func TestMultiNodeRestarts(t *testing.T) {
 			}
 		}
 
-		fams, _ := scrape(t, netnsHTTP(t, a.ovs.NetnsPath()))
+		fams, _ := scrape(t, netnsHTTP(t, a.OVS.NetnsPath()))
 		g, ok := fams[metrics.Peers]
 		if !ok || len(g.Metric) != 1 || g.Metric[0].GetGauge().GetValue() != 2 {
 			t.Errorf("%s on node-a: %v, want 2", metrics.Peers, g)

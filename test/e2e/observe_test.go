@@ -186,7 +186,7 @@ var (
 func ofctlFlows(t *testing.T, n *testNode) []ofctlFlow {
 	t.Helper()
 	var out []ofctlFlow
-	for _, line := range strings.Split(n.ovs.Ofctl(t, "dump-flows", "--no-names", n.mgmt()), "\n") {
+	for _, line := range strings.Split(n.OVS.Ofctl(t, "dump-flows", "--no-names", n.mgmt()), "\n") {
 		if !strings.Contains(line, "actions=") {
 			continue
 		}
@@ -212,7 +212,7 @@ func ofctlFlows(t *testing.T, n *testNode) []ofctlFlow {
 // runCtl runs ofsdnctl against the node's inspection socket.
 func runCtl(t *testing.T, n *testNode, args ...string) []byte {
 	t.Helper()
-	sock := filepath.Join(filepath.Dir(n.socket), "ctl.sock")
+	sock := filepath.Join(filepath.Dir(n.Socket), "ctl.sock")
 	cmd := exec.Command(buildCtl(t), append([]string{"-socket", sock}, args...)...)
 	out, err := cmd.Output()
 	if err != nil {
@@ -240,7 +240,7 @@ func TestObserveNode(t *testing.T) {
 		t.Fatalf("DEL c: %v", err)
 	}
 	pods := []*testPod{a, b}
-	hc := netnsHTTP(t, n.ovs.NetnsPath())
+	hc := netnsHTTP(t, n.OVS.NetnsPath())
 
 	t.Run("metrics", func(t *testing.T) {
 		mfs, body := scrape(t, hc)
@@ -352,7 +352,7 @@ func TestObserveNode(t *testing.T) {
 		var list struct {
 			Data [][]json.RawMessage `json:"data"`
 		}
-		raw := n.ovs.Vsctl(t, "--format=json", "--columns=name,ofport,external_ids", "list", "Interface")
+		raw := n.OVS.Vsctl(t, "--format=json", "--columns=name,ofport,external_ids", "list", "Interface")
 		if err := json.Unmarshal([]byte(raw), &list); err != nil {
 			t.Fatalf("ovs-vsctl list Interface: %v\n%s", err, raw)
 		}
@@ -599,15 +599,15 @@ func TestReadyzBeforeOVSReachable(t *testing.T) {
 // cycle costs only the CNI round trips.
 func TestMetricSeriesStableOverPodChurn(t *testing.T) {
 	n := startNode(t, "10.128.0.0/24")
-	hc := netnsHTTP(t, n.ovs.NetnsPath())
+	hc := netnsHTTP(t, n.OVS.NetnsPath())
 	netns := newNetns(t, "ofsdn-e2e-churn")
 	cycle := func(i int) {
 		rt := &libcni.RuntimeConf{ContainerID: fmt.Sprintf("churn-%d", i), NetNS: netns, IfName: "eth0",
 			Args: [][2]string{{"K8S_POD_NAMESPACE", "churn"}, {"K8S_POD_NAME", fmt.Sprintf("p%d", i)}}}
-		if _, err := n.cni.AddNetworkList(context.Background(), n.netconf, rt); err != nil {
+		if _, err := n.CNI.AddNetworkList(context.Background(), n.Netconf, rt); err != nil {
 			t.Fatalf("cycle %d ADD: %v", i, err)
 		}
-		if err := n.cni.DelNetworkList(context.Background(), n.netconf, rt); err != nil {
+		if err := n.CNI.DelNetworkList(context.Background(), n.Netconf, rt); err != nil {
 			t.Fatalf("cycle %d DEL: %v", i, err)
 		}
 	}

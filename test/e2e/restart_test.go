@@ -49,8 +49,8 @@ func TestVswitchdRestartReplaysFlows(t *testing.T) {
 	}
 
 	for round := 1; round <= 2; round++ {
-		n.ovs.KillVswitchd(t)
-		n.ovs.StartVswitchd(t, true)
+		n.OVS.KillVswitchd(t)
+		n.OVS.StartVswitchd(t, true)
 		back := time.Now()
 		d := allPairsPing(t, pods, gw, 60*time.Second)
 		if d < 0 {
@@ -66,7 +66,7 @@ func TestVswitchdRestartReplaysFlows(t *testing.T) {
 			t.Errorf("round %d: flow table differs from the desired state\nmissing:\n%s\nextra:\n%s",
 				round, strings.Join(missing, "\n"), strings.Join(extra, "\n"))
 		}
-		if v := n.ovs.Vsctl(t, "--if-exists", "get", "Open_vSwitch", ".", "other_config:flow-restore-wait"); v != "" {
+		if v := n.OVS.Vsctl(t, "--if-exists", "get", "Open_vSwitch", ".", "other_config:flow-restore-wait"); v != "" {
 			t.Errorf("round %d: other_config:flow-restore-wait is still %s after the replay", round, v)
 		}
 	}
@@ -86,11 +86,11 @@ func TestOVSDBRestart(t *testing.T) {
 	a := n.addPod("o1")
 	before := n.flowSet(t)
 
-	n.ovs.KillOVSDB(t)
+	n.OVS.KillOVSDB(t)
 	down := n.newPodSpec("o-down")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	start := time.Now()
-	_, err := n.cni.AddNetworkList(ctx, n.netconf, down.rt)
+	_, err := n.CNI.AddNetworkList(ctx, n.Netconf, down.rt)
 	cancel()
 	took := time.Since(start)
 	if err == nil {
@@ -106,7 +106,7 @@ func TestOVSDBRestart(t *testing.T) {
 		t.Errorf("ADD during the outage: want CNI error 11 (try again later) saying OVS is unavailable, got code %d: %v", code, err)
 	}
 
-	n.ovs.StartOVSDB(t)
+	n.OVS.StartOVSDB(t)
 	n.waitStatus(60 * time.Second)
 	b := n.addPod("o2")
 	if err := pingOnce(b.netns, a.ip()); err != nil {
@@ -128,7 +128,7 @@ func TestOVSDBRestart(t *testing.T) {
 			t.Errorf("the ADD that failed during the outage left lease %s", ip)
 		}
 	}
-	if ports := n.ovs.Vsctl(t, "list-ports", "br-int"); strings.Contains(ports, podnet.HostVethName(down.containerID, "eth0")) {
+	if ports := n.OVS.Vsctl(t, "list-ports", "br-int"); strings.Contains(ports, podnet.HostVethName(down.containerID, "eth0")) {
 		t.Errorf("the ADD that failed during the outage left its port: %s", ports)
 	}
 }
@@ -151,25 +151,25 @@ func TestDaemonCrash(t *testing.T) {
 	// ofport after creating the port; the daemon is killed right then.
 	mid := n.newPodSpec("d-mid")
 	midPort := podnet.HostVethName(mid.containerID, "eth0")
-	n.ovs.StopVswitchd(t)
+	n.OVS.StopVswitchd(t)
 	contDone := false
 	defer func() {
 		if !contDone {
-			n.ovs.ContVswitchd(t)
+			n.OVS.ContVswitchd(t)
 		}
 	}()
 	addErr := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
-		_, err := n.cni.AddNetworkList(ctx, n.netconf, mid.rt)
+		_, err := n.CNI.AddNetworkList(ctx, n.Netconf, mid.rt)
 		addErr <- err
 	}()
 	waitFor(t, 30*time.Second, "the in-flight ADD's port in OVSDB", func() bool {
-		return strings.Contains(n.ovs.Vsctl(t, "list-ports", "br-int"), midPort)
+		return strings.Contains(n.OVS.Vsctl(t, "list-ports", "br-int"), midPort)
 	})
 	n.stopDaemon() // SIGKILL
-	n.ovs.ContVswitchd(t)
+	n.OVS.ContVswitchd(t)
 	contDone = true
 	if err := <-addErr; err == nil {
 		t.Fatal("the ADD in flight when the daemon was killed succeeded")
@@ -197,15 +197,15 @@ func TestDaemonCrash(t *testing.T) {
 	// Leftovers: a pod whose veth is deleted while the daemon is down (its port, lease and
 	// flows stay behind; only the earlier generation's deletion can remove the flows), a
 	// port with no device (ofport -1) and a lease, and a lease with no port.
-	n.ovs.Exec(t, "ip", "link", "del", gone.result.Interfaces[0].Name)
+	n.OVS.Exec(t, "ip", "link", "del", gone.result.Interfaces[0].Name)
 	fake := "fake-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	fakePort := podnet.HostVethName(fake, "eth0")
-	n.ovs.Vsctl(t, "add-port", "br-int", fakePort, "--", "set", "Interface", fakePort,
+	n.OVS.Vsctl(t, "add-port", "br-int", fakePort, "--", "set", "Interface", fakePort,
 		"external_ids:ofsdn-container-id="+fake, "external_ids:ofsdn-ifname=eth0",
 		"external_ids:ofsdn-ip=10.142.0.200/24", "external_ids:ofsdn-mac=0a:58:0a:8e:00:c8",
 		"external_ids:ofsdn-pod-namespace=e2e", "external_ids:ofsdn-pod-name=fake")
 	waitFor(t, 10*time.Second, "ofport -1 on the planted port", func() bool {
-		return n.ovs.Vsctl(t, "get", "Interface", fakePort, "ofport") == "-1"
+		return n.OVS.Vsctl(t, "get", "Interface", fakePort, "ofport") == "-1"
 	})
 	ghost := "ghost-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	n.addLeases(t, map[string]string{"10.142.0.200": fake, "10.142.0.201": ghost})
@@ -222,7 +222,7 @@ func TestDaemonCrash(t *testing.T) {
 		}
 	}
 	n.assertGone(t, gone) // port, flows of the earlier generation, veth, lease
-	if ports := n.ovs.Vsctl(t, "list-ports", "br-int"); strings.Contains(ports, fakePort) {
+	if ports := n.OVS.Vsctl(t, "list-ports", "br-int"); strings.Contains(ports, fakePort) {
 		t.Errorf("port %s with no device was not removed at start: %s", fakePort, ports)
 	}
 	leased := n.leases(t) // IP → container
@@ -262,12 +262,12 @@ func TestDaemonCrash(t *testing.T) {
 
 	// GC keeps valid attachments but removes a valid one whose host veth is gone.
 	host := b.result.Interfaces[0].Name
-	n.ovs.Exec(t, "ip", "link", "del", host)
+	n.OVS.Exec(t, "ip", "link", "del", host)
 	valid := []types.GCAttachment{{ContainerID: b.containerID, IfName: "eth0"}, {ContainerID: mid.containerID, IfName: "eth0"}}
 	for _, p := range more {
 		valid = append(valid, types.GCAttachment{ContainerID: p.containerID, IfName: "eth0"})
 	}
-	if err := n.cni.GCNetworkList(context.Background(), n.netconf, &libcni.GCArgs{ValidAttachments: valid}); err != nil {
+	if err := n.CNI.GCNetworkList(context.Background(), n.Netconf, &libcni.GCArgs{ValidAttachments: valid}); err != nil {
 		t.Fatalf("GC: %v", err)
 	}
 	n.assertGone(t, b)
@@ -282,7 +282,7 @@ func TestDaemonCrash(t *testing.T) {
 
 // newPodSpec makes a netns and runtime config for a pod without adding it.
 func (n *testNode) newPodSpec(name string) *testPod {
-	p := &testPod{name: name, netns: newNetns(n.t, "ofsdn-e2e-"+name), containerID: "ctr-" + name + fmt.Sprint(time.Now().UnixNano())}
+	p := &testPod{name: name, netns: newNetns(n.T, "ofsdn-e2e-"+name), containerID: "ctr-" + name + fmt.Sprint(time.Now().UnixNano())}
 	p.rt = &libcni.RuntimeConf{ContainerID: p.containerID, NetNS: p.netns, IfName: "eth0",
 		Args: [][2]string{{"K8S_POD_NAMESPACE", "e2e"}, {"K8S_POD_NAME", name}}}
 	return p
@@ -291,7 +291,7 @@ func (n *testNode) newPodSpec(name string) *testPod {
 // logDaemonLines logs the daemon's log lines that contain any of subs (measurements).
 func (n *testNode) logDaemonLines(t *testing.T, subs ...string) {
 	t.Helper()
-	b, _ := os.ReadFile(n.logPath)
+	b, _ := os.ReadFile(n.LogPath)
 	for _, l := range strings.Split(string(b), "\n") {
 		for _, s := range subs {
 			if strings.Contains(l, s) {
@@ -304,22 +304,22 @@ func (n *testNode) logDaemonLines(t *testing.T, subs ...string) {
 
 // waitStatus waits until CNI STATUS passes.
 func (n *testNode) waitStatus(bound time.Duration) {
-	n.t.Helper()
+	n.T.Helper()
 	var err error
 	deadline := time.Now().Add(bound)
 	for time.Now().Before(deadline) {
-		if err = n.cni.GetStatusNetworkList(context.Background(), n.netconf); err == nil {
+		if err = n.CNI.GetStatusNetworkList(context.Background(), n.Netconf); err == nil {
 			return
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	n.t.Fatalf("CNI STATUS still failing after %s: %v", bound, err)
+	n.T.Fatalf("CNI STATUS still failing after %s: %v", bound, err)
 }
 
 // generation reads the daemon's generation from the bridge's external_ids.
 func (n *testNode) generation(t *testing.T) uint16 {
 	t.Helper()
-	v := strings.Trim(n.ovs.Vsctl(t, "get", "Bridge", "br-int", "external_ids:ofsdn-generation"), `"`)
+	v := strings.Trim(n.OVS.Vsctl(t, "get", "Bridge", "br-int", "external_ids:ofsdn-generation"), `"`)
 	g, err := strconv.ParseUint(v, 10, 16)
 	if err != nil || g == 0 {
 		t.Fatalf("bridge external_ids:ofsdn-generation = %q, want 1..65535", v)
@@ -346,7 +346,7 @@ func cookieGeneration(t *testing.T, line string) uint16 {
 // flowSet returns the bridge's flows (dump-flows --no-stats), sorted.
 func (n *testNode) flowSet(t *testing.T) []string {
 	t.Helper()
-	lines := flowLines(n.ovs.Ofctl(t, "dump-flows", "--no-stats", n.mgmt()))
+	lines := flowLines(n.OVS.Ofctl(t, "dump-flows", "--no-stats", n.mgmt()))
 	sort.Strings(lines)
 	return lines
 }
@@ -430,13 +430,11 @@ func waitFor(t *testing.T, bound time.Duration, what string, cond func() bool) {
 	}
 }
 
-func (n *testNode) leasesPath() string { return filepath.Join(n.dataDir, "ipam", "leases.json") }
-
 // addLeases writes leases (IP → container ID, interface eth0) into the store's file while
 // the daemon is down, as a crashed daemon would have left them.
 func (n *testNode) addLeases(t *testing.T, add map[string]string) {
 	t.Helper()
-	b, err := os.ReadFile(n.leasesPath())
+	b, err := os.ReadFile(n.LeasesPath())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -453,7 +451,7 @@ func (n *testNode) addLeases(t *testing.T, add map[string]string) {
 	}
 	st["leases"] = leases
 	b, _ = json.Marshal(st)
-	if err := os.WriteFile(n.leasesPath(), b, 0o600); err != nil {
+	if err := os.WriteFile(n.LeasesPath(), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -225,7 +225,7 @@ func TestSpoofing(t *testing.T) {
 	aMAC, vMAC, wMAC := mac(attacker), mac(victim), mac(witness)
 	aIP, vIP, wIP := attacker.ip().To4(), victim.ip().To4(), witness.ip().To4()
 	var gwMAC net.HardwareAddr
-	inNetns(t, n.ovs.NetnsPath(), func() error {
+	inNetns(t, n.OVS.NetnsPath(), func() error {
 		l, err := netlink.LinkByName("ofsdn-gw0")
 		if err == nil {
 			gwMAC = l.Attrs().HardwareAddr
@@ -236,7 +236,7 @@ func TestSpoofing(t *testing.T) {
 	// Neighbour entries that a forged ARP could overwrite: witness → victim and gateway,
 	// host (gateway) → victim. Linux ignores unsolicited updates within locktime (1 s) of
 	// the last one, so wait it out before attacking.
-	for _, p := range [][2]string{{witness.netns, vIP.String()}, {witness.netns, gw.String()}, {n.ovs.Netns, vIP.String()}} {
+	for _, p := range [][2]string{{witness.netns, vIP.String()}, {witness.netns, gw.String()}, {n.OVS.Netns, vIP.String()}} {
 		if err := ping(p[0], net.ParseIP(p[1])); err != nil {
 			t.Fatal(err)
 		}
@@ -247,7 +247,7 @@ func TestSpoofing(t *testing.T) {
 	sniffers := map[string]*sniffer{
 		"victim":         sniff(t, openRaw(t, victim.netns, "eth0")),
 		"witness":        sniff(t, openRaw(t, witness.netns, "eth0")),
-		"gateway (host)": sniff(t, openRaw(t, n.ovs.NetnsPath(), "ofsdn-gw0")),
+		"gateway (host)": sniff(t, openRaw(t, n.OVS.NetnsPath(), "ofsdn-gw0")),
 	}
 
 	// Controls: the attacker's honest frames pass, so the sniffers and the raw sender work.
@@ -329,7 +329,7 @@ func TestSpoofing(t *testing.T) {
 	}{
 		{"witness", witness.netns, vIP, vMAC},
 		{"witness", witness.netns, gw, gwMAC},
-		{"host (node netns)", n.ovs.NetnsPath(), vIP, vMAC},
+		{"host (node netns)", n.OVS.NetnsPath(), vIP, vMAC},
 	} {
 		if got := neighMAC(t, c.netns, c.ip); got != nil && !bytes.Equal(got, c.want) {
 			t.Errorf("%s's neighbour entry for %s is %s, want %s: ARP poisoned", c.where, c.ip, got, c.want)
@@ -337,7 +337,7 @@ func TestSpoofing(t *testing.T) {
 	}
 
 	// The victim is unaffected.
-	for _, p := range [][2]string{{victim.netns, wIP.String()}, {victim.netns, gw.String()}, {witness.netns, vIP.String()}, {n.ovs.Netns, vIP.String()}} {
+	for _, p := range [][2]string{{victim.netns, wIP.String()}, {victim.netns, gw.String()}, {witness.netns, vIP.String()}, {n.OVS.Netns, vIP.String()}} {
 		if err := ping(p[0], net.ParseIP(p[1])); err != nil {
 			t.Errorf("after the attacks: %v", err)
 		}

@@ -6,7 +6,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -85,31 +84,8 @@ func startNodeWith(t *testing.T, subnet, daemonBin string, extra ...string) *tes
 	n := startNode(t, subnet)
 	// Replace the harness's daemon by ours, on the same sandbox, socket and data dir.
 	n.stopDaemon()
-	logf, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	args := append([]string{"netns", "exec", n.ovs.Netns, daemonBin,
-		"--ovsdb", n.ovs.OVSDBEndpoint(), "--ovs-rundir", n.dir, "--datapath-type", "netdev",
-		"--socket", n.socket, "--data-dir", n.dataDir, "--pod-subnet", n.subnet, "--log-level", "debug"}, extra...)
-	cmd := exec.Command("ip", args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	n.daemon = cmd
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		err := n.cni.GetStatusNetworkList(context.Background(), n.netconf)
-		if err == nil {
-			return n
-		}
-		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(n.logPath)
-			t.Fatalf("ofsdn-node (%s) not ready after 60s: %v\n%s", daemonBin, err, b)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	n.StartDaemon(daemonBin, 60*time.Second, append([]string{"--pod-subnet", n.Subnet, "--log-level", "debug"}, extra...)...)
+	return n
 }
 
 // hostVethName matches `ip -o link` names of host veths (podnet.HostVethName: "ofs" and 12
@@ -155,7 +131,7 @@ func (c *stormCounter) fail(format string, args ...any) {
 
 func (n *testNode) stormAdd(c *stormCounter, p *stormPod) (*current.Result, error) {
 	c.ops.Add(1)
-	res, err := n.cni.AddNetworkList(context.Background(), n.netconf, p.rt)
+	res, err := n.CNI.AddNetworkList(context.Background(), n.Netconf, p.rt)
 	if err != nil {
 		return nil, err
 	}
@@ -164,32 +140,16 @@ func (n *testNode) stormAdd(c *stormCounter, p *stormPod) (*current.Result, erro
 
 func (n *testNode) stormDel(c *stormCounter, p *stormPod) error {
 	c.ops.Add(1)
-	return n.cni.DelNetworkList(context.Background(), n.netconf, p.rt)
+	return n.CNI.DelNetworkList(context.Background(), n.Netconf, p.rt)
 }
 
 // leases returns the IPAM store's leases: IP → container ID.
 func (n *testNode) leases(t *testing.T) map[string]string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(n.dataDir, "ipam", "leases.json"))
-	if errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(n.LeasesPath()); errors.Is(err, os.ErrNotExist) {
 		return map[string]string{}
 	}
-	if err != nil {
-		t.Fatalf("read IP leases: %v", err)
-	}
-	var st struct {
-		Leases map[string]struct {
-			ContainerID string `json:"containerID"`
-		} `json:"leases"`
-	}
-	if err := json.Unmarshal(b, &st); err != nil {
-		t.Fatalf("decode IP leases: %v", err)
-	}
-	out := map[string]string{}
-	for ip, l := range st.Leases {
-		out[ip] = l.ContainerID
-	}
-	return out
+	return n.Leases(t)
 }
 
 // assertNoLeaks checks that no pod is left on the node: no IP lease, no OVS port but the
@@ -200,21 +160,21 @@ func (n *testNode) assertNoLeaks(t *testing.T) {
 	if l := n.leases(t); len(l) != 0 {
 		t.Errorf("IP leases left: %v", l)
 	}
-	if ports := n.ovs.Vsctl(t, "list-ports", "br-int"); ports != "ofsdn-gw0" {
+	if ports := n.OVS.Vsctl(t, "list-ports", "br-int"); ports != "ofsdn-gw0" {
 		t.Errorf("OVS ports left on br-int: %q", ports)
 	}
 	cookie, _ := flows.PodCookie(flows.NodeConfig{}, flows.Pod{IP: net.IPv4zero.To4()})
-	dump := n.ovs.Ofctl(t, "dump-flows", "--no-stats", n.mgmt(), fmt.Sprintf("cookie=%#x/%#x", cookie, flows.CookieOwnerKindMask))
+	dump := n.OVS.Ofctl(t, "dump-flows", "--no-stats", n.mgmt(), fmt.Sprintf("cookie=%#x/%#x", cookie, flows.CookieOwnerKindMask))
 	if lines := flowLines(dump); len(lines) > 0 {
 		t.Errorf("%d pod flows left:\n%s", len(lines), strings.Join(lines, "\n"))
 	}
-	links := n.ovs.Exec(t, "ip", "-o", "link", "show")
+	links := n.OVS.Exec(t, "ip", "-o", "link", "show")
 	for _, l := range strings.Split(links, "\n") {
 		if f := strings.Fields(l); len(f) > 1 && hostVethName.MatchString(f[1]) {
 			t.Errorf("host veth left in the node netns: %s", l)
 		}
 	}
-	entries, err := os.ReadDir(filepath.Join(n.dataDir, "ipam"))
+	entries, err := os.ReadDir(filepath.Join(n.DataDir, "ipam"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,16 +183,16 @@ func (n *testNode) assertNoLeaks(t *testing.T) {
 			t.Errorf("stray file in the IPAM dir: %s", e.Name())
 		}
 	}
-	if cached, _ := filepath.Glob(filepath.Join(n.dir, "cni-cache", "results", "*")); len(cached) > 0 {
+	if cached, _ := filepath.Glob(filepath.Join(n.Dir, "cni-cache", "results", "*")); len(cached) > 0 {
 		t.Errorf("runtime result cache still holds %d attachments: %v", len(cached), cached)
 	}
-	log, _ := os.ReadFile(n.logPath)
+	log, _ := os.ReadFile(n.LogPath)
 	for _, bad := range []string{"WARNING: DATA RACE", "panic:", "handler panicked"} {
 		if strings.Contains(string(log), bad) {
 			t.Errorf("daemon log contains %q", bad)
 		}
 	}
-	if err := n.cni.GetStatusNetworkList(context.Background(), n.netconf); err != nil {
+	if err := n.CNI.GetStatusNetworkList(context.Background(), n.Netconf); err != nil {
 		t.Errorf("STATUS after the storm: %v", err)
 	}
 }
@@ -333,7 +293,7 @@ func TestStorm(t *testing.T) {
 			rt = p.rt
 		}
 		c.ops.Add(1)
-		if err := n.cni.DelNetworkList(context.Background(), n.netconf, rt); err != nil {
+		if err := n.CNI.DelNetworkList(context.Background(), n.Netconf, rt); err != nil {
 			c.fail("DEL of never-added %s: %v", rt.ContainerID, err)
 		}
 	}
@@ -362,7 +322,7 @@ func TestStorm(t *testing.T) {
 			return
 		}
 		c.ops.Add(1)
-		if err := n.cni.CheckNetworkList(context.Background(), n.netconf, nu.rt); err != nil {
+		if err := n.CNI.CheckNetworkList(context.Background(), n.Netconf, nu.rt); err != nil {
 			c.fail("replace CHECK new %s after the old one's DEL: %v", nu.rt.ContainerID, err)
 		}
 		if err := ping(nu.rt.NetNS, net.ParseIP("10.140.0.1"), "-c", "1", "-W", "5"); err != nil {
@@ -477,7 +437,7 @@ func TestAddDeadlineWhenOVSStuck(t *testing.T) {
 	n := startNodeWith(t, "10.142.0.0/24", daemonBinary(t), "--add-timeout", "6s")
 	before := n.addPod("before")
 
-	pidData, err := os.ReadFile(filepath.Join(n.dir, "ovs-vswitchd.pid"))
+	pidData, err := os.ReadFile(filepath.Join(n.Dir, "ovs-vswitchd.pid"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -513,7 +473,7 @@ func TestAddDeadlineWhenOVSStuck(t *testing.T) {
 	// Once the ADD waits on OVS (its port row exists, vswitchd cannot give it an ofport),
 	// another pod's DEL is served before the ADD's deadline: no global lock is held.
 	stuckVeth := podnet.HostVethName(stuck.rt.ContainerID, "eth0")
-	for !strings.Contains(n.ovs.Vsctl(t, "list-ports", "br-int"), stuckVeth) {
+	for !strings.Contains(n.OVS.Vsctl(t, "list-ports", "br-int"), stuckVeth) {
 		select {
 		case out := <-done:
 			t.Fatalf("ADD with ovs-vswitchd stopped ended before its port was created: %v", out.err)
@@ -522,7 +482,7 @@ func TestAddDeadlineWhenOVSStuck(t *testing.T) {
 	}
 	other := &libcni.RuntimeConf{ContainerID: "deadline-other", IfName: "eth0",
 		Args: [][2]string{{"K8S_POD_NAMESPACE", "storm"}, {"K8S_POD_NAME", "other"}}}
-	if err := n.cni.DelNetworkList(context.Background(), n.netconf, other); err != nil {
+	if err := n.CNI.DelNetworkList(context.Background(), n.Netconf, other); err != nil {
 		t.Errorf("DEL of another pod while an ADD waits on OVS: %v", err)
 	}
 	var out addOut
@@ -549,10 +509,10 @@ func TestAddDeadlineWhenOVSStuck(t *testing.T) {
 			t.Errorf("lease %s left for the failed ADD", ip)
 		}
 	}
-	if ports := n.ovs.Vsctl(t, "list-ports", "br-int"); strings.Contains(ports, stuckVeth) {
+	if ports := n.OVS.Vsctl(t, "list-ports", "br-int"); strings.Contains(ports, stuckVeth) {
 		t.Errorf("port %s of the failed ADD left on br-int: %q", stuckVeth, ports)
 	}
-	if err := exec.Command("ip", "netns", "exec", n.ovs.Netns, "ip", "link", "show", stuckVeth).Run(); err == nil {
+	if err := exec.Command("ip", "netns", "exec", n.OVS.Netns, "ip", "link", "show", stuckVeth).Run(); err == nil {
 		t.Errorf("host veth %s of the failed ADD left", stuckVeth)
 	}
 	resume()
@@ -569,7 +529,7 @@ func TestAddDeadlineWhenOVSStuck(t *testing.T) {
 		t.Errorf("ADD retried after SIGCONT: %v", err)
 	}
 	for _, rt := range []*libcni.RuntimeConf{stuck.rt, before.rt, after.rt} {
-		if err := n.cni.DelNetworkList(context.Background(), n.netconf, rt); err != nil {
+		if err := n.CNI.DelNetworkList(context.Background(), n.Netconf, rt); err != nil {
 			t.Errorf("DEL %s: %v", rt.ContainerID, err)
 		}
 	}
@@ -591,10 +551,10 @@ func TestDaemonRefusesBadNetns(t *testing.T) {
 	}{
 		{"/var/run/netns/ofsdn-e2e-does-not-exist", types.ErrInvalidEnvironmentVariables},
 		{file, types.ErrInvalidEnvironmentVariables},
-		{n.ovs.NetnsPath(), types.ErrInvalidNetNS}, // where ofsdn-node runs
+		{n.OVS.NetnsPath(), types.ErrInvalidNetNS}, // where ofsdn-node runs
 	} {
 		rt := &libcni.RuntimeConf{ContainerID: "badns", NetNS: tc.netns, IfName: "eth0"}
-		_, err := n.cni.AddNetworkList(context.Background(), n.netconf, rt)
+		_, err := n.CNI.AddNetworkList(context.Background(), n.Netconf, rt)
 		var e *types.Error
 		if !errors.As(err, &e) || e.Code != tc.code || !strings.Contains(e.Msg, "CNI_NETNS "+tc.netns) {
 			t.Errorf("ADD with CNI_NETNS %s: %v; want CNI error %d naming it", tc.netns, err, tc.code)
