@@ -29,6 +29,16 @@
 //     are kept; a daemon that cannot be reached gives 11 (try again later),
 //     or 50 (plugin not available) for STATUS, naming the socket.
 //
+// Start-up: the runtime executes the plugin once per operation, so its
+// process cost is on every pod's ADD and DEL. main runs the Go scheduler
+// with one P (runtime.GOMAXPROCS(1)) unless the GOMAXPROCS environment
+// variable is set: the plugin does one request and waits, so a second P buys
+// nothing, while (most likely) its goroutine hand-offs (stdin reader, HTTP
+// transport) wake threads on the other cores that, on a busy node, wait for
+// a CPU before the process can exit. Measured on a loaded 2-core node, one P
+// took 4-5 ms off the ADD p50 through libcni (bench/RESULTS.md, "Full CNI
+// path: where the hop goes").
+//
 // The plugin delegates to no other plugin (SPEC.md "Section 4: Plugin
 // Delegation"): IPAM is done inside the daemon, so there is no "ipam" key to
 // forward GC or STATUS to.
@@ -42,6 +52,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/ns"
@@ -73,6 +84,9 @@ const about = "CNI plugin ofsdn: forwards CNI operations to the ofsdn-node daemo
 var logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
 func main() {
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(1)
+	}
 	if cmd := os.Getenv("CNI_COMMAND"); cmd != "" && cmd != "VERSION" {
 		e := checkEnv(cmd, os.Getenv)
 		var data []byte
