@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"sync"
 	"time"
 
@@ -107,8 +106,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	err := srv.Shutdown(ctx)
-	if rmErr := os.Remove(s.path); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) && err == nil {
-		err = fmt.Errorf("inspection socket: remove %s: %w", s.path, rmErr)
+	if rmErr := rootsock.Remove(s.path, "inspection socket"); err == nil {
+		err = rmErr
 	}
 	return err
 }

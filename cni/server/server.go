@@ -196,8 +196,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	err := srv.Shutdown(ctx)
 	// net.UnixListener unlinks its socket on Close; make sure anyway.
-	if rmErr := os.Remove(s.socketPath); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) && err == nil {
-		err = fmt.Errorf("CNI server: remove socket %s: %w", s.socketPath, rmErr)
+	if rmErr := rootsock.Remove(s.socketPath, "CNI server"); err == nil {
+		err = rmErr
 	}
 	s.log.Info("CNI server stopped")
 	return errors.Join(srv.Err(), err)

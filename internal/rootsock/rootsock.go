@@ -103,6 +103,16 @@ func removeStale(path, what string) error {
 	return nil
 }
 
+// Remove deletes the socket at path when its server has stopped; a socket already gone
+// (net.UnixListener unlinks its own on Close) is not an error. what names the socket in
+// the error, which names the path.
+func Remove(path, what string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%s: remove socket %s: %w", what, path, err)
+	}
+	return nil
+}
+
 // PeerCred returns the credentials of the process that connected c (socket(7) SO_PEERCRED).
 // It returns an error for connections that are not unix sockets or whose option cannot be
 // read.

@@ -85,3 +85,30 @@ func TestListenReplacesOnlyStaleSockets(t *testing.T) {
 		t.Fatalf("want a refusal of a regular file, got %v", err)
 	}
 }
+
+func TestRemove(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "x.sock")
+	l, err := Listen(path, "test socket")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	l.Close()
+	if err := Remove(path, "test socket"); err != nil {
+		t.Fatalf("Remove: %v", err)
+	}
+	if _, err := os.Lstat(path); !os.IsNotExist(err) {
+		t.Fatalf("socket still there after Remove: %v", err)
+	}
+	if err := Remove(path, "test socket"); err != nil {
+		t.Fatalf("Remove of a socket already gone: %v", err)
+	}
+	full := filepath.Join(dir, "full")
+	if err := os.MkdirAll(filepath.Join(full, "sub"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := Remove(full, "test socket"); err == nil || !strings.Contains(err.Error(), full) {
+		t.Fatalf("Remove of a non-empty directory: %v, want an error naming %s", err, full)
+	}
+}
