@@ -437,18 +437,7 @@ func (s *Store) Release(containerID, ifName string) error {
 		return err
 	}
 	l, ok := s.byKey[k]
-	if !ok {
-		b := s.releasing[k] // released by a call whose write is still running
-		if b != nil {
-			b.waiters++
-		}
-		s.mu.Unlock()
-		if b != nil {
-			return b.wait()
-		}
-		return nil
-	}
-	return s.drop(l)
+	return s.finishRelease(l, ok, s.releasing[k])
 }
 
 // ReleaseIP frees ip whoever holds it; an address without a lease (or
@@ -466,18 +455,24 @@ func (s *Store) ReleaseIP(ip net.IP) error {
 		return err
 	}
 	l, ok := s.byIP[u]
-	if !ok {
-		b := s.releasingIP[u] // released by a call whose write is still running
-		if b != nil {
-			b.waiters++
-		}
-		s.mu.Unlock()
-		if b != nil {
-			return b.wait()
-		}
-		return nil
+	return s.finishRelease(l, ok, s.releasingIP[u])
+}
+
+// finishRelease ends a release begun under s.mu, and unlocks it: a held lease l is dropped
+// (see drop); without one, a release of the same lease whose write is still running
+// (pending) is waited for and its result returned; otherwise there is nothing to release.
+func (s *Store) finishRelease(l *lease, held bool, pending *batch) error {
+	if held {
+		return s.drop(l)
 	}
-	return s.drop(l)
+	if pending != nil {
+		pending.waiters++
+	}
+	s.mu.Unlock()
+	if pending != nil {
+		return pending.wait()
+	}
+	return nil
 }
 
 // drop removes l in memory, joins the pending batch, unlocks s.mu and waits
