@@ -145,16 +145,20 @@ func (cn *clusterNode) peerFlows(peer *clusterNode) []string {
 	return got
 }
 
-func TestMultiNode(t *testing.T) {
-	ulPath := newNetns(t, "ofsdn-ul")
-	ul := filepath.Base(ulPath)
+// startCluster makes an underlay namespace with a Linux bridge and three nodes on it, each
+// knowing the other two from its topology file, and starts their daemons. Node i (1..3) has
+// node IP 172.30.0.(10+off+i) and pod subnet 10.244.(off+i).0/24, so two clusters in one test
+// run never share addresses. It returns the underlay namespace's name and the nodes.
+func startCluster(t *testing.T, off int) (string, *clusterNode, *clusterNode, *clusterNode) {
+	t.Helper()
+	ul := filepath.Base(newNetns(t, "ofsdn-ul"))
 	mustRun(t, "ip", "netns", "exec", ul, "ip", "link", "add", "br0", "type", "bridge")
 	mustRun(t, "ip", "netns", "exec", ul, "ip", "link", "set", "br0", "up")
-
-	a := startClusterNode(t, ul, "node-a", "172.30.0.11", "10.244.1.0/24", 1)
-	b := startClusterNode(t, ul, "node-b", "172.30.0.12", "10.244.2.0/24", 2)
-	c := startClusterNode(t, ul, "node-c", "172.30.0.13", "10.244.3.0/24", 3)
-	nodes := []*clusterNode{a, b, c}
+	var nodes []*clusterNode
+	for i, name := range []string{"node-a", "node-b", "node-c"} {
+		nodes = append(nodes, startClusterNode(t, ul, name,
+			fmt.Sprintf("172.30.0.%d", 10+off+i+1), fmt.Sprintf("10.244.%d.0/24", off+i+1), i+1))
+	}
 	for _, n := range nodes {
 		var peers []*clusterNode
 		for _, p := range nodes {
@@ -165,6 +169,12 @@ func TestMultiNode(t *testing.T) {
 		writeTopology(t, n.topo, topologyYAML(n, peers))
 		n.start()
 	}
+	return ul, nodes[0], nodes[1], nodes[2]
+}
+
+func TestMultiNode(t *testing.T) {
+	ul, a, b, c := startCluster(t, 0)
+	nodes := []*clusterNode{a, b, c}
 
 	// The outside: a namespace on the underlay with an address outside the cluster CIDR.
 	outPath := newNetns(t, "ofsdn-out")
@@ -350,24 +360,7 @@ func (cn *clusterNode) flowGenerations(t *testing.T) map[uint16]int {
 // ofsdnctl peers and the ofsdn_peers gauge list node-a's two peers, and ofsdnctl flows
 // pairs every flow on the switch (MAC matches included) with a desired flow.
 func TestMultiNodeRestarts(t *testing.T) {
-	ulPath := newNetns(t, "ofsdn-ul")
-	ul := filepath.Base(ulPath)
-	mustRun(t, "ip", "netns", "exec", ul, "ip", "link", "add", "br0", "type", "bridge")
-	mustRun(t, "ip", "netns", "exec", ul, "ip", "link", "set", "br0", "up")
-	a := startClusterNode(t, ul, "node-a", "172.30.0.21", "10.244.11.0/24", 1)
-	b := startClusterNode(t, ul, "node-b", "172.30.0.22", "10.244.12.0/24", 2)
-	c := startClusterNode(t, ul, "node-c", "172.30.0.23", "10.244.13.0/24", 3)
-	nodes := []*clusterNode{a, b, c}
-	for _, n := range nodes {
-		var peers []*clusterNode
-		for _, p := range nodes {
-			if p != n {
-				peers = append(peers, p)
-			}
-		}
-		writeTopology(t, n.topo, topologyYAML(n, peers))
-		n.start()
-	}
+	_, a, b, c := startCluster(t, 10)
 	pa, pb, pc := a.addPod("rs-a"), b.addPod("rs-b"), c.addPod("rs-c")
 	for _, dst := range []*testPod{pb, pc} {
 		waitUntil(t, "ping node-a → "+dst.name, 30*time.Second, func() error { return ping(pa.netns, dst.ip()) })
