@@ -230,14 +230,14 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 
 	// Broken attachments go before anything is installed; their flows of the earlier
 	// generation are deleted with the rest of it by the first sync.
-	if removed, err := n.reconcile(ctx); err != nil {
+	if removed, err := n.reconcile(ctx, ""); err != nil {
 		n.log.Warn("reconciliation at start left broken attachments; CNI GC will retry", "removed", removed, "err", err)
 	} else if removed > 0 {
 		n.log.Info("reconciliation at start removed broken attachments", "removed", removed)
 	}
 
 	n.store.Load(ownerPipeline, flows.PipelineFlows(n.cfg))
-	n.restorePods()
+	n.restorePods(ctx)
 	if ov := opts.Overlay; ov != nil {
 		n.overlay = newOverlay(n, *ov)
 		n.overlay.load(ov.Peers)
@@ -365,7 +365,9 @@ func (n *Node) clearFlowRestoreWait(ctx context.Context) error {
 }
 
 // staleGenerations dumps every flow (OFPMP_FLOW, OpenFlow 1.3.5 §7.3.5.2) and returns the
-// generations other than current that their cookies carry, sorted.
+// generations other than current that their cookies carry, sorted. Generation 0 is never
+// one of ours (generations are 1..65535): flows with it, such as an operator's flow added
+// with the default cookie 0, are not the daemon's to delete and are left alone.
 func staleGenerations(ctx context.Context, c *OFSwitch, current uint16) ([]uint16, error) {
 	stats, err := c.DumpFlows(ctx, tableAll, 0, 0)
 	if err != nil {
@@ -374,7 +376,7 @@ func staleGenerations(ctx context.Context, c *OFSwitch, current uint16) ([]uint1
 	seen := map[uint16]bool{}
 	var out []uint16
 	for _, s := range stats {
-		if g := flows.Cookie(s.Cookie).Generation(); g != current && !seen[g] {
+		if g := flows.Cookie(s.Cookie).Generation(); g != 0 && g != current && !seen[g] {
 			seen[g] = true
 			out = append(out, g)
 		}
@@ -530,15 +532,24 @@ func (n *Node) Gateway() *net.IPNet { return n.gwAddr }
 
 // restorePods rebuilds the local pod table from the bridge's ports that carry our
 // external_ids and loads their desired flows into the store (installed by the first sync).
-func (n *Node) restorePods() {
+// A port whose IP lease the store lost (a lease file deleted or restored from an old
+// backup) gets it back from its external_ids (restoreLease): otherwise the first sync
+// would delete a running pod's flows with the earlier generation and its address would
+// be handed out again.
+func (n *Node) restorePods(ctx context.Context) {
 	for _, p := range n.db.ListPorts(n.opts.Bridge) {
 		a, ok := attachmentFromPort(p)
 		if !ok {
 			continue
 		}
 		if _, ok := n.ipam.Get(a.ContainerID, a.IfName); !ok {
-			n.log.Warn("port has no IP lease; leaving it for garbage collection", "port", p.Name, "container_id", a.ContainerID)
-			continue
+			if err := n.restoreLease(ctx, a); err != nil {
+				n.log.Error("pod port has no IP lease and it cannot be restored; its flows are not installed: DEL the pod",
+					"port", p.Name, "container_id", a.ContainerID, "ip", a.IP, "err", err)
+				continue
+			}
+			n.log.Warn("IP lease of a pod port was missing from the lease store; restored from the port's external_ids",
+				"port", p.Name, "container_id", a.ContainerID, "ifname", a.IfName, "ip", a.IP, "network", a.Network)
 		}
 		if a.OFPort == 0 {
 			n.log.Warn("port has no ofport yet; leaving it for garbage collection", "port", p.Name, "container_id", a.ContainerID)
@@ -549,6 +560,24 @@ func (n *Node) restorePods() {
 		n.store.Load(a.owner(), flows.PodFlows(cfg, a.flowPod()))
 		n.pods[a.key()] = a
 	}
+}
+
+// restoreLease records a's address as its IP lease (ipam.Store.Restore), with its pod
+// and network, when the address lies in this node's pod subnet with the same prefix.
+func (n *Node) restoreLease(ctx context.Context, a *Attachment) error {
+	if ones, _ := a.IP.Mask.Size(); ones != maskOnes(n.opts.PodSubnet) || !n.opts.PodSubnet.Contains(a.IP.IP) {
+		return fmt.Errorf("address %s is not in this node's pod subnet %s", a.IP, n.opts.PodSubnet)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return n.ipam.Restore(ipam.Lease{IP: a.IP.IP, ContainerID: a.ContainerID, IfName: a.IfName,
+		Owner: a.PodNamespace + "/" + a.PodName, Network: a.Network})
+}
+
+func maskOnes(n *net.IPNet) int {
+	ones, _ := n.Mask.Size()
+	return ones
 }
 
 // nthIP returns the n-th address of subnet (0 is the network address).

@@ -13,7 +13,9 @@ package controller
 // gone" as done, so DEL is idempotent and works without the netns.
 //
 // Everything is keyed on container ID + interface name, never on the pod's name: a new
-// sandbox for the same pod must not be touched by the old sandbox's DEL.
+// sandbox for the same pod must not be touched by the old sandbox's DEL. Each attachment
+// also records the CNI network (netconf "name") it was added with; a request for another
+// network never touches it (scope.go).
 
 import (
 	"context"
@@ -45,6 +47,10 @@ const (
 	ExtIDMAC = "ofsdn-mac"
 	// ExtIDNetns holds the path of the pod's network namespace (CNI_NETNS).
 	ExtIDNetns = "ofsdn-netns"
+	// ExtIDNetwork holds the CNI network name (netconf "name", SPEC.md "Section 1:
+	// Network configuration format") the attachment was added with. Ports written before
+	// ofsdn recorded it lack the key; they belong to every network (scope.go).
+	ExtIDNetwork = "ofsdn-network"
 )
 
 const ownerPipeline = "pipeline"
@@ -64,6 +70,10 @@ type PodRequest struct {
 	Netns string
 	// PodNamespace and PodName come from CNI_ARGS K8S_POD_NAMESPACE / K8S_POD_NAME.
 	PodNamespace, PodName string
+	// Network is the netconf's "name", the CNI network the request is for; an ADD
+	// records it with the attachment, and DEL and CHECK act only on an attachment of
+	// that network (or one recorded without a network). "" matches every network.
+	Network string
 }
 
 func (r PodRequest) String() string {
@@ -77,6 +87,9 @@ func (r PodRequest) String() string {
 type Attachment struct {
 	ContainerID, IfName, Netns string
 	PodNamespace, PodName      string
+	// Network is the CNI network name the attachment was added with ("" when it was
+	// added before ofsdn recorded it: it belongs to every network).
+	Network string
 	// HostVeth is the host end's name, also the OVS port and interface name.
 	HostVeth string
 	// OFPort is the port's OpenFlow port number (1..0xfffffeff).
@@ -138,10 +151,16 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 	existing := n.pods[key]
 	n.mu.Unlock()
 	if existing != nil {
+		if !sameNetwork(existing.Network, req.Network) {
+			return nil, stepErr("ipam", fmt.Errorf("%s: interface %s is already attached to network %q, not %q; use another CNI_IFNAME for the second network", req, req.IfName, existing.Network, req.Network))
+		}
 		if existing.Netns == req.Netns {
 			return existing, nil
 		}
 		return nil, stepErr("ipam", fmt.Errorf("%s: interface %s is already attached in netns %s; DEL it first", req, req.IfName, existing.Netns))
+	}
+	if l, ok := n.ipam.Get(req.ContainerID, req.IfName); ok && !sameNetwork(l.Network, req.Network) {
+		return nil, stepErr("ipam", fmt.Errorf("%s: interface %s holds an IP lease of network %q, not %q; use another CNI_IFNAME for the second network", req, req.IfName, l.Network, req.Network))
 	}
 
 	var undo []func()
@@ -156,7 +175,7 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 	step := n.stepTimer()
 	// 1. IP lease.
 	owner := req.PodNamespace + "/" + req.PodName
-	ip, err := n.ipam.Allocate(req.ContainerID, req.IfName, owner)
+	ip, err := n.ipam.AllocateIn(req.ContainerID, req.IfName, owner, req.Network)
 	step("ipam")
 	if err != nil {
 		return nil, stepErr("ipam", fmt.Errorf("%s: %w", req, err))
@@ -164,7 +183,7 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 	undo = append(undo, func() { _ = n.ipam.Release(req.ContainerID, req.IfName) })
 	a := &Attachment{
 		ContainerID: req.ContainerID, IfName: req.IfName, Netns: req.Netns,
-		PodNamespace: req.PodNamespace, PodName: req.PodName,
+		PodNamespace: req.PodNamespace, PodName: req.PodName, Network: req.Network,
 		HostVeth: podnet.HostVethName(req.ContainerID, req.IfName),
 		IP:       &net.IPNet{IP: ip.To4(), Mask: n.opts.PodSubnet.Mask},
 		Gateway:  n.config().GatewayIP,
@@ -256,10 +275,19 @@ func (n *Node) DelPod(ctx context.Context, req PodRequest) error {
 			a = pa
 		}
 	}
-	if a == nil {
-		if lease, ok := n.ipam.Get(req.ContainerID, req.IfName); ok {
-			a = &Attachment{ContainerID: req.ContainerID, IfName: req.IfName, HostVeth: hostVeth,
-				IP: &net.IPNet{IP: lease.IP.To4(), Mask: n.opts.PodSubnet.Mask}}
+	lease, leased := n.ipam.Get(req.ContainerID, req.IfName)
+	if a == nil && leased {
+		a = &Attachment{ContainerID: req.ContainerID, IfName: req.IfName, HostVeth: hostVeth, Network: lease.Network,
+			IP: &net.IPNet{IP: lease.IP.To4(), Mask: n.opts.PodSubnet.Mask}}
+	}
+	// Another network's attachment with the same container ID and interface name (its
+	// ADD for this network failed on the conflict, and the runtime cleans up): not ours
+	// to remove. DEL of this network has nothing to do.
+	for _, recorded := range []string{attachmentNetwork(a), lease.Network} {
+		if !sameNetwork(recorded, req.Network) {
+			n.log.Warn("DEL: the attachment belongs to another network; leaving it",
+				"container_id", req.ContainerID, "ifname", req.IfName, "network", req.Network, "attachment_network", recorded)
+			return nil
 		}
 	}
 	if a != nil && a.IP != nil {
@@ -348,6 +376,14 @@ func (n *Node) stepTimer() func(step string) {
 	}
 }
 
+// attachmentNetwork returns a's network, "" for nil.
+func attachmentNetwork(a *Attachment) string {
+	if a == nil {
+		return ""
+	}
+	return a.Network
+}
+
 func (n *Node) deletePodFlows(ctx context.Context, a *Attachment) error {
 	cookie, mask := flows.PodCookie(n.config(), a.flowPod())
 	return n.store.DeleteOwner(ctx, a.owner(), cookie, mask)
@@ -362,6 +398,9 @@ func (n *Node) CheckPod(ctx context.Context, req PodRequest, wantIP *net.IPNet) 
 	n.mu.Unlock()
 	if a == nil {
 		return stepErr("check", fmt.Errorf("%s: no attachment for interface %s; run ADD first", req, req.IfName))
+	}
+	if !sameNetwork(a.Network, req.Network) {
+		return stepErr("check", fmt.Errorf("%s: interface %s is attached to network %q, not %q", req, req.IfName, a.Network, req.Network))
 	}
 	if wantIP != nil && !wantIP.IP.Equal(a.IP.IP) {
 		return stepErr("check", fmt.Errorf("%s: prevResult has IP %s but the pod was given %s", req, wantIP, a.IP))
@@ -419,45 +458,55 @@ func (n *Node) Status() error {
 // AttachmentID identifies one attachment for GC: container ID and interface name.
 type AttachmentID struct{ ContainerID, IfName string }
 
-// GC removes every attachment not in valid (CNI GC, spec 1.1 "GC: Clean up any stale
-// resources"): known pods, ports with our external_ids and IP leases alike. It returns the
-// first error after trying all of them.
-func (n *Node) GC(ctx context.Context, valid []AttachmentID) error {
-	keep := map[string]bool{}
-	for _, v := range valid {
-		keep[attachmentKey(v.ContainerID, v.IfName)] = true
+// GC removes the attachments of network that are not in valid (CNI GC, spec 1.1 "GC:
+// Clean up any stale resources"; network is the netconf's "name", valid its
+// "cni.dev/valid-attachments"): known pods, ports with our external_ids and IP leases
+// alike, each only when its records name network (planGC, scope.go). Attachments of other
+// networks are never touched; those recorded without a network are kept and logged.
+// Then it removes the network's broken attachments (reconcile). The caller must not call
+// it for a GC without a valid list: that would declare every attachment of the network
+// stale. It returns the first error after trying all of them.
+func (n *Node) GC(ctx context.Context, network string, valid []AttachmentID) error {
+	known := map[AttachmentID][]string{}
+	reqs := map[AttachmentID]PodRequest{}
+	note := func(id AttachmentID, netns, recorded string) {
+		known[id] = append(known[id], recorded)
+		if r, ok := reqs[id]; !ok || r.Netns == "" {
+			reqs[id] = PodRequest{ContainerID: id.ContainerID, IfName: id.IfName, Netns: netns, Network: network}
+		}
 	}
-	stale := map[string]PodRequest{}
 	for _, a := range n.Pods() {
-		stale[a.key()] = PodRequest{ContainerID: a.ContainerID, IfName: a.IfName, Netns: a.Netns}
+		note(AttachmentID{a.ContainerID, a.IfName}, a.Netns, a.Network)
 	}
 	for _, p := range n.db.ListPorts(n.opts.Bridge) {
 		if a, ok := attachmentFromPort(p); ok {
-			stale[a.key()] = PodRequest{ContainerID: a.ContainerID, IfName: a.IfName, Netns: a.Netns}
+			note(AttachmentID{a.ContainerID, a.IfName}, a.Netns, a.Network)
 		}
 	}
 	for _, l := range n.ipam.List() {
-		stale[attachmentKey(l.ContainerID, l.IfName)] = PodRequest{ContainerID: l.ContainerID, IfName: l.IfName}
+		note(AttachmentID{l.ContainerID, l.IfName}, "", l.Network)
+	}
+	plan := planGC(network, valid, known)
+	for _, id := range plan.Unscoped {
+		n.log.Info("GC keeps attachment recorded without a network name (from an older ofsdn): it may belong to another network; DEL it if it is stale",
+			"network", network, "container_id", id.ContainerID, "ifname", id.IfName)
 	}
 	var firstErr error
-	for k, req := range stale {
-		if keep[k] {
-			continue
-		}
-		n.log.Info("GC removes attachment", "container_id", req.ContainerID, "ifname", req.IfName)
-		if err := n.DelPod(ctx, req); err != nil && firstErr == nil {
+	for _, id := range plan.Remove {
+		n.log.Info("GC removes attachment", "network", network, "container_id", id.ContainerID, "ifname", id.IfName)
+		if err := n.DelPod(ctx, reqs[id]); err != nil && firstErr == nil {
 			firstErr = err
 		}
 	}
-	// Valid attachments that are broken anyway (veth gone, ofport -1, lease without port).
-	if _, err := n.reconcile(ctx); err != nil && firstErr == nil {
+	// Valid attachments of the network that are broken anyway (veth gone, lease alone).
+	if _, err := n.reconcile(ctx, network); err != nil && firstErr == nil {
 		firstErr = err
 	}
 	return firstErr
 }
 
 func (a *Attachment) externalIDs() map[string]string {
-	return map[string]string{
+	ids := map[string]string{
 		ExtIDContainerID:  a.ContainerID,
 		ExtIDIfName:       a.IfName,
 		ExtIDPodNamespace: a.PodNamespace,
@@ -466,6 +515,10 @@ func (a *Attachment) externalIDs() map[string]string {
 		ExtIDMAC:          a.MAC.String(),
 		ExtIDNetns:        a.Netns,
 	}
+	if a.Network != "" {
+		ids[ExtIDNetwork] = a.Network
+	}
+	return ids
 }
 
 // attachmentFromPort rebuilds an attachment from a port's external_ids; ok is false for
@@ -483,7 +536,7 @@ func attachmentFromPort(p ovsdb.PortInfo) (*Attachment, bool) {
 	mac, _ := net.ParseMAC(e[ExtIDMAC])
 	a := &Attachment{
 		ContainerID: cid, IfName: e[ExtIDIfName], Netns: e[ExtIDNetns],
-		PodNamespace: e[ExtIDPodNamespace], PodName: e[ExtIDPodName],
+		PodNamespace: e[ExtIDPodNamespace], PodName: e[ExtIDPodName], Network: e[ExtIDNetwork],
 		HostVeth: p.Name, IP: &net.IPNet{IP: ip.To4(), Mask: ipnet.Mask}, MAC: mac,
 	}
 	if p.OFPort > 0 {

@@ -5,19 +5,19 @@ package controller
 // A pod attachment lives in three places: an IP lease (the IPAM store, written first), a
 // veth pair (netlink) and an OVS port with our external_ids (OVSDB, written last). A crash
 // of the daemon, a DEL that never came, or somebody deleting a link by hand can leave
-// these out of step. At start (before the flows are installed) and on every CNI GC the
-// node removes what can no longer work:
+// these out of step. At start (before the flows are installed) and on every CNI GC (for
+// the GC's network only) the node removes what is provably stale (brokenKind, scope.go):
 //
-//   - a port with our external_ids whose host veth is gone, or whose ofport is -1
-//     (ovs-vswitchd could not open the device): its flows, the port, what is left of the
-//     veth and its lease are removed;
-//   - a lease with no port (the daemon died between the allocation and the port, so the
-//     runtime never got an answer for it): the lease and a leftover host veth are removed.
+//   - a port with our external_ids whose host veth is gone: its flows, the port and its
+//     lease are removed (a port with ofport -1 whose veth still exists is only logged:
+//     the pod may be running);
+//   - a lease with neither a port nor a host veth (the daemon died between the allocation
+//     and the veth, so the runtime never got an answer for it): the lease is removed.
 //
-// A lease whose port still exists is never freed, even if nothing else mentions it: the
-// pod may be running. Each removal takes the attachment's per-container lock and checks
-// the condition again under it, so an ADD in flight (lease allocated, port not yet made)
-// is waited for rather than robbed of its address.
+// A lease whose port or host veth still exists is never freed, even if nothing else
+// mentions it: the pod may be running. Each removal takes the attachment's per-container
+// lock and checks the condition again under it, so an ADD in flight (lease allocated,
+// port not yet made) is waited for rather than robbed of its address.
 
 import (
 	"context"
@@ -28,38 +28,28 @@ import (
 	"github.com/ofsdn/ofsdn/ovsdb"
 )
 
-// brokenReason says why an attachment is broken, or "" when it is not (or no longer)
-// broken: its port is missing, its host veth is gone, or its ofport is -1. port is the
-// name of its OVS port (and host veth); byPort says the attachment was found by its port
-// (else by its lease, and port is podnet.HostVethName). It also returns the port and
-// whether it exists.
+// brokenReason says why an attachment is provably stale (brokenKind), or "" when it is
+// not (or no longer) stale. port is the name of its OVS port (and host veth); byPort says
+// the attachment was found by its port (else by its lease, and port is
+// podnet.HostVethName). It also returns the port and whether it exists.
 func (n *Node) brokenReason(containerID, ifName, port string, byPort bool) (string, ovsdb.PortInfo, bool) {
-	p, ok := n.db.GetPort(port)
-	if !ok {
-		if byPort {
-			return "", p, false // the port went meanwhile (a DEL): nothing left to do here
+	p, hasPort := n.db.GetPort(port)
+	if hasPort {
+		if a, ours := attachmentFromPort(p); !ours || a.ContainerID != containerID || a.IfName != ifName {
+			return "", p, true
 		}
-		if _, leased := n.ipam.Get(containerID, ifName); !leased {
-			return "", p, false
-		}
-		return "IP lease without an OVS port", p, false
+	} else if byPort {
+		return "", p, false // the port went meanwhile (a DEL): nothing left to do here
 	}
-	if a, ours := attachmentFromPort(p); !ours || a.ContainerID != containerID || a.IfName != ifName {
-		return "", p, true
-	}
-	if p.OFPort == -1 {
-		return fmt.Sprintf("ovs-vswitchd could not open the port (ofport -1: %s)", p.Error), p, true
-	}
-	if !podnet.HostVethExists(p.Name) {
-		return "host veth " + p.Name + " is gone", p, true
-	}
-	return "", p, true
+	_, leased := n.ipam.Get(containerID, ifName)
+	return brokenKind(hasPort, podnet.HostVethExists(port), leased), p, hasPort
 }
 
-// reconcile removes broken attachments (see the file comment) and returns how many it
-// removed and the first error after trying all of them. It must not run while the node
-// holds a per-container lock.
-func (n *Node) reconcile(ctx context.Context) (int, error) {
+// reconcile removes broken attachments (see the file comment) of network ("" = of every
+// network; an attachment recorded without a network is of every network) and returns how
+// many it removed and the first error after trying all of them. It must not run while
+// the node holds a per-container lock.
+func (n *Node) reconcile(ctx context.Context, network string) (int, error) {
 	type cand struct {
 		containerID, ifName, port string
 		byPort                    bool
@@ -69,11 +59,18 @@ func (n *Node) reconcile(ctx context.Context) (int, error) {
 	for _, p := range n.db.ListPorts(n.opts.Bridge) {
 		if a, ok := attachmentFromPort(p); ok && !seen[a.key()] {
 			seen[a.key()] = true
+			if !sameNetwork(a.Network, network) {
+				continue
+			}
+			if p.OFPort == -1 && podnet.HostVethExists(p.Name) {
+				n.log.Warn("ovs-vswitchd cannot open a pod's port; kept, since the pod may be running: DEL it, or fix the device",
+					"port", p.Name, "container_id", a.ContainerID, "ifname", a.IfName, "network", a.Network, "error", p.Error)
+			}
 			cands = append(cands, cand{a.ContainerID, a.IfName, p.Name, true})
 		}
 	}
 	for _, l := range n.ipam.List() {
-		if k := attachmentKey(l.ContainerID, l.IfName); !seen[k] {
+		if k := attachmentKey(l.ContainerID, l.IfName); !seen[k] && sameNetwork(l.Network, network) {
 			seen[k] = true
 			cands = append(cands, cand{l.ContainerID, l.IfName, podnet.HostVethName(l.ContainerID, l.IfName), false})
 		}

@@ -33,10 +33,27 @@ func (h *handler) podRequest(req *cni.Request) (controller.PodRequest, error) {
 	if err != nil {
 		return controller.PodRequest{}, err
 	}
+	network, err := networkName(req.Config)
+	if err != nil {
+		return controller.PodRequest{}, err
+	}
 	return controller.PodRequest{
 		ContainerID: req.ContainerID, IfName: req.IfName, Netns: req.Netns,
-		PodNamespace: id.Namespace, PodName: id.Name,
+		PodNamespace: id.Namespace, PodName: id.Name, Network: network,
 	}, nil
+}
+
+// networkName returns the netconf's "name" (SPEC.md "Section 1: Network configuration
+// format"), the network an attachment belongs to. The server has validated the netconf;
+// an undecodable one is CNI error 6.
+func networkName(config []byte) (string, error) {
+	var conf struct {
+		Name string `json:"name"`
+	}
+	if err := json.Unmarshal(config, &conf); err != nil {
+		return "", types.NewError(types.ErrDecodingFailure, "netconf cannot be decoded", err.Error())
+	}
+	return conf.Name, nil
 }
 
 func (h *handler) logOutcome(verb string, pr controller.PodRequest, start time.Time, err error) {
@@ -157,30 +174,53 @@ func (h *handler) Status(ctx context.Context, req *cni.Request) error {
 	return nil
 }
 
-// GC implements server.Handler (CNI spec 1.1 GC with cni.dev/valid-attachments; the older
-// key cni.dev/attachments is accepted too).
+// GC implements server.Handler (CNI spec 1.1 GC): it removes the attachments of the
+// netconf's network ("name") that are not in "cni.dev/valid-attachments" (the older key
+// "cni.dev/attachments" is accepted too; libcni sends both). A GC whose netconf has
+// neither key names no valid attachment at all, which cannot prove any attachment stale:
+// it removes nothing and says so in the log.
 func (h *handler) GC(ctx context.Context, req *cni.Request) error {
-	var conf struct {
-		Valid []struct {
-			ContainerID string `json:"containerID"`
-			IfName      string `json:"ifname"`
-		} `json:"cni.dev/valid-attachments"`
-		Old []struct {
-			ContainerID string `json:"containerID"`
-			IfName      string `json:"ifname"`
-		} `json:"cni.dev/attachments"`
+	network, valid, ok, err := parseGC(req.Config)
+	if err != nil {
+		return err
 	}
-	if err := json.Unmarshal(req.Config, &conf); err != nil {
-		return types.NewError(types.ErrDecodingFailure, "GC: netconf cannot be decoded", err.Error())
+	if !ok {
+		h.log.Warn("GC without cni.dev/valid-attachments: nothing removed (a GC must list the attachments to keep)", "network", network)
+		return nil
 	}
-	var valid []controller.AttachmentID
-	for _, v := range append(conf.Valid, conf.Old...) {
-		valid = append(valid, controller.AttachmentID{ContainerID: v.ContainerID, IfName: v.IfName})
-	}
-	if err := h.node.GC(ctx, valid); err != nil {
+	if err := h.node.GC(ctx, network, valid); err != nil {
 		return cniError(err)
 	}
 	return nil
+}
+
+// parseGC decodes a GC netconf: the network name, the valid attachments (the union of
+// "cni.dev/valid-attachments" and "cni.dev/attachments") and whether either key is
+// present (a JSON null counts as absent). Errors: CNI error 6 for an undecodable netconf.
+func parseGC(config []byte) (network string, valid []controller.AttachmentID, present bool, err error) {
+	type attachment struct {
+		ContainerID string `json:"containerID"`
+		IfName      string `json:"ifname"`
+	}
+	var conf struct {
+		Name  string        `json:"name"`
+		Valid *[]attachment `json:"cni.dev/valid-attachments"`
+		Old   *[]attachment `json:"cni.dev/attachments"`
+	}
+	if err := json.Unmarshal(config, &conf); err != nil {
+		return "", nil, false, types.NewError(types.ErrDecodingFailure, "GC: netconf cannot be decoded", err.Error())
+	}
+	valid = []controller.AttachmentID{}
+	for _, list := range []*[]attachment{conf.Valid, conf.Old} {
+		if list == nil {
+			continue
+		}
+		present = true
+		for _, v := range *list {
+			valid = append(valid, controller.AttachmentID{ContainerID: v.ContainerID, IfName: v.IfName})
+		}
+	}
+	return conf.Name, valid, present, nil
 }
 
 // resultFor renders an attachment as a CNI 1.1.0 ADD result (SPEC.md "Section 5: Result

@@ -103,6 +103,11 @@ type Lease struct {
 	// Owner is a free-form label of the holder, by convention "namespace/name"
 	// of the pod; it is not part of the key.
 	Owner string
+	// Network is the name of the CNI network (netconf "name", SPEC.md "Section
+	// 1: Network configuration format") the attachment was added with; "" for a
+	// lease written before ofsdn recorded it, which belongs to every network.
+	// It is not part of the key.
+	Network string
 	// Allocated is when the lease was first handed out (wall clock, UTC).
 	Allocated time.Time
 }
@@ -116,6 +121,7 @@ type lease struct {
 	ip        uint32
 	key       key
 	owner     string
+	network   string
 	allocated time.Time
 	// pending is the batch whose write will make this lease durable; nil
 	// once it is on disk. Guarded by Store.mu.
@@ -366,6 +372,14 @@ func (s *Store) InUse() int {
 // containerID or ifName; pool exhausted ("IP pool 10.128.0.0/24 exhausted
 // (253 in use)"); the lease file cannot be written (nothing is allocated).
 func (s *Store) Allocate(containerID, ifName, owner string) (net.IP, error) {
+	return s.AllocateIn(containerID, ifName, owner, "")
+}
+
+// AllocateIn is Allocate recording network, the CNI network name (netconf "name") the
+// attachment belongs to, in the lease (Lease.Network), so that operations on many
+// attachments (CNI GC) can tell the networks apart. network is recorded only on the
+// first call, like owner; "" records none. Errors: those of Allocate.
+func (s *Store) AllocateIn(containerID, ifName, owner, network string) (net.IP, error) {
 	if containerID == "" || ifName == "" {
 		return nil, fmt.Errorf("ipam: allocate needs a container ID and an interface name (got %q, %q)", containerID, ifName)
 	}
@@ -394,7 +408,7 @@ func (s *Store) Allocate(containerID, ifName, owner string) (net.IP, error) {
 		return nil, fmt.Errorf("IP pool %v exhausted (%d in use): delete unused pods or give the node a larger pod subnet", s.subnet, len(s.byIP))
 	}
 	b := s.join()
-	l := &lease{ip: ip, key: k, owner: owner, allocated: time.Now().UTC().Truncate(time.Second), pending: b}
+	l := &lease{ip: ip, key: k, owner: owner, network: network, allocated: time.Now().UTC().Truncate(time.Second), pending: b}
 	s.byIP[ip], s.byKey[k] = l, l
 	b.changes = append(b.changes, change{l: l, added: true, prevCursor: s.cursor})
 	s.cursor = ip
@@ -404,6 +418,57 @@ func (s *Store) Allocate(containerID, ifName, owner string) (net.IP, error) {
 		return nil, err
 	}
 	return u32ToIP(ip), nil
+}
+
+// Restore records the lease l.IP for (l.ContainerID, l.IfName) with l.Owner and
+// l.Network, durably, as the recovery of a lease the store lost (a lease file deleted
+// or restored from an old backup) from another record of the attachment: the node
+// re-creates the lease of a pod whose OVS port still carries its address, so that the
+// address is never handed to a second pod. Restoring a lease the key already holds at
+// that address is a no-op. The round-robin cursor is not moved. Errors: empty key; the
+// address is not an allocatable address of the pool (outside the subnet, network,
+// broadcast or reserved); the address is leased to another attachment; the key holds
+// another address; the lease file cannot be written (nothing is recorded).
+func (s *Store) Restore(l Lease) error {
+	if l.ContainerID == "" || l.IfName == "" {
+		return fmt.Errorf("ipam: restore needs a container ID and an interface name (got %q, %q)", l.ContainerID, l.IfName)
+	}
+	ip4 := l.IP.To4()
+	if ip4 == nil || !s.subnet.Contains(ip4) {
+		return fmt.Errorf("ipam: cannot restore lease %v of container %s/%s: not an address of pod subnet %v", l.IP, l.ContainerID, l.IfName, s.subnet)
+	}
+	u := ipToU32(ip4)
+	if u < s.first || u > s.last || s.reserved[u] {
+		return fmt.Errorf("ipam: cannot restore lease %v of container %s/%s: the network, broadcast or a reserved address of pod subnet %v", l.IP, l.ContainerID, l.IfName, s.subnet)
+	}
+	k := key{l.ContainerID, l.IfName}
+	s.mu.Lock()
+	if err := s.usable(); err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	if old, ok := s.byKey[k]; ok {
+		s.mu.Unlock()
+		if old.ip == u {
+			return nil
+		}
+		return fmt.Errorf("ipam: cannot restore lease %v of container %s/%s: it holds %v; DEL the attachment first", l.IP, l.ContainerID, l.IfName, u32ToIP(old.ip))
+	}
+	if other, ok := s.byIP[u]; ok {
+		s.mu.Unlock()
+		return fmt.Errorf("ipam: cannot restore lease %v of container %s/%s: the address is leased to container %s/%s", l.IP, l.ContainerID, l.IfName, other.key.containerID, other.key.ifName)
+	}
+	allocated := l.Allocated.UTC().Truncate(time.Second)
+	if l.Allocated.IsZero() {
+		allocated = time.Now().UTC().Truncate(time.Second)
+	}
+	b := s.join()
+	nl := &lease{ip: u, key: k, owner: l.Owner, network: l.Network, allocated: allocated, pending: b}
+	s.byIP[u], s.byKey[k] = nl, nl
+	b.changes = append(b.changes, change{l: nl, added: true, prevCursor: s.cursor})
+	b.waiters++
+	s.mu.Unlock()
+	return b.wait()
 }
 
 // nextFree scans round-robin from the address after the cursor. It returns
@@ -521,7 +586,7 @@ func (s *Store) List() []Lease {
 }
 
 func (l *lease) export() Lease {
-	return Lease{IP: u32ToIP(l.ip), ContainerID: l.key.containerID, IfName: l.key.ifName, Owner: l.owner, Allocated: l.allocated}
+	return Lease{IP: u32ToIP(l.ip), ContainerID: l.key.containerID, IfName: l.key.ifName, Owner: l.owner, Network: l.network, Allocated: l.allocated}
 }
 
 func ipToU32(ip4 net.IP) uint32 { return binary.BigEndian.Uint32(ip4) }

@@ -689,3 +689,76 @@ func TestRetryWaitsForWrite(t *testing.T) {
 		})
 	}
 }
+
+// TestNetworkRecordedAndPersisted: AllocateIn records the CNI network name in the lease,
+// on disk too; Allocate records none (a lease of every network); a retry keeps the first.
+func TestNetworkRecordedAndPersisted(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, dir, "10.128.0.0/24", "10.128.0.1")
+	if _, err := s.AllocateIn("a", "eth0", "ns/a", "net-a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AllocateIn("a", "eth0", "ns/a", "net-b"); err != nil {
+		t.Fatal(err)
+	}
+	alloc(t, s, "old", "eth0")
+	s.Close()
+	s = openT(t, dir, "10.128.0.0/24", "10.128.0.1")
+	if l, ok := s.Get("a", "eth0"); !ok || l.Network != "net-a" {
+		t.Errorf("lease of a after reopen: %+v, want network net-a", l)
+	}
+	if l, ok := s.Get("old", "eth0"); !ok || l.Network != "" {
+		t.Errorf("lease of old after reopen: %+v, want no network", l)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "ipam", stateFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"network": "net-a"`) || strings.Count(string(b), `"network"`) != 1 {
+		t.Errorf("lease file holds the network once, for a only:\n%s", b)
+	}
+}
+
+// TestRestore: a lost lease is re-created at its address, durably; the address of
+// another attachment, a reserved or foreign address, or a second address for the key
+// are refused; a repeated Restore is a no-op; Allocate never hands a restored address
+// out again.
+func TestRestore(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, dir, "10.128.0.0/29", "10.128.0.1")
+	ip := net.ParseIP("10.128.0.4")
+	if err := s.Restore(Lease{IP: ip, ContainerID: "p", IfName: "eth0", Owner: "ns/p", Network: "net-a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Restore(Lease{IP: ip, ContainerID: "p", IfName: "eth0"}); err != nil {
+		t.Errorf("repeated Restore: %v", err)
+	}
+	for _, bad := range []Lease{
+		{IP: ip, ContainerID: "q", IfName: "eth0"},                        // another holder
+		{IP: net.ParseIP("10.128.0.5"), ContainerID: "p", IfName: "eth0"}, // second address
+		{IP: net.ParseIP("10.128.0.1"), ContainerID: "r", IfName: "eth0"}, // reserved
+		{IP: net.ParseIP("10.128.0.7"), ContainerID: "r", IfName: "eth0"}, // broadcast
+		{IP: net.ParseIP("10.9.0.2"), ContainerID: "r", IfName: "eth0"},   // outside
+		{IP: net.ParseIP("10.128.0.3"), ContainerID: "", IfName: "eth0"},  // no key
+		{IP: net.ParseIP("fd00::3"), ContainerID: "r", IfName: "eth0"},    // not IPv4
+		{IP: net.ParseIP("10.128.0.0"), ContainerID: "r", IfName: "eth0"}, // network
+	} {
+		if err := s.Restore(bad); err == nil {
+			t.Errorf("Restore(%+v) accepted", bad)
+		}
+	}
+	s.Close()
+	s = openT(t, dir, "10.128.0.0/29", "10.128.0.1")
+	if l, ok := s.Get("p", "eth0"); !ok || !l.IP.Equal(ip) || l.Network != "net-a" || l.Owner != "ns/p" {
+		t.Fatalf("restored lease after reopen: %+v", l)
+	}
+	for i := 0; i < 4; i++ { // .2 .3 .5 .6: everything but the restored .4
+		got := alloc(t, s, fmt.Sprint("n", i), "eth0")
+		if got == ip.String() {
+			t.Fatalf("Allocate handed out the restored address %s", got)
+		}
+	}
+	if _, err := s.Allocate("full", "eth0", ""); err == nil {
+		t.Error("pool of 5 with one restored lease and 4 allocations still allocates")
+	}
+}

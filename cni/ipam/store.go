@@ -22,7 +22,12 @@ const formatVersion = 1
 //	  "lastAllocated": "10.128.0.7",
 //	  "leases": {
 //	    "10.128.0.7": {"containerID": "3f1c…", "ifName": "eth0",
-//	                   "owner": "default/web-0", "allocated": "2025-01-02T03:04:05Z"}
+//	                   "owner": "default/web-0", "network": "ofsdn",
+//	                   "allocated": "2025-01-02T03:04:05Z"}
+//
+// "network" (the CNI network name the attachment was added with) is absent in files
+// written before ofsdn recorded it; such a lease belongs to every network.
+//
 //	  }
 //	}
 type fileState struct {
@@ -36,6 +41,7 @@ type fileLease struct {
 	ContainerID string    `json:"containerID"`
 	IfName      string    `json:"ifName"`
 	Owner       string    `json:"owner,omitempty"`
+	Network     string    `json:"network,omitempty"`
 	Allocated   time.Time `json:"allocated"`
 }
 
@@ -89,7 +95,7 @@ func decodeState(data []byte) (*decoded, error) {
 			return nil, fmt.Errorf("container %s interface %s holds two leases, %s and %s", k.containerID, k.ifName, other, ipStr)
 		}
 		seen[k] = ipStr
-		d.leases = append(d.leases, &lease{ip: u, key: k, owner: fl.Owner, allocated: fl.Allocated})
+		d.leases = append(d.leases, &lease{ip: u, key: k, owner: fl.Owner, network: fl.Network, allocated: fl.Allocated})
 	}
 	return d, nil
 }
@@ -115,7 +121,7 @@ func (s *Store) snapshot() *fileState {
 		fsx.LastAllocated = u32ToIP(s.cursor).String()
 	}
 	for ip, l := range s.byIP {
-		fsx.Leases[u32ToIP(ip).String()] = fileLease{ContainerID: l.key.containerID, IfName: l.key.ifName, Owner: l.owner, Allocated: l.allocated}
+		fsx.Leases[u32ToIP(ip).String()] = fileLease{ContainerID: l.key.containerID, IfName: l.key.ifName, Owner: l.owner, Network: l.network, Allocated: l.allocated}
 	}
 	return fsx
 }
