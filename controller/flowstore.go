@@ -41,6 +41,9 @@ type FlowStore struct {
 	observe func(kind string, n int, d time.Duration, err error)
 
 	sync sync.RWMutex // write: Sync; read: SetOwner / DeleteOwner while they touch the switch
+	// changes, read: SetOwner / DeleteOwner from their first switch call to their store
+	// update; write: Audit from its dump to its repair (audit.go).
+	changes sync.RWMutex
 
 	mu     sync.Mutex
 	synced *OFSwitch                        // connection made whole by the last Sync
@@ -200,6 +203,8 @@ func (s *FlowStore) SetOwner(ctx context.Context, owner string, fs []flows.Flow)
 	if err != nil {
 		return fmt.Errorf("flows of %s: %w", owner, err)
 	}
+	s.changes.RLock()
+	defer s.changes.RUnlock()
 	s.mu.Lock()
 	have := s.owners[owner]
 	s.mu.Unlock()
@@ -249,6 +254,8 @@ func (s *FlowStore) DeleteOwner(ctx context.Context, owner string, cookie, cooki
 		forget()
 		return nil
 	}
+	s.changes.RLock()
+	defer s.changes.RUnlock()
 	op := FlowModOp{Mod: flows.DeleteByCookie(cookie, cookieMask), Name: fmt.Sprintf("%s: delete cookie=%#x/%#x", owner, cookie, cookieMask)}
 	if err := s.apply(ctx, c, []FlowModOp{op}); err != nil {
 		if errors.Is(err, ErrDisconnected) {

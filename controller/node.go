@@ -92,6 +92,9 @@ type NodeOptions struct {
 	// Overlay makes the node a cluster member (tunnel port, cluster flows, peers); nil = a
 	// single node without a tunnel. Its Peers are installed by the first flow sync.
 	Overlay *OverlayOptions
+	// FlowAuditInterval is the period of the flow audit (audit.go) that re-installs
+	// missing desired flows and deletes our undesired ones; 0 turns it off.
+	FlowAuditInterval time.Duration
 }
 
 // Hooks are optional callbacks with which an observer times the node's work without
@@ -103,6 +106,9 @@ type Hooks struct {
 	// FlowOp is called after each batch sent to the switch: kind is "flow_mod" or "bundle",
 	// n the number of flow mods, d the time until the barrier or commit reply, err the result.
 	FlowOp func(kind string, n int, d time.Duration, err error)
+	// FlowRepair is called after a flow audit repaired the switch: kind is RepairMissing
+	// or RepairUnexpected, n (>= 1) the number of flows of that kind.
+	FlowRepair func(kind string, n int)
 }
 
 // Node is one node's switch state: the OVSDB client, the OpenFlow connection, the desired
@@ -255,6 +261,10 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 
 	n.wg.Add(1)
 	go n.watchOVSDB()
+	if opts.FlowAuditInterval > 0 {
+		n.wg.Add(1)
+		go n.auditFlows(opts.FlowAuditInterval)
+	}
 	n.log.Info("node ready", "bridge", opts.Bridge, "datapath_type", opts.DatapathType,
 		"gateway", opts.Gateway, "gateway_ofport", ports.gateway, "gateway_ip", n.gwAddr.String(),
 		"pod_subnet", opts.PodSubnet.String(), "pods", len(n.pods), "generation", n.Generation())

@@ -58,6 +58,10 @@ const (
 	// OpenFlowBatchDuration is a histogram (seconds) of a batch's time until the barrier or
 	// bundle commit reply, label kind.
 	OpenFlowBatchDuration = "ofsdn_openflow_batch_duration_seconds"
+	// OpenFlowRepairs is a counter: flows the periodic flow audit repaired, label kind
+	// (missing: a desired flow re-installed; unexpected: a flow with this daemon run's
+	// cookie that no owner wants, deleted).
+	OpenFlowRepairs = "ofsdn_openflow_repairs_total"
 	// OpenFlowConnected is a gauge: 1 while the OpenFlow connection to the bridge is up.
 	OpenFlowConnected = "ofsdn_openflow_connected"
 	// OpenFlowReconnects is a counter: OpenFlow connections re-established after the first.
@@ -82,6 +86,9 @@ var (
 	AddSteps = []string{"ipam", "veth", "ovsdb", "openflow"}
 	// BatchKinds are the kind label's values (controller.Hooks.FlowOp's set).
 	BatchKinds = []string{"flow_mod", "bundle"}
+	// RepairKinds are the kind label's values of OpenFlowRepairs
+	// (controller.Hooks.FlowRepair's set: controller.RepairMissing, RepairUnexpected).
+	RepairKinds = []string{"missing", "unexpected"}
 )
 
 // Histogram buckets, in seconds.
@@ -135,6 +142,7 @@ type Metrics struct {
 	flowMods      *prometheus.CounterVec
 	batchErrors   *prometheus.CounterVec
 	batchDuration *prometheus.HistogramVec
+	repairs       *prometheus.CounterVec
 
 	mu     sync.Mutex
 	source func() NodeStats
@@ -168,6 +176,13 @@ func New() *Metrics {
 		Name: OpenFlowBatchDuration, Buckets: StepBuckets,
 		Help: "Time from sending a flow-mod batch or bundle to its barrier or commit reply.",
 	}, []string{"kind"})
+	m.repairs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: OpenFlowRepairs,
+		Help: "Flows the periodic flow audit repaired: missing (a desired flow re-installed) or unexpected (a flow with this daemon run's cookie that no owner wants, deleted).",
+	}, []string{"kind"})
+	for _, k := range RepairKinds {
+		m.repairs.WithLabelValues(k)
+	}
 	for _, k := range BatchKinds {
 		m.batches.WithLabelValues(k)
 		m.flowMods.WithLabelValues(k)
@@ -185,7 +200,7 @@ func New() *Metrics {
 	buildInfo.WithLabelValues(version, revision, runtime.Version()).Set(1)
 
 	m.reg.MustRegister(m.cniDuration, m.addStep, m.batches, m.flowMods, m.batchErrors,
-		m.batchDuration, buildInfo, nodeCollector{m},
+		m.batchDuration, m.repairs, buildInfo, nodeCollector{m},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -227,6 +242,12 @@ func (m *Metrics) FlowOp(kind string, n int, d time.Duration, err error) {
 	if err != nil {
 		m.batchErrors.WithLabelValues(kind).Inc()
 	}
+}
+
+// FlowRepair records n flows of kind ("missing" or "unexpected") repaired by the flow
+// audit; it is controller.Hooks.FlowRepair.
+func (m *Metrics) FlowRepair(kind string, n int) {
+	m.repairs.WithLabelValues(bounded(kind, RepairKinds)).Add(float64(n))
 }
 
 // Sample reads the source once (the zero NodeStats without one); the collector calls it

@@ -148,6 +148,8 @@ func TestNoUnboundedLabels(t *testing.T) {
 	m.ObserveCNI("some-new-verb", 0, time.Second)
 	m.AddStep("new-step", time.Second)
 	m.FlowOp("something", 1, time.Second, errors.New("boom"))
+	m.FlowRepair("missing", 3)
+	m.FlowRepair("a-new-kind", 1)
 	mfs, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -169,6 +171,12 @@ func TestNoUnboundedLabels(t *testing.T) {
 	// Unknown values fold into "other" rather than making new series.
 	if got := histCount(t, mfs, CNIRequestDuration, map[string]string{"command": "other", "result": "success"}); got != 1 {
 		t.Errorf("unknown CNI command counted %d times as other, want 1", got)
+	}
+	if got := counterValue(t, mfs, OpenFlowRepairs, map[string]string{"kind": "missing"}); got != 3 {
+		t.Errorf("%s{kind=missing} = %v, want 3", OpenFlowRepairs, got)
+	}
+	if got := counterValue(t, mfs, OpenFlowRepairs, map[string]string{"kind": "unexpected"}); got != 0 {
+		t.Errorf("%s{kind=unexpected} = %v, want 0 (pre-created)", OpenFlowRepairs, got)
 	}
 	if got := histCount(t, mfs, CNIRequestDuration, map[string]string{"command": "ADD", "result": "error_11"}); got != 1 {
 		t.Errorf("ADD with CNI error 11 counted %d times, want 1", got)

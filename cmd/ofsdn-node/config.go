@@ -45,6 +45,11 @@ type Config struct {
 	// "60s"; more than 0 and less than the plugin's own 90 s (cni.DefaultTimeout), so the
 	// runtime gets the daemon's clean error (code 11) rather than a timeout.
 	AddTimeout string `json:"addTimeout"`
+	// FlowAuditInterval is the period of the flow audit, e.g. "30s": one flow-stats
+	// request compared with the desired flows; missing ones are installed again, ones with
+	// this daemon run's cookie that no owner wants are deleted, other flows only reported.
+	// "0" turns it off.
+	FlowAuditInterval string `json:"flowAuditInterval"`
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `json:"logLevel"`
 	// LogFormat is text or json.
@@ -108,7 +113,9 @@ func defaultConfig() Config {
 		StartTimeout: "60s",
 		AddTimeout:   "60s",
 		LogLevel:     "info",
-		LogFormat:    "text",
+
+		FlowAuditInterval: "30s",
+		LogFormat:         "text",
 
 		MetricsAddress: metrics.DefaultAddress,
 		TunnelType:     "vxlan",
@@ -131,6 +138,7 @@ func loadConfig(args []string) (Config, error) {
 	fs.IntVar(&cfg.MTU, "mtu", cfg.MTU, "pod and gateway MTU in bytes; 0 = automatic: the topology's, else underlay MTU - 50 (VXLAN over IPv4) with an overlay, else 1450")
 	fs.StringVar(&cfg.StartTimeout, "start-timeout", cfg.StartTimeout, "bound on start-up, e.g. 60s")
 	fs.StringVar(&cfg.AddTimeout, "add-timeout", cfg.AddTimeout, "bound on one CNI ADD, waits on OVS included, e.g. 60s (below the plugin's 90s)")
+	fs.StringVar(&cfg.FlowAuditInterval, "flow-audit-interval", cfg.FlowAuditInterval, "period of the flow audit that re-installs missing flows and deletes stray ones with our cookie, e.g. 30s (0 turns it off)")
 	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "text or json")
 	fs.StringVar(&cfg.MetricsAddress, "metrics-address", cfg.MetricsAddress, "host:port of /metrics, /healthz and /readyz (\"\" turns it off)")
@@ -165,7 +173,7 @@ func loadConfig(args []string) (Config, error) {
 			return cfg, fmt.Errorf("config file %s: %w", *file, err)
 		}
 		if err := yaml.UnmarshalStrict(b, &fromFile); err != nil {
-			return cfg, fmt.Errorf("config file %s: %w (keys are: podSubnet, bridge, gateway, datapathType, ovsdb, ovsRunDir, socket, dataDir, mtu, startTimeout, addTimeout, logLevel, logFormat, metricsAddress, ctlSocket, topology, topologyFile, nodeName, kubeconfig, clusterCIDR, serviceCIDR, nodeIP, tunnelType, tunnelPort, masquerade, cniBinDir, cniConfDir, pluginBinary)", *file, err)
+			return cfg, fmt.Errorf("config file %s: %w (keys are: podSubnet, bridge, gateway, datapathType, ovsdb, ovsRunDir, socket, dataDir, mtu, startTimeout, addTimeout, flowAuditInterval, logLevel, logFormat, metricsAddress, ctlSocket, topology, topologyFile, nodeName, kubeconfig, clusterCIDR, serviceCIDR, nodeIP, tunnelType, tunnelPort, masquerade, cniBinDir, cniConfDir, pluginBinary)", *file, err)
 		}
 		// The flag variables point into cfg: parsing again re-applies only the flags given
 		// explicitly, over the file's values.
@@ -250,6 +258,9 @@ func (c Config) validate() error {
 	}
 	if d, err := time.ParseDuration(c.AddTimeout); err != nil || d <= 0 || d >= cni.DefaultTimeout {
 		return fmt.Errorf("config addTimeout %q: want a duration above 0 and below the plugin's %s, such as 60s", c.AddTimeout, cni.DefaultTimeout)
+	}
+	if d, err := time.ParseDuration(c.FlowAuditInterval); err != nil || d < 0 || (d > 0 && d < 100*time.Millisecond) {
+		return fmt.Errorf("config flowAuditInterval %q: want a duration of 100ms or more such as 30s, or 0 to turn the audit off", c.FlowAuditInterval)
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		return fmt.Errorf("config logFormat %q: want text or json", c.LogFormat)

@@ -12,7 +12,8 @@ func TestConfigDefaultsRunAsTheyAre(t *testing.T) {
 	if err != nil {
 		t.Fatalf("defaults do not validate: %v", err)
 	}
-	if cfg.Bridge != "br-int" || cfg.Gateway != "ofsdn-gw0" || cfg.DatapathType != "system" || cfg.Socket != "/var/run/ofsdn/cni.sock" {
+	if cfg.Bridge != "br-int" || cfg.Gateway != "ofsdn-gw0" || cfg.DatapathType != "system" || cfg.Socket != "/var/run/ofsdn/cni.sock" ||
+		cfg.FlowAuditInterval != "30s" {
 		t.Fatalf("unexpected defaults: %+v", cfg)
 	}
 }
@@ -57,6 +58,8 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		"missing file":      {args: []string{"-config", filepath.Join(dir, "absent.yaml")}, want: "absent.yaml"},
 		"bad start timeout": {args: []string{"-start-timeout", "soon"}, want: "startTimeout"},
 		"stray argument":    {args: []string{"-bridge", "br-x", "extra"}, want: `unexpected argument "extra"`},
+		"bad audit period":  {args: []string{"-flow-audit-interval", "often"}, want: "flowAuditInterval"},
+		"tiny audit period": {args: []string{"-flow-audit-interval", "1ms"}, want: "flowAuditInterval"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

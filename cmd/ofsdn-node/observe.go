@@ -59,7 +59,7 @@ func startObserver(cfg Config, srv *server.Server, log *slog.Logger) (*observer,
 
 // hooks returns the node's observer hooks.
 func (o *observer) hooks() controller.Hooks {
-	return controller.Hooks{AddStep: o.metrics.AddStep, FlowOp: o.metrics.FlowOp}
+	return controller.Hooks{AddStep: o.metrics.AddStep, FlowOp: o.metrics.FlowOp, FlowRepair: o.metrics.FlowRepair}
 }
 
 // setDB records the OVSDB client once connected and counts its reconnections.

@@ -1,0 +1,204 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/contiv/libOpenflow/openflow13"
+
+	"github.com/ofsdn/ofsdn/flows"
+)
+
+func auditTestConfig() flows.NodeConfig {
+	_, subnet, _ := net.ParseCIDR("10.152.0.0/24")
+	return flows.NodeConfig{GatewayOFPort: 1, GatewayMAC: net.HardwareAddr{0x0a, 0x58, 0x0a, 0x98, 0, 1},
+		GatewayIP: net.ParseIP("10.152.0.1").To4(), PodSubnet: subnet, Generation: 7}
+}
+
+func auditTestPod(i int) flows.Pod {
+	return flows.Pod{OFPort: uint32(10 + i), MAC: net.HardwareAddr{0x0a, 0x58, 0x0a, 0x98, 0, byte(i)},
+		IP: net.IPv4(10, 152, 0, byte(i)).To4()}
+}
+
+// auditPrefix is generation 7's cookie prefix (pipeline version and generation).
+func auditPrefix() (uint64, uint64) {
+	mask := flows.CookieVersionMask | flows.CookieGenerationMask
+	return uint64(flows.NewCookie(7, 0, 0, 0)) & mask, mask
+}
+
+// statsOf is the flow-stats entry the switch reports for f.
+func statsOf(f flows.Flow) *openflow13.FlowStats {
+	s := openflow13.NewFlowStats()
+	s.TableId, s.Priority, s.Cookie = uint8(f.Table), f.Priority, uint64(f.Cookie)
+	s.Match = f.FlowMod(openflow13.FC_ADD).Match
+	return s
+}
+
+func keyed(fs []flows.Flow) map[string]flows.Flow {
+	m := map[string]flows.Flow{}
+	for _, f := range fs {
+		m[f.MatchKey()] = f
+	}
+	return m
+}
+
+// TestPlanAudit: desired flows missing from the switch are found with their owner; a flow
+// with our cookie prefix that no owner wants is unexpected, one without it is foreign; the
+// repair deletes unexpected flows first, strictly where a desired flow shares the cookie.
+func TestPlanAudit(t *testing.T) {
+	cfg := auditTestConfig()
+	prefix, mask := auditPrefix()
+	pipeline, pod := flows.PipelineFlows(cfg), flows.PodFlows(cfg, auditTestPod(2))
+	desired := map[string]map[string]flows.Flow{ownerPipeline: keyed(pipeline), "pod/a": keyed(pod)}
+
+	var stats []*openflow13.FlowStats
+	for _, f := range pipeline[1:] { // pipeline[0] is missing
+		stats = append(stats, statsOf(f))
+	}
+	for _, f := range pod[:len(pod)-1] { // the pod's last flow is missing
+		stats = append(stats, statsOf(f))
+	}
+	// Ours but not wanted: a stale copy of a pod flow at another priority (same cookie
+	// as a desired flow), and a flow of a pod the store does not know.
+	stale := statsOf(pod[0])
+	stale.Priority = 42
+	gone := statsOf(flows.PodFlows(cfg, auditTestPod(9))[0])
+	foreign := openflow13.NewFlowStats()
+	foreign.TableId, foreign.Priority, foreign.Cookie = 0, 7, 0
+	oldGen := statsOf(pod[0])
+	oldGen.Cookie = uint64(flows.NewCookie(6, flows.OwnerPod, 0, 0x0a980002))
+	stats = append(stats, stale, gone, foreign, oldGen)
+
+	p := planAudit(desired, stats, prefix, mask)
+	if len(p.Missing) != 2 || p.Missing[0].owner != ownerPipeline || p.Missing[0].flow.String() != pipeline[0].String() ||
+		p.Missing[1].owner != "pod/a" || p.Missing[1].flow.String() != pod[len(pod)-1].String() {
+		t.Errorf("missing %+v, want the pipeline's first and the pod's last flow", p.Missing)
+	}
+	if len(p.Unexpected) != 2 || p.Unexpected[0] != stale || p.Unexpected[1] != gone {
+		t.Errorf("unexpected %v, want the stale copy and the unknown pod's flow", p.Unexpected)
+	}
+	if len(p.Foreign) != 2 || p.Foreign[0] != foreign || p.Foreign[1] != oldGen {
+		t.Errorf("foreign %v, want the cookie-0 flow and the other generation's", p.Foreign)
+	}
+
+	ops := repairOps(desired, p)
+	if len(ops) != 4 {
+		t.Fatalf("%d repair ops, want 4", len(ops))
+	}
+	if m := ops[0].Mod; m.Command != openflow13.FC_DELETE_STRICT || m.Priority != 42 || m.Cookie != stale.Cookie || m.CookieMask != ^uint64(0) {
+		t.Errorf("op 0 %+v: want a strict delete of the stale copy by cookie and priority", m)
+	}
+	if m := ops[1].Mod; m.Command != openflow13.FC_DELETE || m.TableId != gone.TableId || m.Cookie != gone.Cookie || m.CookieMask != ^uint64(0) || len(m.Match.Fields) != 0 {
+		t.Errorf("op 1 %+v: want a delete of the unknown pod's flow by exact cookie in its table", m)
+	}
+	for _, op := range ops[2:] {
+		if op.Mod.Command != openflow13.FC_ADD {
+			t.Errorf("op %q: want an add", op.Name)
+		}
+	}
+	if p := planAudit(desired, nil, prefix, mask); len(p.Missing) != len(pipeline)+len(pod) {
+		t.Errorf("empty switch: %d missing, want all %d", len(p.Missing), len(pipeline)+len(pod))
+	}
+}
+
+// TestFlowStoreAuditRepairs: against a real switch, flows deleted by hand come back, a
+// flow with our cookie that nobody wants goes, foreign flows stay; a second audit finds
+// nothing. Audits running in a loop while pods' flows are set and deleted never report a
+// repair: a change in flight is never taken for drift.
+func TestFlowStoreAuditRepairs(t *testing.T) {
+	ovs, sw := ofTestBridge(t, OFOptions{})
+	cfg := auditTestConfig()
+	prefix, mask := auditPrefix()
+	store := NewFlowStore()
+	store.Load(ownerPipeline, flows.PipelineFlows(cfg))
+	store.Load("pod/a", flows.PodFlows(cfg, auditTestPod(2)))
+	store.Load("pod/b", flows.PodFlows(cfg, auditTestPod(3)))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := store.Sync(ctx, sw, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	res, err := store.Audit(ctx, prefix, mask)
+	if err != nil || res.Skipped || len(res.Missing)+len(res.Unexpected)+len(res.Foreign) != 0 {
+		t.Fatalf("audit of a synchronised switch: %+v, %v", res, err)
+	}
+
+	br := ovs.MgmtSocket("br-int")
+	podA, podMask := flows.PodCookie(cfg, auditTestPod(2))
+	ovs.Ofctl(t, "del-flows", br, fmt.Sprintf("cookie=%#x/%#x", podA, podMask))
+	ovs.Ofctl(t, "del-flows", "--strict", br, fmt.Sprintf("table=%d,priority=1", flows.TableOutput))
+	podB := uint64(flows.PodFlows(cfg, auditTestPod(3))[0].Cookie)
+	ovs.Ofctl(t, "add-flow", br, fmt.Sprintf("cookie=%#x,table=0,priority=42,in_port=13,actions=drop", podB)) // shares pod b's cookie
+	ghost := uint64(flows.PodFlows(cfg, auditTestPod(9))[0].Cookie)
+	ovs.Ofctl(t, "add-flow", br, fmt.Sprintf("cookie=%#x,table=0,priority=100,in_port=19,actions=drop", ghost))
+	ovs.Ofctl(t, "add-flow", br, "table=0,priority=7,udp,tp_dst=9,actions=drop")  // cookie 0
+	ovs.Ofctl(t, "add-flow", br, "cookie=0x1234,table=1,priority=7,actions=drop") // another tool's
+
+	res, err = store.Audit(ctx, prefix, mask)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Missing) != len(flows.PodFlows(cfg, auditTestPod(2)))+1 || len(res.Unexpected) != 2 || len(res.Foreign) != 2 {
+		t.Errorf("audit found %d missing, %d unexpected, %d foreign; want %d, 2, 2:\n%+v",
+			len(res.Missing), len(res.Unexpected), len(res.Foreign), len(flows.PodFlows(cfg, auditTestPod(2)))+1, res)
+	}
+	want := cookieCounts(store.All())
+	want[0]++
+	want[0x1234]++
+	if got := switchCookieCounts(t, ovs); !sameCounts(got, want) {
+		t.Fatalf("after the repair the switch has\n%swant the desired flows and the two foreign ones\n%s", fmtCounts(got), fmtCounts(want))
+	}
+	if res, err = store.Audit(ctx, prefix, mask); err != nil || len(res.Missing)+len(res.Unexpected) != 0 || len(res.Foreign) != 2 {
+		t.Errorf("second audit: %+v, %v; want only the two foreign flows", res, err)
+	}
+
+	// Changes and audits at the same time.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var repairs []string
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			r, err := store.Audit(ctx, prefix, mask)
+			if err != nil {
+				repairs = append(repairs, "error: "+err.Error())
+			}
+			repairs = append(repairs, r.Missing...)
+			repairs = append(repairs, r.Unexpected...)
+		}
+	}()
+	for i := 0; i < 20; i++ {
+		owner := fmt.Sprintf("pod/c%d", i)
+		pod := auditTestPod(20 + i)
+		if err := store.SetOwner(ctx, owner, flows.PodFlows(cfg, pod)); err != nil {
+			t.Fatal(err)
+		}
+		c, m := flows.PodCookie(cfg, pod)
+		if i%2 == 0 {
+			if err := store.DeleteOwner(ctx, owner, c, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if len(repairs) > 0 {
+		t.Errorf("audits during flow changes repaired (or failed) %d times:\n%v", len(repairs), repairs)
+	}
+	want = cookieCounts(store.All())
+	want[0]++
+	want[0x1234]++
+	if got := switchCookieCounts(t, ovs); !sameCounts(got, want) {
+		t.Fatalf("after the changes the switch has\n%swant\n%s", fmtCounts(got), fmtCounts(want))
+	}
+}
