@@ -17,8 +17,12 @@ deps:
 	./hack/install-deps.sh
 
 # The whole suite: unit tests, tests against real OVS sandboxes, end-to-end tests through
-# libcni and the plugin binary, and short fuzz runs (counted in executions, not seconds:
-# a duration -fuzztime hits a race in the go1.26 fuzz coordinator, golang/go#75804).
+# libcni and the plugin binary, the runtime compatibility test (./test/compat, part of
+# ./...: it builds the libcni-v1.1/-v1.2/-v1.3 driver modules, each pinning one
+# containernetworking/cni generation, and drives the daemon's own conflist through each),
+# and short fuzz runs (counted in executions, not seconds: a duration -fuzztime hits a race
+# in the go1.26 fuzz coordinator, golang/go#75804).
+COMPAT_MODULES := $(wildcard test/compat/libcni-v*)
 test: deps build lint
 	$(GO) test -count=1 -timeout 20m ./...
 	$(GO) test -count=1 -run '^$$' -fuzz FuzzParseArgs -fuzztime 20000x ./cni/
@@ -30,6 +34,7 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	$(GO) vet ./...
+	@for d in $(COMPAT_MODULES); do (cd $$d && $(GO) vet ./...) || exit 1; done
 	./hack/check-no-shellout.sh
 
 demo: deps build

@@ -327,15 +327,10 @@ func installCNI(cfg Config, log *slog.Logger) error {
 		log.Info("CNI plugin installed", "path", filepath.Join(cfg.CNIBinDir, "ofsdn"))
 	}
 	if cfg.CNIConfDir != "" {
-		conf := map[string]any{
-			"cniVersion": "1.1.0",
-			"name":       "ofsdn",
-			"plugins":    []map[string]any{{"type": "ofsdn", "socket": cfg.Socket}},
-		}
-		b, _ := json.MarshalIndent(conf, "", "  ")
-		path := filepath.Join(cfg.CNIConfDir, "10-ofsdn.conflist")
+		b := confList(cfg.Socket)
+		path := filepath.Join(cfg.CNIConfDir, confListName)
 		if err := writeAtomic(path, 0o644, func(w io.Writer) error {
-			_, err := w.Write(append(b, '\n'))
+			_, err := w.Write(b)
 			return err
 		}); err != nil {
 			return fmt.Errorf("write CNI config into %s: %w", cfg.CNIConfDir, err)
@@ -343,6 +338,32 @@ func installCNI(cfg Config, log *slog.Logger) error {
 		log.Info("CNI config written", "path", path)
 	}
 	return nil
+}
+
+// confListName is the file the daemon writes into cniConfDir.
+const confListName = "10-ofsdn.conflist"
+
+// Versions in the written conflist (SPEC.md "Section 1: Network configuration format"):
+// "cniVersions" (spec 1.1) lists every version the plugin offers, and a runtime whose CNI
+// library reads it (containernetworking/cni v1.2.0 and later) picks the highest it
+// implements, 1.1.0 with STATUS and GC; older libraries (v1.1.x, e.g. containerd 1.7,
+// Podman 4) ignore it and use "cniVersion", so that must be one they can parse results
+// of: 1.0.0 (a 1.1.0 result makes them refuse every ADD, "unsupported CNI result version").
+const confListCNIVersion = "1.0.0"
+
+var confListCNIVersions = []string{"1.0.0", "1.1.0"}
+
+// confList returns the network configuration list the daemon writes: network "ofsdn", one
+// ofsdn plugin on socket, indented JSON ending in a newline.
+func confList(socket string) []byte {
+	conf := struct {
+		CNIVersion  string           `json:"cniVersion"`
+		CNIVersions []string         `json:"cniVersions"`
+		Name        string           `json:"name"`
+		Plugins     []map[string]any `json:"plugins"`
+	}{confListCNIVersion, confListCNIVersions, "ofsdn", []map[string]any{{"type": "ofsdn", "socket": socket}}}
+	b, _ := json.MarshalIndent(conf, "", "  ")
+	return append(b, '\n')
 }
 
 // writeAtomic writes path through a temporary file in its directory, fsyncs it, sets

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/containernetworking/cni/libcni"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 )
@@ -69,13 +70,23 @@ func TestInstallCNI(t *testing.T) {
 		t.Fatal(err)
 	}
 	var cl struct {
-		CNIVersion string           `json:"cniVersion"`
-		Name       string           `json:"name"`
-		Plugins    []map[string]any `json:"plugins"`
+		CNIVersion  string           `json:"cniVersion"`
+		CNIVersions []string         `json:"cniVersions"`
+		Name        string           `json:"name"`
+		Plugins     []map[string]any `json:"plugins"`
 	}
 	if err := json.Unmarshal(b, &cl); err != nil || cl.Name != "ofsdn" || len(cl.Plugins) != 1 ||
 		cl.Plugins[0]["type"] != "ofsdn" || cl.Plugins[0]["socket"] != cfg.Socket {
 		t.Fatalf("conflist %s (%v)", b, err)
+	}
+	// Every runtime generation can use it: libcni 1.1.x reads cniVersion, later ones the
+	// highest of cniVersions (test/compat drives it through each).
+	if cl.CNIVersion != "1.0.0" || strings.Join(cl.CNIVersions, ",") != "1.0.0,1.1.0" {
+		t.Errorf("conflist versions %q %q, want cniVersion 1.0.0 and cniVersions [1.0.0 1.1.0]:\n%s", cl.CNIVersion, cl.CNIVersions, b)
+	}
+	list, err := libcni.ConfListFromBytes(b)
+	if err != nil || list.CNIVersion != "1.1.0" {
+		t.Errorf("libcni v1.3 reads the conflist as %+v (%v), want version 1.1.0", list, err)
 	}
 	for _, d := range []string{bin, conf} {
 		entries, _ := os.ReadDir(d)

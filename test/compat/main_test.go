@@ -1,0 +1,15 @@
+package compat
+
+import (
+	"os"
+	"testing"
+
+	"github.com/ofsdn/ofsdn/test/harness"
+)
+
+// TestMain removes the binaries the tests built once the package's tests are done.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	harness.RemoveBinaries()
+	os.Exit(code)
+}
