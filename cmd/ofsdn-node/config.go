@@ -37,7 +37,8 @@ type Config struct {
 	DataDir string `json:"dataDir"`
 	// MTU is the pods' and gateway's MTU in bytes (576..9000); 0 = automatic: the
 	// topology's (FLANNEL_MTU), else with an overlay the underlay interface's (the one
-	// holding nodeIP) minus 50 bytes of VXLAN/Geneve over IPv4, else 1450.
+	// holding nodeIP) minus 50 bytes of VXLAN or Geneve over IPv4 (topology.TunnelOverhead;
+	// ofsdn sends Geneve without options, each of which would add 4..128 bytes), else 1450.
 	MTU int `json:"mtu"`
 	// StartTimeout bounds the start-up (OVSDB, bridge, OpenFlow), e.g. "30s".
 	StartTimeout string `json:"startTimeout"`
@@ -81,7 +82,8 @@ type Config struct {
 	// NodeIP is this node's underlay IPv4 address; default the topology's, else the
 	// address of the default route's interface.
 	NodeIP string `json:"nodeIP"`
-	// TunnelType is vxlan (default) or geneve, used when a topology is set.
+	// TunnelType is vxlan (default) or geneve (without options: the same 50 bytes of
+	// overhead as VXLAN), used when a topology is set.
 	TunnelType string `json:"tunnelType"`
 	// TunnelPort is the tunnel's UDP port; 0 = 4789 (VXLAN) or 6081 (Geneve).
 	TunnelPort int `json:"tunnelPort"`
@@ -135,7 +137,7 @@ func loadConfig(args []string) (Config, error) {
 	fs.StringVar(&cfg.OVSRunDir, "ovs-rundir", cfg.OVSRunDir, "Open vSwitch run directory (holds BRIDGE.mgmt)")
 	fs.StringVar(&cfg.Socket, "socket", cfg.Socket, "CNI server unix socket path")
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory for persistent state (IP leases)")
-	fs.IntVar(&cfg.MTU, "mtu", cfg.MTU, "pod and gateway MTU in bytes; 0 = automatic: the topology's, else underlay MTU - 50 (VXLAN over IPv4) with an overlay, else 1450")
+	fs.IntVar(&cfg.MTU, "mtu", cfg.MTU, "pod and gateway MTU in bytes; 0 = automatic: the topology's, else underlay MTU - 50 with an overlay (VXLAN, or Geneve without options as ofsdn sends it, over IPv4), else 1450")
 	fs.StringVar(&cfg.StartTimeout, "start-timeout", cfg.StartTimeout, "bound on start-up, e.g. 60s")
 	fs.StringVar(&cfg.AddTimeout, "add-timeout", cfg.AddTimeout, "bound on one CNI ADD, waits on OVS included, e.g. 60s (below the plugin's 90s)")
 	fs.StringVar(&cfg.FlowAuditInterval, "flow-audit-interval", cfg.FlowAuditInterval, "period of the flow audit that re-installs missing flows and deletes stray ones with our cookie, e.g. 30s (0 turns it off)")
