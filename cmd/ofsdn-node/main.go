@@ -125,6 +125,12 @@ func run(args []string) error {
 			return err
 		}
 	}
+	// After join, which turns forwarding on for masquerade: read, never written here.
+	if warn, err := checkIPForward(ipForwardSysctl); err != nil {
+		log.Warn("cannot check IPv4 forwarding", "sysctl", "net.ipv4.ip_forward", "err", err)
+	} else if warn != "" {
+		log.Warn(warn, "sysctl", "net.ipv4.ip_forward")
+	}
 	h.node = node
 	srv.SetReady(true)
 	// Only now, ready to serve ADD, show the kubelet the plugin and its config.

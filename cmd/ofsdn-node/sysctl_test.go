@@ -1,0 +1,35 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestCheckIPForward(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		content string
+		warn    bool
+	}{{"1\n", false}, {"0\n", true}, {"0", true}} {
+		p := filepath.Join(dir, "ip_forward")
+		if err := os.WriteFile(p, []byte(c.content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		w, err := checkIPForward(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (w != "") != c.warn || (c.warn && !strings.Contains(w, "net.ipv4.ip_forward=1")) {
+			t.Errorf("ip_forward %q: warning %q", c.content, w)
+		}
+	}
+	if _, err := checkIPForward(filepath.Join(dir, "absent")); err == nil {
+		t.Error("missing file: no error")
+	}
+	// The real file is readable (the daemon reads it at every start).
+	if _, err := checkIPForward(ipForwardSysctl); err != nil {
+		t.Error(err)
+	}
+}
