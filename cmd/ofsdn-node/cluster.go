@@ -36,6 +36,7 @@ type cluster struct {
 	clusterCIDR *net.IPNet
 	serviceCIDR *net.IPNet
 	nodeIP      net.IP
+	underlay    string // the interface holding nodeIP
 	mtu         int
 	masquerade  bool
 }
@@ -131,6 +132,7 @@ func prepareCluster(waitCtx, runCtx context.Context, cfg Config, log *slog.Logge
 	if err != nil {
 		return nil, fmt.Errorf("node IP: %w", err)
 	}
+	c.underlay = underlay.Name
 	switch {
 	case cfg.MTU != 0:
 		c.mtu = cfg.MTU
@@ -273,8 +275,9 @@ func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
 
 // join completes the cluster membership of a node started with overlayOptions (tunnel
 // port, pipeline and initial peers' flows, cluster route are in place): egress
-// masquerade, then it follows the topology's peer events in the background until ctx
-// ends.
+// masquerade, a gratuitous ARP for the node IP (again whenever its interface's MAC
+// changes, topology.KeepAnnounced), then it follows the topology's peer events in the
+// background until ctx ends.
 func (c *cluster) join(ctx context.Context, node *controller.Node, log *slog.Logger) error {
 	ov := node.Overlay()
 	if ov == nil {
@@ -290,6 +293,11 @@ func (c *cluster) join(ctx context.Context, node *controller.Node, log *slog.Log
 	} else if err := masq.Delete(); err != nil {
 		// Turned off: remove what an earlier run with masquerade on left behind.
 		log.Warn("masquerade is off but earlier rules could not be removed", "err", err)
+	}
+	// Peers' tunnel neighbour caches learn this node's underlay MAC now, not when their
+	// entry for a previous MAC (a replaced node) ages out.
+	if err := topology.KeepAnnounced(ctx, log, c.underlay, c.nodeIP); err != nil {
+		log.Warn("node IP not announced", "interface", c.underlay, "node_ip", c.nodeIP, "err", err)
 	}
 	go ov.Follow(ctx, c.src.Events())
 	return nil

@@ -318,6 +318,48 @@ func testMultiNode(t *testing.T, tunnel string, off int, full bool) {
 			t.Fatal("node-a's daemon was restarted")
 		}
 	})
+
+	// With the userspace datapath a peer's underlay MAC sits in OVS's tunnel neighbour
+	// cache for up to 15 minutes: node-a announces its node IP (gratuitous ARP) at start
+	// and when the MAC of the interface holding it changes.
+	t.Run("node IP announced at daemon start and on a MAC change", func(t *testing.T) {
+		neighMAC := func(of *clusterNode) string {
+			for _, l := range strings.Split(b.OVS.Appctl(t, "tnl/neigh/show"), "\n") {
+				if f := strings.Fields(l); len(f) >= 2 && f[0] == of.ip {
+					return f[1]
+				}
+			}
+			return ""
+		}
+		brPhyMAC := func() string { return a.OVS.Exec(t, "cat", "/sys/class/net/br-phy/address") }
+		waitMAC := func(want, what string) {
+			waitUntil(t, what, 30*time.Second, func() error {
+				if got := neighMAC(a); got != want {
+					return fmt.Errorf("node-b's tunnel neighbour cache has %q for node-a %s, want %s", got, a.ip, want)
+				}
+				return nil
+			})
+		}
+		// node-b holds a stale MAC for node-a, as after node-a was replaced.
+		b.OVS.Appctl(t, "tnl/neigh/set", "br-phy", a.ip, "02:00:00:00:00:01")
+		if got := neighMAC(a); got != "02:00:00:00:00:01" {
+			t.Fatalf("stale entry not set: %q", got)
+		}
+		a.stopDaemon()
+		a.start()
+		waitMAC(brPhyMAC(), "node-a's MAC announced at its daemon's start")
+		waitUntil(t, "ping node-b → node-a after the announcement", 30*time.Second, func() error {
+			return ping(pb.netns, pa.ip())
+		})
+
+		// The way an OVS bridge's own port changes MAC (a plain `ip link set address` on
+		// a userspace internal port does not stick).
+		a.OVS.Vsctl(t, "set", "bridge", "br-phy", "other-config:hwaddr=02:00:00:00:0a:0a")
+		waitMAC("02:00:00:00:0a:0a", "node-a's new MAC announced")
+		waitUntil(t, "ping node-b → node-a after the MAC change", 30*time.Second, func() error {
+			return ping(pb.netns, pa.ip())
+		})
+	})
 }
 
 // ---- restarts in a cluster (issues 3 + 4) ------------------------------------------------
