@@ -28,7 +28,7 @@ test: deps build lint
 	$(GO) test -count=1 -run '^$$' -fuzz FuzzParseArgs -fuzztime 20000x ./cni/
 	$(GO) test -count=1 -run '^$$' -fuzz FuzzLoadNetConf -fuzztime 20000x ./cni/
 	$(GO) test -count=1 -run '^$$' -fuzz FuzzDecodeRequest -fuzztime 20000x ./cni/server/
-	$(GO) test -count=1 -run '^$$' -fuzz FuzzDecodeStore -fuzztime 20000x ./cni/ipam/
+	$(GO) test -count=1 -run '^$$' -fuzz FuzzDecodeStore -fuzztime 20000x ./ipam/
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

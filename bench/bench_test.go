@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/ofsdn/ofsdn/cni/ipam"
+	"github.com/ofsdn/ofsdn/ipam"
 	"github.com/ofsdn/ofsdn/controller"
 	"github.com/ofsdn/ofsdn/flows"
 )

@@ -18,8 +18,8 @@ import (
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/version"
 
-	"github.com/ofsdn/ofsdn/cni/ipam"
-	"github.com/ofsdn/ofsdn/cni/podnet"
+	"github.com/ofsdn/ofsdn/ipam"
+	"github.com/ofsdn/ofsdn/podnet"
 	"github.com/ofsdn/ofsdn/controller"
 	"github.com/ofsdn/ofsdn/flows"
 	"github.com/ofsdn/ofsdn/ovsdb"
@@ -157,7 +157,7 @@ func (m *floorMode) Del(ctx context.Context, p Pod) error {
 // ---- shell-out baseline ----
 
 // shellMode wires pods as OpenShift SDN did: IPAM and the veth exactly as ofsdn does
-// (cni/ipam, cni/podnet), then `ovs-vsctl add-port` (which waits for ovs-vswitchd to apply
+// (ipam, podnet), then `ovs-vsctl add-port` (which waits for ovs-vswitchd to apply
 // the change) and `ovs-vsctl get Interface ofport`, then the pod's flows with one
 // `ovs-ofctl add-flow` exec per flow (bundle=false) or one `ovs-ofctl bundle` exec per pod
 // with the flows on stdin (bundle=true, as its later transaction code did). ovs-ofctl runs

@@ -19,7 +19,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/ofsdn/ofsdn/cni/podnet"
+	"github.com/ofsdn/ofsdn/podnet"
 	"github.com/ofsdn/ofsdn/controller"
 	"github.com/ofsdn/ofsdn/flows"
 	"github.com/ofsdn/ofsdn/ovsdb"
@@ -211,7 +211,7 @@ func floorVeth(p Pod, hostVeth string, ip *net.IPNet, gw net.IP, mac net.Hardwar
 }
 
 // txChecksumOff turns TX checksum offload off with the ethtool ioctl (ETHTOOL_STXCSUM),
-// as cni/podnet does.
+// as podnet does.
 func txChecksumOff(name string) error {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {

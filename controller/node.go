@@ -55,8 +55,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ofsdn/ofsdn/cni/ipam"
-	"github.com/ofsdn/ofsdn/cni/podnet"
+	"github.com/ofsdn/ofsdn/ipam"
+	"github.com/ofsdn/ofsdn/podnet"
 	"github.com/ofsdn/ofsdn/flows"
 	"github.com/ofsdn/ofsdn/ovsdb"
 )

@@ -26,7 +26,7 @@ import (
 
 	"github.com/contiv/libOpenflow/openflow13"
 
-	"github.com/ofsdn/ofsdn/cni/podnet"
+	"github.com/ofsdn/ofsdn/podnet"
 	"github.com/ofsdn/ofsdn/flows"
 	"github.com/ofsdn/ofsdn/ovsdb"
 )

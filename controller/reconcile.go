@@ -24,7 +24,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/ofsdn/ofsdn/cni/podnet"
+	"github.com/ofsdn/ofsdn/podnet"
 	"github.com/ofsdn/ofsdn/ovsdb"
 )
 

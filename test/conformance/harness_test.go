@@ -13,7 +13,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 
-	"github.com/ofsdn/ofsdn/cni/podnet"
+	"github.com/ofsdn/ofsdn/podnet"
 	"github.com/ofsdn/ofsdn/test/harness"
 )
 

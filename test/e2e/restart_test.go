@@ -24,7 +24,7 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
 
-	"github.com/ofsdn/ofsdn/cni/podnet"
+	"github.com/ofsdn/ofsdn/podnet"
 	"github.com/ofsdn/ofsdn/flows"
 )
 
