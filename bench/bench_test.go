@@ -14,9 +14,9 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/ofsdn/ofsdn/ipam"
-	"github.com/ofsdn/ofsdn/controller"
 	"github.com/ofsdn/ofsdn/flows"
+	"github.com/ofsdn/ofsdn/ipam"
+	"github.com/ofsdn/ofsdn/openflow"
 )
 
 func TestPercentile(t *testing.T) {
@@ -132,7 +132,7 @@ func BenchmarkPodFlows(b *testing.B) {
 			b.Fatal(err)
 		}
 		cookie, mask := flows.PodCookie(n.cfg, pod)
-		if err := n.sw.Apply(ctx, []controller.FlowModOp{{Mod: flows.DeleteByCookie(cookie, mask), Name: "delete"}}); err != nil {
+		if err := n.sw.Apply(ctx, []openflow.FlowModOp{{Mod: flows.DeleteByCookie(cookie, mask), Name: "delete"}}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -18,11 +18,11 @@ import (
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/version"
 
-	"github.com/ofsdn/ofsdn/ipam"
-	"github.com/ofsdn/ofsdn/podnet"
 	"github.com/ofsdn/ofsdn/controller"
 	"github.com/ofsdn/ofsdn/flows"
+	"github.com/ofsdn/ofsdn/ipam"
 	"github.com/ofsdn/ofsdn/ovsdb"
+	"github.com/ofsdn/ofsdn/podnet"
 )
 
 // Mode names, in the order tables list them.

@@ -19,10 +19,11 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/ofsdn/ofsdn/podnet"
 	"github.com/ofsdn/ofsdn/controller"
 	"github.com/ofsdn/ofsdn/flows"
+	"github.com/ofsdn/ofsdn/openflow"
 	"github.com/ofsdn/ofsdn/ovsdb"
+	"github.com/ofsdn/ofsdn/podnet"
 )
 
 const (
@@ -41,7 +42,7 @@ func quietLogger() *slog.Logger {
 type plainNode struct {
 	sb     *Sandbox
 	db     *ovsdb.Client
-	sw     *controller.OFSwitch
+	sw     *openflow.Conn
 	cfg    flows.NodeConfig
 	subnet *net.IPNet
 }
@@ -74,7 +75,7 @@ func newPlainNode(ctx context.Context, sb *Sandbox, subnet *net.IPNet) (*plainNo
 		return nil, err
 	}
 	n.cfg = flows.NodeConfig{GatewayOFPort: uint32(gwPort), GatewayMAC: gwMAC, GatewayIP: gwIP, PodSubnet: subnet, Generation: 1}
-	n.sw, err = controller.DialOpenFlow(ctx, sb.Mgmt(benchBridge), controller.OFOptions{Logger: quietLogger()})
+	n.sw, err = openflow.Dial(ctx, sb.Mgmt(benchBridge), openflow.Options{Logger: quietLogger()})
 	if err != nil {
 		n.close()
 		return nil, err
@@ -96,10 +97,10 @@ func (n *plainNode) close() {
 }
 
 // addOps turns flows into OFPFC_ADD flow mods named for errors.
-func addOps(owner string, fs []flows.Flow) []controller.FlowModOp {
-	ops := make([]controller.FlowModOp, len(fs))
+func addOps(owner string, fs []flows.Flow) []openflow.FlowModOp {
+	ops := make([]openflow.FlowModOp, len(fs))
 	for i, f := range fs {
-		ops[i] = controller.FlowModOp{Mod: f.FlowMod(openflow13.FC_ADD), Name: owner + ": " + f.String()}
+		ops[i] = openflow.FlowModOp{Mod: f.FlowMod(openflow13.FC_ADD), Name: owner + ": " + f.String()}
 	}
 	return ops
 }
@@ -146,7 +147,7 @@ func (n *plainNode) wire(ctx context.Context, p Pod, ip *net.IPNet, step func(st
 // veth pair.
 func (n *plainNode) unwire(ctx context.Context, p Pod, ip net.IP, step func(string)) error {
 	cookie, mask := flows.PodCookie(n.cfg, flows.Pod{IP: ip})
-	if err := n.sw.Apply(ctx, []controller.FlowModOp{{Mod: flows.DeleteByCookie(cookie, mask), Name: "delete pod " + p.ContainerID}}); err != nil {
+	if err := n.sw.Apply(ctx, []openflow.FlowModOp{{Mod: flows.DeleteByCookie(cookie, mask), Name: "delete pod " + p.ContainerID}}); err != nil {
 		return err
 	}
 	step("del openflow")

@@ -258,7 +258,7 @@ func (r *Results) Markdown() string {
 
 	// Scale.
 	if s := r.Scale; s != nil {
-		w("\n### Flow scale (flows only, no veths; ms)\n\n| what | flows | one owner at a time (FlowStore.SetOwner each, barrier each) | one batch (OFSwitch.Apply, one barrier) | one `ovs-ofctl add-flows` exec |\n|---|---:|---:|---:|---:|\n")
+		w("\n### Flow scale (flows only, no veths; ms)\n\n| what | flows | one owner at a time (FlowStore.SetOwner each, barrier each) | one batch (openflow.Conn.Apply, one barrier) | one `ovs-ofctl add-flows` exec |\n|---|---:|---:|---:|---:|\n")
 		w("| %d pods | %d | %.0f | %.0f | %.0f |\n", s.Pods, s.PodFlows, s.PodsPerOwnerMS, s.PodsOneBatchMS, s.PodsOfctlMS)
 		w("| %d peer nodes (flows.PeerFlows) | %d | %.0f | %.0f | |\n", s.Peers, s.PeerFlows, s.PeersPerOwnerMS, s.PeersOneBatchMS)
 		w("| full sync on a live connection (FlowStore.Sync: one atomic bundle, delete all + add all) | %d | | %.0f (bundle) | |\n", s.PodFlows+s.PeerFlows, s.SyncBundleMS)

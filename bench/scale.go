@@ -14,6 +14,7 @@ import (
 
 	"github.com/ofsdn/ofsdn/controller"
 	"github.com/ofsdn/ofsdn/flows"
+	"github.com/ofsdn/ofsdn/openflow"
 	"github.com/ofsdn/ofsdn/ovsdb"
 )
 
@@ -28,7 +29,7 @@ type ScaleStats struct {
 	// PodsPerOwnerMS: FlowStore.SetOwner once per pod, sequentially (one batch + barrier
 	// each), as pod ADDs arrive at run time.
 	PodsPerOwnerMS float64 `json:"pods_per_owner_ms"`
-	// PodsOneBatchMS: every pod flow in one OFSwitch.Apply (one write, one barrier).
+	// PodsOneBatchMS: every pod flow in one openflow.Conn.Apply (one write, one barrier).
 	PodsOneBatchMS float64 `json:"pods_one_batch_ms"`
 	// PodsOfctlMS: every pod flow through one `ovs-ofctl add-flows` exec (reference).
 	PodsOfctlMS float64 `json:"pods_ofctl_add_flows_ms"`
@@ -87,8 +88,8 @@ func RunScale(ctx context.Context, script string, pods, peers int, logf func(str
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	dial := func() (*controller.OFSwitch, error) {
-		return controller.DialOpenFlow(ctx, sb.Mgmt(benchBridge), controller.OFOptions{Logger: quietLogger()})
+	dial := func() (*openflow.Conn, error) {
+		return openflow.Dial(ctx, sb.Mgmt(benchBridge), openflow.Options{Logger: quietLogger()})
 	}
 	sw, err := dial()
 	if err != nil {
@@ -151,7 +152,7 @@ func RunScale(ctx context.Context, script string, pods, peers int, logf func(str
 
 	// The same flows in one batch each (behind the store's back: it still wants them all).
 	delKind := func(kind flows.OwnerKind) error {
-		return sw.Apply(ctx, []controller.FlowModOp{{Mod: flows.DeleteByCookie(uint64(kind)<<36, flows.CookieOwnerKindMask), Name: "delete all of kind"}})
+		return sw.Apply(ctx, []openflow.FlowModOp{{Mod: flows.DeleteByCookie(uint64(kind)<<36, flows.CookieOwnerKindMask), Name: "delete all of kind"}})
 	}
 	if err := delKind(flows.OwnerPod); err != nil {
 		return st, err
@@ -188,7 +189,7 @@ func RunScale(ctx context.Context, script string, pods, peers int, logf func(str
 	logf("  %d pods' flows through one ovs-ofctl add-flows: %.0f ms", pods, st.PodsOfctlMS)
 
 	// The store's full sync on the live connection: what the daemon's start does.
-	deleteAll := []controller.FlowModOp{{Mod: flows.DeleteByCookie(0, 0), Name: "delete every flow"}}
+	deleteAll := []openflow.FlowModOp{{Mod: flows.DeleteByCookie(0, 0), Name: "delete every flow"}}
 	t0 = time.Now()
 	if err := store.Sync(ctx, sw, deleteAll, nil); err != nil {
 		return st, err
@@ -215,7 +216,7 @@ func RunScale(ctx context.Context, script string, pods, peers int, logf func(str
 			return st, err
 		}
 		if oneBatch {
-			var ops []controller.FlowModOp
+			var ops []openflow.FlowModOp
 			for _, f := range store.All() {
 				ops = append(ops, addOps("replay", []flows.Flow{f})...)
 			}
@@ -240,8 +241,8 @@ func RunScale(ctx context.Context, script string, pods, peers int, logf func(str
 	return st, nil
 }
 
-func timeApply(ctx context.Context, sw *controller.OFSwitch, os []owned) (float64, error) {
-	var ops []controller.FlowModOp
+func timeApply(ctx context.Context, sw *openflow.Conn, os []owned) (float64, error) {
+	var ops []openflow.FlowModOp
 	for _, o := range os {
 		ops = append(ops, addOps(o.owner, o.fs)...)
 	}
@@ -250,7 +251,7 @@ func timeApply(ctx context.Context, sw *controller.OFSwitch, os []owned) (float6
 	return ms(time.Since(t0)), err
 }
 
-func timeApplyOK(ctx context.Context, sw *controller.OFSwitch, os []owned) error {
+func timeApplyOK(ctx context.Context, sw *openflow.Conn, os []owned) error {
 	_, err := timeApply(ctx, sw, os)
 	return err
 }

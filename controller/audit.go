@@ -39,6 +39,7 @@ import (
 	"github.com/contiv/libOpenflow/openflow13"
 
 	"github.com/ofsdn/ofsdn/flows"
+	"github.com/ofsdn/ofsdn/openflow"
 )
 
 // DefaultFlowAuditInterval is the period of the flow audit when NodeOptions leaves it to
@@ -124,14 +125,14 @@ func planAudit(desired map[string]map[string]flows.Flow, stats []*openflow13.Flo
 // is deleted by its exact cookie in its table; where a desired flow of that table shares
 // the cookie, by OFPFC_DELETE_STRICT with its priority and match as well (OpenFlow 1.3.5
 // §6.4), so no desired flow is touched.
-func repairOps(desired map[string]map[string]flows.Flow, p auditPlan) []FlowModOp {
+func repairOps(desired map[string]map[string]flows.Flow, p auditPlan) []openflow.FlowModOp {
 	shared := map[[2]uint64]bool{} // table, cookie of desired flows
 	for _, m := range desired {
 		for _, f := range m {
 			shared[[2]uint64{uint64(f.Table), uint64(f.Cookie)}] = true
 		}
 	}
-	ops := make([]FlowModOp, 0, len(p.Unexpected)+len(p.Missing))
+	ops := make([]openflow.FlowModOp, 0, len(p.Unexpected)+len(p.Missing))
 	for _, s := range p.Unexpected {
 		fm := openflow13.NewFlowMod()
 		fm.Command = openflow13.FC_DELETE
@@ -144,10 +145,10 @@ func repairOps(desired map[string]map[string]flows.Flow, p auditPlan) []FlowModO
 			fm.Priority = s.Priority
 			fm.Match = s.Match
 		}
-		ops = append(ops, FlowModOp{Mod: fm, Name: "audit: delete " + describeStats(s)})
+		ops = append(ops, openflow.FlowModOp{Mod: fm, Name: "audit: delete " + describeStats(s)})
 	}
 	for _, m := range p.Missing {
-		ops = append(ops, FlowModOp{Mod: m.flow.FlowMod(openflow13.FC_ADD), Name: "audit: " + m.owner + ": " + m.flow.String()})
+		ops = append(ops, openflow.FlowModOp{Mod: m.flow.FlowMod(openflow13.FC_ADD), Name: "audit: " + m.owner + ": " + m.flow.String()})
 	}
 	return ops
 }
@@ -175,8 +176,8 @@ type AuditResult struct {
 // wants are deleted, desired flows the switch lacks are added again, in one batch
 // confirmed by a barrier; other flows are only reported. Changes by SetOwner and
 // DeleteOwner wait for it. Without a synchronised connection, or while a Sync or Rebuild
-// runs, it does nothing and reports Skipped. Errors: those of OFSwitch.DumpFlows and
-// OFSwitch.Apply (a repair batch that failed is tried again by the next audit).
+// runs, it does nothing and reports Skipped. Errors: those of openflow.Conn.DumpFlows and
+// openflow.Conn.Apply (a repair batch that failed is tried again by the next audit).
 func (s *FlowStore) Audit(ctx context.Context, prefix, prefixMask uint64) (AuditResult, error) {
 	if !s.sync.TryRLock() {
 		return AuditResult{Skipped: true}, nil
@@ -188,7 +189,7 @@ func (s *FlowStore) Audit(ctx context.Context, prefix, prefixMask uint64) (Audit
 	}
 	s.changes.Lock()
 	defer s.changes.Unlock()
-	stats, err := c.DumpFlows(ctx, tableAll, 0, 0)
+	stats, err := c.DumpFlows(ctx, openflow.TableAll, 0, 0)
 	if err != nil {
 		return AuditResult{}, fmt.Errorf("flow audit: dump flows: %w", err)
 	}

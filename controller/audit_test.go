@@ -110,7 +110,7 @@ func TestPlanAudit(t *testing.T) {
 // nothing. Audits running in a loop while pods' flows are set and deleted never report a
 // repair: a change in flight is never taken for drift.
 func TestFlowStoreAuditRepairs(t *testing.T) {
-	ovs, sw := ofTestBridge(t, OFOptions{})
+	ovs, sw := ofTestBridge(t, openflow.Options{})
 	cfg := auditTestConfig()
 	prefix, mask := auditPrefix()
 	store := NewFlowStore()

@@ -31,6 +31,7 @@ import (
 	"github.com/contiv/libOpenflow/openflow13"
 
 	"github.com/ofsdn/ofsdn/flows"
+	"github.com/ofsdn/ofsdn/openflow"
 )
 
 // FlowStore is the daemon's desired flow state, grouped by owner, and its sync to the
@@ -46,7 +47,7 @@ type FlowStore struct {
 	changes sync.RWMutex
 
 	mu     sync.Mutex
-	synced *OFSwitch                        // connection made whole by the last Sync
+	synced *openflow.Conn                   // connection made whole by the last Sync
 	owners map[string]map[string]flows.Flow // owner → MatchKey → flow
 }
 
@@ -68,28 +69,26 @@ func (s *FlowStore) Load(owner string, fs []flows.Flow) {
 	s.mu.Unlock()
 }
 
-// conn returns the live synced connection, or an error matching ErrDisconnected and
+// conn returns the live synced connection, or an error matching openflow.ErrDisconnected and
 // ErrOVSUnavailable.
-func (s *FlowStore) conn() (*OFSwitch, error) {
+func (s *FlowStore) conn() (*openflow.Conn, error) {
 	s.mu.Lock()
 	c := s.synced
 	s.mu.Unlock()
 	if c == nil {
-		return nil, fmt.Errorf("%w (no synchronised OpenFlow connection yet)", ErrDisconnected)
+		return nil, ovsUnavailable(fmt.Errorf("%w (no synchronised OpenFlow connection yet)", openflow.ErrDisconnected))
 	}
-	select {
-	case <-c.Done():
-		return nil, c.downErr()
-	default:
-		return c, nil
+	if err := c.Err(); err != nil {
+		return nil, ovsUnavailable(err)
 	}
+	return c, nil
 }
 
 // readLock takes the read side of the sync lock without waiting: while a Sync runs (or
 // waits to run) it fails with an error matching ErrOVSUnavailable.
 func (s *FlowStore) readLock(owner string) error {
 	if !s.sync.TryRLock() {
-		return fmt.Errorf("flows of %s: %w (the switch's flow tables are being resynchronised after a reconnect)", owner, ErrDisconnected)
+		return ovsUnavailable(fmt.Errorf("flows of %s: %w (the switch's flow tables are being resynchronised after a reconnect)", owner, openflow.ErrDisconnected))
 	}
 	return nil
 }
@@ -106,16 +105,16 @@ func (s *FlowStore) readLock(owner string) error {
 // Sync waits for changes in flight to end (they are on the old, dead connection and fail
 // fast) and makes new ones fail fast until it returns. Errors: those of ApplyBundle; the
 // store is then still attached to its previous connection.
-func (s *FlowStore) Sync(ctx context.Context, c *OFSwitch, pre, post []FlowModOp) error {
+func (s *FlowStore) Sync(ctx context.Context, c *openflow.Conn, pre, post []openflow.FlowModOp) error {
 	s.sync.Lock()
 	defer s.sync.Unlock()
-	return s.syncLocked(ctx, c, pre, post)
+	return ovsUnavailable(s.syncLocked(ctx, c, pre, post))
 }
 
 // syncLocked is Sync with the sync lock held.
-func (s *FlowStore) syncLocked(ctx context.Context, c *OFSwitch, pre, post []FlowModOp) error {
+func (s *FlowStore) syncLocked(ctx context.Context, c *openflow.Conn, pre, post []openflow.FlowModOp) error {
 	s.mu.Lock()
-	ops := make([]FlowModOp, 0, len(pre)+len(post)+64)
+	ops := make([]openflow.FlowModOp, 0, len(pre)+len(post)+64)
 	ops = append(ops, pre...)
 	owners := make([]string, 0, len(s.owners))
 	for o := range s.owners {
@@ -131,7 +130,7 @@ func (s *FlowStore) syncLocked(ctx context.Context, c *OFSwitch, pre, post []Flo
 		sort.Strings(keys)
 		for _, k := range keys {
 			f := s.owners[o][k]
-			ops = append(ops, FlowModOp{Mod: f.FlowMod(openflow13.FC_ADD), Name: o + ": " + f.String()})
+			ops = append(ops, openflow.FlowModOp{Mod: f.FlowMod(openflow13.FC_ADD), Name: o + ": " + f.String()})
 			n++
 		}
 	}
@@ -180,7 +179,7 @@ func (s *FlowStore) Rebuild(ctx context.Context, owners map[string][]flows.Flow)
 	if err != nil {
 		return nil // the next connection starts with a full Sync
 	}
-	return s.syncLocked(ctx, c, []FlowModOp{{Mod: flows.DeleteByCookie(0, 0), Name: "delete every flow before the rebuild"}}, nil)
+	return ovsUnavailable(s.syncLocked(ctx, c, []openflow.FlowModOp{{Mod: flows.DeleteByCookie(0, 0), Name: "delete every flow before the rebuild"}}, nil))
 }
 
 // SetOwner makes the switch hold exactly fs for owner: flows new or changed since the last
@@ -189,7 +188,7 @@ func (s *FlowStore) Rebuild(ctx context.Context, owners map[string][]flows.Flow)
 // confirmed with a barrier before SetOwner returns. On error the store keeps the owner's
 // previous state, so a retry sends the difference again; the error names the failed flow.
 // While the switch is disconnected or being resynchronised it fails at once with an error
-// matching ErrOVSUnavailable (and ErrDisconnected).
+// matching ErrOVSUnavailable (and openflow.ErrDisconnected).
 func (s *FlowStore) SetOwner(ctx context.Context, owner string, fs []flows.Flow) error {
 	want := make(map[string]flows.Flow, len(fs))
 	for _, f := range fs {
@@ -209,16 +208,16 @@ func (s *FlowStore) SetOwner(ctx context.Context, owner string, fs []flows.Flow)
 	have := s.owners[owner]
 	s.mu.Unlock()
 
-	var ops []FlowModOp
+	var ops []openflow.FlowModOp
 	for k, f := range want {
 		if old, ok := have[k]; ok && old.String() == f.String() {
 			continue
 		}
-		ops = append(ops, FlowModOp{Mod: f.FlowMod(openflow13.FC_ADD), Name: owner + ": " + f.String()})
+		ops = append(ops, openflow.FlowModOp{Mod: f.FlowMod(openflow13.FC_ADD), Name: owner + ": " + f.String()})
 	}
 	for k, f := range have {
 		if _, ok := want[k]; !ok {
-			ops = append(ops, FlowModOp{Mod: f.FlowMod(openflow13.FC_DELETE_STRICT), Name: owner + ": delete " + f.String()})
+			ops = append(ops, openflow.FlowModOp{Mod: f.FlowMod(openflow13.FC_DELETE_STRICT), Name: owner + ": delete " + f.String()})
 		}
 	}
 	if len(ops) > 0 {
@@ -256,9 +255,9 @@ func (s *FlowStore) DeleteOwner(ctx context.Context, owner string, cookie, cooki
 	}
 	s.changes.RLock()
 	defer s.changes.RUnlock()
-	op := FlowModOp{Mod: flows.DeleteByCookie(cookie, cookieMask), Name: fmt.Sprintf("%s: delete cookie=%#x/%#x", owner, cookie, cookieMask)}
-	if err := s.apply(ctx, c, []FlowModOp{op}); err != nil {
-		if errors.Is(err, ErrDisconnected) {
+	op := openflow.FlowModOp{Mod: flows.DeleteByCookie(cookie, cookieMask), Name: fmt.Sprintf("%s: delete cookie=%#x/%#x", owner, cookie, cookieMask)}
+	if err := s.apply(ctx, c, []openflow.FlowModOp{op}); err != nil {
+		if errors.Is(err, openflow.ErrDisconnected) {
 			forget() // the next connection's Sync starts from an empty table
 			return nil
 		}
@@ -269,13 +268,13 @@ func (s *FlowStore) DeleteOwner(ctx context.Context, owner string, cookie, cooki
 }
 
 // apply sends ops as one batch confirmed by a barrier, and reports it to the observer.
-func (s *FlowStore) apply(ctx context.Context, c *OFSwitch, ops []FlowModOp) error {
+func (s *FlowStore) apply(ctx context.Context, c *openflow.Conn, ops []openflow.FlowModOp) error {
 	start := time.Now()
 	err := c.Apply(ctx, ops)
 	if s.observe != nil {
 		s.observe("flow_mod", len(ops), time.Since(start), err)
 	}
-	return err
+	return ovsUnavailable(err)
 }
 
 // Owner returns the desired flows of owner, sorted by their text, and whether it is known.

@@ -5,7 +5,6 @@ package controller
 // packet counts, each paired with the desired flow it implements.
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"sort"
@@ -14,6 +13,7 @@ import (
 	"github.com/contiv/libOpenflow/openflow13"
 
 	"github.com/ofsdn/ofsdn/flows"
+	"github.com/ofsdn/ofsdn/openflow"
 )
 
 // OpenFlowConnected reports whether the node's OpenFlow connection to the bridge is up
@@ -81,16 +81,16 @@ type StageFlows struct {
 // the desired-state store's flows by table, priority, cookie and match (every field's
 // value and mask).
 //
-// Errors: those of OFSwitch.DumpFlows (ErrDisconnected while the connection is down,
-// ctx's error).
+// Errors: those of openflow.Conn.DumpFlows (matching ErrOVSUnavailable while the
+// connection is down, ctx's error).
 func (n *Node) InstalledFlows(ctx context.Context) ([]StageFlows, error) {
 	sw := n.Switch()
 	if sw == nil {
 		return nil, fmt.Errorf("bridge %s: no OpenFlow connection yet", n.opts.Bridge)
 	}
-	stats, err := sw.DumpFlows(ctx, tableAll, 0, 0)
+	stats, err := sw.DumpFlows(ctx, openflow.TableAll, 0, 0)
 	if err != nil {
-		return nil, err
+		return nil, ovsUnavailable(err)
 	}
 	desired := n.Store().All()
 	cfg := n.config()
@@ -177,19 +177,8 @@ func (n *Node) InstalledFlows(ctx context.Context) ([]StageFlows, error) {
 	return res, nil
 }
 
-// flowKey identifies a flow entry by table, priority, cookie and match. The match is its
-// set of encoded OXM/NXM fields with their values and masks, sorted, since the switch may
-// return them in another order than they were sent (OpenFlow 1.3.5 §7.2.3.5 leaves the
-// order open). MAC fields of dumped entries carry their values (fillMACFields).
+// flowKey identifies a flow entry by table, priority, cookie and match (openflow.MatchKey:
+// every field's value and mask, in any order).
 func flowKey(table uint8, priority uint16, cookie uint64, m openflow13.Match) string {
-	fields := make([][]byte, 0, len(m.Fields))
-	for i := range m.Fields {
-		b, err := m.Fields[i].MarshalBinary()
-		if err != nil {
-			b = []byte(fmt.Sprintf("unencodable field class %d field %d", m.Fields[i].Class, m.Fields[i].Field))
-		}
-		fields = append(fields, b)
-	}
-	sort.Slice(fields, func(i, j int) bool { return bytes.Compare(fields[i], fields[j]) < 0 })
-	return fmt.Sprintf("%d/%d/%#x/%x", table, priority, cookie, bytes.Join(fields, []byte{0xff}))
+	return fmt.Sprintf("%d/%d/%#x/%s", table, priority, cookie, openflow.MatchKey(m))
 }

@@ -22,7 +22,7 @@ package controller
 //     same match, so packets never see a gap), then a delete by cookie mask of every
 //     earlier generation found on the switch (flows.GenerationCookie). Pods forward with
 //     the old flows while the daemon is down.
-//   - ovs-vswitchd restart: Switch (reconnect.go) re-dials with backoff forever; each new
+//   - ovs-vswitchd restart: openflow.Switch re-dials with backoff forever; each new
 //     connection is synced with one bundle "delete every flow, add every desired flow"
 //     before any other flow change is accepted. Only then is
 //     other_config:flow-restore-wait removed: whoever restarts ovs-vswitchd (ovs-ctl
@@ -55,10 +55,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ofsdn/ofsdn/ipam"
-	"github.com/ofsdn/ofsdn/podnet"
 	"github.com/ofsdn/ofsdn/flows"
+	"github.com/ofsdn/ofsdn/ipam"
+	"github.com/ofsdn/ofsdn/openflow"
 	"github.com/ofsdn/ofsdn/ovsdb"
+	"github.com/ofsdn/ofsdn/podnet"
 )
 
 // NodeOptions configures a Node. Zero values are not defaults: cmd/ofsdn-node fills them.
@@ -117,7 +118,7 @@ type Node struct {
 	opts   NodeOptions
 	log    *slog.Logger
 	db     *ovsdb.Client
-	sw     *Switch
+	sw     *openflow.Switch
 	store  *FlowStore
 	ipam   *ipam.Store
 	gwAddr *net.IPNet
@@ -250,8 +251,8 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 	}
 
 	mgmt := filepath.Join(opts.OVSRunDir, opts.Bridge+".mgmt")
-	n.sw = NewSwitch(mgmt, SwitchOptions{
-		OF:         OFOptions{EchoInterval: opts.EchoInterval, Logger: opts.Logger},
+	n.sw = openflow.NewSwitch(mgmt, openflow.SwitchOptions{
+		OF:         openflow.Options{EchoInterval: opts.EchoInterval, Logger: opts.Logger},
 		MaxBackoff: opts.MaxReconnectBackoff,
 		Logger:     opts.Logger,
 	}, n.onConnect)
@@ -330,8 +331,8 @@ func (n *Node) nextGeneration(ctx context.Context) (uint16, error) {
 // Switch): one bundle makes the tables hold exactly the desired state, then
 // flow-restore-wait is cleared. On the first connection earlier generations are deleted
 // by cookie after the adds; on a reconnect every flow is deleted before them.
-func (n *Node) onConnect(ctx context.Context, c *OFSwitch, first bool) error {
-	var pre, post []FlowModOp
+func (n *Node) onConnect(ctx context.Context, c *openflow.Conn, first bool) error {
+	var pre, post []openflow.FlowModOp
 	if first {
 		gen := n.Generation()
 		stale, err := staleGenerations(ctx, c, gen)
@@ -340,14 +341,14 @@ func (n *Node) onConnect(ctx context.Context, c *OFSwitch, first bool) error {
 		}
 		for _, g := range stale {
 			cookie, mask := flows.GenerationCookie(g)
-			post = append(post, FlowModOp{Mod: flows.DeleteByCookie(cookie, mask),
+			post = append(post, openflow.FlowModOp{Mod: flows.DeleteByCookie(cookie, mask),
 				Name: fmt.Sprintf("delete flows of earlier generation %d (cookie=%#x/%#x)", g, cookie, mask)})
 		}
 		if len(stale) > 0 {
 			n.log.Info("replacing flows of earlier daemon runs", "generation", gen, "earlier", stale)
 		}
 	} else {
-		pre = []FlowModOp{{Mod: flows.DeleteByCookie(0, 0), Name: "delete every flow before the replay"}}
+		pre = []openflow.FlowModOp{{Mod: flows.DeleteByCookie(0, 0), Name: "delete every flow before the replay"}}
 		// On the userspace datapath a restarted ovs-vswitchd re-opens the gateway's tap;
 		// make sure it is up with its address (idempotent).
 		if _, err := podnet.ConfigureGateway(ctx, n.opts.Gateway, n.gwAddr, n.opts.MTU); err != nil {
@@ -378,8 +379,8 @@ func (n *Node) clearFlowRestoreWait(ctx context.Context) error {
 // generations other than current that their cookies carry, sorted. Generation 0 is never
 // one of ours (generations are 1..65535): flows with it, such as an operator's flow added
 // with the default cookie 0, are not the daemon's to delete and are left alone.
-func staleGenerations(ctx context.Context, c *OFSwitch, current uint16) ([]uint16, error) {
-	stats, err := c.DumpFlows(ctx, tableAll, 0, 0)
+func staleGenerations(ctx context.Context, c *openflow.Conn, current uint16) ([]uint16, error) {
+	stats, err := c.DumpFlows(ctx, openflow.TableAll, 0, 0)
 	if err != nil {
 		return nil, fmt.Errorf("list flows of earlier generations: %w", err)
 	}
@@ -517,7 +518,7 @@ func (n *Node) Close() error {
 }
 
 // Switch returns the node's reconnecting OpenFlow connection.
-func (n *Node) Switch() *Switch { return n.sw }
+func (n *Node) Switch() *openflow.Switch { return n.sw }
 
 // Generation returns this daemon run's generation (1..65535), the cookie bits 55..40 of
 // every flow it installs; it is also in the bridge's external_ids:ofsdn-generation.

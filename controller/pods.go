@@ -24,11 +24,10 @@ import (
 	"net"
 	"time"
 
-	"github.com/contiv/libOpenflow/openflow13"
-
-	"github.com/ofsdn/ofsdn/podnet"
 	"github.com/ofsdn/ofsdn/flows"
+	"github.com/ofsdn/ofsdn/openflow"
 	"github.com/ofsdn/ofsdn/ovsdb"
+	"github.com/ofsdn/ofsdn/podnet"
 )
 
 // Interface external_ids keys that identify a pod attachment on its OVS port.
@@ -54,9 +53,6 @@ const (
 )
 
 const ownerPipeline = "pipeline"
-
-// tableAll selects every flow table in flow-stats requests (OFPTT_ALL, OpenFlow 1.3.5 §7.3.5.2).
-const tableAll = openflow13.OFPTT_ALL
 
 // PodRequest is what the pod manager needs from a CNI request, in the CNI wire format's
 // terms but without its types (the cni package converts).
@@ -127,7 +123,9 @@ type StepError struct {
 func (e *StepError) Error() string { return e.Step + ": " + e.Err.Error() }
 func (e *StepError) Unwrap() error { return e.Err }
 
-func stepErr(step string, err error) error { return &StepError{Step: step, Err: err} }
+// stepErr names the failed step; an OVSDB or OpenFlow outage also matches
+// ErrOVSUnavailable.
+func stepErr(step string, err error) error { return &StepError{Step: step, Err: ovsUnavailable(err)} }
 
 // AddPod wires one pod interface (CNI ADD, CNI spec 1.1 "ADD: Add container to network").
 // A repeated ADD for the same container ID and interface returns the existing attachment.
@@ -417,7 +415,7 @@ func (n *Node) CheckPod(ctx context.Context, req PodRequest, wantIP *net.IPNet) 
 	}
 	want, _ := n.store.Owner(a.owner())
 	cookie, mask := flows.PodCookie(n.config(), a.flowPod())
-	got, err := n.sw.DumpFlows(ctx, tableAll, cookie, mask)
+	got, err := n.sw.DumpFlows(ctx, openflow.TableAll, cookie, mask)
 	if err != nil {
 		return stepErr("check", fmt.Errorf("%s: dump flows: %w", req, err))
 	}
@@ -502,7 +500,7 @@ func (n *Node) GC(ctx context.Context, network string, valid []AttachmentID) err
 	if _, err := n.reconcile(ctx, network); err != nil && firstErr == nil {
 		firstErr = err
 	}
-	return firstErr
+	return ovsUnavailable(firstErr)
 }
 
 func (a *Attachment) externalIDs() map[string]string {

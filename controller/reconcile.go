@@ -24,8 +24,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/ofsdn/ofsdn/podnet"
 	"github.com/ofsdn/ofsdn/ovsdb"
+	"github.com/ofsdn/ofsdn/podnet"
 )
 
 // brokenReason says why an attachment is provably stale (brokenKind), or "" when it is

@@ -12,10 +12,12 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/ofsdn/ofsdn/flows"
+	"github.com/ofsdn/ofsdn/openflow"
 	"github.com/ofsdn/ofsdn/test/sandbox"
 )
 
@@ -26,6 +28,35 @@ func cookieCounts(fs []flows.Flow) map[uint64]int {
 		m[uint64(f.Cookie)]++
 	}
 	return m
+}
+
+// ofTestBridge starts a sandbox with bridge br-int (userspace datapath, OpenFlow 1.3 only,
+// fail_mode=secure so it starts with no flows) and returns it with a connection to it.
+func ofTestBridge(t *testing.T, opts openflow.Options) (*sandbox.OVS, *openflow.Conn) {
+	t.Helper()
+	ovs := sandbox.Start(t)
+	ovs.Vsctl(t, "add-br", "br-int", "--", "set", "bridge", "br-int",
+		"datapath_type=netdev", "protocols=OpenFlow13", "fail_mode=secure")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sw, err := openflow.Dial(ctx, ovs.MgmtSocket("br-int"), opts)
+	if err != nil {
+		t.Fatalf("openflow.Dial: %v", err)
+	}
+	t.Cleanup(func() { sw.Close() })
+	return ovs, sw
+}
+
+// ofDumpLines returns the flow lines of ovs-ofctl dump-flows of br-int.
+func ofDumpLines(t *testing.T, ovs *sandbox.OVS) []string {
+	t.Helper()
+	var lines []string
+	for _, l := range strings.Split(ovs.Ofctl(t, "dump-flows", ovs.MgmtSocket("br-int")), "\n") {
+		if strings.Contains(l, "cookie=") {
+			lines = append(lines, strings.TrimSpace(l))
+		}
+	}
+	return lines
 }
 
 var reCookie = regexp.MustCompile(`cookie=(0x[0-9a-f]+)`)
@@ -97,16 +128,16 @@ func TestSwitchReconnectReplaysExactDesiredState(t *testing.T) {
 	store.Load("pod/b", flows.PodFlows(cfg, pod(3)))
 
 	var firsts, reconnects int
-	sw := NewSwitch(ovs.MgmtSocket("br-int"), SwitchOptions{
-		OF:         OFOptions{EchoInterval: 200 * time.Millisecond},
+	sw := openflow.NewSwitch(ovs.MgmtSocket("br-int"), openflow.SwitchOptions{
+		OF:         openflow.Options{EchoInterval: 200 * time.Millisecond},
 		MaxBackoff: 200 * time.Millisecond,
-	}, func(ctx context.Context, c *OFSwitch, first bool) error {
-		var pre []FlowModOp
+	}, func(ctx context.Context, c *openflow.Conn, first bool) error {
+		var pre []openflow.FlowModOp
 		if first {
 			firsts++
 		} else {
 			reconnects++
-			pre = []FlowModOp{{Mod: flows.DeleteByCookie(0, 0), Name: "delete all"}}
+			pre = []openflow.FlowModOp{{Mod: flows.DeleteByCookie(0, 0), Name: "delete all"}}
 		}
 		return store.Sync(ctx, c, pre, nil)
 	})
@@ -126,14 +157,14 @@ func TestSwitchReconnectReplaysExactDesiredState(t *testing.T) {
 	ovs.StopVswitchd(t)
 	waitUntil(t, 20*time.Second, "the connection to be declared dead", func() bool { return !sw.Connected() })
 	err := store.SetOwner(context.Background(), "pod/c", flows.PodFlows(cfg, pod(4)))
-	if !errors.Is(err, ErrOVSUnavailable) || !errors.Is(err, ErrDisconnected) {
-		t.Errorf("SetOwner while disconnected: want ErrOVSUnavailable and ErrDisconnected, got %v", err)
+	if !errors.Is(err, ErrOVSUnavailable) || !errors.Is(err, openflow.ErrDisconnected) {
+		t.Errorf("SetOwner while disconnected: want ErrOVSUnavailable and openflow.ErrDisconnected, got %v", err)
 	}
 	if _, ok := store.Owner("pod/c"); ok {
 		t.Error("SetOwner that failed while disconnected changed the desired state")
 	}
-	if _, err := sw.DumpFlows(context.Background(), tableAll, 0, 0); !errors.Is(err, ErrOVSUnavailable) {
-		t.Errorf("DumpFlows while disconnected: want ErrOVSUnavailable, got %v", err)
+	if _, err := sw.DumpFlows(context.Background(), openflow.TableAll, 0, 0); !errors.Is(err, openflow.ErrDisconnected) || !errors.Is(ovsUnavailable(err), ErrOVSUnavailable) {
+		t.Errorf("DumpFlows while disconnected: want openflow.ErrDisconnected, ErrOVSUnavailable once through the controller, got %v", err)
 	}
 	ovs.ContVswitchd(t)
 	waitUntil(t, 20*time.Second, "the reconnect", func() bool { return sw.Connected() })

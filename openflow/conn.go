@@ -1,18 +1,25 @@
-package controller
-
-// The OpenFlow 1.3 connection to one OVS bridge.
+// Package openflow is ofsdn's OpenFlow 1.3 connection to one Open vSwitch bridge: the
+// handshake (HELLO with a version bitmap, FEATURES_REQUEST), echo keep-alive, flow mods
+// confirmed by a barrier, atomic bundles (ONF EXT-230), flow statistics, OFPT_ERROR
+// decoding in the specification's names, and a connection that re-dials by itself and
+// runs a hook on every new connection before publishing it (Switch), where the caller
+// replays its flows. It speaks the wire protocol only: it knows nothing of pods, IPAM,
+// OVSDB or the pipeline (flow mods come in as libOpenflow messages, built by package
+// flows), and imports no other ofsdn package.
 //
-// Design history. contiv/libOpenflow (the version pinned in go.mod) ships an OpenFlow 1.3
-// message codec and util.MessageStream, but no controller (the later ofctrl package is not
-// in this version). MessageStream hands frames to 25 parser goroutines, so messages can be
-// delivered out of order, and it logs through logrus. The barrier contract this file is
-// built on (OpenFlow 1.3.5 §6.2: every reply and error caused by a message sent before a
-// barrier request arrives before the barrier reply) only holds if we see messages in the
-// order the switch sent them, so OFSwitch frames the stream itself with a single reader
-// goroutine (OpenFlow 1.3.5 §7.1: 8-byte header, the length field covers the whole
-// message) and uses libOpenflow only to marshal requests and to decode the messages whose
-// decoders are sound. Where the codec is wrong we work around it here (see encodeFlowMod,
-// decodeHello and decodeFlowStatsReply) instead of patching the module.
+// # Design history
+//
+// contiv/libOpenflow (the version pinned in go.mod) ships an OpenFlow 1.3 message codec and
+// util.MessageStream, but no controller (the later ofctrl package is not in this version).
+// MessageStream hands frames to 25 parser goroutines, so messages can be delivered out of
+// order, and it logs through logrus. The barrier contract this package is built on
+// (OpenFlow 1.3.5 §6.2: every reply and error caused by a message sent before a barrier
+// request arrives before the barrier reply) only holds if we see messages in the order the
+// switch sent them, so Conn frames the stream itself with a single reader goroutine
+// (OpenFlow 1.3.5 §7.1: 8-byte header, the length field covers the whole message) and uses
+// libOpenflow only to marshal requests and to decode the messages whose decoders are sound.
+// Where the codec is wrong we work around it here (see encodeFlowMod, decodeHello and
+// decodeFlowStatsReply) instead of patching the module.
 //
 // Every request gets its own transaction id (xid); a call (Apply, Barrier, DumpFlows, a
 // bundle, an echo) registers all of its xids before writing, and the reader routes errors
@@ -21,11 +28,14 @@ package controller
 // message. Each call's messages are written with one locked write, so calls from many
 // goroutines never interleave on the wire. A write error, a read error, a missing echo reply
 // or Close ends the connection: Done is closed, Err says why and every pending call fails
-// at once with an error that matches ErrDisconnected. There is no reconnect here: the owner
-// (the flow store) dials again and replays its desired state.
+// at once with an error that matches ErrDisconnected. A Conn never reconnects: Switch
+// (switch.go) dials again and runs its OnConnect hook, in which the node's flow store
+// replays its desired state.
+package openflow
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -34,6 +44,7 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -58,7 +69,11 @@ const (
 	onfExperimenterID = 0x4f4e4600
 )
 
-// Defaults of OFOptions.
+// TableAll selects every flow table in a flow-stats request or a delete (OFPTT_ALL, 255;
+// OpenFlow 1.3.5 §7.3.4.1, §7.3.5.2).
+const TableAll = openflow13.OFPTT_ALL
+
+// Defaults of Options.
 const (
 	// DefaultEchoInterval is the default time between two echo requests (5 seconds).
 	DefaultEchoInterval = 5 * time.Second
@@ -71,30 +86,23 @@ const (
 
 // ErrDisconnected matches (errors.Is) every error returned because the OpenFlow connection
 // is gone: the switch closed it, ovs-vswitchd died, an echo went unanswered, a write failed
-// or Close was called. The remedy is to dial again and replay the desired flows (Switch
-// does both). Every error matching ErrDisconnected also matches ErrOVSUnavailable.
-var ErrDisconnected error = &alsoError{msg: "openflow connection to the switch is down", also: ErrOVSUnavailable}
-
-// alsoError is a sentinel error that also matches (errors.Is) a broader sentinel.
-type alsoError struct {
-	msg  string
-	also error
-}
-
-func (e *alsoError) Error() string        { return e.msg }
-func (e *alsoError) Is(target error) bool { return target == e.also }
+// or Close was called; and, from a Switch, every error while it has no ready connection.
+// The remedy is to dial again and replay the desired flows (Switch does both). The
+// condition is transient: callers that also talk OVSDB (package controller) fold it into
+// their own "Open vSwitch unavailable" error.
+var ErrDisconnected = errors.New("openflow connection to the switch is down")
 
 // errClosedByUser is the cause recorded when Close ends the connection.
-var errClosedByUser = errors.New("closed by OFSwitch.Close")
+var errClosedByUser = errors.New("closed by Conn.Close")
 
-// OFOptions tunes an OpenFlow connection. The zero value is usable.
-type OFOptions struct {
+// Options tunes an OpenFlow connection. The zero value is usable.
+type Options struct {
 	// EchoInterval is the time between two OFPT_ECHO_REQUEST keep-alives sent to the
 	// switch (OpenFlow 1.3.5 §7.5.2). Zero means DefaultEchoInterval (5 s); negative
 	// disables the keep-alive.
 	EchoInterval time.Duration
 	// EchoTimeout is how long the switch has to answer one echo request (and, during
-	// DialOpenFlow, each handshake step when ctx has no deadline) before the connection is
+	// Dial, each handshake step when ctx has no deadline) before the connection is
 	// declared dead. Zero means DefaultEchoTimeoutFactor × EchoInterval (15 s by default).
 	EchoTimeout time.Duration
 	// WriteTimeout bounds writing the messages of one call to the socket. A write that
@@ -105,7 +113,7 @@ type OFOptions struct {
 	Logger *slog.Logger
 }
 
-func (o OFOptions) withDefaults() OFOptions {
+func (o Options) withDefaults() Options {
 	if o.EchoInterval == 0 {
 		o.EchoInterval = DefaultEchoInterval
 	}
@@ -129,7 +137,7 @@ func (o OFOptions) withDefaults() OFOptions {
 type FlowModOp struct {
 	// Mod is the OFPT_FLOW_MOD to send (OpenFlow 1.3.5 §7.3.4.1), typically built by
 	// flows.Flow.FlowMod. Its header (version, type, length, xid) is ignored and left
-	// untouched: OFSwitch sets its own. libOpenflow's encoders store computed lengths into
+	// untouched: Conn sets its own. libOpenflow's encoders store computed lengths into
 	// some Nicira actions while marshalling, so do not send one Mod value from two
 	// goroutines at the same time; building a fresh FlowMod per call is always safe.
 	Mod *openflow13.FlowMod
@@ -137,13 +145,13 @@ type FlowModOp struct {
 	Name string
 }
 
-// OFSwitch is an OpenFlow 1.3 connection to one bridge of ovs-vswitchd, made with
-// DialOpenFlow. All methods are safe for concurrent use.
-type OFSwitch struct {
+// Conn is an OpenFlow 1.3 connection to one bridge of ovs-vswitchd, made with
+// Dial. All methods are safe for concurrent use.
+type Conn struct {
 	path    string
 	bridge  string
 	conn    net.Conn
-	opts    OFOptions
+	opts    Options
 	log     *slog.Logger
 	dpid    uint64
 	nTables uint8
@@ -154,7 +162,7 @@ type OFSwitch struct {
 	wmu sync.Mutex // serialises writes to conn
 
 	mu    sync.Mutex
-	calls map[uint32]*ofCall // every xid of every pending call
+	calls map[uint32]*call // every xid of every pending call
 
 	done      chan struct{}
 	closeOnce sync.Once
@@ -162,20 +170,20 @@ type OFSwitch struct {
 	wg        sync.WaitGroup
 }
 
-// ofCall is one pending request/response exchange, possibly of many messages.
-type ofCall struct {
+// call is one pending request/response exchange, possibly of many messages.
+type call struct {
 	labels    map[uint32]string // xid → what that message was, for errors
 	names     map[uint32]string // xid → FlowModOp.Name, for flow mods
 	final     uint32            // xid whose reply (or error) ends the call
 	multipart bool              // final's reply may come in parts (OFPMPF_REPLY_MORE)
 
-	// Written by the reader under OFSwitch.mu, read by the caller after done is closed.
+	// Written by the reader under Conn.mu, read by the caller after done is closed.
 	errs    []*RequestError
 	replies [][]byte // raw replies to final, in order
 	done    chan struct{}
 }
 
-// DialOpenFlow connects to a bridge's OpenFlow management socket (OVS_RUNDIR/BRIDGE.mgmt,
+// Dial connects to a bridge's OpenFlow management socket (OVS_RUNDIR/BRIDGE.mgmt,
 // a unix socket ovs-vswitchd listens on without authentication; root or the OVS user may
 // connect) and completes the OpenFlow 1.3 handshake: both sides send OFPT_HELLO with a
 // version bitmap (OpenFlow 1.3.5 §7.5.1, §6.3.1), then OFPT_FEATURES_REQUEST/REPLY gives the
@@ -187,7 +195,7 @@ type ofCall struct {
 // Errors: the socket is missing or refused (ovs-vswitchd not running or no such bridge),
 // the bridge does not allow OpenFlow 1.3 (fix: ovs-vsctl set bridge BRIDGE
 // protocols=OpenFlow13), the switch answered with OFPT_ERROR, or the handshake timed out.
-func DialOpenFlow(ctx context.Context, socketPath string, opts OFOptions) (*OFSwitch, error) {
+func Dial(ctx context.Context, socketPath string, opts Options) (*Conn, error) {
 	opts = opts.withDefaults()
 	bridge := strings.TrimSuffix(filepath.Base(socketPath), ".mgmt")
 	var d net.Dialer
@@ -196,12 +204,12 @@ func DialOpenFlow(ctx context.Context, socketPath string, opts OFOptions) (*OFSw
 		return nil, fmt.Errorf("connect to OpenFlow management socket %s of bridge %s: %w (is ovs-vswitchd running with OVS_RUNDIR=%s, and does bridge %s exist?)",
 			socketPath, bridge, err, filepath.Dir(socketPath), bridge)
 	}
-	s := &OFSwitch{
+	s := &Conn{
 		path:   socketPath,
 		bridge: bridge,
 		conn:   conn,
 		opts:   opts,
-		calls:  map[uint32]*ofCall{},
+		calls:  map[uint32]*call{},
 		done:   make(chan struct{}),
 	}
 	s.log = opts.Logger.With("bridge", bridge, "socket", socketPath)
@@ -223,7 +231,7 @@ func DialOpenFlow(ctx context.Context, socketPath string, opts OFOptions) (*OFSw
 
 // handshake exchanges HELLO (§7.5.1) and FEATURES_REQUEST/REPLY (§7.3.1) synchronously,
 // before the read loop starts.
-func (s *OFSwitch) handshake(ctx context.Context, br *bufio.Reader) error {
+func (s *Conn) handshake(ctx context.Context, br *bufio.Reader) error {
 	stop := context.AfterFunc(ctx, func() { s.conn.SetDeadline(time.Now()) })
 	defer stop()
 	defer s.conn.SetDeadline(time.Time{})
@@ -333,18 +341,18 @@ func (s *OFSwitch) handshake(ctx context.Context, br *bufio.Reader) error {
 
 // DatapathID returns the bridge's 64-bit datapath id from the FEATURES_REPLY (OpenFlow
 // 1.3.5 §7.3.1); it equals `ovs-vsctl get bridge BRIDGE datapath_id` read as hex.
-func (s *OFSwitch) DatapathID() uint64 { return s.dpid }
+func (s *Conn) DatapathID() uint64 { return s.dpid }
 
 // NumTables returns the number of flow tables the switch reported (n_tables, §7.3.1).
-func (s *OFSwitch) NumTables() uint8 { return s.nTables }
+func (s *Conn) NumTables() uint8 { return s.nTables }
 
 // Done returns a channel closed when the connection is gone: a read or write error (e.g.
 // ovs-vswitchd exited), an unanswered echo request, or Close.
-func (s *OFSwitch) Done() <-chan struct{} { return s.done }
+func (s *Conn) Done() <-chan struct{} { return s.done }
 
 // Err returns why the connection ended, or nil while it is up. The error matches
 // ErrDisconnected.
-func (s *OFSwitch) Err() error {
+func (s *Conn) Err() error {
 	select {
 	case <-s.done:
 		return fmt.Errorf("%w: %w", ErrDisconnected, s.err)
@@ -355,14 +363,14 @@ func (s *OFSwitch) Err() error {
 
 // Close ends the connection, fails pending calls with an error matching ErrDisconnected and
 // waits for the connection's goroutines to exit. It returns nil, also when called again.
-func (s *OFSwitch) Close() error {
+func (s *Conn) Close() error {
 	s.shutdown(errClosedByUser)
 	s.wg.Wait()
 	return nil
 }
 
 // shutdown records cause, closes Done and the socket; the first cause wins.
-func (s *OFSwitch) shutdown(cause error) {
+func (s *Conn) shutdown(cause error) {
 	s.closeOnce.Do(func() {
 		s.err = cause
 		close(s.done)
@@ -376,12 +384,12 @@ func (s *OFSwitch) shutdown(cause error) {
 }
 
 // downErr is the error pending and new calls get once the connection is gone.
-func (s *OFSwitch) downErr() error {
+func (s *Conn) downErr() error {
 	return fmt.Errorf("bridge %s (%s): %w: %w", s.bridge, s.path, ErrDisconnected, s.err)
 }
 
 // nextXid returns a fresh transaction id, never 0.
-func (s *OFSwitch) nextXid() uint32 {
+func (s *Conn) nextXid() uint32 {
 	for {
 		if x := s.xid.Add(1); x != 0 {
 			return x
@@ -401,7 +409,7 @@ func (s *OFSwitch) nextXid() uint32 {
 // joined with errors.Join; an error matching ErrDisconnected if the connection is or goes
 // down; ctx.Err() (wrapped) if ctx ends first, in which case some mods may still be applied.
 // An empty ops returns nil without touching the switch.
-func (s *OFSwitch) Apply(ctx context.Context, ops []FlowModOp) error {
+func (s *Conn) Apply(ctx context.Context, ops []FlowModOp) error {
 	if len(ops) == 0 {
 		return nil
 	}
@@ -445,13 +453,13 @@ func (s *OFSwitch) Apply(ctx context.Context, ops []FlowModOp) error {
 // at commit, one for the commit request), joined. If ctx ends or the connection drops
 // before the commit is sent, the bundle is discarded (best effort); if it ends after, the
 // outcome is unknown, as with Apply. An empty ops returns nil.
-func (s *OFSwitch) ApplyBundle(ctx context.Context, ops []FlowModOp) error {
+func (s *Conn) ApplyBundle(ctx context.Context, ops []FlowModOp) error {
 	if len(ops) == 0 {
 		return nil
 	}
 	id := s.bundleID.Add(1)
 	flags := openflow13.OFPBCT_ATOMIC | openflow13.OFPBCT_ORDERED
-	ctrl := func(c *ofCall, typ uint16, label string) ([]byte, uint32, error) {
+	ctrl := func(c *call, typ uint16, label string) ([]byte, uint32, error) {
 		xid := s.nextXid()
 		b, err := encodeMsg(openflow13.NewBundleControl(&openflow13.BundleControl{BundleID: id, Type: typ, Flags: flags}), xid)
 		if err != nil {
@@ -537,7 +545,7 @@ func (s *OFSwitch) ApplyBundle(ctx context.Context, ops []FlowModOp) error {
 // Barrier sends an OFPT_BARRIER_REQUEST and waits for its reply (OpenFlow 1.3.5 §7.3.8):
 // when it returns nil, the switch has finished every message sent before it on this
 // connection. Errors: as Apply (ErrDisconnected, ctx).
-func (s *OFSwitch) Barrier(ctx context.Context) error {
+func (s *Conn) Barrier(ctx context.Context) error {
 	c := newCall()
 	c.final = s.nextXid()
 	c.labels[c.final] = "barrier request"
@@ -552,7 +560,7 @@ func (s *OFSwitch) Barrier(ctx context.Context) error {
 
 // Echo sends one OFPT_ECHO_REQUEST (OpenFlow 1.3.5 §7.5.2) and returns the round-trip
 // time. The keep-alive uses it; callers may use it as a liveness probe.
-func (s *OFSwitch) Echo(ctx context.Context) (time.Duration, error) {
+func (s *Conn) Echo(ctx context.Context) (time.Duration, error) {
 	c := newCall()
 	c.final = s.nextXid()
 	c.labels[c.final] = "echo request"
@@ -566,7 +574,7 @@ func (s *OFSwitch) Echo(ctx context.Context) (time.Duration, error) {
 	return time.Since(start), nil
 }
 
-// DumpFlows returns the flow entries of table tableID (openflow13.OFPTT_ALL, 255, for all
+// DumpFlows returns the flow entries of table tableID (TableAll, 255, for all
 // tables) whose cookie matches cookie under cookieMask (a zero mask matches every flow),
 // with an OFPMP_FLOW multipart request (OpenFlow 1.3.5 §7.3.5.2). Replies split over several
 // messages (OFPMPF_REPLY_MORE) are gathered. Each entry is an ofp_flow_stats decoded with
@@ -576,7 +584,7 @@ func (s *OFSwitch) Echo(ctx context.Context) (time.Duration, error) {
 //
 // Errors: OFPT_ERROR for the request (*RequestError, e.g. OFPBRC_BAD_TABLE_ID), a malformed
 // reply, ErrDisconnected, ctx.
-func (s *OFSwitch) DumpFlows(ctx context.Context, tableID uint8, cookie, cookieMask uint64) ([]*openflow13.FlowStats, error) {
+func (s *Conn) DumpFlows(ctx context.Context, tableID uint8, cookie, cookieMask uint64) ([]*openflow13.FlowStats, error) {
 	req := openflow13.NewFlowStatsRequest()
 	req.TableId = tableID
 	req.Cookie = cookie
@@ -608,12 +616,12 @@ func (s *OFSwitch) DumpFlows(ctx context.Context, tableID uint8, cookie, cookieM
 	return out, nil
 }
 
-func newCall() *ofCall {
-	return &ofCall{labels: map[uint32]string{}, names: map[uint32]string{}, done: make(chan struct{})}
+func newCall() *call {
+	return &call{labels: map[uint32]string{}, names: map[uint32]string{}, done: make(chan struct{})}
 }
 
 // joinedErrs returns the call's switch errors as one error (errors.Join of *RequestError).
-func (c *ofCall) joinedErrs() error {
+func (c *call) joinedErrs() error {
 	errs := make([]error, len(c.errs))
 	for i, e := range c.errs {
 		errs[i] = e
@@ -623,7 +631,7 @@ func (c *ofCall) joinedErrs() error {
 
 // roundTrip registers c under all its xids, writes bufs in one write and waits until the
 // reader finishes c, ctx ends or the connection goes down.
-func (s *OFSwitch) roundTrip(ctx context.Context, c *ofCall, bufs [][]byte) error {
+func (s *Conn) roundTrip(ctx context.Context, c *call, bufs [][]byte) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -661,7 +669,7 @@ func (s *OFSwitch) roundTrip(ctx context.Context, c *ofCall, bufs [][]byte) erro
 }
 
 // forget unregisters c; late replies for it are then logged and dropped.
-func (s *OFSwitch) forget(c *ofCall) {
+func (s *Conn) forget(c *call) {
 	s.mu.Lock()
 	for xid := range c.labels {
 		if s.calls[xid] == c {
@@ -673,7 +681,7 @@ func (s *OFSwitch) forget(c *ofCall) {
 
 // write sends bufs with one vectored write under the write lock. Any failure ends the
 // connection: after a partial write the peer can no longer find message boundaries.
-func (s *OFSwitch) write(bufs [][]byte) error {
+func (s *Conn) write(bufs [][]byte) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	select {
@@ -692,7 +700,7 @@ func (s *OFSwitch) write(bufs [][]byte) error {
 
 // keepAlive sends an echo request every EchoInterval and ends the connection when one is
 // not answered within EchoTimeout (OpenFlow 1.3.5 §6.3.2 connection interruption).
-func (s *OFSwitch) keepAlive() {
+func (s *Conn) keepAlive() {
 	defer s.wg.Done()
 	t := time.NewTicker(s.opts.EchoInterval)
 	defer t.Stop()
@@ -717,7 +725,7 @@ func (s *OFSwitch) keepAlive() {
 
 // readLoop reads messages in order and routes them; it ends the connection on a read
 // error or a framing error.
-func (s *OFSwitch) readLoop(br *bufio.Reader) {
+func (s *Conn) readLoop(br *bufio.Reader) {
 	defer s.wg.Done()
 	for {
 		msg, err := readMsg(br)
@@ -735,7 +743,7 @@ func (s *OFSwitch) readLoop(br *bufio.Reader) {
 }
 
 // dispatch handles one framed message from the switch.
-func (s *OFSwitch) dispatch(msg []byte) {
+func (s *Conn) dispatch(msg []byte) {
 	typ := msg[1]
 	xid := binary.BigEndian.Uint32(msg[4:8])
 	switch typ {
@@ -783,7 +791,7 @@ func (s *OFSwitch) dispatch(msg []byte) {
 }
 
 // finishLocked unregisters c and wakes its caller. s.mu must be held.
-func (s *OFSwitch) finishLocked(c *ofCall) {
+func (s *Conn) finishLocked(c *call) {
 	for x := range c.labels {
 		if s.calls[x] == c {
 			delete(s.calls, x)
@@ -954,7 +962,7 @@ func checkBundleReply(replies [][]byte, want uint16) error {
 // own length. Framed here rather than with MultipartReply.UnmarshalBinary, which steps by
 // the re-computed length of each decoded entry (so one mis-decoded field shifts every
 // following entry) and panics on entries it cannot decode.
-func (s *OFSwitch) decodeFlowStatsReply(msg []byte) ([]*openflow13.FlowStats, error) {
+func (s *Conn) decodeFlowStatsReply(msg []byte) ([]*openflow13.FlowStats, error) {
 	if len(msg) < 16 || msg[1] != openflow13.Type_MultiPartReply {
 		return nil, fmt.Errorf("malformed flow stats reply: message type %d, %d bytes", msg[1], len(msg))
 	}
@@ -980,7 +988,7 @@ func (s *OFSwitch) decodeFlowStatsReply(msg []byte) ([]*openflow13.FlowStats, er
 // returns the fixed fields and (if decodable) the match, without instructions. The MAC
 // match fields libOpenflow reads as zeros are then filled from the entry's bytes
 // (fillMACFields).
-func (s *OFSwitch) decodeFlowStats(e []byte) (fs *openflow13.FlowStats) {
+func (s *Conn) decodeFlowStats(e []byte) (fs *openflow13.FlowStats) {
 	defer func() {
 		if err := fillMACFields(&fs.Match, e[48:]); err != nil {
 			s.log.Warn("flow stats entry: MAC match fields not decoded", "table", fs.TableId,
@@ -1079,6 +1087,24 @@ func fillMACFields(m *openflow13.Match, raw []byte) error {
 		}
 	}
 	return nil
+}
+
+// MatchKey returns a match as a comparable string: its encoded OXM/NXM fields with their
+// values and masks, sorted, since a switch may return the fields of a dumped entry in
+// another order than they were sent (OpenFlow 1.3.5 §7.2.3.5 leaves the order open). MAC
+// fields of entries from DumpFlows carry their values (fillMACFields), so a dumped match
+// and the match that was sent give the same key.
+func MatchKey(m openflow13.Match) string {
+	fields := make([][]byte, 0, len(m.Fields))
+	for i := range m.Fields {
+		b, err := m.Fields[i].MarshalBinary()
+		if err != nil {
+			b = []byte(fmt.Sprintf("unencodable field class %d field %d", m.Fields[i].Class, m.Fields[i].Field))
+		}
+		fields = append(fields, b)
+	}
+	sort.Slice(fields, func(i, j int) bool { return bytes.Compare(fields[i], fields[j]) < 0 })
+	return fmt.Sprintf("%x", bytes.Join(fields, []byte{0xff}))
 }
 
 // opLabel names op i of a batch for errors.

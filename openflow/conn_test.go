@@ -1,4 +1,4 @@
-package controller
+package openflow
 
 // Tests of the OpenFlow connection against a real, private Open vSwitch (test/sandbox):
 // the handshake, batches confirmed by barrier, error attribution, bundles, flow stats
@@ -26,16 +26,16 @@ import (
 
 // ofTestBridge starts a sandbox with bridge br-int (userspace datapath, OpenFlow 1.3 only,
 // fail_mode=secure so it starts with no flows) and returns it with a connection to it.
-func ofTestBridge(t *testing.T, opts OFOptions) (*sandbox.OVS, *OFSwitch) {
+func ofTestBridge(t *testing.T, opts Options) (*sandbox.OVS, *Conn) {
 	t.Helper()
 	ovs := sandbox.Start(t)
 	ovs.Vsctl(t, "add-br", "br-int", "--", "set", "bridge", "br-int",
 		"datapath_type=netdev", "protocols=OpenFlow13", "fail_mode=secure")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	sw, err := DialOpenFlow(ctx, ovs.MgmtSocket("br-int"), opts)
+	sw, err := Dial(ctx, ovs.MgmtSocket("br-int"), opts)
 	if err != nil {
-		t.Fatalf("DialOpenFlow: %v", err)
+		t.Fatalf("Dial: %v", err)
 	}
 	t.Cleanup(func() { sw.Close() })
 	return ovs, sw
@@ -129,7 +129,7 @@ func ofVswitchdPid(t *testing.T, ovs *sandbox.OVS) int {
 	return pid
 }
 
-func ofWaitDone(t *testing.T, sw *OFSwitch, within time.Duration) {
+func ofWaitDone(t *testing.T, sw *Conn, within time.Duration) {
 	t.Helper()
 	select {
 	case <-sw.Done():
@@ -138,8 +138,8 @@ func ofWaitDone(t *testing.T, sw *OFSwitch, within time.Duration) {
 	}
 }
 
-func TestOFSwitchDialDatapathID(t *testing.T) {
-	ovs, sw := ofTestBridge(t, OFOptions{})
+func TestConnDialDatapathID(t *testing.T) {
+	ovs, sw := ofTestBridge(t, Options{})
 	want, err := strconv.ParseUint(strings.Trim(ovs.Vsctl(t, "get", "bridge", "br-int", "datapath_id"), `"`), 16, 64)
 	if err != nil {
 		t.Fatalf("datapath_id from ovs-vsctl: %v", err)
@@ -161,29 +161,29 @@ func TestOFSwitchDialDatapathID(t *testing.T) {
 	}
 }
 
-func TestOFSwitchDialRejectsBridgeWithoutOpenFlow13(t *testing.T) {
+func TestConnDialRejectsBridgeWithoutOpenFlow13(t *testing.T) {
 	ovs := sandbox.Start(t)
 	ovs.Vsctl(t, "add-br", "br-old", "--", "set", "bridge", "br-old", "datapath_type=netdev", "protocols=OpenFlow10")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	sw, err := DialOpenFlow(ctx, ovs.MgmtSocket("br-old"), OFOptions{})
+	sw, err := Dial(ctx, ovs.MgmtSocket("br-old"), Options{})
 	if err == nil {
 		sw.Close()
-		t.Fatal("DialOpenFlow to an OpenFlow 1.0-only bridge succeeded")
+		t.Fatal("Dial to an OpenFlow 1.0-only bridge succeeded")
 	}
 	if !strings.Contains(err.Error(), "protocols=OpenFlow13") || !strings.Contains(err.Error(), "br-old") {
 		t.Fatalf("error does not name the bridge and the fix: %v", err)
 	}
 	t.Logf("error: %v", err)
 
-	_, err = DialOpenFlow(ctx, ovs.MgmtSocket("br-missing"), OFOptions{})
+	_, err = Dial(ctx, ovs.MgmtSocket("br-missing"), Options{})
 	if err == nil || !strings.Contains(err.Error(), "br-missing") {
 		t.Fatalf("dial of a missing bridge: %v", err)
 	}
 }
 
-func TestOFSwitchApplyInstallsFlows(t *testing.T) {
-	ovs, sw := ofTestBridge(t, OFOptions{})
+func TestConnApplyInstallsFlows(t *testing.T) {
+	ovs, sw := ofTestBridge(t, Options{})
 	const n = 200
 	var ops []FlowModOp
 	for i := 0; i < n; i++ {
@@ -210,8 +210,8 @@ func TestOFSwitchApplyInstallsFlows(t *testing.T) {
 	}
 }
 
-func TestOFSwitchApplyNamesRejectedFlow(t *testing.T) {
-	ovs, sw := ofTestBridge(t, OFOptions{})
+func TestConnApplyNamesRejectedFlow(t *testing.T) {
+	ovs, sw := ofTestBridge(t, Options{})
 	// goto_table must go forward (OpenFlow 1.3.5 §5.1): table 5 → 2 is OFPBIC_BAD_TABLE_ID.
 	backwards := ofTestFlow(5, 100, 0x2, 7)
 	backwards.Instructions = nil
@@ -254,8 +254,8 @@ func TestOFSwitchApplyNamesRejectedFlow(t *testing.T) {
 	}
 }
 
-func TestOFSwitchApplyBundleAllOrNothing(t *testing.T) {
-	ovs, sw := ofTestBridge(t, OFOptions{})
+func TestConnApplyBundleAllOrNothing(t *testing.T) {
+	ovs, sw := ofTestBridge(t, Options{})
 	var ops []FlowModOp
 	for i := 0; i < 20; i++ {
 		ops = append(ops, FlowModOp{Mod: ofTestFlow(0, 100, 0x500, uint32(i+1)), Name: fmt.Sprintf("good %d", i)})
@@ -318,8 +318,8 @@ func TestOFSwitchApplyBundleAllOrNothing(t *testing.T) {
 	}
 }
 
-func TestOFSwitchDumpFlowsCookieMask(t *testing.T) {
-	ovs, sw := ofTestBridge(t, OFOptions{})
+func TestConnDumpFlowsCookieMask(t *testing.T) {
+	ovs, sw := ofTestBridge(t, Options{})
 	// 3000 flows: a flow stats reply holds < 64 KiB, so this needs OFPMPF_REPLY_MORE parts.
 	var ops []FlowModOp
 	want := map[uint64]bool{}
@@ -383,8 +383,8 @@ func TestOFSwitchDumpFlowsCookieMask(t *testing.T) {
 	}
 }
 
-func TestOFSwitchDeleteByCookie(t *testing.T) {
-	ovs, sw := ofTestBridge(t, OFOptions{})
+func TestConnDeleteByCookie(t *testing.T) {
+	ovs, sw := ofTestBridge(t, Options{})
 	var ops []FlowModOp
 	for i := 0; i < 30; i++ {
 		ops = append(ops, FlowModOp{Mod: ofTestFlow(uint8(i%3), 100, uint64(0xa0+i%2)<<16|uint64(i), uint32(i+1)), Name: fmt.Sprint(i)})
@@ -412,8 +412,8 @@ func TestOFSwitchDeleteByCookie(t *testing.T) {
 
 // libOpenflow's FlowMod encoder writes out_port into out_group too; encodeFlowMod fixes
 // that, which a delete filtered by out_port shows.
-func TestOFSwitchDeleteByOutPort(t *testing.T) {
-	ovs, sw := ofTestBridge(t, OFOptions{})
+func TestConnDeleteByOutPort(t *testing.T) {
+	ovs, sw := ofTestBridge(t, Options{})
 	ops := []FlowModOp{
 		{Mod: ofOutputFlow(0, 1, 1, 5), Name: "to 5"},
 		{Mod: ofOutputFlow(0, 2, 2, 6), Name: "to 6"},
@@ -437,9 +437,9 @@ func TestOFSwitchDeleteByOutPort(t *testing.T) {
 // A DELETE_STRICT built from the same flow value as its ADD still carries instructions;
 // libOpenflow's header length leaves them out, which encodeFlowMod corrects (otherwise the
 // switch would read the instructions as a bogus next message).
-func TestOFSwitchDeleteStrictWithInstructions(t *testing.T) {
+func TestConnDeleteStrictWithInstructions(t *testing.T) {
 	logs := &ofLogRecorder{}
-	ovs, sw := ofTestBridge(t, OFOptions{Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	ovs, sw := ofTestBridge(t, Options{Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	a, b := ofTestFlow(0, 100, 1, 1), ofTestFlow(0, 100, 2, 2)
 	if err := sw.Apply(context.Background(), []FlowModOp{{Mod: a, Name: "a"}, {Mod: b, Name: "b"}}); err != nil {
 		t.Fatalf("Apply: %v", err)
@@ -461,8 +461,8 @@ func TestOFSwitchDeleteStrictWithInstructions(t *testing.T) {
 	}
 }
 
-func TestOFSwitchConcurrentApply(t *testing.T) {
-	ovs, sw := ofTestBridge(t, OFOptions{})
+func TestConnConcurrentApply(t *testing.T) {
+	ovs, sw := ofTestBridge(t, Options{})
 	const goroutines, each = 50, 20
 	var wg sync.WaitGroup
 	errs := make(chan error, goroutines)
@@ -497,8 +497,8 @@ func TestOFSwitchConcurrentApply(t *testing.T) {
 	}
 }
 
-func TestOFSwitchVswitchdKilledFailsPendingAndNextCalls(t *testing.T) {
-	ovs, sw := ofTestBridge(t, OFOptions{})
+func TestConnVswitchdKilledFailsPendingAndNextCalls(t *testing.T) {
+	ovs, sw := ofTestBridge(t, Options{})
 	pid := ofVswitchdPid(t, ovs)
 	// Freeze vswitchd so the next Apply is pending (written, not answered), then kill it.
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
@@ -540,8 +540,8 @@ func TestOFSwitchVswitchdKilledFailsPendingAndNextCalls(t *testing.T) {
 	}
 }
 
-func TestOFSwitchEchoTimeoutDeclaresDead(t *testing.T) {
-	ovs, sw := ofTestBridge(t, OFOptions{EchoInterval: 200 * time.Millisecond, EchoTimeout: 500 * time.Millisecond})
+func TestConnEchoTimeoutDeclaresDead(t *testing.T) {
+	ovs, sw := ofTestBridge(t, Options{EchoInterval: 200 * time.Millisecond, EchoTimeout: 500 * time.Millisecond})
 	// Idle for a few echo intervals: the switch answers, the connection stays up.
 	time.Sleep(time.Second)
 	if err := sw.Err(); err != nil {
@@ -558,8 +558,8 @@ func TestOFSwitchEchoTimeoutDeclaresDead(t *testing.T) {
 	}
 }
 
-func TestOFSwitchContextCancelDoesNotHang(t *testing.T) {
-	ovs, sw := ofTestBridge(t, OFOptions{})
+func TestConnContextCancelDoesNotHang(t *testing.T) {
+	ovs, sw := ofTestBridge(t, Options{})
 	pid := ofVswitchdPid(t, ovs)
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -583,8 +583,8 @@ func TestOFSwitchContextCancelDoesNotHang(t *testing.T) {
 	}
 }
 
-func TestOFSwitchClose(t *testing.T) {
-	_, sw := ofTestBridge(t, OFOptions{EchoInterval: 50 * time.Millisecond})
+func TestConnClose(t *testing.T) {
+	_, sw := ofTestBridge(t, Options{EchoInterval: 50 * time.Millisecond})
 	if err := sw.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
@@ -600,12 +600,12 @@ func TestOFSwitchClose(t *testing.T) {
 	}
 }
 
-// TestOFSwitchDumpFlowsMACMatches: flows matching dl_src, a masked dl_dst, arp_sha and
+// TestConnDumpFlowsMACMatches: flows matching dl_src, a masked dl_dst, arp_sha and
 // arp_tha come back from DumpFlows with those addresses (the pinned libOpenflow alone
 // decodes them as zeros), and re-encode to the bytes that were sent, so the inspection
 // API pairs them with the desired flows by value.
-func TestOFSwitchDumpFlowsMACMatches(t *testing.T) {
-	ovs, sw := ofTestBridge(t, OFOptions{})
+func TestConnDumpFlowsMACMatches(t *testing.T) {
+	ovs, sw := ofTestBridge(t, Options{})
 	src := net.HardwareAddr{0x0a, 0x58, 0x0a, 0x8e, 0x00, 0x07}
 	dst := net.HardwareAddr{0x01, 0x00, 0x5e, 0x00, 0x00, 0x00}
 	dstMask := net.HardwareAddr{0xff, 0xff, 0xff, 0x80, 0x00, 0x00}
@@ -663,7 +663,7 @@ func TestOFSwitchDumpFlowsMACMatches(t *testing.T) {
 	// The dumped matches encode to the sent ones (fields in any order).
 	sent := map[uint64]openflow13.Match{0x1: eth.Match, 0x2: arp.Match}
 	for _, s := range stats {
-		if a, b := flowKey(0, 0, 0, s.Match), flowKey(0, 0, 0, sent[s.Cookie]); a != b {
+		if a, b := MatchKey(s.Match), MatchKey(sent[s.Cookie]); a != b {
 			t.Errorf("cookie %#x: dumped match %s, sent %s", s.Cookie, a, b)
 		}
 	}

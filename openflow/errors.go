@@ -1,4 +1,4 @@
-package controller
+package openflow
 
 // OFPT_ERROR decoding: type and code numbers into the names of the OpenFlow 1.3.5
 // specification (§7.4.4, enum ofp_error_type and the per-type code enums), plus the ONF
@@ -12,9 +12,9 @@ import (
 	"github.com/contiv/libOpenflow/openflow13"
 )
 
-// OFError is one OFPT_ERROR message from the switch (ofp_error_msg, OpenFlow 1.3.5 §7.4.4;
+// Error is one OFPT_ERROR message from the switch (ofp_error_msg, OpenFlow 1.3.5 §7.4.4;
 // ofp_error_experimenter_msg when Type is OFPET_EXPERIMENTER, 0xffff).
-type OFError struct {
+type Error struct {
 	// Xid is the transaction id of the request the error answers.
 	Xid uint32
 	// Type is the ofp_error_type (0..13, or 0xffff for experimenter errors).
@@ -29,7 +29,7 @@ type OFError struct {
 }
 
 // Error renders e as "OFPET_BAD_MATCH/OFPBMC_BAD_PREREQ (type 4, code 9)".
-func (e *OFError) Error() string {
+func (e *Error) Error() string {
 	if e.Type == openflow13.ET_EXPERIMENTER {
 		return fmt.Sprintf("%s (experimenter %#08x, exp_code %d)", ofErrorName(e.Type, e.Code, e.Experimenter), e.Experimenter, e.Code)
 	}
@@ -37,7 +37,7 @@ func (e *OFError) Error() string {
 }
 
 // Name returns the symbolic type/code, e.g. "OFPET_BAD_MATCH/OFPBMC_BAD_PREREQ".
-func (e *OFError) Name() string { return ofErrorName(e.Type, e.Code, e.Experimenter) }
+func (e *Error) Name() string { return ofErrorName(e.Type, e.Code, e.Experimenter) }
 
 // RequestError is an OFPT_ERROR matched to the request that caused it.
 type RequestError struct {
@@ -47,7 +47,7 @@ type RequestError struct {
 	// Name is the FlowModOp.Name of the failed flow mod, empty for other requests.
 	Name string
 	// Err is the switch's error.
-	Err *OFError
+	Err *Error
 }
 
 // Error renders e as `switch rejected flow mod "NAME": OFPET_.../OFP... (type T, code C)`.
@@ -55,13 +55,13 @@ func (e *RequestError) Error() string {
 	return fmt.Sprintf("switch rejected %s: %v", e.Request, e.Err)
 }
 
-// Unwrap returns the *OFError, so errors.As finds it.
+// Unwrap returns the *Error, so errors.As finds it.
 func (e *RequestError) Unwrap() error { return e.Err }
 
 // decodeError decodes an OFPT_ERROR with libOpenflow's ErrorMsg/VendorError decoders, or
 // by hand if they fail (they index without bounds checks).
-func (s *OFSwitch) decodeError(msg []byte) *OFError {
-	oe := &OFError{Xid: binary.BigEndian.Uint32(msg[4:8])}
+func (s *Conn) decodeError(msg []byte) *Error {
+	oe := &Error{Xid: binary.BigEndian.Uint32(msg[4:8])}
 	m, err := safeParse(msg)
 	switch v := m.(type) {
 	case *openflow13.ErrorMsg:

@@ -1,21 +1,21 @@
-package controller
+package openflow
 
-// The node's OpenFlow connection that survives ovs-vswitchd restarts.
+// The OpenFlow connection that survives ovs-vswitchd restarts.
 //
-// Design history. OFSwitch is one connection and never reconnects: when ovs-vswitchd dies
+// Design history. Conn is one connection and never reconnects: when ovs-vswitchd dies
 // every pending call fails at once with ErrDisconnected and the connection is finished.
 // Switch owns the re-dialling: it watches the current connection's Done channel, dials the
 // bridge's management socket again with exponential backoff (no upper bound on attempts,
 // pauses capped at SwitchOptions.MaxBackoff so that a returning ovs-vswitchd is found
 // within about a second), and hands each new connection to its OnConnect hook before
-// anyone else may use it. The node's hook replays the complete desired flow state as one
-// atomic bundle (FlowStore.Sync) and then clears other_config:flow-restore-wait, so no
+// anyone else may use it. The node's hook (package controller) replays the complete desired
+// flow state as one atomic bundle and then clears other_config:flow-restore-wait, so no
 // flow change is accepted on a connection whose tables are not yet whole (after Antrea's
 // pkg/agent/openflow client: ReplayFlows on reconnect, then flow-restore-wait removed).
 //
 // While there is no ready connection every call fails fast with an error matching
-// ErrDisconnected and ErrOVSUnavailable; nothing waits for the reconnect, so a CNI request
-// during the outage gets "try again later" (CNI error 11) at once instead of hanging.
+// ErrDisconnected; nothing waits for the reconnect, so a CNI request during the outage gets
+// "try again later" (CNI error 11) at once instead of hanging.
 
 import (
 	"context"
@@ -28,16 +28,7 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/contiv/libOpenflow/openflow13"
-
-	"github.com/ofsdn/ofsdn/ovsdb"
 )
-
-// ErrOVSUnavailable matches (errors.Is) every error the controller returns because Open
-// vSwitch cannot be reached right now: the OpenFlow connection is down or being
-// resynchronised after a reconnect (ErrDisconnected), or the OVSDB session is lost
-// (ovsdb.ErrUnavailable, the same value). The condition is transient; a CNI handler maps
-// it to CNI error 11 "try again later" (CNI spec 1.1, "Error" section: well-known codes).
-var ErrOVSUnavailable = ovsdb.ErrUnavailable
 
 // Defaults of SwitchOptions.
 const (
@@ -52,7 +43,7 @@ const (
 // SwitchOptions tunes a Switch. The zero value is usable.
 type SwitchOptions struct {
 	// OF tunes each OpenFlow connection (keep-alive, timeouts, logger).
-	OF OFOptions
+	OF Options
 	// MinBackoff is the first pause between dial attempts after a connection is lost or a
 	// dial fails; pauses grow by 1.5 (with ±50 % jitter) up to MaxBackoff and attempts
 	// never stop. Zero means DefaultMinBackoff (50 ms), DefaultMaxBackoff (1 s).
@@ -67,7 +58,7 @@ type SwitchOptions struct {
 // OnConnectFunc prepares a fresh connection before it is published: first is true for the
 // first connection of a Switch (daemon start), false after a reconnect. If it returns an
 // error the connection is closed and the Switch dials again after a backoff pause.
-type OnConnectFunc func(ctx context.Context, c *OFSwitch, first bool) error
+type OnConnectFunc func(ctx context.Context, c *Conn, first bool) error
 
 // Switch is the OpenFlow connection to one bridge that survives ovs-vswitchd restarts: it
 // reconnects by itself and runs an OnConnect hook (the flow replay) on every new connection
@@ -80,8 +71,8 @@ type Switch struct {
 	onConnect OnConnectFunc
 
 	mu      sync.Mutex
-	cur     *OFSwitch // the published (synced) connection; nil while down
-	lastErr error     // why there is no connection
+	cur     *Conn // the published (synced) connection; nil while down
+	lastErr error // why there is no connection
 	closed  bool
 
 	down       chan struct{} // always closed: Done's answer while there is no connection
@@ -143,7 +134,7 @@ func (s *Switch) Start(ctx context.Context) error {
 
 // connect dials and prepares one connection, retrying with backoff until ctx ends or the
 // Switch is closed, and publishes it.
-func (s *Switch) connect(ctx context.Context, first bool) (*OFSwitch, error) {
+func (s *Switch) connect(ctx context.Context, first bool) (*Conn, error) {
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval = s.opts.MinBackoff
 	b.MaxInterval = s.opts.MaxBackoff
@@ -191,8 +182,8 @@ func (s *Switch) connect(ctx context.Context, first bool) (*OFSwitch, error) {
 }
 
 // try makes one dial and runs the hook.
-func (s *Switch) try(ctx context.Context, first bool) (*OFSwitch, error) {
-	c, err := DialOpenFlow(ctx, s.path, s.opts.OF)
+func (s *Switch) try(ctx context.Context, first bool) (*Conn, error) {
+	c, err := Dial(ctx, s.path, s.opts.OF)
 	if err != nil {
 		return nil, err
 	}
@@ -212,7 +203,7 @@ func (s *Switch) try(ctx context.Context, first bool) (*OFSwitch, error) {
 }
 
 // supervise waits for c to end, then reconnects, forever until Close.
-func (s *Switch) supervise(c *OFSwitch) {
+func (s *Switch) supervise(c *Conn) {
 	defer s.wg.Done()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -256,9 +247,9 @@ func (s *Switch) Close() error {
 	return nil
 }
 
-// Conn returns the current ready connection, or an error matching ErrDisconnected and
-// ErrOVSUnavailable that says why there is none.
-func (s *Switch) Conn() (*OFSwitch, error) {
+// Conn returns the current ready connection, or an error matching ErrDisconnected that
+// says why there is none.
+func (s *Switch) Conn() (*Conn, error) {
 	s.mu.Lock()
 	c, why := s.cur, s.lastErr
 	s.mu.Unlock()
@@ -311,7 +302,7 @@ func (s *Switch) DatapathID() uint64 {
 	return c.DatapathID()
 }
 
-// DumpFlows is OFSwitch.DumpFlows on the current connection; it fails fast with an error
+// DumpFlows is Conn.DumpFlows on the current connection; it fails fast with an error
 // matching ErrDisconnected while there is none.
 func (s *Switch) DumpFlows(ctx context.Context, tableID uint8, cookie, cookieMask uint64) ([]*openflow13.FlowStats, error) {
 	c, err := s.Conn()
@@ -321,7 +312,7 @@ func (s *Switch) DumpFlows(ctx context.Context, tableID uint8, cookie, cookieMas
 	return c.DumpFlows(ctx, tableID, cookie, cookieMask)
 }
 
-// Barrier is OFSwitch.Barrier on the current connection; it fails fast with an error
+// Barrier is Conn.Barrier on the current connection; it fails fast with an error
 // matching ErrDisconnected while there is none.
 func (s *Switch) Barrier(ctx context.Context) error {
 	c, err := s.Conn()

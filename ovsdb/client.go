@@ -41,8 +41,9 @@ var ErrClosed = errors.New("ovsdb: client is closed")
 // reached right now: the session with ovsdb-server is lost and did not come back within
 // Options.ReconnectWait, or it was lost while a write or a wait was in progress. The
 // condition is transient (the client keeps reconnecting), so callers should fail the
-// request with "try again later" (CNI error 11) rather than as a permanent error.
-// controller.ErrOVSUnavailable is the same value.
+// request with "try again later" (CNI error 11) rather than as a permanent error. The
+// controller folds it, with OpenFlow's openflow.ErrDisconnected, into
+// controller.ErrOVSUnavailable.
 var ErrUnavailable = errors.New("Open vSwitch is unavailable (ovsdb-server or ovs-vswitchd is down or restarting); try again later")
 
 // Options tunes a Client. The zero value is valid: every zero field takes the default

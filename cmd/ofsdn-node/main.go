@@ -141,7 +141,7 @@ func run(args []string) error {
 	log.Info("serving CNI requests", "socket", cfg.Socket)
 
 	// A lost OpenFlow or OVSDB connection is not fatal: the node reconnects by itself
-	// (controller.Switch, ovsdb.Client), replays its flows and answers CNI requests with
+	// (openflow.Switch, ovsdb.Client), replays its flows and answers CNI requests with
 	// "try again later" meanwhile.
 	<-ctx.Done()
 	log.Info("shutting down; flows stay installed so pods keep forwarding")

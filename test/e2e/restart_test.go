@@ -24,8 +24,8 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
 
-	"github.com/ofsdn/ofsdn/podnet"
 	"github.com/ofsdn/ofsdn/flows"
+	"github.com/ofsdn/ofsdn/podnet"
 )
 
 // TestVswitchdRestartReplaysFlows: ovs-vswitchd is killed with SIGKILL and started again
