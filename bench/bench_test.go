@@ -131,7 +131,7 @@ func BenchmarkPodFlows(b *testing.B) {
 		if err := n.sw.Apply(ctx, addOps("pod", flows.PodFlows(n.cfg, pod))); err != nil {
 			b.Fatal(err)
 		}
-		cookie, mask := flows.PodCookie(n.cfg, pod)
+		cookie, mask := flows.PodCookie(pod)
 		if err := n.sw.Apply(ctx, []openflow.FlowModOp{{Mod: flows.DeleteByCookie(cookie, mask), Name: "delete"}}); err != nil {
 			b.Fatal(err)
 		}

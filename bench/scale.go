@@ -54,7 +54,7 @@ type ScaleStats struct {
 }
 
 type owned struct {
-	owner string
+	owner flows.Owner
 	fs    []flows.Flow
 }
 
@@ -107,15 +107,15 @@ func RunScale(ctx context.Context, script string, pods, peers int, logf func(str
 		}
 		fs := flows.PodFlows(cfg, p)
 		st.PodFlows += len(fs)
-		podOwners = append(podOwners, owned{fmt.Sprintf("pod/bench-%d/eth0", i), fs})
+		podOwners = append(podOwners, owned{flows.PodOwner(p), fs})
 	}
 	for i := 0; i < peers; i++ {
-		fs, err := peerFlows(cfg, i)
+		p, fs, err := peerFlows(cfg, i)
 		if err != nil {
 			return nil, err
 		}
 		st.PeerFlows += len(fs)
-		peerOwners = append(peerOwners, owned{fmt.Sprintf("peer/%d", i), fs})
+		peerOwners = append(peerOwners, owned{flows.PeerOwner(p), fs})
 	}
 
 	var m0, m1 runtime.MemStats
@@ -125,7 +125,7 @@ func RunScale(ctx context.Context, script string, pods, peers int, logf func(str
 	if err := store.Sync(ctx, sw, nil, nil); err != nil { // attach the store to sw
 		return nil, err
 	}
-	if err := store.SetOwner(ctx, "pipeline", flows.PipelineFlows(cfg)); err != nil {
+	if err := store.SetOwner(ctx, flows.PipelineOwner, flows.PipelineFlows(cfg)); err != nil {
 		return nil, err
 	}
 	// One owner at a time (how pod ADDs and peer updates arrive at run time).
@@ -244,7 +244,7 @@ func RunScale(ctx context.Context, script string, pods, peers int, logf func(str
 func timeApply(ctx context.Context, sw *openflow.Conn, os []owned) (float64, error) {
 	var ops []openflow.FlowModOp
 	for _, o := range os {
-		ops = append(ops, addOps(o.owner, o.fs)...)
+		ops = append(ops, addOps(o.owner.String(), o.fs)...)
 	}
 	t0 := time.Now()
 	err := sw.Apply(ctx, ops)
@@ -259,11 +259,11 @@ func timeApplyOK(ctx context.Context, sw *openflow.Conn, os []owned) error {
 // peerFlows returns the flows of peer node i (flows.PeerFlows): node IPs 192.168.x.y, pod
 // subnets 10.64.0.0/24 onwards, behind the tunnel port of cfg. No packet is ever sent: these
 // flows only load the switch.
-func peerFlows(cfg flows.NodeConfig, i int) ([]flows.Flow, error) {
+func peerFlows(cfg flows.NodeConfig, i int) (flows.Peer, []flows.Flow, error) {
 	p := flows.Peer{Name: fmt.Sprintf("peer-%d", i), NodeIP: net.IPv4(192, 168, byte(i/250), byte(i%250+1)).To4(),
 		PodSubnet: &net.IPNet{IP: net.IPv4(10, byte(64+i/256), byte(i%256), 0).To4(), Mask: net.CIDRMask(24, 32)}}
 	if err := p.Validate(cfg); err != nil {
-		return nil, err
+		return p, nil, err
 	}
-	return flows.PeerFlows(cfg, p), nil
+	return p, flows.PeerFlows(cfg, p), nil
 }

@@ -57,7 +57,7 @@ const (
 
 // ownedFlow is a desired flow with its owner.
 type ownedFlow struct {
-	owner string
+	owner flows.Owner
 	flow  flows.Flow
 }
 
@@ -74,7 +74,7 @@ type auditPlan struct {
 // planAudit compares desired (owner → MatchKey → flow) with stats, the switch's flows, by
 // table, priority, cookie and match. A flow is ours when cookie&prefixMask == prefix. It
 // is pure.
-func planAudit(desired map[string]map[string]flows.Flow, stats []*openflow13.FlowStats, prefix, prefixMask uint64) auditPlan {
+func planAudit(desired map[flows.Owner]map[string]flows.Flow, stats []*openflow13.FlowStats, prefix, prefixMask uint64) auditPlan {
 	type entry struct {
 		of   ownedFlow
 		used bool
@@ -113,7 +113,7 @@ func planAudit(desired map[string]map[string]flows.Flow, stats []*openflow13.Flo
 	sort.Slice(p.Missing, func(i, j int) bool {
 		a, b := p.Missing[i], p.Missing[j]
 		if a.owner != b.owner {
-			return a.owner < b.owner
+			return a.owner.Kind < b.owner.Kind || a.owner.Kind == b.owner.Kind && a.owner.ID < b.owner.ID
 		}
 		return a.flow.String() < b.flow.String()
 	})
@@ -125,7 +125,7 @@ func planAudit(desired map[string]map[string]flows.Flow, stats []*openflow13.Flo
 // is deleted by its exact cookie in its table; where a desired flow of that table shares
 // the cookie, by OFPFC_DELETE_STRICT with its priority and match as well (OpenFlow 1.3.5
 // §6.4), so no desired flow is touched.
-func repairOps(desired map[string]map[string]flows.Flow, p auditPlan) []openflow.FlowModOp {
+func repairOps(desired map[flows.Owner]map[string]flows.Flow, p auditPlan) []openflow.FlowModOp {
 	shared := map[[2]uint64]bool{} // table, cookie of desired flows
 	for _, m := range desired {
 		for _, f := range m {
@@ -148,7 +148,7 @@ func repairOps(desired map[string]map[string]flows.Flow, p auditPlan) []openflow
 		ops = append(ops, openflow.FlowModOp{Mod: fm, Name: "audit: delete " + describeStats(s)})
 	}
 	for _, m := range p.Missing {
-		ops = append(ops, openflow.FlowModOp{Mod: m.flow.FlowMod(openflow13.FC_ADD), Name: "audit: " + m.owner + ": " + m.flow.String()})
+		ops = append(ops, openflow.FlowModOp{Mod: m.flow.FlowMod(openflow13.FC_ADD), Name: "audit: " + m.owner.String() + ": " + m.flow.String()})
 	}
 	return ops
 }
@@ -194,7 +194,7 @@ func (s *FlowStore) Audit(ctx context.Context, prefix, prefixMask uint64) (Audit
 		return AuditResult{}, fmt.Errorf("flow audit: dump flows: %w", err)
 	}
 	s.mu.Lock()
-	desired := make(map[string]map[string]flows.Flow, len(s.owners))
+	desired := make(map[flows.Owner]map[string]flows.Flow, len(s.owners))
 	for o, m := range s.owners {
 		desired[o] = m // owners' maps are replaced, never changed in place
 	}
@@ -202,7 +202,7 @@ func (s *FlowStore) Audit(ctx context.Context, prefix, prefixMask uint64) (Audit
 	p := planAudit(desired, stats, prefix, prefixMask)
 	var res AuditResult
 	for _, m := range p.Missing {
-		res.Missing = append(res.Missing, m.owner+": "+m.flow.String())
+		res.Missing = append(res.Missing, m.owner.String()+": "+m.flow.String())
 	}
 	for _, f := range p.Unexpected {
 		res.Unexpected = append(res.Unexpected, describeStats(f))

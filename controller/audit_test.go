@@ -11,6 +11,7 @@ import (
 	"github.com/contiv/libOpenflow/openflow13"
 
 	"github.com/ofsdn/ofsdn/flows"
+	"github.com/ofsdn/ofsdn/openflow"
 )
 
 func auditTestConfig() flows.NodeConfig {
@@ -22,6 +23,16 @@ func auditTestConfig() flows.NodeConfig {
 func auditTestPod(i int) flows.Pod {
 	return flows.Pod{OFPort: uint32(10 + i), MAC: net.HardwareAddr{0x0a, 0x58, 0x0a, 0x98, 0, byte(i)},
 		IP: net.IPv4(10, 152, 0, byte(i)).To4()}
+}
+
+// stageTable returns the table id of the stage named name.
+func stageTable(t *testing.T, name string) flows.TableID {
+	t.Helper()
+	id, ok := flows.StageTable(name)
+	if !ok {
+		t.Fatalf("no stage %s", name)
+	}
+	return id
 }
 
 // auditPrefix is generation 7's cookie prefix (pipeline version and generation).
@@ -53,7 +64,7 @@ func TestPlanAudit(t *testing.T) {
 	cfg := auditTestConfig()
 	prefix, mask := auditPrefix()
 	pipeline, pod := flows.PipelineFlows(cfg), flows.PodFlows(cfg, auditTestPod(2))
-	desired := map[string]map[string]flows.Flow{ownerPipeline: keyed(pipeline), "pod/a": keyed(pod)}
+	desired := map[flows.Owner]map[string]flows.Flow{flows.PipelineOwner: keyed(pipeline), flows.PodOwner(auditTestPod(2)): keyed(pod)}
 
 	var stats []*openflow13.FlowStats
 	for _, f := range pipeline[1:] { // pipeline[0] is missing
@@ -74,8 +85,8 @@ func TestPlanAudit(t *testing.T) {
 	stats = append(stats, stale, gone, foreign, oldGen)
 
 	p := planAudit(desired, stats, prefix, mask)
-	if len(p.Missing) != 2 || p.Missing[0].owner != ownerPipeline || p.Missing[0].flow.String() != pipeline[0].String() ||
-		p.Missing[1].owner != "pod/a" || p.Missing[1].flow.String() != pod[len(pod)-1].String() {
+	if len(p.Missing) != 2 || p.Missing[0].owner != flows.PipelineOwner || p.Missing[0].flow.String() != pipeline[0].String() ||
+		p.Missing[1].owner != flows.PodOwner(auditTestPod(2)) || p.Missing[1].flow.String() != pod[len(pod)-1].String() {
 		t.Errorf("missing %+v, want the pipeline's first and the pod's last flow", p.Missing)
 	}
 	if len(p.Unexpected) != 2 || p.Unexpected[0] != stale || p.Unexpected[1] != gone {
@@ -114,9 +125,9 @@ func TestFlowStoreAuditRepairs(t *testing.T) {
 	cfg := auditTestConfig()
 	prefix, mask := auditPrefix()
 	store := NewFlowStore()
-	store.Load(ownerPipeline, flows.PipelineFlows(cfg))
-	store.Load("pod/a", flows.PodFlows(cfg, auditTestPod(2)))
-	store.Load("pod/b", flows.PodFlows(cfg, auditTestPod(3)))
+	store.Load(flows.PipelineOwner, flows.PipelineFlows(cfg))
+	store.Load(flows.PodOwner(auditTestPod(2)), flows.PodFlows(cfg, auditTestPod(2)))
+	store.Load(flows.PodOwner(auditTestPod(3)), flows.PodFlows(cfg, auditTestPod(3)))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if err := store.Sync(ctx, sw, nil, nil); err != nil {
@@ -128,9 +139,9 @@ func TestFlowStoreAuditRepairs(t *testing.T) {
 	}
 
 	br := ovs.MgmtSocket("br-int")
-	podA, podMask := flows.PodCookie(cfg, auditTestPod(2))
+	podA, podMask := flows.PodCookie(auditTestPod(2))
 	ovs.Ofctl(t, "del-flows", br, fmt.Sprintf("cookie=%#x/%#x", podA, podMask))
-	ovs.Ofctl(t, "del-flows", "--strict", br, fmt.Sprintf("table=%d,priority=1", flows.TableOutput))
+	ovs.Ofctl(t, "del-flows", "--strict", br, fmt.Sprintf("table=%d,priority=1", stageTable(t, "output")))
 	podB := uint64(flows.PodFlows(cfg, auditTestPod(3))[0].Cookie)
 	ovs.Ofctl(t, "add-flow", br, fmt.Sprintf("cookie=%#x,table=0,priority=42,in_port=13,actions=drop", podB)) // shares pod b's cookie
 	ghost := uint64(flows.PodFlows(cfg, auditTestPod(9))[0].Cookie)
@@ -178,14 +189,13 @@ func TestFlowStoreAuditRepairs(t *testing.T) {
 		}
 	}()
 	for i := 0; i < 20; i++ {
-		owner := fmt.Sprintf("pod/c%d", i)
 		pod := auditTestPod(20 + i)
+		owner := flows.PodOwner(pod)
 		if err := store.SetOwner(ctx, owner, flows.PodFlows(cfg, pod)); err != nil {
 			t.Fatal(err)
 		}
-		c, m := flows.PodCookie(cfg, pod)
 		if i%2 == 0 {
-			if err := store.DeleteOwner(ctx, owner, c, m); err != nil {
+			if err := store.DeleteOwner(ctx, owner); err != nil {
 				t.Fatal(err)
 			}
 		}

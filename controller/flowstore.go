@@ -2,9 +2,11 @@ package controller
 
 // The desired-state flow store.
 //
-// Every flow the daemon wants on the switch is held here, grouped by owner: the base
-// pipeline ("pipeline"), one owner per local pod ("pod/<containerID>/<ifName>"), later one
-// per peer node. All changes go through SetOwner and DeleteOwner, which compute the
+// Every flow the daemon wants on the switch is held here, grouped by owner (flows.Owner):
+// the base pipeline (flows.PipelineOwner), one owner per local pod (flows.PodOwner: its
+// IPv4 address) and one per peer node (flows.PeerOwner: its pod subnet). The owner is
+// both the key here and, through Owner.Cookie, the cookie and mask that delete its flows
+// on the switch. All changes go through SetOwner and DeleteOwner, which compute the
 // difference between what the owner had and what it wants now, send only that difference
 // as one batch of flow mods and wait for the barrier (or an atomic bundle where asked).
 // Because the store keeps the whole desired state, a reconnect can replay it (Sync), and
@@ -47,19 +49,32 @@ type FlowStore struct {
 	changes sync.RWMutex
 
 	mu     sync.Mutex
-	synced *openflow.Conn                   // connection made whole by the last Sync
-	owners map[string]map[string]flows.Flow // owner → MatchKey → flow
+	synced FlowConn                              // connection made whole by the last Sync
+	owners map[flows.Owner]map[string]flows.Flow // owner → MatchKey → flow
+}
+
+// FlowConn is the part of an OpenFlow connection (openflow.Conn) the flow store programs.
+type FlowConn interface {
+	// Apply sends flow mods confirmed by a barrier (openflow.Conn.Apply).
+	Apply(ctx context.Context, ops []openflow.FlowModOp) error
+	// ApplyBundle installs flow mods all or nothing (openflow.Conn.ApplyBundle).
+	ApplyBundle(ctx context.Context, ops []openflow.FlowModOp) error
+	// DumpFlows returns the switch's flow entries (openflow.Conn.DumpFlows; the audit).
+	DumpFlows(ctx context.Context, tableID uint8, cookie, cookieMask uint64) ([]*openflow13.FlowStats, error)
+	// Err is nil while the connection is up, else why it ended (matching
+	// openflow.ErrDisconnected).
+	Err() error
 }
 
 // NewFlowStore returns an empty store with no connection; Load fills it, Sync attaches it
 // to a connection.
 func NewFlowStore() *FlowStore {
-	return &FlowStore{owners: map[string]map[string]flows.Flow{}}
+	return &FlowStore{owners: map[flows.Owner]map[string]flows.Flow{}}
 }
 
 // Load records fs as owner's desired flows without touching the switch; the next Sync
 // installs them. The daemon uses it at start to gather the whole state before one bundle.
-func (s *FlowStore) Load(owner string, fs []flows.Flow) {
+func (s *FlowStore) Load(owner flows.Owner, fs []flows.Flow) {
 	want := make(map[string]flows.Flow, len(fs))
 	for _, f := range fs {
 		want[f.MatchKey()] = f
@@ -71,7 +86,7 @@ func (s *FlowStore) Load(owner string, fs []flows.Flow) {
 
 // conn returns the live synced connection, or an error matching openflow.ErrDisconnected and
 // ErrOVSUnavailable.
-func (s *FlowStore) conn() (*openflow.Conn, error) {
+func (s *FlowStore) conn() (FlowConn, error) {
 	s.mu.Lock()
 	c := s.synced
 	s.mu.Unlock()
@@ -86,7 +101,7 @@ func (s *FlowStore) conn() (*openflow.Conn, error) {
 
 // readLock takes the read side of the sync lock without waiting: while a Sync runs (or
 // waits to run) it fails with an error matching ErrOVSUnavailable.
-func (s *FlowStore) readLock(owner string) error {
+func (s *FlowStore) readLock(owner flows.Owner) error {
 	if !s.sync.TryRLock() {
 		return ovsUnavailable(fmt.Errorf("flows of %s: %w (the switch's flow tables are being resynchronised after a reconnect)", owner, openflow.ErrDisconnected))
 	}
@@ -105,22 +120,27 @@ func (s *FlowStore) readLock(owner string) error {
 // Sync waits for changes in flight to end (they are on the old, dead connection and fail
 // fast) and makes new ones fail fast until it returns. Errors: those of ApplyBundle; the
 // store is then still attached to its previous connection.
-func (s *FlowStore) Sync(ctx context.Context, c *openflow.Conn, pre, post []openflow.FlowModOp) error {
+func (s *FlowStore) Sync(ctx context.Context, c FlowConn, pre, post []openflow.FlowModOp) error {
 	s.sync.Lock()
 	defer s.sync.Unlock()
 	return ovsUnavailable(s.syncLocked(ctx, c, pre, post))
 }
 
 // syncLocked is Sync with the sync lock held.
-func (s *FlowStore) syncLocked(ctx context.Context, c *openflow.Conn, pre, post []openflow.FlowModOp) error {
+func (s *FlowStore) syncLocked(ctx context.Context, c FlowConn, pre, post []openflow.FlowModOp) error {
 	s.mu.Lock()
 	ops := make([]openflow.FlowModOp, 0, len(pre)+len(post)+64)
 	ops = append(ops, pre...)
-	owners := make([]string, 0, len(s.owners))
+	owners := make([]flows.Owner, 0, len(s.owners))
 	for o := range s.owners {
 		owners = append(owners, o)
 	}
-	sort.Strings(owners)
+	sort.Slice(owners, func(i, j int) bool {
+		if owners[i].Kind != owners[j].Kind {
+			return owners[i].Kind < owners[j].Kind
+		}
+		return owners[i].ID < owners[j].ID
+	})
 	n := 0
 	for _, o := range owners {
 		keys := make([]string, 0, len(s.owners[o]))
@@ -130,7 +150,7 @@ func (s *FlowStore) syncLocked(ctx context.Context, c *openflow.Conn, pre, post 
 		sort.Strings(keys)
 		for _, k := range keys {
 			f := s.owners[o][k]
-			ops = append(ops, openflow.FlowModOp{Mod: f.FlowMod(openflow13.FC_ADD), Name: o + ": " + f.String()})
+			ops = append(ops, openflow.FlowModOp{Mod: f.FlowMod(openflow13.FC_ADD), Name: o.String() + ": " + f.String()})
 			n++
 		}
 	}
@@ -160,7 +180,7 @@ func (s *FlowStore) syncLocked(ctx context.Context, c *openflow.Conn, pre, post 
 // connection's Sync installs them. Changes by SetOwner and DeleteOwner fail fast while it
 // runs (ErrOVSUnavailable). Errors: those of ApplyBundle; the new flows stay recorded, so
 // the next Sync (every reconnect) installs them.
-func (s *FlowStore) Rebuild(ctx context.Context, owners map[string][]flows.Flow) error {
+func (s *FlowStore) Rebuild(ctx context.Context, owners map[flows.Owner][]flows.Flow) error {
 	s.sync.Lock()
 	defer s.sync.Unlock()
 	s.mu.Lock()
@@ -189,7 +209,7 @@ func (s *FlowStore) Rebuild(ctx context.Context, owners map[string][]flows.Flow)
 // previous state, so a retry sends the difference again; the error names the failed flow.
 // While the switch is disconnected or being resynchronised it fails at once with an error
 // matching ErrOVSUnavailable (and openflow.ErrDisconnected).
-func (s *FlowStore) SetOwner(ctx context.Context, owner string, fs []flows.Flow) error {
+func (s *FlowStore) SetOwner(ctx context.Context, owner flows.Owner, fs []flows.Flow) error {
 	want := make(map[string]flows.Flow, len(fs))
 	for _, f := range fs {
 		want[f.MatchKey()] = f
@@ -213,11 +233,11 @@ func (s *FlowStore) SetOwner(ctx context.Context, owner string, fs []flows.Flow)
 		if old, ok := have[k]; ok && old.String() == f.String() {
 			continue
 		}
-		ops = append(ops, openflow.FlowModOp{Mod: f.FlowMod(openflow13.FC_ADD), Name: owner + ": " + f.String()})
+		ops = append(ops, openflow.FlowModOp{Mod: f.FlowMod(openflow13.FC_ADD), Name: owner.String() + ": " + f.String()})
 	}
 	for k, f := range have {
 		if _, ok := want[k]; !ok {
-			ops = append(ops, openflow.FlowModOp{Mod: f.FlowMod(openflow13.FC_DELETE_STRICT), Name: owner + ": delete " + f.String()})
+			ops = append(ops, openflow.FlowModOp{Mod: f.FlowMod(openflow13.FC_DELETE_STRICT), Name: owner.String() + ": delete " + f.String()})
 		}
 	}
 	if len(ops) > 0 {
@@ -232,13 +252,13 @@ func (s *FlowStore) SetOwner(ctx context.Context, owner string, fs []flows.Flow)
 }
 
 // DeleteOwner removes every flow of owner from the switch with one OFPFC_DELETE selected by
-// cookie and cookieMask (OpenFlow 1.3.5 §6.4: cookie mask in delete requests), which also
+// owner.Cookie() (OpenFlow 1.3.5 §6.4: cookie mask in delete requests), which also
 // removes flows of that owner the store no longer remembers (e.g. from before a restart),
 // then forgets the owner. Deleting an unknown owner is not an error. While the switch is
 // disconnected it only forgets the owner and returns nil: the Sync that starts every new
 // connection deletes all flows and re-adds only the desired ones. It fails (matching
 // ErrOVSUnavailable) only while a Sync is running, or on a rejected delete.
-func (s *FlowStore) DeleteOwner(ctx context.Context, owner string, cookie, cookieMask uint64) error {
+func (s *FlowStore) DeleteOwner(ctx context.Context, owner flows.Owner) error {
 	if err := s.readLock(owner); err != nil {
 		return err
 	}
@@ -255,6 +275,7 @@ func (s *FlowStore) DeleteOwner(ctx context.Context, owner string, cookie, cooki
 	}
 	s.changes.RLock()
 	defer s.changes.RUnlock()
+	cookie, cookieMask := owner.Cookie()
 	op := openflow.FlowModOp{Mod: flows.DeleteByCookie(cookie, cookieMask), Name: fmt.Sprintf("%s: delete cookie=%#x/%#x", owner, cookie, cookieMask)}
 	if err := s.apply(ctx, c, []openflow.FlowModOp{op}); err != nil {
 		if errors.Is(err, openflow.ErrDisconnected) {
@@ -268,7 +289,7 @@ func (s *FlowStore) DeleteOwner(ctx context.Context, owner string, cookie, cooki
 }
 
 // apply sends ops as one batch confirmed by a barrier, and reports it to the observer.
-func (s *FlowStore) apply(ctx context.Context, c *openflow.Conn, ops []openflow.FlowModOp) error {
+func (s *FlowStore) apply(ctx context.Context, c FlowConn, ops []openflow.FlowModOp) error {
 	start := time.Now()
 	err := c.Apply(ctx, ops)
 	if s.observe != nil {
@@ -278,7 +299,7 @@ func (s *FlowStore) apply(ctx context.Context, c *openflow.Conn, ops []openflow.
 }
 
 // Owner returns the desired flows of owner, sorted by their text, and whether it is known.
-func (s *FlowStore) Owner(owner string) ([]flows.Flow, bool) {
+func (s *FlowStore) Owner(owner flows.Owner) ([]flows.Flow, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m, ok := s.owners[owner]

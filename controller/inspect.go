@@ -32,7 +32,7 @@ func (n *Node) PipelineInstalled() bool {
 	if n.Store() == nil {
 		return false
 	}
-	_, ok := n.Store().Owner(ownerPipeline)
+	_, ok := n.Store().Owner(flows.PipelineOwner)
 	return ok
 }
 

@@ -243,7 +243,7 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 		n.log.Info("reconciliation at start removed broken attachments", "removed", removed)
 	}
 
-	n.store.Load(ownerPipeline, flows.PipelineFlows(n.cfg))
+	n.store.Load(flows.PipelineOwner, flows.PipelineFlows(n.cfg))
 	n.restorePods(ctx)
 	if ov := opts.Overlay; ov != nil {
 		n.overlay = newOverlay(n, *ov)
@@ -476,10 +476,10 @@ func (n *Node) rebuild(ctx context.Context, ports switchPorts, gwMAC net.Hardwar
 	n.cfgVer++
 	n.cfgMu.Unlock()
 
-	owners := map[string][]flows.Flow{ownerPipeline: flows.PipelineFlows(cfg)}
+	owners := map[flows.Owner][]flows.Flow{flows.PipelineOwner: flows.PipelineFlows(cfg)}
 	if n.overlay != nil {
 		for _, p := range n.overlay.Peers() {
-			owners[peerOwner(p)] = flows.PeerFlows(cfg, p)
+			owners[flows.PeerOwner(p)] = flows.PeerFlows(cfg, p)
 		}
 	}
 	if err := n.store.Rebuild(ctx, owners); err != nil {

@@ -15,9 +15,9 @@ package controller
 // the start, and the peers the topology lists at start are loaded into the flow store
 // before the first sync, so that one bundle replaces every flow of the earlier run.
 // The host's route for the cluster CIDR is kept on the gateway port until the node
-// closes. Each peer is its own flow-store owner ("peer/<subnet>") whose flows carry
-// flows.PeerCookie, so removing a peer deletes exactly its flows by cookie mask, and a
-// peer's new node IP (same subnet) is a diff of that owner only. After start, topology
+// closes. Each peer is its own flow-store owner (flows.PeerOwner: its pod subnet) whose
+// cookie selects its flows, so removing a peer deletes exactly its flows by cookie mask,
+// and a peer's new node IP (same subnet) is a diff of that owner only. After start, topology
 // events arrive one peer at a time (topology.Source, Follow); nothing is resynced in full.
 
 import (
@@ -62,12 +62,12 @@ type Overlay struct {
 	opts OverlayOptions
 
 	mu    sync.Mutex
-	peers map[string]flows.Peer // owner → peer
+	peers map[flows.Owner]flows.Peer // flows.PeerOwner → peer
 }
 
 func newOverlay(n *Node, opts OverlayOptions) *Overlay {
 	opts.Peers = nil
-	return &Overlay{n: n, log: n.log, opts: opts, peers: map[string]flows.Peer{}}
+	return &Overlay{n: n, log: n.log, opts: opts, peers: map[flows.Owner]flows.Peer{}}
 }
 
 // load records the initial peers and loads their flows into the store without touching
@@ -80,7 +80,7 @@ func (o *Overlay) load(peers []flows.Peer) {
 			o.log.Error("topology peer left out", "peer", p.Name, "err", err)
 			continue
 		}
-		owner := peerOwner(p)
+		owner := flows.PeerOwner(p)
 		if cur, ok := o.peers[owner]; ok {
 			o.log.Error("topology peer left out", "peer", p.Name,
 				"err", fmt.Sprintf("pod subnet %v is already peer %s's: fix the node's podCIDR", p.PodSubnet, cur.Name))
@@ -94,16 +94,13 @@ func (o *Overlay) load(peers []flows.Peer) {
 // TunnelOFPort returns the tunnel port's current ofport (1..65279).
 func (o *Overlay) TunnelOFPort() uint32 { return o.n.config().TunnelOFPort }
 
-// peerOwner is the flow-store owner of a peer: its pod subnet, which is unique.
-func peerOwner(p flows.Peer) string { return "peer/" + p.PodSubnet.String() }
-
 // AddPeer installs the flows that reach peer p (tunnel ingress, ARP responder, remote
 // route) as one batch. Adding a peer that is already known with the same subnet rewrites
 // its flows (an IP change). Errors: an invalid peer (flows.Peer.Validate), a subnet
 // another peer already holds, or the flow store's error (matching ErrOVSUnavailable while
 // the switch is unreachable).
 func (o *Overlay) AddPeer(ctx context.Context, p flows.Peer) error {
-	owner := peerOwner(p)
+	owner := flows.PeerOwner(p)
 	for {
 		cfg, ver := o.n.configVersion()
 		if err := p.Validate(cfg); err != nil {
@@ -148,12 +145,11 @@ func (o *Overlay) DeletePeer(ctx context.Context, p flows.Peer) error {
 	if p.PodSubnet == nil {
 		return nil
 	}
-	cookie, mask := flows.PeerCookie(p)
-	if err := o.n.store.DeleteOwner(ctx, peerOwner(p), cookie, mask); err != nil {
+	if err := o.n.store.DeleteOwner(ctx, flows.PeerOwner(p)); err != nil {
 		return fmt.Errorf("peer %s: %w", p.Name, err)
 	}
 	o.mu.Lock()
-	delete(o.peers, peerOwner(p))
+	delete(o.peers, flows.PeerOwner(p))
 	o.mu.Unlock()
 	return nil
 }

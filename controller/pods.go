@@ -52,8 +52,6 @@ const (
 	ExtIDNetwork = "ofsdn-network"
 )
 
-const ownerPipeline = "pipeline"
-
 // PodRequest is what the pod manager needs from a CNI request, in the CNI wire format's
 // terms but without its types (the cni package converts).
 type PodRequest struct {
@@ -105,8 +103,10 @@ type Attachment struct {
 	MTU int
 }
 
-func (a *Attachment) key() string   { return attachmentKey(a.ContainerID, a.IfName) }
-func (a *Attachment) owner() string { return "pod/" + a.key() }
+func (a *Attachment) key() string { return attachmentKey(a.ContainerID, a.IfName) }
+
+// owner is the attachment's flow owner: its flows' store key and cookie (flows.PodOwner).
+func (a *Attachment) owner() flows.Owner { return flows.PodOwner(a.flowPod()) }
 func (a *Attachment) flowPod() flows.Pod {
 	return flows.Pod{OFPort: a.OFPort, MAC: a.MAC, IP: a.IP.IP.To4()}
 }
@@ -382,9 +382,9 @@ func attachmentNetwork(a *Attachment) string {
 	return a.Network
 }
 
+// deletePodFlows removes the attachment's flows, by its owner's cookie.
 func (n *Node) deletePodFlows(ctx context.Context, a *Attachment) error {
-	cookie, mask := flows.PodCookie(n.config(), a.flowPod())
-	return n.store.DeleteOwner(ctx, a.owner(), cookie, mask)
+	return n.store.DeleteOwner(ctx, a.owner())
 }
 
 // CheckPod verifies an attachment (CNI CHECK): the interface, address and default route
@@ -414,7 +414,7 @@ func (n *Node) CheckPod(ctx context.Context, req PodRequest, wantIP *net.IPNet) 
 		return stepErr("check", fmt.Errorf("%s: OVS port %s has ofport %d, flows use %d", req, a.HostVeth, p.OFPort, a.OFPort))
 	}
 	want, _ := n.store.Owner(a.owner())
-	cookie, mask := flows.PodCookie(n.config(), a.flowPod())
+	cookie, mask := a.owner().Cookie()
 	got, err := n.sw.DumpFlows(ctx, openflow.TableAll, cookie, mask)
 	if err != nil {
 		return stepErr("check", fmt.Errorf("%s: dump flows: %w", req, err))

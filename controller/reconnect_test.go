@@ -123,9 +123,9 @@ func TestSwitchReconnectReplaysExactDesiredState(t *testing.T) {
 			IP: net.IPv4(10, 150, 0, byte(i)).To4()}
 	}
 	store := NewFlowStore()
-	store.Load(ownerPipeline, flows.PipelineFlows(cfg))
-	store.Load("pod/a", flows.PodFlows(cfg, pod(2)))
-	store.Load("pod/b", flows.PodFlows(cfg, pod(3)))
+	store.Load(flows.PipelineOwner, flows.PipelineFlows(cfg))
+	store.Load(flows.PodOwner(pod(2)), flows.PodFlows(cfg, pod(2)))
+	store.Load(flows.PodOwner(pod(3)), flows.PodFlows(cfg, pod(3)))
 
 	var firsts, reconnects int
 	sw := openflow.NewSwitch(ovs.MgmtSocket("br-int"), openflow.SwitchOptions{
@@ -156,11 +156,11 @@ func TestSwitchReconnectReplaysExactDesiredState(t *testing.T) {
 	ovs.Ofctl(t, "add-flow", ovs.MgmtSocket("br-int"), "cookie=0xdead,table=3,priority=5,actions=drop")
 	ovs.StopVswitchd(t)
 	waitUntil(t, 20*time.Second, "the connection to be declared dead", func() bool { return !sw.Connected() })
-	err := store.SetOwner(context.Background(), "pod/c", flows.PodFlows(cfg, pod(4)))
+	err := store.SetOwner(context.Background(), flows.PodOwner(pod(4)), flows.PodFlows(cfg, pod(4)))
 	if !errors.Is(err, ErrOVSUnavailable) || !errors.Is(err, openflow.ErrDisconnected) {
 		t.Errorf("SetOwner while disconnected: want ErrOVSUnavailable and openflow.ErrDisconnected, got %v", err)
 	}
-	if _, ok := store.Owner("pod/c"); ok {
+	if _, ok := store.Owner(flows.PodOwner(pod(4))); ok {
 		t.Error("SetOwner that failed while disconnected changed the desired state")
 	}
 	if _, err := sw.DumpFlows(context.Background(), openflow.TableAll, 0, 0); !errors.Is(err, openflow.ErrDisconnected) || !errors.Is(ovsUnavailable(err), ErrOVSUnavailable) {
@@ -176,7 +176,7 @@ func TestSwitchReconnectReplaysExactDesiredState(t *testing.T) {
 	// it is down succeeds (forgets the owner) and the pod's flows do not come back.
 	ovs.KillVswitchd(t)
 	waitUntil(t, 10*time.Second, "the connection loss", func() bool { return !sw.Connected() })
-	if err := store.DeleteOwner(context.Background(), "pod/b", 0, 0); err != nil {
+	if err := store.DeleteOwner(context.Background(), flows.PodOwner(pod(3))); err != nil {
 		t.Errorf("DeleteOwner while disconnected: %v", err)
 	}
 	ovs.StartVswitchd(t, false)
@@ -184,7 +184,7 @@ func TestSwitchReconnectReplaysExactDesiredState(t *testing.T) {
 	if got, want := switchCookieCounts(t, ovs), cookieCounts(store.All()); !sameCounts(got, want) {
 		t.Fatalf("after ovs-vswitchd restarted: switch has\n%swant\n%s", fmtCounts(got), fmtCounts(want))
 	}
-	if err := store.SetOwner(context.Background(), "pod/c", flows.PodFlows(cfg, pod(4))); err != nil {
+	if err := store.SetOwner(context.Background(), flows.PodOwner(pod(4)), flows.PodFlows(cfg, pod(4))); err != nil {
 		t.Fatalf("SetOwner after the reconnect: %v", err)
 	}
 	if got, want := switchCookieCounts(t, ovs), cookieCounts(store.All()); !sameCounts(got, want) {

@@ -161,7 +161,7 @@ var (
 //	bits 55..40  generation        (16 bits) NodeConfig.Generation: bumped at each daemon
 //	                                          start so a restart can delete old flows
 //	bits 39..36  owner kind        (4 bits)  OwnerPipeline (1), OwnerPod (2), OwnerPeer (3)
-//	bits 35..32  stage             (4 bits)  index of the flow's table in Tables() (0..9)
+//	bits 35..32  stage             (4 bits)  index of the flow's table in Tables() (0..15)
 //	bits 31..0   owner id          (32 bits) pod: its IPv4 address as a big-endian
 //	                                          uint32 (unique among live pods of a node);
 //	                                          peer: the network address of its pod subnet
@@ -169,7 +169,7 @@ var (
 //	                                          node IP changes); pipeline: 0
 //
 // Match cookies with a mask (OpenFlow 1.3.5 §7.3.4.1 cookie_mask; §7.3.5.2 flow stats):
-// PodCookie, PeerCookie, GenerationCookie.
+// Owner.Cookie (PodCookie, PeerCookie), GenerationCookie.
 type Cookie uint64
 
 // OwnerKind says what a flow belongs to (cookie bits 39..36).
@@ -233,16 +233,60 @@ func (c Cookie) OwnerID() uint32 { return uint32(c) }
 // String returns the cookie in hex as ovs-ofctl prints it (cookie=0x...).
 func (c Cookie) String() string { return fmt.Sprintf("%#x", uint64(c)) }
 
-// PodCookie returns the cookie and mask that select exactly pod's flows: owner kind pod
-// and owner id = the pod's IPv4 address, whatever their stage, pipeline version and
-// generation. Use them in an OFPFC_DELETE flow mod (DeleteByCookie) or a flow stats
-// request (OpenFlow 1.3.5 §7.3.4.1, §7.3.5.2). cfg is not consulted today; it is in the
-// signature so that the owner id may later depend on node state.
-func PodCookie(cfg NodeConfig, pod Pod) (cookie, mask uint64) {
-	_ = cfg
-	return uint64(OwnerPod)<<cookieOwnerShift | uint64(ipv4ToUint32(pod.IP)),
-		CookieOwnerKindMask | CookieOwnerIDMask
+// Owner identifies what a flow belongs to: the cookie's owner kind and owner id. One
+// Owner value is both the key under which the controller keeps the owner's desired flows
+// and, through Cookie, the cookie and mask that select exactly those flows on the switch,
+// so the two cannot disagree. Owner is comparable (a map key).
+type Owner struct {
+	// Kind is the owner kind (cookie bits 39..36).
+	Kind OwnerKind
+	// ID is the owner id (cookie bits 31..0): see Cookie.
+	ID uint32
 }
+
+// PipelineOwner owns the node's own flows (PipelineFlows).
+var PipelineOwner = Owner{Kind: OwnerPipeline}
+
+// PodOwner returns the owner of a local pod's flows (PodFlows): kind OwnerPod, id = the
+// pod's IPv4 address, unique among the node's live pods.
+func PodOwner(p Pod) Owner { return Owner{Kind: OwnerPod, ID: ipv4ToUint32(p.IP)} }
+
+// PeerOwner returns the owner of a peer's flows (PeerFlows): kind OwnerPeer, id =
+// PeerID(p), the network address of its pod subnet, unique among peers.
+func PeerOwner(p Peer) Owner { return Owner{Kind: OwnerPeer, ID: PeerID(p)} }
+
+// Cookie returns the cookie and mask that select exactly o's flows: owner kind and owner
+// id, whatever their stage, pipeline version and generation. Use them in an OFPFC_DELETE
+// flow mod (DeleteByCookie) or a flow stats request (OpenFlow 1.3.5 §7.3.4.1, §7.3.5.2).
+func (o Owner) Cookie() (cookie, mask uint64) {
+	return uint64(o.Kind&0xf)<<cookieOwnerShift | uint64(o.ID), CookieOwnerKindMask | CookieOwnerIDMask
+}
+
+// String names the owner for logs and errors: "pipeline", "pod 10.244.1.5",
+// "peer 10.244.2.0".
+func (o Owner) String() string {
+	id := fmt.Sprintf("%d.%d.%d.%d", byte(o.ID>>24), byte(o.ID>>16), byte(o.ID>>8), byte(o.ID))
+	switch o.Kind {
+	case OwnerPipeline:
+		if o.ID == 0 {
+			return "pipeline"
+		}
+		return fmt.Sprintf("pipeline %#x", o.ID)
+	case OwnerPod:
+		return "pod " + id
+	case OwnerPeer:
+		return "peer " + id
+	}
+	return fmt.Sprintf("owner kind %d id %#x", o.Kind, o.ID)
+}
+
+// PodCookie returns the cookie and mask that select exactly pod's flows:
+// PodOwner(pod).Cookie().
+func PodCookie(pod Pod) (cookie, mask uint64) { return PodOwner(pod).Cookie() }
+
+// PeerCookie returns the cookie and mask that select exactly peer p's flows:
+// PeerOwner(p).Cookie(). They do not depend on the peer's node IP.
+func PeerCookie(p Peer) (cookie, mask uint64) { return PeerOwner(p).Cookie() }
 
 // GenerationCookie returns the cookie and mask that select every flow of one daemon
 // generation, whatever its owner, stage or pipeline version. After a restart with

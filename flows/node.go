@@ -1,8 +1,9 @@
 package flows
 
-// The node's own flows: every table's default, the reserved stages' pass-through, the
-// gateway port's flows and off-subnet egress. One small function per flow; PipelineFlows
-// lists them in pipeline order.
+// The node's own flows (owner PipelineOwner): the gateway port's and the tunnel port's
+// flows, service traffic, the subnet and cluster misses and off-subnet egress. One small
+// function per flow; each stage's entry in the stage list (pipeline.go) names the function
+// that lists its flows, and the stage's miss flows are generated from the entry.
 
 import (
 	"fmt"
@@ -88,109 +89,79 @@ func containsNet(outer, inner *net.IPNet) bool {
 // overlaps reports whether two prefixes share an address.
 func overlaps(a, b *net.IPNet) bool { return a.Contains(b.IP) || b.Contains(a.IP) }
 
-// PipelineFlows returns the node's own flows (owner OwnerPipeline), in pipeline order:
-// each table's priority-0 drop, the reserved stages' pass-through, the gateway's flows,
-// the tunnel port's classifier flow (with TunnelOFPort), service traffic to the gateway
-// (with ServiceCIDR), the cluster-CIDR miss (with ClusterCIDR) and egress. cfg must be
-// valid (NodeConfig.Validate).
+// PipelineFlows returns the node's own flows (owner PipelineOwner), in pipeline order: per
+// stage, its own flows (the gateway's, the tunnel port's classifier flow with
+// TunnelOFPort, service traffic to the gateway with ServiceCIDR, the cluster-CIDR miss
+// with ClusterCIDR, egress), then its miss flows (MissNext's pass to the next stage, the
+// priority-0 drop). cfg must be valid (NodeConfig.Validate).
 func PipelineFlows(cfg NodeConfig) []Flow {
-	var opt []Flow
-	if cfg.TunnelOFPort != 0 {
-		opt = append(opt, classifierTunnel(cfg))
-	}
-	return append(append(opt,
-		classifierGateway(cfg),
-		tableDrop(cfg, TableClassifier),
-
-		tableDrop(cfg, TableTunnelIngress),
-
-		spoofGuardGatewayIP(cfg),
-		spoofGuardGatewayARP(cfg),
-		tableDrop(cfg, TableSpoofGuard),
-
-		arpToGateway(cfg),
-		tableDrop(cfg, TableARP),
-	), pipelineRest(cfg)...)
+	return builder{p: std, cfg: cfg}.pipelineFlows()
 }
 
-// pipelineRest is PipelineFlows from the service stage on.
-func pipelineRest(cfg NodeConfig) []Flow {
+// classifierNode: the tunnel port (with TunnelOFPort) and the gateway port.
+func classifierNode(b builder) []Flow {
 	var fs []Flow
-	if cfg.ServiceCIDR != nil {
-		fs = append(fs, serviceToGateway(cfg))
+	if b.cfg.TunnelOFPort != 0 {
+		fs = append(fs, classifierTunnel(b))
 	}
-	fs = append(fs,
-		passThrough(cfg, TableService),
-		tableDrop(cfg, TableService),
+	return append(fs, classifierGateway(b))
+}
 
-		l3ToGateway(cfg),
-		l3PodSubnetMiss(cfg),
-		l3OffSubnet(cfg),
-		tableDrop(cfg, TableL3Forwarding),
+// spoofGuardNode: the host's IP and ARP are trusted.
+func spoofGuardNode(b builder) []Flow {
+	return []Flow{spoofGuardGatewayIP(b), spoofGuardGatewayARP(b)}
+}
 
-		passThrough(cfg, TableNetworkPolicy),
-		tableDrop(cfg, TableNetworkPolicy),
-	)
-	if cfg.ClusterCIDR != nil {
-		fs = append(fs, remoteClusterMiss(cfg))
+// arpNode: ARP for the gateway IP.
+func arpNode(b builder) []Flow { return []Flow{arpToGateway(b)} }
+
+// serviceNode: pod traffic to the service CIDR (with ServiceCIDR).
+func serviceNode(b builder) []Flow {
+	if b.cfg.ServiceCIDR == nil {
+		return nil
 	}
-	return append(fs,
-		passThrough(cfg, TableRemote),
-		tableDrop(cfg, TableRemote),
-
-		egressToGateway(cfg),
-		egressUndecidedDrop(cfg),
-		egressDecided(cfg),
-		tableDrop(cfg, TableEgress),
-
-		outputToReg(cfg),
-		tableDrop(cfg, TableOutput),
-	)
+	return []Flow{serviceToGateway(b)}
 }
 
-// nodeFlow returns a flow of the node's own in table t, with its cookie.
-func nodeFlow(cfg NodeConfig, t TableID, priority uint16, m Match, actions ...Action) Flow {
-	stage, _ := t.Stage()
-	return Flow{
-		Table:    t,
-		Priority: priority,
-		Cookie:   NewCookie(cfg.Generation, OwnerPipeline, stage, 0),
-		Match:    m,
-		Actions:  actions,
+// l3ForwardingNode: the gateway IP, the pod subnet's miss, off-subnet IP.
+func l3ForwardingNode(b builder) []Flow {
+	return []Flow{l3ToGateway(b), l3PodSubnetMiss(b), l3OffSubnet(b)}
+}
+
+// remoteNode: the cluster CIDR's miss (with ClusterCIDR).
+func remoteNode(b builder) []Flow {
+	if b.cfg.ClusterCIDR == nil {
+		return nil
 	}
+	return []Flow{remoteClusterMiss(b)}
 }
 
-// tableDrop is table t's default: drop what no other flow takes, counted.
-//
-//	table=T, priority=0 actions=drop
-func tableDrop(cfg NodeConfig, t TableID) Flow {
-	return nodeFlow(cfg, t, PriorityDrop, Match{}, Drop{})
+// egressNode: undecided pod traffic to the gateway, other undecided traffic dropped;
+// decided traffic is the stage's miss and goes on to output.
+func egressNode(b builder) []Flow {
+	return []Flow{egressToGateway(b), egressUndecidedDrop(b)}
 }
 
-// passThrough is a reserved stage's only rule: everything goes to the next stage.
-//
-//	table=service, priority=1 actions=goto_table:l3_forwarding
-func passThrough(cfg NodeConfig, t TableID) Flow {
-	return nodeFlow(cfg, t, PriorityPass, Match{}, GotoTable{t.next()})
-}
+// outputNode: output to reg1.
+func outputNode(b builder) []Flow { return []Flow{outputToReg(b)} }
 
 // classifierGateway marks packets from the gateway port (the host) as SourceGateway.
 //
 //	table=classifier, priority=100,in_port=GW actions=load:0x1->NXM_NX_REG0[0..3],goto_table:"spoof_guard"
-func classifierGateway(cfg NodeConfig) Flow {
-	return nodeFlow(cfg, TableClassifier, PriorityNormal,
-		Match{InPort: cfg.GatewayOFPort},
-		LoadMark(FromGateway), GotoTable{TableSpoofGuard})
+func classifierGateway(b builder) Flow {
+	return b.in("classifier").flow(PipelineOwner, PriorityNormal,
+		Match{InPort: b.cfg.GatewayOFPort},
+		LoadMark(FromGateway), b.goTo("spoof_guard"))
 }
 
 // classifierTunnel marks packets from the tunnel port as SourceTunnel and sends them to
 // tunnel_ingress, which accepts only known peers.
 //
 //	table=classifier, priority=100,in_port=TUN actions=load:0x3->NXM_NX_REG0[0..3],goto_table:"tunnel_ingress"
-func classifierTunnel(cfg NodeConfig) Flow {
-	return nodeFlow(cfg, TableClassifier, PriorityNormal,
-		Match{InPort: cfg.TunnelOFPort},
-		LoadMark(FromTunnel), GotoTable{TableTunnelIngress})
+func classifierTunnel(b builder) Flow {
+	return b.in("classifier").flow(PipelineOwner, PriorityNormal,
+		Match{InPort: b.cfg.TunnelOFPort},
+		LoadMark(FromTunnel), b.goTo("tunnel_ingress"))
 }
 
 // serviceToGateway sends a pod's IP for the service CIDR to the gateway port: kube-proxy
@@ -199,40 +170,40 @@ func classifierTunnel(cfg NodeConfig) Flow {
 // translated it already), so only pods match.
 //
 //	table=service, priority=100,ip,reg0=0x2/0xf,nw_dst=SVC actions=set_field:GWMAC->eth_dst,load:GW->NXM_NX_REG1[],goto_table:output
-func serviceToGateway(cfg NodeConfig) Flow {
-	return nodeFlow(cfg, TableService, PriorityNormal,
-		Match{EthType: EthTypeIPv4, Regs: []RegMark{FromPod}, IPDst: cfg.ServiceCIDR},
-		SetEthDst{cfg.GatewayMAC}, Load{Dst: OutPortField, Value: uint64(cfg.GatewayOFPort)},
-		GotoTable{TableOutput})
+func serviceToGateway(b builder) Flow {
+	return b.in("service").flow(PipelineOwner, PriorityNormal,
+		Match{EthType: EthTypeIPv4, Regs: []RegMark{FromPod}, IPDst: b.cfg.ServiceCIDR},
+		SetEthDst{b.cfg.GatewayMAC}, Load{Dst: OutPortField, Value: uint64(b.cfg.GatewayOFPort)},
+		b.goTo("output"))
 }
 
 // remoteClusterMiss drops undecided IP (reg1=0) for an address of the cluster CIDR that
 // no known peer's subnet holds (the peers' flows are more specific; local addresses were
-// decided in l3_forwarding and carry reg1): sending it to the host would only bring it back here, and a removed
-// peer's pods become unreachable at once.
+// decided in l3_forwarding and carry reg1): sending it to the host would only bring it
+// back here, and a removed peer's pods become unreachable at once.
 //
 //	table=remote, priority=10,ip,reg1=0,nw_dst=CLUSTER actions=drop
-func remoteClusterMiss(cfg NodeConfig) Flow {
-	return nodeFlow(cfg, TableRemote, PriorityLow,
-		Match{EthType: EthTypeIPv4, Regs: []RegMark{OutPortUnset}, IPDst: cfg.ClusterCIDR}, Drop{})
+func remoteClusterMiss(b builder) Flow {
+	return b.in("remote").flow(PipelineOwner, PriorityLow,
+		Match{EthType: EthTypeIPv4, Regs: []RegMark{OutPortUnset}, IPDst: b.cfg.ClusterCIDR}, Drop{})
 }
 
 // spoofGuardGatewayIP trusts IP from the host: any source address goes on.
 //
 //	table="spoof_guard", priority=100,ip,reg0=0x1/0xf actions=goto_table:service
-func spoofGuardGatewayIP(cfg NodeConfig) Flow {
-	return nodeFlow(cfg, TableSpoofGuard, PriorityNormal,
+func spoofGuardGatewayIP(b builder) Flow {
+	return b.in("spoof_guard").flow(PipelineOwner, PriorityNormal,
 		Match{EthType: EthTypeIPv4, Regs: []RegMark{FromGateway}},
-		GotoTable{TableService})
+		b.goTo("service"))
 }
 
 // spoofGuardGatewayARP trusts ARP from the host.
 //
 //	table="spoof_guard", priority=100,arp,reg0=0x1/0xf actions=goto_table:arp
-func spoofGuardGatewayARP(cfg NodeConfig) Flow {
-	return nodeFlow(cfg, TableSpoofGuard, PriorityNormal,
+func spoofGuardGatewayARP(b builder) Flow {
+	return b.in("spoof_guard").flow(PipelineOwner, PriorityNormal,
 		Match{EthType: EthTypeARP, Regs: []RegMark{FromGateway}},
-		GotoTable{TableARP})
+		b.goTo("arp"))
 }
 
 // arpToGateway delivers ARP whose target is the gateway IP to the gateway port: pods'
@@ -240,21 +211,22 @@ func spoofGuardGatewayARP(cfg NodeConfig) Flow {
 // to the host's requests.
 //
 //	table=arp, priority=100,arp,arp_tpa=GWIP actions=load:GW->NXM_NX_REG1[],goto_table:output
-func arpToGateway(cfg NodeConfig) Flow {
-	return nodeFlow(cfg, TableARP, PriorityNormal,
-		Match{EthType: EthTypeARP, ARPTpa: cfg.GatewayIP},
-		Load{Dst: OutPortField, Value: uint64(cfg.GatewayOFPort)}, GotoTable{TableOutput})
+func arpToGateway(b builder) Flow {
+	return b.in("arp").flow(PipelineOwner, PriorityNormal,
+		Match{EthType: EthTypeARP, ARPTpa: b.cfg.GatewayIP},
+		Load{Dst: OutPortField, Value: uint64(b.cfg.GatewayOFPort)}, b.goTo("output"))
 }
 
 // l3ToGateway sends IP for the gateway IP (pods talking to the host) to the gateway
-// port, addressed to the gateway MAC.
+// port, addressed to the gateway MAC, and goes on to the next stage.
 //
 //	table="l3_forwarding", priority=100,ip,nw_dst=GWIP actions=set_field:GWMAC->eth_dst,load:GW->NXM_NX_REG1[],goto_table:"network_policy"
-func l3ToGateway(cfg NodeConfig) Flow {
-	return nodeFlow(cfg, TableL3Forwarding, PriorityNormal,
-		Match{EthType: EthTypeIPv4, IPDst: hostPrefix(cfg.GatewayIP)},
-		SetEthDst{cfg.GatewayMAC}, Load{Dst: OutPortField, Value: uint64(cfg.GatewayOFPort)},
-		GotoTable{TableNetworkPolicy})
+func l3ToGateway(b builder) Flow {
+	s := b.in("l3_forwarding")
+	return s.flow(PipelineOwner, PriorityNormal,
+		Match{EthType: EthTypeIPv4, IPDst: hostPrefix(b.cfg.GatewayIP)},
+		SetEthDst{b.cfg.GatewayMAC}, Load{Dst: OutPortField, Value: uint64(b.cfg.GatewayOFPort)},
+		s.next())
 }
 
 // l3PodSubnetMiss drops IP for an address of this node's pod subnet that no live pod
@@ -262,52 +234,47 @@ func l3ToGateway(cfg NodeConfig) Flow {
 // loop it back.
 //
 //	table="l3_forwarding", priority=10,ip,nw_dst=SUBNET actions=drop
-func l3PodSubnetMiss(cfg NodeConfig) Flow {
-	return nodeFlow(cfg, TableL3Forwarding, PriorityLow,
-		Match{EthType: EthTypeIPv4, IPDst: cfg.PodSubnet}, Drop{})
+func l3PodSubnetMiss(b builder) Flow {
+	return b.in("l3_forwarding").flow(PipelineOwner, PriorityLow,
+		Match{EthType: EthTypeIPv4, IPDst: b.cfg.PodSubnet}, Drop{})
 }
 
 // l3OffSubnet lets IP for any other address go on undecided (reg1=0): the remote and
 // egress stages choose its port.
 //
 //	table="l3_forwarding", priority=1,ip actions=goto_table:"network_policy"
-func l3OffSubnet(cfg NodeConfig) Flow {
-	return nodeFlow(cfg, TableL3Forwarding, PriorityPass,
-		Match{EthType: EthTypeIPv4}, GotoTable{TableNetworkPolicy})
+func l3OffSubnet(b builder) Flow {
+	s := b.in("l3_forwarding")
+	return s.flow(PipelineOwner, PriorityPass, Match{EthType: EthTypeIPv4}, s.next())
 }
 
 // egressToGateway sends a pod's undecided IP (off-subnet, no remote route) to the host
 // through the gateway port: the host routes and masquerades it.
 //
 //	table=egress, priority=100,ip,reg0=0x2/0xf,reg1=0 actions=set_field:GWMAC->eth_dst,load:GW->NXM_NX_REG1[],goto_table:output
-func egressToGateway(cfg NodeConfig) Flow {
-	return nodeFlow(cfg, TableEgress, PriorityNormal,
+func egressToGateway(b builder) Flow {
+	s := b.in("egress")
+	return s.flow(PipelineOwner, PriorityNormal,
 		Match{EthType: EthTypeIPv4, Regs: []RegMark{FromPod, OutPortUnset}},
-		SetEthDst{cfg.GatewayMAC}, Load{Dst: OutPortField, Value: uint64(cfg.GatewayOFPort)},
-		GotoTable{TableOutput})
+		SetEthDst{b.cfg.GatewayMAC}, Load{Dst: OutPortField, Value: uint64(b.cfg.GatewayOFPort)},
+		s.next())
 }
 
 // egressUndecidedDrop drops any other undecided packet, e.g. host traffic for an
-// off-subnet address, which could only go back out the port it came in by.
+// off-subnet address, which could only go back out the port it came in by. What is left
+// is decided (reg1 != 0) and meets the stage's miss: on to output.
 //
 //	table=egress, priority=50,reg1=0 actions=drop
-func egressUndecidedDrop(cfg NodeConfig) Flow {
-	return nodeFlow(cfg, TableEgress, PriorityMid,
+func egressUndecidedDrop(b builder) Flow {
+	return b.in("egress").flow(PipelineOwner, PriorityMid,
 		Match{Regs: []RegMark{OutPortUnset}}, Drop{})
-}
-
-// egressDecided lets packets whose port is decided (reg1 != 0) go to output.
-//
-//	table=egress, priority=1 actions=goto_table:output
-func egressDecided(cfg NodeConfig) Flow {
-	return nodeFlow(cfg, TableEgress, PriorityPass, Match{}, GotoTable{TableOutput})
 }
 
 // outputToReg sends the packet out the ofport in reg1.
 //
 //	table=output, priority=1 actions=output:NXM_NX_REG1[]
-func outputToReg(cfg NodeConfig) Flow {
-	return nodeFlow(cfg, TableOutput, PriorityPass, Match{}, OutputReg{Src: OutPortField})
+func outputToReg(b builder) Flow {
+	return b.in("output").flow(PipelineOwner, PriorityPass, Match{}, OutputReg{Src: OutPortField})
 }
 
 // hostPrefix returns ip as a /32 prefix.

@@ -2,8 +2,8 @@ package flows
 
 // One peer node's flows: accept its tunnels, answer the host's ARP for its pod subnet,
 // send traffic for its pod subnet into the tunnel with tun_dst = its node IP. All carry
-// the peer's cookie (owner OwnerPeer, owner id = the network address of its pod subnet),
-// so PeerCookie selects exactly them for deletion.
+// the peer's owner (PeerOwner: kind OwnerPeer, id = the network address of its pod subnet)
+// in their cookie, so PeerCookie selects exactly them for deletion.
 //
 // Design history: pods on a node get a /24 (or similar) of the cluster CIDR and a default
 // route via the gateway, so a pod never ARPs for a remote pod: it sends every off-subnet
@@ -75,33 +75,18 @@ func PeerID(p Peer) uint32 {
 	return ipv4ToUint32(p.PodSubnet.IP.Mask(p.PodSubnet.Mask))
 }
 
-// PeerCookie returns the cookie and mask that select exactly peer's flows: owner kind
-// peer and owner id = PeerID(peer), whatever their stage, pipeline version and
-// generation (OpenFlow 1.3.5 §7.3.4.1 cookie_mask). Use them with DeleteByCookie.
-func PeerCookie(p Peer) (cookie, mask uint64) {
-	return uint64(OwnerPeer)<<cookieOwnerShift | uint64(PeerID(p)),
-		CookieOwnerKindMask | CookieOwnerIDMask
-}
-
-// PeerFlows returns all flows of one peer, in pipeline order. cfg and peer must be valid
-// (NodeConfig.Validate, Peer.Validate).
+// PeerFlows returns all flows of one peer, in pipeline order, with owner PeerOwner(p).
+// cfg and peer must be valid (NodeConfig.Validate, Peer.Validate).
 func PeerFlows(cfg NodeConfig, p Peer) []Flow {
-	return []Flow{
-		tunnelIngressPeer(cfg, p),
-		arpResponderPeer(cfg, p),
-		remotePeer(cfg, p),
-	}
+	return builder{p: std, cfg: cfg}.peerFlows(p)
 }
 
-// peerFlow returns a flow of peer p in table t, with the peer's cookie.
-func peerFlow(cfg NodeConfig, p Peer, t TableID, priority uint16, m Match, actions ...Action) Flow {
-	stage, _ := t.Stage()
-	return Flow{
-		Table:    t,
-		Priority: priority,
-		Cookie:   NewCookie(cfg.Generation, OwnerPeer, stage, PeerID(p)),
-		Match:    m,
-		Actions:  actions,
+// peerFlows is PeerFlows on b's pipeline.
+func (b builder) peerFlows(p Peer) []Flow {
+	return []Flow{
+		tunnelIngressPeer(b, p),
+		arpResponderPeer(b, p),
+		remotePeer(b, p),
 	}
 }
 
@@ -111,10 +96,10 @@ func peerFlow(cfg NodeConfig, p Peer, t TableID, priority uint16, m Match, actio
 // table's counted drop.
 //
 //	table="tunnel_ingress", priority=100,ip,tun_src=PEERIP,nw_src=PEERSUBNET actions=goto_table:service
-func tunnelIngressPeer(cfg NodeConfig, p Peer) Flow {
-	return peerFlow(cfg, p, TableTunnelIngress, PriorityNormal,
+func tunnelIngressPeer(b builder, p Peer) Flow {
+	return b.in("tunnel_ingress").flow(PeerOwner(p), PriorityNormal,
 		Match{EthType: EthTypeIPv4, TunSrc: p.NodeIP, IPSrc: p.PodSubnet},
-		GotoTable{TableService})
+		b.goTo("service"))
 }
 
 // arpResponderPeer answers the host's ARP requests (from the gateway port) for any
@@ -123,8 +108,8 @@ func tunnelIngressPeer(cfg NodeConfig, p Peer) Flow {
 // opcode reply.
 //
 //	table=arp, priority=100,arp,reg0=0x1/0xf,arp_tpa=PEERSUBNET,arp_op=1 actions=move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[],set_field:VMAC->eth_src,set_field:2->arp_op,move:NXM_NX_ARP_SHA[]->NXM_NX_ARP_THA[],set_field:VMAC->arp_sha,move:NXM_OF_ARP_TPA[]->NXM_NX_REG2[],move:NXM_OF_ARP_SPA[]->NXM_OF_ARP_TPA[],move:NXM_NX_REG2[]->NXM_OF_ARP_SPA[],IN_PORT
-func arpResponderPeer(cfg NodeConfig, p Peer) Flow {
-	return peerFlow(cfg, p, TableARP, PriorityNormal,
+func arpResponderPeer(b builder, p Peer) Flow {
+	return b.in("arp").flow(PeerOwner(p), PriorityNormal,
 		Match{EthType: EthTypeARP, Regs: []RegMark{FromGateway}, ARPTpaPrefix: p.PodSubnet, ARPOp: ARPRequest},
 		Move{Src: Whole(FieldEthSrc), Dst: Whole(FieldEthDst)},
 		SetEthSrc{VirtualRouterMAC},
@@ -138,12 +123,14 @@ func arpResponderPeer(cfg NodeConfig, p Peer) Flow {
 }
 
 // remotePeer sends IP for the peer's pod subnet into the tunnel, addressed to the peer's
-// node IP; egress then passes it to output (reg1 is decided).
+// node IP, and goes on to the next stage; egress then passes it to output (reg1 is
+// decided).
 //
 //	table=remote, priority=100,ip,nw_dst=PEERSUBNET actions=set_field:PEERIP->tun_dst,load:TUN->NXM_NX_REG1[],goto_table:egress
-func remotePeer(cfg NodeConfig, p Peer) Flow {
-	return peerFlow(cfg, p, TableRemote, PriorityNormal,
+func remotePeer(b builder, p Peer) Flow {
+	s := b.in("remote")
+	return s.flow(PeerOwner(p), PriorityNormal,
 		Match{EthType: EthTypeIPv4, IPDst: p.PodSubnet},
-		SetTunDst{p.NodeIP}, Load{Dst: OutPortField, Value: uint64(cfg.TunnelOFPort)},
-		GotoTable{TableEgress})
+		SetTunDst{p.NodeIP}, Load{Dst: OutPortField, Value: uint64(b.cfg.TunnelOFPort)},
+		s.next())
 }

@@ -84,7 +84,7 @@ func TestPeerIPChangeRewritesSameKeys(t *testing.T) {
 	a, b := PeerFlows(cfg, old), PeerFlows(cfg, moved)
 	for i := range a {
 		sameKey := a[i].MatchKey() == b[i].MatchKey()
-		if a[i].Table == TableTunnelIngress {
+		if a[i].Table == table("tunnel_ingress") {
 			if sameKey || !strings.Contains(b[i].String(), "tun_src=172.16.0.22") {
 				t.Errorf("ingress flow after the IP change: %s", b[i])
 			}
@@ -148,7 +148,7 @@ func TestSingleNodePipelineHasNoTunnelFlows(t *testing.T) {
 	}
 	for _, f := range single {
 		s := f.String()
-		if strings.Contains(s, "tunnel_ingress\"") && f.Table == TableClassifier ||
+		if strings.Contains(s, "tunnel_ingress\"") && f.Table == table("classifier") ||
 			strings.Contains(s, "10.96.0.0") || strings.Contains(s, "10.244.0.0/16") {
 			t.Errorf("single-node pipeline has %s", s)
 		}

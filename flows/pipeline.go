@@ -1,49 +1,31 @@
 // Package flows declares ofsdn's OpenFlow 1.3 pipeline on the integration bridge (br-int)
-// and builds its flows as values: pure functions from node state (NodeConfig, Pod) to
-// []Flow. It knows nothing of sockets or OVSDB; the controller package installs the flows
-// (Flow.FlowMod) and diffs them against the switch (Flow.MatchKey).
+// and builds its flows as values: pure functions from node state (NodeConfig, Pod, Peer) to
+// []Flow. It knows nothing of sockets or OVSDB; package controller keeps the desired flows
+// per owner and installs them (Flow.FlowMod) through package openflow.
 //
 // # The pipeline
 //
 // Every stage is one flow table with a name (the bridge's Flow_Table rows carry the names,
 // so `ovs-ofctl -O OpenFlow13 dump-flows --names br-int` and `ofproto/trace` show them).
-// Table ids are spaced by 10 so later stages fit between. A packet enters table 0 and only
-// moves forward, by goto_table (OpenFlow 1.3.5 §5.1). Every table ends in an explicit
-// priority-0 "actions=drop" flow, so every drop is counted by some flow's n_packets.
-// Reserved stages pass everything on with one priority-1 goto_table flow.
-//
-//	id stage           does                                                      registers
-//	 0 classifier      sorts by in_port: gateway port → reg0[0..3]=1, a pod's    sets reg0[0..3]
-//	                   port → reg0[0..3]=2 (then spoof_guard); the tunnel port →
-//	                   reg0[0..3]=3 (then tunnel_ingress). Unknown ports drop.
-//	10 tunnel_ingress  per peer: tun_src = the peer's node IP and nw_src in its
-//	                   pod subnet → service; anything else from the tunnel drops.
-//	20 spoof_guard     a pod may send only with its own MAC and IP: IP needs      reads reg0[0..3]
-//	                   in_port+dl_src+nw_src, ARP needs in_port+dl_src+arp_spa+
-//	                   arp_sha. Gateway traffic (reg0=1, the host) is trusted.
-//	                   IP → service, ARP → arp, anything else drops.
-//	30 arp             ARP requests and replies go to the port owning arp_tpa     sets reg1
-//	                   (a local pod or the gateway): reg1=that ofport → output.
-//	                   The real interfaces answer. Per peer: the host's requests
-//	                   (reg0=1) for the peer's pod subnet are answered in OVS with
-//	                   VirtualRouterMAC (IN_PORT). ARP for other addresses drops.
-//	40 service         pod IP to the service CIDR → gateway (eth_dst, reg1),       sets reg1
-//	                   where kube-proxy on the host handles it; the rest passes.
-//	50 l3_forwarding   nw_dst = a local pod or the gateway IP → eth_dst=its MAC,  sets reg1
-//	                   reg1=its ofport. Another address in the pod subnet (no such
-//	                   pod) drops; off-subnet IP goes on with reg1=0.
-//	60 network_policy  reserved: default allow.
-//	70 remote          per peer: nw_dst in the peer's pod subnet → tun_dst=its    sets reg1
-//	                   node IP, reg1=tunnel ofport. Undecided (reg1=0) IP for any
-//	                   other cluster-CIDR address drops; the rest passes.
-//	80 egress          reg1=0 from a pod (off-subnet) → eth_dst=GatewayMAC,        reads reg0, sets reg1
-//	                   reg1=gateway ofport, where the host routes and masquerades.
-//	                   reg1=0 from anywhere else drops; decided packets go on.
-//	90 output          output:reg1.                                              reads reg1
+// The stages are declared once, in order, in the list `stages` below: each entry carries
+// its table id, name, purpose, miss behaviour and the node's own flows in it. A packet
+// enters table 0 and only moves forward, by goto_table (OpenFlow 1.3.5 §5.1), to the next
+// stage or to a stage named in the list; no builder names a table id. Every table ends in
+// an explicit priority-0 "actions=drop" flow, so every drop is counted by some flow's
+// n_packets; a stage whose miss is MissNext puts a priority-1 catch-all goto_table to the
+// next stage above it. Both are generated from the list (missFlows). Table ids are
+// spaced by 10 so later stages fit between. docs/pipeline.md shows every stage's flows
+// (a test keeps it equal to the builders' output).
 //
 // Registers (fields.go): reg0[0..3] source class (1 gateway, 2 pod, 3 tunnel), reg1 output
-// ofport (0 = undecided), reg2 scratch within one action list (ARP responder). Cookies (fields.go): pipeline version, generation, owner kind,
-// stage, owner id; PodCookie selects one pod's flows.
+// ofport (0 = undecided), reg2 scratch within one action list (ARP responder). Cookies
+// (fields.go): pipeline version, generation, owner kind, stage, owner id; an Owner (kind +
+// id) selects one owner's flows (PodCookie, PeerCookie).
+//
+// Adding a stage: one entry in `stages` (with its node flows, if any), builders that
+// reach it by name or as the next stage of the stage before it, a new PipelineVersion
+// (the stage field of every later stage's cookies moves), and the goldens and
+// docs/pipeline.md that the tests then ask for.
 //
 // # Design history
 //
@@ -65,12 +47,17 @@
 // peer removes its responder and remote flows, and the cluster-CIDR miss in the remote
 // stage drops what was sent to it, so its pods are unreachable at once. Pod traffic
 // outside the cluster CIDR and the service CIDR goes to the gateway: the host
-// masquerades it (package masq) or kube-proxy translates it. L3 forwarding still rewrites eth_dst so that the output port
-// decided by reg1 always receives a frame addressed to it. Off-subnet traffic leaves by
-// the gateway because a pod's default route is via GatewayIP (the first address of the
-// pod subnet); the host then routes it. The output decision is carried in reg1 through
-// the reserved network_policy and remote stages so that policy sees the destination
-// port, and a single output stage does the output:reg1 (NXAST_OUTPUT_REG).
+// masquerades it (package masq) or kube-proxy translates it. L3 forwarding still rewrites
+// eth_dst so that the output port decided by reg1 always receives a frame addressed to
+// it. Off-subnet traffic leaves by the gateway because a pod's default route is via
+// GatewayIP (the first address of the pod subnet); the host then routes it. The output
+// decision is carried in reg1 through the reserved network_policy and remote stages so
+// that policy sees the destination port, and a single output stage does the output:reg1
+// (NXAST_OUTPUT_REG).
+//
+// Stages were first TableX constants, a separate list of names, a package-doc table and
+// two functions for the miss flows, and builders jumped to literal table ids: a new stage
+// touched five places. Issue 11 made the list the one declaration.
 package flows
 
 import (
@@ -85,75 +72,191 @@ const PipelineVersion uint8 = 2
 // TableID is an OpenFlow table id (OpenFlow 1.3.5 §7.3.4.1 ofp_flow_mod.table_id, 0..254).
 type TableID uint8
 
-// The pipeline's tables, by stage. Ids are spaced by 10 so later stages fit between.
+// Miss is what a stage does with a packet that no other flow of its table takes.
+type Miss uint8
+
 const (
-	// TableClassifier (0) sorts packets by ingress port and sets reg0[0..3].
-	TableClassifier TableID = 0
-	// TableTunnelIngress (10) accepts tunnelled IP only from known peers (PeerFlows).
-	TableTunnelIngress TableID = 10
-	// TableSpoofGuard (20) lets a pod send only with its own MAC and IP (ARP too).
-	TableSpoofGuard TableID = 20
-	// TableARP (30) delivers ARP to the port owning the target address.
-	TableARP TableID = 30
-	// TableService (40) sends pod traffic for the service CIDR to the gateway.
-	TableService TableID = 40
-	// TableL3Forwarding (50) resolves local pod and gateway destinations (eth_dst, reg1).
-	TableL3Forwarding TableID = 50
-	// TableNetworkPolicy (60) is reserved for network policy: default allow.
-	TableNetworkPolicy TableID = 60
-	// TableRemote (70) sends remote pod subnets into the tunnel (PeerFlows).
-	TableRemote TableID = 70
-	// TableEgress (80) sends undecided (off-subnet) pod traffic to the gateway.
-	TableEgress TableID = 80
-	// TableOutput (90) outputs to the port in reg1.
-	TableOutput TableID = 90
+	// MissDrop: the table's priority-0 "actions=drop" flow drops it, counted.
+	MissDrop Miss = iota
+	// MissNext: a priority-1 catch-all flow sends it to the next stage (goto_table), counted;
+	// the priority-0 drop stays below it, as in every table.
+	MissNext
 )
 
-// TableInfo describes one stage of the pipeline.
-type TableInfo struct {
-	// ID is the OpenFlow table id (0..254).
+// String returns "drop" or "next".
+func (m Miss) String() string {
+	if m == MissNext {
+		return "next"
+	}
+	return "drop"
+}
+
+// Stage declares one stage of the pipeline: one flow table.
+type Stage struct {
+	// ID is the OpenFlow table id (0..254), ascending along the pipeline.
 	ID uint8
 	// Name is the stage name, as put in the bridge's Flow_Table rows and printed by
 	// `ovs-ofctl --names`.
 	Name string
 	// Purpose is a one-line description of the stage.
 	Purpose string
+	// Miss is what happens to a packet no other flow of the stage takes: MissDrop or
+	// MissNext (on to the next stage).
+	Miss Miss
+
+	// node builds the node's own flows in this stage (owner PipelineOwner), listed before
+	// the generated miss flows; nil for none.
+	node func(b builder) []Flow
 }
 
-// pipeline is the pipeline, in order. A stage's index here is its cookie stage field.
-var pipeline = []TableInfo{
-	{uint8(TableClassifier), "classifier", "sort packets by ingress port: gateway, tunnel, pod (reg0[0..3])"},
-	{uint8(TableTunnelIngress), "tunnel_ingress", "accept tunnelled IP only from known peers and their pod subnets"},
-	{uint8(TableSpoofGuard), "spoof_guard", "a pod may send only with its own MAC and IP, ARP included"},
-	{uint8(TableARP), "arp", "deliver ARP to the port owning the target IP (reg1); answer the host for peer subnets"},
-	{uint8(TableService), "service", "pod traffic to the service CIDR to the gateway (kube-proxy)"},
-	{uint8(TableL3Forwarding), "l3_forwarding", "local pod and gateway IPs: eth_dst and output port (reg1)"},
-	{uint8(TableNetworkPolicy), "network_policy", "reserved: default allow"},
-	{uint8(TableRemote), "remote", "peer pod subnets to the tunnel (tun_dst); unknown cluster addresses drop"},
-	{uint8(TableEgress), "egress", "undecided pod traffic (off-subnet) to the gateway"},
-	{uint8(TableOutput), "output", "output to the port in reg1"},
+// stages is the pipeline, in order: the one place a stage is declared. A stage's index
+// here is its cookie stage field (4 bits: at most 16 stages).
+var stages = []Stage{
+	// 0: sorts by in_port: the gateway port → reg0[0..3]=1, a pod's port → 2 (both then
+	// spoof_guard), the tunnel port → 3 (then tunnel_ingress). Unknown ports drop.
+	{ID: 0, Name: "classifier", Miss: MissDrop, node: classifierNode,
+		Purpose: "sort packets by ingress port: gateway, tunnel, pod (reg0[0..3])"},
+	// 10: per peer: tun_src = the peer's node IP and nw_src in its pod subnet → service;
+	// anything else from the tunnel drops.
+	{ID: 10, Name: "tunnel_ingress", Miss: MissDrop,
+		Purpose: "accept tunnelled IP only from known peers and their pod subnets"},
+	// 20: a pod may send only with its own MAC and IP (reads reg0): IP needs
+	// in_port+dl_src+nw_src, ARP needs in_port+dl_src+arp_spa+arp_sha. Gateway traffic
+	// (reg0=1, the host) is trusted. IP → service, ARP → arp, anything else drops.
+	{ID: 20, Name: "spoof_guard", Miss: MissDrop, node: spoofGuardNode,
+		Purpose: "a pod may send only with its own MAC and IP, ARP included"},
+	// 30: ARP requests and replies go to the port owning arp_tpa (a local pod or the
+	// gateway): reg1 = that ofport → output; the real interfaces answer. Per peer: the
+	// host's requests (reg0=1) for the peer's pod subnet are answered in OVS with
+	// VirtualRouterMAC (IN_PORT). ARP for other addresses drops.
+	{ID: 30, Name: "arp", Miss: MissDrop, node: arpNode,
+		Purpose: "deliver ARP to the port owning the target IP (reg1); answer the host for peer subnets"},
+	// 40: a pod's IP to the service CIDR → gateway (eth_dst, reg1) → output, where
+	// kube-proxy on the host handles it; the rest goes on.
+	{ID: 40, Name: "service", Miss: MissNext, node: serviceNode,
+		Purpose: "pod traffic to the service CIDR to the gateway (kube-proxy)"},
+	// 50: nw_dst = a local pod or the gateway IP → eth_dst = its MAC, reg1 = its ofport.
+	// Another address in the pod subnet (no such pod) drops; other IP goes on with reg1=0.
+	{ID: 50, Name: "l3_forwarding", Miss: MissDrop, node: l3ForwardingNode,
+		Purpose: "local pod and gateway IPs: eth_dst and output port (reg1)"},
+	// 60: reserved for network policy: default allow.
+	{ID: 60, Name: "network_policy", Miss: MissNext,
+		Purpose: "reserved: default allow"},
+	// 70: per peer: nw_dst in the peer's pod subnet → tun_dst = its node IP, reg1 = the
+	// tunnel ofport. Undecided (reg1=0) IP for any other cluster-CIDR address drops; the
+	// rest goes on.
+	{ID: 70, Name: "remote", Miss: MissNext, node: remoteNode,
+		Purpose: "peer pod subnets to the tunnel (tun_dst); unknown cluster addresses drop"},
+	// 80: reg1=0 from a pod (off-subnet) → eth_dst = GatewayMAC, reg1 = the gateway
+	// ofport, where the host routes and masquerades. reg1=0 from anywhere else drops;
+	// decided packets (reg1 != 0) are the miss and go on.
+	{ID: 80, Name: "egress", Miss: MissNext, node: egressNode,
+		Purpose: "undecided pod traffic (off-subnet) to the gateway"},
+	// 90: output:reg1.
+	{ID: 90, Name: "output", Miss: MissDrop, node: outputNode,
+		Purpose: "output to the port in reg1"},
+}
+
+// pipeline is a checked list of stages, what builders resolve stage names against.
+type pipeline struct {
+	stages []Stage
+	byName map[string]int
+}
+
+// std is the pipeline this package builds (stages).
+var std = mustPipeline(stages)
+
+// newPipeline checks a list of stages: 1..16 stages (the cookie's 4-bit stage field),
+// unique non-empty names, table ids ascending and at most 254, a last stage that does
+// not pass on, and a known miss behaviour.
+func newPipeline(ss []Stage) (*pipeline, error) {
+	if len(ss) == 0 || len(ss) > 16 {
+		return nil, fmt.Errorf("flows: %d stages: the cookie's 4-bit stage field holds 1..16", len(ss))
+	}
+	p := &pipeline{stages: append([]Stage(nil), ss...), byName: make(map[string]int, len(ss))}
+	for i, s := range ss {
+		if s.Name == "" {
+			return nil, fmt.Errorf("flows: stage %d (table %d) has no name", i, s.ID)
+		}
+		if _, dup := p.byName[s.Name]; dup {
+			return nil, fmt.Errorf("flows: two stages named %q", s.Name)
+		}
+		if i > 0 && s.ID <= ss[i-1].ID {
+			return nil, fmt.Errorf("flows: stage %s (table %d) does not come after %s (table %d): table ids must ascend", s.Name, s.ID, ss[i-1].Name, ss[i-1].ID)
+		}
+		if s.ID > 254 {
+			return nil, fmt.Errorf("flows: stage %s has table id %d, above 254", s.Name, s.ID)
+		}
+		if s.Miss != MissDrop && s.Miss != MissNext {
+			return nil, fmt.Errorf("flows: stage %s has unknown miss behaviour %d", s.Name, s.Miss)
+		}
+		p.byName[s.Name] = i
+	}
+	if last := ss[len(ss)-1]; last.Miss == MissNext {
+		return nil, fmt.Errorf("flows: the last stage %s cannot pass packets on", last.Name)
+	}
+	return p, nil
+}
+
+// mustPipeline is newPipeline for the package's own list; an error is a bug in it.
+func mustPipeline(ss []Stage) *pipeline {
+	p, err := newPipeline(ss)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
+// index returns the index of the stage named name; it panics for a name not in the
+// pipeline, a builder bug the golden tests catch.
+func (p *pipeline) index(name string) int {
+	i, ok := p.byName[name]
+	if !ok {
+		panic(fmt.Sprintf("flows: no stage named %q in the pipeline", name))
+	}
+	return i
+}
+
+// stageOf returns the index of table t in p and whether t is one of p's tables.
+func (p *pipeline) stageOf(t TableID) (int, bool) {
+	for i, s := range p.stages {
+		if s.ID == uint8(t) {
+			return i, true
+		}
+	}
+	return 0, false
 }
 
 // Tables returns the pipeline's stages in order (table ids ascending). The caller may
 // modify the returned slice.
-func Tables() []TableInfo {
-	return append([]TableInfo(nil), pipeline...)
+func Tables() []Stage {
+	return append([]Stage(nil), std.stages...)
 }
 
 // TableNames returns table id → stage name for every stage, the form the bridge's
 // flow_tables column takes (OVSDB Bridge.flow_tables → Flow_Table.name).
 func TableNames() map[int]string {
-	m := make(map[int]string, len(pipeline))
-	for _, t := range pipeline {
+	m := make(map[int]string, len(std.stages))
+	for _, t := range std.stages {
 		m[int(t.ID)] = t.Name
 	}
 	return m
 }
 
+// StageTable returns the table id of the stage named name and whether the pipeline has
+// such a stage, e.g. StageTable("spoof_guard") = 20, true.
+func StageTable(name string) (TableID, bool) {
+	i, ok := std.byName[name]
+	if !ok {
+		return 0, false
+	}
+	return TableID(std.stages[i].ID), true
+}
+
 // Name returns the stage name of table t, or "" for a table outside the pipeline.
 func (t TableID) Name() string {
-	if i, ok := t.Stage(); ok {
-		return pipeline[i].Name
+	if i, ok := std.stageOf(t); ok {
+		return std.stages[i].Name
 	}
 	return ""
 }
@@ -161,30 +264,89 @@ func (t TableID) Name() string {
 // Stage returns the index of t in Tables() (the cookie's stage field) and whether t is
 // a table of the pipeline.
 func (t TableID) Stage() (uint8, bool) {
-	for i, s := range pipeline {
-		if s.ID == uint8(t) {
-			return uint8(i), true
-		}
-	}
-	return 0, false
+	i, ok := std.stageOf(t)
+	return uint8(i), ok
 }
 
-// next returns the stage after t. It panics for the last stage or a table outside the
-// pipeline: a builder bug.
-func (t TableID) next() TableID {
-	i, ok := t.Stage()
-	if !ok || int(i)+1 >= len(pipeline) {
-		panic(fmt.Sprintf("flows: no stage after table %d", t))
+// builder builds the flows of one pipeline for one node. Builders get a builder and
+// place their flows with in (a stage by name) and move on with inStage.next or goTo, so
+// they never name a table id.
+type builder struct {
+	p   *pipeline
+	cfg NodeConfig
+}
+
+// in returns stage name of b's pipeline, where a builder places a flow.
+func (b builder) in(name string) inStage {
+	return inStage{b: b, i: b.p.index(name)}
+}
+
+// goTo continues the pipeline in the stage named name (goto_table, OpenFlow 1.3.5 §5.1).
+func (b builder) goTo(name string) GotoTable {
+	return GotoTable{Table: TableID(b.p.stages[b.p.index(name)].ID)}
+}
+
+// inStage is one stage of a builder's pipeline.
+type inStage struct {
+	b builder
+	i int
+}
+
+// flow is the one flow constructor: a flow of owner o in this stage with the given
+// priority, match and actions; its cookie carries the node's generation, o and the
+// stage's index (NewCookie).
+func (s inStage) flow(o Owner, priority uint16, m Match, actions ...Action) Flow {
+	return Flow{
+		Table:    TableID(s.b.p.stages[s.i].ID),
+		Priority: priority,
+		Cookie:   NewCookie(s.b.cfg.Generation, o.Kind, uint8(s.i), o.ID),
+		Match:    m,
+		Actions:  actions,
 	}
-	return TableID(pipeline[i+1].ID)
+}
+
+// next continues the pipeline in the stage after this one. It panics for the last
+// stage: a builder bug.
+func (s inStage) next() GotoTable {
+	if s.i+1 >= len(s.b.p.stages) {
+		panic(fmt.Sprintf("flows: no stage after %s", s.b.p.stages[s.i].Name))
+	}
+	return GotoTable{Table: TableID(s.b.p.stages[s.i+1].ID)}
+}
+
+// missFlows are the flows every stage ends in, generated from its declaration: with
+// MissNext a priority-1 catch-all to the next stage, then (every stage) the priority-0
+// drop.
+//
+//	table=service, priority=1 actions=goto_table:"l3_forwarding"
+//	table=T, priority=0 actions=drop
+func (s inStage) missFlows() []Flow {
+	var fs []Flow
+	if s.b.p.stages[s.i].Miss == MissNext {
+		fs = append(fs, s.flow(PipelineOwner, PriorityPass, Match{}, s.next()))
+	}
+	return append(fs, s.flow(PipelineOwner, PriorityDrop, Match{}, Drop{}))
+}
+
+// pipelineFlows is PipelineFlows on b's pipeline: per stage, its node flows, then its
+// miss flows.
+func (b builder) pipelineFlows() []Flow {
+	var fs []Flow
+	for i, st := range b.p.stages {
+		if st.node != nil {
+			fs = append(fs, st.node(b)...)
+		}
+		fs = append(fs, inStage{b: b, i: i}.missFlows()...)
+	}
+	return fs
 }
 
 // Flow priorities (OpenFlow 1.3.5 §5.3: the highest-priority matching entry wins).
 const (
 	// PriorityDrop (0) is every table's explicit default: drop, counted.
 	PriorityDrop uint16 = 0
-	// PriorityPass (1) is a catch-all that passes packets on (reserved stages, and
-	// "anything else" flows).
+	// PriorityPass (1) is a catch-all that passes packets on (a MissNext stage's miss,
+	// and "anything else" flows).
 	PriorityPass uint16 = 1
 	// PriorityLow (10) is for broad matches that more specific flows override (a subnet).
 	PriorityLow uint16 = 10

@@ -1,8 +1,8 @@
 package flows
 
 // One local pod's flows: classify its port, guard its source addresses, deliver ARP and
-// IP for its address to its port. All carry the pod's cookie (owner OwnerPod, owner id =
-// its IPv4 address), so PodCookie selects exactly them for deletion.
+// IP for its address to its port. All carry the pod's owner (PodOwner: kind OwnerPod, id
+// = its IPv4 address) in their cookie, so PodCookie selects exactly them for deletion.
 
 import (
 	"fmt"
@@ -37,74 +37,69 @@ func (p Pod) Validate(cfg NodeConfig) error {
 	return nil
 }
 
-// PodFlows returns all flows of one local pod, in pipeline order. cfg and pod must be
-// valid (NodeConfig.Validate, Pod.Validate).
+// PodFlows returns all flows of one local pod, in pipeline order, with owner
+// PodOwner(pod). cfg and pod must be valid (NodeConfig.Validate, Pod.Validate).
 func PodFlows(cfg NodeConfig, pod Pod) []Flow {
-	return []Flow{
-		classifierPod(cfg, pod),
-		spoofGuardPodIP(cfg, pod),
-		spoofGuardPodARP(cfg, pod),
-		arpToPod(cfg, pod),
-		l3ToPod(cfg, pod),
-	}
+	return builder{p: std, cfg: cfg}.podFlows(pod)
 }
 
-// podFlow returns a flow of pod in table t, with the pod's cookie.
-func podFlow(cfg NodeConfig, pod Pod, t TableID, priority uint16, m Match, actions ...Action) Flow {
-	stage, _ := t.Stage()
-	return Flow{
-		Table:    t,
-		Priority: priority,
-		Cookie:   NewCookie(cfg.Generation, OwnerPod, stage, ipv4ToUint32(pod.IP)),
-		Match:    m,
-		Actions:  actions,
+// podFlows is PodFlows on b's pipeline.
+func (b builder) podFlows(pod Pod) []Flow {
+	return []Flow{
+		classifierPod(b, pod),
+		spoofGuardPodIP(b, pod),
+		spoofGuardPodARP(b, pod),
+		arpToPod(b, pod),
+		l3ToPod(b, pod),
 	}
 }
 
 // classifierPod marks packets from the pod's port as SourcePod.
 //
 //	table=classifier, priority=100,in_port=P actions=load:0x2->NXM_NX_REG0[0..3],goto_table:"spoof_guard"
-func classifierPod(cfg NodeConfig, pod Pod) Flow {
-	return podFlow(cfg, pod, TableClassifier, PriorityNormal,
+func classifierPod(b builder, pod Pod) Flow {
+	return b.in("classifier").flow(PodOwner(pod), PriorityNormal,
 		Match{InPort: pod.OFPort},
-		LoadMark(FromPod), GotoTable{TableSpoofGuard})
+		LoadMark(FromPod), b.goTo("spoof_guard"))
 }
 
 // spoofGuardPodIP lets IP from the pod's port on only with the pod's MAC and IP.
 //
 //	table="spoof_guard", priority=100,ip,in_port=P,dl_src=MAC,nw_src=IP actions=goto_table:service
-func spoofGuardPodIP(cfg NodeConfig, pod Pod) Flow {
-	return podFlow(cfg, pod, TableSpoofGuard, PriorityNormal,
+func spoofGuardPodIP(b builder, pod Pod) Flow {
+	return b.in("spoof_guard").flow(PodOwner(pod), PriorityNormal,
 		Match{EthType: EthTypeIPv4, InPort: pod.OFPort, EthSrc: pod.MAC, IPSrc: hostPrefix(pod.IP)},
-		GotoTable{TableService})
+		b.goTo("service"))
 }
 
 // spoofGuardPodARP lets ARP from the pod's port on only when the frame and the ARP
 // sender fields both carry the pod's MAC and the sender address is the pod's IP.
 //
 //	table="spoof_guard", priority=100,arp,in_port=P,dl_src=MAC,arp_spa=IP,arp_sha=MAC actions=goto_table:arp
-func spoofGuardPodARP(cfg NodeConfig, pod Pod) Flow {
-	return podFlow(cfg, pod, TableSpoofGuard, PriorityNormal,
+func spoofGuardPodARP(b builder, pod Pod) Flow {
+	return b.in("spoof_guard").flow(PodOwner(pod), PriorityNormal,
 		Match{EthType: EthTypeARP, InPort: pod.OFPort, EthSrc: pod.MAC, ARPSpa: pod.IP, ARPSha: pod.MAC},
-		GotoTable{TableARP})
+		b.goTo("arp"))
 }
 
 // arpToPod delivers ARP requests (broadcast) and replies whose target is the pod's IP to
 // the pod's port; the pod answers requests itself.
 //
 //	table=arp, priority=100,arp,arp_tpa=IP actions=load:P->NXM_NX_REG1[],goto_table:output
-func arpToPod(cfg NodeConfig, pod Pod) Flow {
-	return podFlow(cfg, pod, TableARP, PriorityNormal,
+func arpToPod(b builder, pod Pod) Flow {
+	return b.in("arp").flow(PodOwner(pod), PriorityNormal,
 		Match{EthType: EthTypeARP, ARPTpa: pod.IP},
-		Load{Dst: OutPortField, Value: uint64(pod.OFPort)}, GotoTable{TableOutput})
+		Load{Dst: OutPortField, Value: uint64(pod.OFPort)}, b.goTo("output"))
 }
 
-// l3ToPod sends IP for the pod's address to its port, addressed to its MAC.
+// l3ToPod sends IP for the pod's address to its port, addressed to its MAC, and goes on
+// to the next stage.
 //
 //	table="l3_forwarding", priority=100,ip,nw_dst=IP actions=set_field:MAC->eth_dst,load:P->NXM_NX_REG1[],goto_table:"network_policy"
-func l3ToPod(cfg NodeConfig, pod Pod) Flow {
-	return podFlow(cfg, pod, TableL3Forwarding, PriorityNormal,
+func l3ToPod(b builder, pod Pod) Flow {
+	s := b.in("l3_forwarding")
+	return s.flow(PodOwner(pod), PriorityNormal,
 		Match{EthType: EthTypeIPv4, IPDst: hostPrefix(pod.IP)},
 		SetEthDst{pod.MAC}, Load{Dst: OutPortField, Value: uint64(pod.OFPort)},
-		GotoTable{TableNetworkPolicy})
+		s.next())
 }

@@ -154,7 +154,7 @@ func TestFlowsOnSwitch(t *testing.T) {
 			mods = append(mods, f.FlowMod(openflow13.FC_ADD))
 		}
 		sendFlowMods(t, n.mgmt, mods...)
-		sendFlowMods(t, n.mgmt, DeleteByCookie(PodCookie(n.cfg, n.podA)))
+		sendFlowMods(t, n.mgmt, DeleteByCookie(PodCookie(n.podA)))
 		want := append(PipelineFlows(n.cfg), PodFlows(n.cfg, n.podB)...)
 		want = append(want, n.peerFlows()...)
 		compareLines(t, "flows after deleting pod A by cookie", n.dump(t), sortedFormat(want, n.names))

@@ -9,10 +9,11 @@
 // plugins and kube-router use; it runs the iptables binary, nft or legacy back end, with
 // the xtables lock). Calls act on the network namespace of the calling thread.
 //
-// Design history: pods reach the outside through the gateway port (flows.TableEgress), so
-// the host routes their packets; the host must also rewrite their source, or replies to a
-// private pod address never come back. Traffic inside the cluster CIDR keeps its source
-// (pods see each other's real addresses), and multicast is left alone (flannel's rules).
+// Design history: pods reach the outside through the gateway port (the egress stage of
+// package flows), so the host routes their packets; the host must also rewrite their
+// source, or replies to a private pod address never come back. Traffic inside the cluster
+// CIDR keeps its source (pods see each other's real addresses), and multicast is left
+// alone (flannel's rules).
 package masq
 
 import (

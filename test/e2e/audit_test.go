@@ -85,11 +85,15 @@ func TestFlowAuditHealsTable(t *testing.T) {
 
 	want := n.flowSet(t)
 	gen := n.generation(t)
-	cookie, mask := flows.PodCookie(flows.NodeConfig{}, flows.Pod{IP: p1.ip().To4()})
+	cookie, mask := flows.PodCookie(flows.Pod{IP: p1.ip().To4()})
+	outputTable, ok := flows.StageTable("output")
+	if !ok {
+		t.Fatal("no output stage in the pipeline")
+	}
 	stray := flows.NewCookie(gen, flows.OwnerPod, 0, 0x0a9900fe) // a pod this node never had
 	t.Run("deleted flows come back, the stray one goes, the operator's stays", func(t *testing.T) {
 		n.OVS.Ofctl(t, "del-flows", n.mgmt(), fmt.Sprintf("cookie=%#x/%#x", cookie, mask))
-		n.OVS.Ofctl(t, "del-flows", "--strict", n.mgmt(), fmt.Sprintf("table=%d,priority=1", flows.TableOutput))
+		n.OVS.Ofctl(t, "del-flows", "--strict", n.mgmt(), fmt.Sprintf("table=%d,priority=1", outputTable))
 		n.OVS.Ofctl(t, "add-flow", n.mgmt(), fmt.Sprintf("cookie=%#x,table=0,priority=100,in_port=4242,actions=drop", uint64(stray)))
 		n.OVS.Ofctl(t, "add-flow", n.mgmt(), "table=0,priority=7,udp,tp_dst=9,actions=drop")
 		operatorLines := flowLines(n.OVS.Ofctl(t, "dump-flows", "--no-stats", n.mgmt(), "table=0,udp,tp_dst=9"))
@@ -125,7 +129,7 @@ func TestFlowAuditHealsTable(t *testing.T) {
 	})
 
 	t.Run("a second repair; the operator's flow is reported once", func(t *testing.T) {
-		c2, m2 := flows.PodCookie(flows.NodeConfig{}, flows.Pod{IP: p2.ip().To4()})
+		c2, m2 := flows.PodCookie(flows.Pod{IP: p2.ip().To4()})
 		n.OVS.Ofctl(t, "del-flows", n.mgmt(), fmt.Sprintf("cookie=%#x/%#x", c2, m2))
 		waitUntil(t, "p2's flows back", 30*time.Second, func() error {
 			if got := len(flowLines(n.OVS.Ofctl(t, "dump-flows", n.mgmt(), fmt.Sprintf("cookie=%#x/%#x", c2, m2)))); got != podFlowCount {

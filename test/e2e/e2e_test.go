@@ -118,14 +118,14 @@ func TestPodsWiredEndToEnd(t *testing.T) {
 			}
 			return netlink.AddrAdd(l, &netlink.Addr{IPNet: &net.IPNet{IP: spoofed, Mask: net.CIDRMask(24, 32)}})
 		})
-		before := tableDrops(t, n, flows.TableSpoofGuard)
+		before := tableDrops(t, n, "spoof_guard")
 		if err := ping(a.netns, b.ip(), "-I", spoofed.String()); err == nil {
 			t.Fatalf("pod %s sent from a second IP %s and reached %s: the spoof guard let it through", a.name, spoofed, b.ip())
 		}
 		if got := udpFrom(t, a, spoofed, b); got {
 			t.Fatalf("UDP from the spoofed source %s reached pod %s", spoofed, b.name)
 		}
-		if after := tableDrops(t, n, flows.TableSpoofGuard); after <= before {
+		if after := tableDrops(t, n, "spoof_guard"); after <= before {
 			t.Errorf("spoof_guard drop counter did not move (%d → %d)", before, after)
 		}
 		// The pod's own address still works.
@@ -211,7 +211,7 @@ func (n *testNode) assertGone(t *testing.T, p *testPod) {
 	if ports := n.OVS.Vsctl(t, "list-ports", "br-int"); contains(ports, host) {
 		t.Errorf("%s: OVS port %s left on br-int", p.name, host)
 	}
-	cookie, mask := flows.PodCookie(flows.NodeConfig{}, flows.Pod{IP: p.ip().To4()})
+	cookie, mask := flows.PodCookie(flows.Pod{IP: p.ip().To4()})
 	dump := n.OVS.Ofctl(t, "dump-flows", "--no-stats", n.mgmt(), fmt.Sprintf("cookie=%#x/%#x", cookie, mask))
 	if lines := flowLines(dump); len(lines) > 0 {
 		t.Errorf("%s: flows with its cookie left:\n%s", p.name, strings.Join(lines, "\n"))
@@ -240,8 +240,12 @@ func flowLines(dump string) []string {
 var nPackets = regexp.MustCompile(`n_packets=(\d+)`)
 
 // tableDrops returns the packet count of the priority-0 drop flow of a stage.
-func tableDrops(t *testing.T, n *testNode, table flows.TableID) int {
+func tableDrops(t *testing.T, n *testNode, stage string) int {
 	t.Helper()
+	table, ok := flows.StageTable(stage)
+	if !ok {
+		t.Fatalf("no stage %s in the pipeline", stage)
+	}
 	dump := n.OVS.Ofctl(t, "dump-flows", n.mgmt(), fmt.Sprintf("table=%d", table))
 	total := 0
 	for _, line := range strings.Split(dump, "\n") {

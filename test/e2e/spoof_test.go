@@ -17,8 +17,6 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
-
-	"github.com/ofsdn/ofsdn/flows"
 )
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
@@ -284,7 +282,7 @@ func TestSpoofing(t *testing.T) {
 		{"ARP request from the victim's MAC and IP", arpFrame(broadcastMAC, vMAC, 1, vMAC, vIP, zero, wIP)},
 	}
 	const repeat = 3
-	before := tableDrops(t, n, flows.TableSpoofGuard)
+	before := tableDrops(t, n, "spoof_guard")
 	for _, a := range attacks {
 		for i := 0; i < repeat; i++ {
 			tx.send(t, a.frame)
@@ -294,7 +292,7 @@ func TestSpoofing(t *testing.T) {
 	for _, s := range sniffers {
 		s.close()
 	}
-	after := tableDrops(t, n, flows.TableSpoofGuard)
+	after := tableDrops(t, n, "spoof_guard")
 	if sent := len(attacks) * repeat; after-before < sent {
 		t.Errorf("spoof_guard drop counter moved by %d (%d → %d), want at least the %d spoofed frames", after-before, before, after, sent)
 	} else {

@@ -1,0 +1,161 @@
+package flows
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// withInserted returns the package's stages with extra inserted after stage after (its
+// table id halfway to the next stage's).
+func withInserted(after int, extra Stage) []Stage {
+	ss := Tables()
+	extra.ID = ss[after].ID + (ss[after+1].ID-ss[after].ID)/2
+	out := append([]Stage(nil), ss[:after+1]...)
+	out = append(out, extra)
+	return append(out, ss[after+1:]...)
+}
+
+// allFlows is every builder's output on b: the node's, pod A's and B's, peer B's and C's.
+func allFlows(b builder) []Flow {
+	fs := b.pipelineFlows()
+	fs = append(fs, b.podFlows(testPodA())...)
+	fs = append(fs, b.podFlows(testPodB())...)
+	fs = append(fs, b.peerFlows(testPeerB())...)
+	return append(fs, b.peerFlows(testPeerC())...)
+}
+
+// gotoOf returns the table f's goto_table instruction names, if any.
+func gotoOf(f Flow) (TableID, bool) {
+	for _, a := range f.Actions {
+		if g, ok := a.(GotoTable); ok {
+			return g.Table, true
+		}
+	}
+	return 0, false
+}
+
+// reachable returns the tables a packet can reach from table 0 by the flows' goto_table.
+func reachable(fs []Flow) map[TableID]bool {
+	seen := map[TableID]bool{0: true}
+	for changed := true; changed; {
+		changed = false
+		for _, f := range fs {
+			if to, ok := gotoOf(f); ok && seen[f.Table] && !seen[to] {
+				seen[to], changed = true, true
+			}
+		}
+	}
+	return seen
+}
+
+// continuesToNext are the stages whose traffic goes on to whatever stage follows them
+// (their miss is MissNext, or their flows continue with next): a stage inserted after
+// one of them sees that traffic. The others send packets to stages they name
+// (classifier → tunnel_ingress or spoof_guard, spoof_guard → service or arp, arp →
+// output), so a stage inserted after them is reached only by flows that name it.
+var continuesToNext = map[string]bool{"service": true, "l3_forwarding": true, "network_policy": true, "remote": true, "egress": true}
+
+// TestInsertedStage inserts a new stage that passes everything on (as a network policy
+// or conntrack stage starts) after each stage in turn and builds the node's, two pods'
+// and two peers' flows on that pipeline. Every flow must still lie in a table of the
+// pipeline, with the cookie stage field of its index there; every goto_table must go
+// forward to a table of the pipeline; every table must end in a counted miss flow (the
+// priority-0 drop, and for a MissNext stage the priority-1 goto to its next stage); every
+// stage must still be reached from table 0; and after a stage of continuesToNext the
+// new stage must be reached, with no flow jumping past it.
+func TestInsertedStage(t *testing.T) {
+	cfg := testConfig()
+	orig := allFlows(builder{p: std, cfg: cfg})
+	checkMissFlows(t, std, orig)
+	n := len(Tables())
+	for after := 0; after+1 < n; after++ {
+		ss := withInserted(after, Stage{Name: "inserted", Purpose: "test stage", Miss: MissNext})
+		p, err := newPipeline(ss)
+		if err != nil {
+			t.Fatalf("pipeline with a stage after %s: %v", ss[after].Name, err)
+		}
+		name := fmt.Sprintf("stage inserted after %s", ss[after].Name)
+		t.Run(name, func(t *testing.T) {
+			fs := allFlows(builder{p: p, cfg: cfg})
+			if len(fs) != len(orig)+2 {
+				t.Errorf("%d flows, want the %d of the package's pipeline and the new stage's 2 miss flows", len(fs), len(orig))
+			}
+			for _, f := range fs {
+				i, ok := p.stageOf(f.Table)
+				if !ok {
+					t.Errorf("flow in table %d, not a table of the pipeline: %s", f.Table, f)
+					continue
+				}
+				if int(f.Cookie.Stage()) != i {
+					t.Errorf("flow in stage %d (%s) has cookie stage %d: %s", i, p.stages[i].Name, f.Cookie.Stage(), f)
+				}
+				if to, ok := gotoOf(f); ok {
+					if _, known := p.stageOf(to); !known {
+						t.Errorf("flow goes to table %d, not a table of the pipeline: %s", to, f)
+					}
+				}
+				if err := f.Validate(); err != nil {
+					t.Error(err)
+				}
+			}
+			checkMissFlows(t, p, fs)
+
+			// Every stage is still reached from table 0; after a stage whose traffic goes on
+			// to the next stage, the new stage is reached and nothing skips it.
+			seen := reachable(fs)
+			for _, st := range ss {
+				if st.Name != "inserted" && !seen[TableID(st.ID)] {
+					t.Errorf("stage %s is no longer reached from table 0", st.Name)
+				}
+			}
+			prev, ins, next := TableID(ss[after].ID), TableID(ss[after+1].ID), TableID(ss[after+2].ID)
+			if !continuesToNext[ss[after].Name] {
+				return
+			}
+			if !seen[ins] {
+				t.Errorf("the stage inserted after %s is not reached", ss[after].Name)
+			}
+			for _, f := range fs {
+				if to, ok := gotoOf(f); ok && f.Table == prev && to == next {
+					t.Errorf("a flow of %s skips the inserted stage: %s", ss[after].Name, f)
+				}
+			}
+		})
+	}
+}
+
+// TestNewPipelineRejects: a stage list that cannot be a pipeline is refused, saying why.
+func TestNewPipelineRejects(t *testing.T) {
+	ss := Tables()
+	swap := append([]Stage(nil), ss...)
+	swap[1], swap[2] = swap[2], swap[1]
+	dup := append([]Stage(nil), ss...)
+	dup[3].Name = dup[2].Name
+	lastPasses := append([]Stage(nil), ss...)
+	lastPasses[len(ss)-1].Miss = MissNext
+	var many []Stage
+	for i := 0; i < 17; i++ {
+		many = append(many, Stage{ID: uint8(i), Name: fmt.Sprint("s", i)})
+	}
+	for what, c := range map[string]struct {
+		stages []Stage
+		want   string
+	}{
+		"ids not ascending":  {swap, "table ids must ascend"},
+		"duplicate name":     {dup, "two stages named"},
+		"last stage passes":  {lastPasses, "cannot pass packets on"},
+		"17 stages":          {many, "holds 1..16"},
+		"no stages":          {nil, "holds 1..16"},
+		"unnamed stage":      {[]Stage{{ID: 0}}, "has no name"},
+		"unknown miss":       {[]Stage{{ID: 0, Name: "a", Miss: 7}}, "unknown miss behaviour"},
+		"table id above 254": {[]Stage{{ID: 0, Name: "a"}, {ID: 255, Name: "b"}}, "above 254"},
+	} {
+		if _, err := newPipeline(c.stages); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: newPipeline returned %v, want an error saying %q", what, err, c.want)
+		}
+	}
+	if _, err := newPipeline(ss); err != nil {
+		t.Errorf("the package's own stages: %v", err)
+	}
+}
