@@ -117,11 +117,18 @@ type Hooks struct {
 type Node struct {
 	opts   NodeOptions
 	log    *slog.Logger
-	db     *ovsdb.Client
+	db     *ovsdb.Client // the bridge, its own ports, generation, flow-restore-wait
 	sw     *openflow.Switch
 	store  *FlowStore
 	ipam   *ipam.Store
 	gwAddr *net.IPNet
+
+	// The collaborators of pod wiring (seams.go): in a running node ports is db, owners
+	// is store, leases is ipam and netns is package podnet.
+	ports  portDB
+	owners flowOwners
+	leases leaseStore
+	netns  podPlumbing
 
 	// cfg is the flow builders' view of the node. It is complete before any goroutine
 	// starts; afterwards only rebuild changes it (new gateway/tunnel ofport or gateway MAC
@@ -177,7 +184,8 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 	if ov := opts.Overlay; ov != nil && ov.ClusterCIDR == nil {
 		return nil, errors.New("overlay: no cluster CIDR: set clusterCIDR in the config or the topology")
 	}
-	n := &Node{opts: opts, log: opts.Logger, db: db, pods: map[string]*Attachment{}, stop: make(chan struct{})}
+	n := &Node{opts: opts, log: opts.Logger, db: db, ports: db, netns: netlinkPlumbing{},
+		pods: map[string]*Attachment{}, stop: make(chan struct{})}
 	gwIP := nthIP(opts.PodSubnet, 1)
 	n.gwAddr = &net.IPNet{IP: gwIP, Mask: opts.PodSubnet.Mask}
 
@@ -219,6 +227,7 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 		n.cancelRun()
 		return nil, fmt.Errorf("node: IPAM store: %w", err)
 	}
+	n.leases = n.ipam
 	fail := func(err error) (*Node, error) {
 		n.cancelRun()
 		n.ipam.Close()
@@ -234,6 +243,7 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 
 	n.store = NewFlowStore()
 	n.store.observe = opts.Hooks.FlowOp
+	n.owners = n.store
 
 	// Broken attachments go before anything is installed; their flows of the earlier
 	// generation are deleted with the rest of it by the first sync.
@@ -548,12 +558,12 @@ func (n *Node) Gateway() *net.IPNet { return n.gwAddr }
 // would delete a running pod's flows with the earlier generation and its address would
 // be handed out again.
 func (n *Node) restorePods(ctx context.Context) {
-	for _, p := range n.db.ListPorts(n.opts.Bridge) {
+	for _, p := range n.ports.ListPorts(n.opts.Bridge) {
 		a, ok := attachmentFromPort(p)
 		if !ok {
 			continue
 		}
-		if _, ok := n.ipam.Get(a.ContainerID, a.IfName); !ok {
+		if _, ok := n.leases.Get(a.ContainerID, a.IfName); !ok {
 			if err := n.restoreLease(ctx, a); err != nil {
 				n.log.Error("pod port has no IP lease and it cannot be restored; its flows are not installed: DEL the pod",
 					"port", p.Name, "container_id", a.ContainerID, "ip", a.IP, "err", err)

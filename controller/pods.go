@@ -53,7 +53,7 @@ const (
 )
 
 // PodRequest is what the pod manager needs from a CNI request, in the CNI wire format's
-// terms but without its types (the cni package converts).
+// terms but without its types (cmd/ofsdn-node's CNI handler converts a cni.Request).
 type PodRequest struct {
 	// ContainerID is CNI_CONTAINERID; required.
 	ContainerID string
@@ -157,7 +157,7 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 		}
 		return nil, stepErr("ipam", fmt.Errorf("%s: interface %s is already attached in netns %s; DEL it first", req, req.IfName, existing.Netns))
 	}
-	if l, ok := n.ipam.Get(req.ContainerID, req.IfName); ok && !sameNetwork(l.Network, req.Network) {
+	if l, ok := n.leases.Get(req.ContainerID, req.IfName); ok && !sameNetwork(l.Network, req.Network) {
 		return nil, stepErr("ipam", fmt.Errorf("%s: interface %s holds an IP lease of network %q, not %q; use another CNI_IFNAME for the second network", req, req.IfName, l.Network, req.Network))
 	}
 
@@ -173,12 +173,12 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 	step := n.stepTimer()
 	// 1. IP lease.
 	owner := req.PodNamespace + "/" + req.PodName
-	ip, err := n.ipam.AllocateIn(req.ContainerID, req.IfName, owner, req.Network)
+	ip, err := n.leases.AllocateIn(req.ContainerID, req.IfName, owner, req.Network)
 	step("ipam")
 	if err != nil {
 		return nil, stepErr("ipam", fmt.Errorf("%s: %w", req, err))
 	}
-	undo = append(undo, func() { _ = n.ipam.Release(req.ContainerID, req.IfName) })
+	undo = append(undo, func() { _ = n.leases.Release(req.ContainerID, req.IfName) })
 	a := &Attachment{
 		ContainerID: req.ContainerID, IfName: req.IfName, Netns: req.Netns,
 		PodNamespace: req.PodNamespace, PodName: req.PodName, Network: req.Network,
@@ -189,7 +189,7 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 	}
 
 	// 2. veth pair, pod end born in the pod netns.
-	res, err := podnet.Setup(podnet.Spec{
+	res, err := n.netns.Setup(podnet.Spec{
 		Netns: req.Netns, IfName: req.IfName, HostVeth: a.HostVeth, MTU: a.MTU,
 		Addr: a.IP, Gateway: a.Gateway, DisableTxChecksum: n.opts.DatapathType == "netdev",
 	})
@@ -197,7 +197,7 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 	if err != nil {
 		return nil, stepErr("veth", fmt.Errorf("%s: %w", req, err))
 	}
-	undo = append(undo, func() { _ = podnet.Teardown(a.HostVeth, req.Netns, req.IfName) })
+	undo = append(undo, func() { _ = n.netns.Teardown(a.HostVeth, req.Netns, req.IfName) })
 	a.MAC = res.ContainerMAC
 	a.HostMAC = res.HostMAC
 	a.ContainerIfIndex = res.ContainerIfIndex
@@ -208,11 +208,11 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 	undo = append(undo, func() {
 		uctx, cancel := undoContext(ctx)
 		defer cancel()
-		if err := n.db.DeletePort(uctx, n.opts.Bridge, a.HostVeth); err != nil {
+		if err := n.ports.DeletePort(uctx, n.opts.Bridge, a.HostVeth); err != nil {
 			n.log.Warn("failed ADD: cannot remove its OVS port; reconciliation will", "port", a.HostVeth, "container_id", req.ContainerID, "error", err)
 		}
 	})
-	ofport, err := n.db.AddPort(ctx, n.opts.Bridge, a.HostVeth, a.externalIDs())
+	ofport, err := n.ports.AddPort(ctx, n.opts.Bridge, a.HostVeth, a.externalIDs())
 	step("ovsdb")
 	if err != nil {
 		return nil, stepErr("ovsdb", fmt.Errorf("%s: add port %s to bridge %s: %w", req, a.HostVeth, n.opts.Bridge, err))
@@ -220,7 +220,7 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 	a.OFPort = uint32(ofport)
 
 	// 4. The pod's flows, one batch confirmed by a barrier.
-	err = n.store.SetOwner(ctx, a.owner(), flows.PodFlows(n.config(), a.flowPod()))
+	err = n.owners.SetOwner(ctx, a.owner(), flows.PodFlows(n.config(), a.flowPod()))
 	step("openflow")
 	if err != nil {
 		// Runs before the port's undo. The delete is queued on the OpenFlow
@@ -260,7 +260,7 @@ func (n *Node) DelPod(ctx context.Context, req PodRequest) error {
 	n.mu.Lock()
 	a := n.pods[key]
 	n.mu.Unlock()
-	if p, ok := n.db.GetPort(hostVeth); ok {
+	if p, ok := n.ports.GetPort(hostVeth); ok {
 		pa, ours := attachmentFromPort(p)
 		if ours && (pa.ContainerID != req.ContainerID || pa.IfName != req.IfName) {
 			// A host-name hash collision (48 bits): the port and veth
@@ -273,7 +273,7 @@ func (n *Node) DelPod(ctx context.Context, req PodRequest) error {
 			a = pa
 		}
 	}
-	lease, leased := n.ipam.Get(req.ContainerID, req.IfName)
+	lease, leased := n.leases.Get(req.ContainerID, req.IfName)
 	if a == nil && leased {
 		a = &Attachment{ContainerID: req.ContainerID, IfName: req.IfName, HostVeth: hostVeth, Network: lease.Network,
 			IP: &net.IPNet{IP: lease.IP.To4(), Mask: n.opts.PodSubnet.Mask}}
@@ -294,14 +294,14 @@ func (n *Node) DelPod(ctx context.Context, req PodRequest) error {
 		}
 	}
 	if hostVeth != "" {
-		if err := n.db.DeletePort(ctx, n.opts.Bridge, hostVeth); err != nil {
+		if err := n.ports.DeletePort(ctx, n.opts.Bridge, hostVeth); err != nil {
 			return stepErr("ovsdb", fmt.Errorf("%s: delete port %s: %w", req, hostVeth, err))
 		}
 	}
-	if err := podnet.Teardown(hostVeth, req.Netns, req.IfName); err != nil {
+	if err := n.netns.Teardown(hostVeth, req.Netns, req.IfName); err != nil {
 		return stepErr("veth", fmt.Errorf("%s: %w", req, err))
 	}
-	if err := n.ipam.Release(req.ContainerID, req.IfName); err != nil {
+	if err := n.leases.Release(req.ContainerID, req.IfName); err != nil {
 		return stepErr("ipam", fmt.Errorf("%s: %w", req, err))
 	}
 	n.mu.Lock()
@@ -384,7 +384,7 @@ func attachmentNetwork(a *Attachment) string {
 
 // deletePodFlows removes the attachment's flows, by its owner's cookie.
 func (n *Node) deletePodFlows(ctx context.Context, a *Attachment) error {
-	return n.store.DeleteOwner(ctx, a.owner())
+	return n.owners.DeleteOwner(ctx, a.owner())
 }
 
 // CheckPod verifies an attachment (CNI CHECK): the interface, address and default route
@@ -403,17 +403,17 @@ func (n *Node) CheckPod(ctx context.Context, req PodRequest, wantIP *net.IPNet) 
 	if wantIP != nil && !wantIP.IP.Equal(a.IP.IP) {
 		return stepErr("check", fmt.Errorf("%s: prevResult has IP %s but the pod was given %s", req, wantIP, a.IP))
 	}
-	if err := podnet.Check(req.Netns, req.IfName, a.IP, a.Gateway, a.MAC); err != nil {
+	if err := n.netns.Check(req.Netns, req.IfName, a.IP, a.Gateway, a.MAC); err != nil {
 		return stepErr("check", fmt.Errorf("%s: %w", req, err))
 	}
-	p, ok := n.db.GetPort(a.HostVeth)
+	p, ok := n.ports.GetPort(a.HostVeth)
 	if !ok {
 		return stepErr("check", fmt.Errorf("%s: OVS port %s is missing from bridge %s", req, a.HostVeth, n.opts.Bridge))
 	}
 	if p.OFPort != int(a.OFPort) {
 		return stepErr("check", fmt.Errorf("%s: OVS port %s has ofport %d, flows use %d", req, a.HostVeth, p.OFPort, a.OFPort))
 	}
-	want, _ := n.store.Owner(a.owner())
+	want, _ := n.owners.Owner(a.owner())
 	cookie, mask := a.owner().Cookie()
 	got, err := n.sw.DumpFlows(ctx, openflow.TableAll, cookie, mask)
 	if err != nil {
@@ -447,8 +447,8 @@ func (n *Node) Status() error {
 	if !n.db.Connected() {
 		return fmt.Errorf("OVSDB connection is down; is ovsdb-server running?")
 	}
-	if n.ipam.InUse() >= n.ipam.Size() {
-		return fmt.Errorf("IP pool %s exhausted (%d in use)", n.opts.PodSubnet, n.ipam.InUse())
+	if n.leases.InUse() >= n.leases.Size() {
+		return fmt.Errorf("IP pool %s exhausted (%d in use)", n.opts.PodSubnet, n.leases.InUse())
 	}
 	return nil
 }
@@ -476,12 +476,12 @@ func (n *Node) GC(ctx context.Context, network string, valid []AttachmentID) err
 	for _, a := range n.Pods() {
 		note(AttachmentID{a.ContainerID, a.IfName}, a.Netns, a.Network)
 	}
-	for _, p := range n.db.ListPorts(n.opts.Bridge) {
+	for _, p := range n.ports.ListPorts(n.opts.Bridge) {
 		if a, ok := attachmentFromPort(p); ok {
 			note(AttachmentID{a.ContainerID, a.IfName}, a.Netns, a.Network)
 		}
 	}
-	for _, l := range n.ipam.List() {
+	for _, l := range n.leases.List() {
 		note(AttachmentID{l.ContainerID, l.IfName}, "", l.Network)
 	}
 	plan := planGC(network, valid, known)

@@ -23,6 +23,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 
 	"github.com/ofsdn/ofsdn/ovsdb"
 	"github.com/ofsdn/ofsdn/podnet"
@@ -33,7 +34,7 @@ import (
 // the attachment was found by its port (else by its lease, and port is
 // podnet.HostVethName). It also returns the port and whether it exists.
 func (n *Node) brokenReason(containerID, ifName, port string, byPort bool) (string, ovsdb.PortInfo, bool) {
-	p, hasPort := n.db.GetPort(port)
+	p, hasPort := n.ports.GetPort(port)
 	if hasPort {
 		if a, ours := attachmentFromPort(p); !ours || a.ContainerID != containerID || a.IfName != ifName {
 			return "", p, true
@@ -41,8 +42,8 @@ func (n *Node) brokenReason(containerID, ifName, port string, byPort bool) (stri
 	} else if byPort {
 		return "", p, false // the port went meanwhile (a DEL): nothing left to do here
 	}
-	_, leased := n.ipam.Get(containerID, ifName)
-	return brokenKind(hasPort, podnet.HostVethExists(port), leased), p, hasPort
+	_, leased := n.leases.Get(containerID, ifName)
+	return brokenKind(hasPort, n.netns.HostVethExists(port), leased), p, hasPort
 }
 
 // reconcile removes broken attachments (see the file comment) of network ("" = of every
@@ -56,20 +57,20 @@ func (n *Node) reconcile(ctx context.Context, network string) (int, error) {
 	}
 	var cands []cand
 	seen := map[string]bool{}
-	for _, p := range n.db.ListPorts(n.opts.Bridge) {
+	for _, p := range n.ports.ListPorts(n.opts.Bridge) {
 		if a, ok := attachmentFromPort(p); ok && !seen[a.key()] {
 			seen[a.key()] = true
 			if !sameNetwork(a.Network, network) {
 				continue
 			}
-			if p.OFPort == -1 && podnet.HostVethExists(p.Name) {
+			if p.OFPort == -1 && n.netns.HostVethExists(p.Name) {
 				n.log.Warn("ovs-vswitchd cannot open a pod's port; kept, since the pod may be running: DEL it, or fix the device",
 					"port", p.Name, "container_id", a.ContainerID, "ifname", a.IfName, "network", a.Network, "error", p.Error)
 			}
 			cands = append(cands, cand{a.ContainerID, a.IfName, p.Name, true})
 		}
 	}
-	for _, l := range n.ipam.List() {
+	for _, l := range n.leases.List() {
 		if k := attachmentKey(l.ContainerID, l.IfName); !seen[k] && sameNetwork(l.Network, network) {
 			seen[k] = true
 			cands = append(cands, cand{l.ContainerID, l.IfName, podnet.HostVethName(l.ContainerID, l.IfName), false})
@@ -116,6 +117,12 @@ func (n *Node) removeBroken(ctx context.Context, containerID, ifName, port strin
 	if a == nil && hasPort {
 		a, _ = attachmentFromPort(p)
 	}
+	if a == nil {
+		// As DEL does: the lease names the pod's address, hence its flows' cookie.
+		if lease, ok := n.leases.Get(containerID, ifName); ok {
+			a = &Attachment{ContainerID: containerID, IfName: ifName, IP: &net.IPNet{IP: lease.IP.To4(), Mask: n.opts.PodSubnet.Mask}}
+		}
+	}
 	var errs []error
 	if a != nil && a.IP != nil {
 		if err := n.deletePodFlows(ctx, a); err != nil {
@@ -123,15 +130,15 @@ func (n *Node) removeBroken(ctx context.Context, containerID, ifName, port strin
 		}
 	}
 	if hasPort {
-		if err := n.db.DeletePort(ctx, n.opts.Bridge, hostVeth); err != nil {
+		if err := n.ports.DeletePort(ctx, n.opts.Bridge, hostVeth); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if err := podnet.Teardown(hostVeth, "", ifName); err != nil {
+	if err := n.netns.Teardown(hostVeth, "", ifName); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) == 0 {
-		if err := n.ipam.Release(containerID, ifName); err != nil {
+		if err := n.leases.Release(containerID, ifName); err != nil {
 			errs = append(errs, err)
 		}
 	}

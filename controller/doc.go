@@ -1,0 +1,32 @@
+// Package controller is the node's orchestration: it turns CNI operations and topology
+// events into OVS ports, pod network namespaces, IP leases and flows, and keeps the
+// switch's flow tables equal to the desired state across restarts of the daemon,
+// ovs-vswitchd and ovsdb-server.
+//
+// What lives here, by file:
+//
+//   - node.go: StartNode brings up the bridge, gateway and tunnel ports (OVSDB), the
+//     gateway's address (podnet), the IPAM store, a new flow generation, the first flow
+//     sync as one bundle, and re-ensures them after OVSDB reconnections.
+//   - pods.go: AddPod, DelPod, CheckPod, GC of pod attachments, in the order the design
+//     fixes (IPAM → veth → OVSDB port → flows; DEL the other way round), with a per-pod
+//     lock and the undo of a failed ADD.
+//   - reconcile.go: what start-up and GC remove because it can no longer work;
+//     scope.go: which CNI network an attachment belongs to, and what a GC may remove.
+//   - peers.go: the overlay: one flow owner per peer node, topology events.
+//   - flowstore.go: the desired flows per flows.Owner, the diff sent on each change, the
+//     replay (Sync) on every new OpenFlow connection; audit.go: the periodic audit that
+//     repairs the switch's tables while connected.
+//   - inspect.go: read-only views for metrics and the inspection API (ctl/).
+//   - seams.go: the small interfaces pod wiring uses for its collaborators (OVSDB ports,
+//     flow store, IPAM, pod netns plumbing), so that its decisions are unit-tested with
+//     fakes beside the real-OVS tests.
+//   - unavailable.go: ErrOVSUnavailable, where OVSDB's and OpenFlow's outages meet.
+//
+// What does not: the OpenFlow 1.3 wire protocol and the reconnecting connection are
+// package openflow; the pipeline and its flow builders are package flows; OVSDB is package
+// ovsdb; leases are package ipam; netlink plumbing is package podnet; the CNI wire format
+// is package cni (cmd/ofsdn-node converts CNI requests into PodRequest). controller imports
+// those and topology, and nothing imports controller but cmd/ofsdn-node, ctl and bench
+// (docs/design.md has the import rules, checked by a test).
+package controller

@@ -1,0 +1,650 @@
+package controller
+
+// Unit tests of the node's pod logic with fakes for its collaborators (seams.go): the order
+// in which a failed ADD is undone, DEL's idempotence, and what GC and reconciliation keep.
+// The same code runs against real OVS, netlink and IPAM in test/e2e and bench; these tests
+// pin the decisions, case by case, where the real world cannot be put into every state.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/ofsdn/ofsdn/flows"
+	"github.com/ofsdn/ofsdn/ipam"
+	"github.com/ofsdn/ofsdn/openflow"
+	"github.com/ofsdn/ofsdn/ovsdb"
+	"github.com/ofsdn/ofsdn/podnet"
+)
+
+// world is a fake of every collaborator of pod wiring (portDB, flowOwners, leaseStore,
+// podPlumbing) sharing one state and one journal of the changes asked of it, in order.
+// Reads are not journalled. Each collaborator keeps its real contract: deleting what is
+// gone is not an error.
+type world struct {
+	mu      sync.Mutex
+	journal []string
+	// fail makes the named operation ("ipam.Allocate", "podnet.Setup", "ovsdb.AddPort",
+	// "flows.SetOwner", "ovsdb.DeletePort", ...) fail with that error.
+	fail map[string]error
+	// addPortCommits makes a failing AddPort leave its row (committed, ofport not seen).
+	addPortCommits bool
+
+	ports  map[string]ovsdb.PortInfo
+	veths  map[string]bool
+	leases map[string]ipam.Lease // attachmentKey → lease
+	flows  map[flows.Owner][]flows.Flow
+
+	subnet     *net.IPNet
+	nextIP     uint32 // next host number to lease
+	nextOFPort int
+}
+
+func newWorld() *world {
+	_, subnet, _ := net.ParseCIDR("10.128.0.0/24")
+	return &world{fail: map[string]error{}, ports: map[string]ovsdb.PortInfo{}, veths: map[string]bool{},
+		leases: map[string]ipam.Lease{}, flows: map[flows.Owner][]flows.Flow{}, subnet: subnet, nextIP: 2, nextOFPort: 10}
+}
+
+// do journals op and returns the error it is set to fail with. w.mu must be held.
+func (w *world) do(op, arg string) error {
+	w.journal = append(w.journal, op+" "+arg)
+	return w.fail[op]
+}
+
+var errInjected = errors.New("injected failure")
+
+// portDB
+
+func (w *world) AddPort(ctx context.Context, bridge, name string, ext map[string]string) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.do("ovsdb.AddPort", name); err != nil {
+		if w.addPortCommits {
+			w.ports[name] = ovsdb.PortInfo{Name: name, Bridge: bridge, ExternalIDs: ext}
+		}
+		return 0, err
+	}
+	w.nextOFPort++
+	w.ports[name] = ovsdb.PortInfo{Name: name, Bridge: bridge, OFPort: w.nextOFPort, ExternalIDs: ext}
+	return w.nextOFPort, nil
+}
+
+func (w *world) DeletePort(ctx context.Context, bridge, name string) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.do("ovsdb.DeletePort", name); err != nil {
+		return err
+	}
+	delete(w.ports, name)
+	return nil
+}
+
+func (w *world) GetPort(name string) (ovsdb.PortInfo, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p, ok := w.ports[name]
+	return p, ok
+}
+
+func (w *world) ListPorts(bridge string) []ovsdb.PortInfo {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []ovsdb.PortInfo
+	for _, p := range w.ports {
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// flowOwners
+
+func (w *world) SetOwner(ctx context.Context, o flows.Owner, fs []flows.Flow) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.do("flows.SetOwner", o.String()); err != nil {
+		return err
+	}
+	w.flows[o] = fs
+	return nil
+}
+
+func (w *world) DeleteOwner(ctx context.Context, o flows.Owner) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.do("flows.DeleteOwner", o.String()); err != nil {
+		return err
+	}
+	delete(w.flows, o)
+	return nil
+}
+
+func (w *world) Owner(o flows.Owner) ([]flows.Flow, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	fs, ok := w.flows[o]
+	return fs, ok
+}
+
+// leaseStore
+
+func (w *world) AllocateIn(containerID, ifName, owner, network string) (net.IP, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	k := attachmentKey(containerID, ifName)
+	if err := w.do("ipam.Allocate", k); err != nil {
+		return nil, err
+	}
+	if l, ok := w.leases[k]; ok {
+		return l.IP, nil
+	}
+	ip := nthIP(w.subnet, w.nextIP)
+	w.nextIP++
+	w.leases[k] = ipam.Lease{IP: ip, ContainerID: containerID, IfName: ifName, Owner: owner, Network: network}
+	return ip, nil
+}
+
+func (w *world) Release(containerID, ifName string) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	k := attachmentKey(containerID, ifName)
+	if err := w.do("ipam.Release", k); err != nil {
+		return err
+	}
+	delete(w.leases, k)
+	return nil
+}
+
+func (w *world) Get(containerID, ifName string) (ipam.Lease, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	l, ok := w.leases[attachmentKey(containerID, ifName)]
+	return l, ok
+}
+
+func (w *world) List() []ipam.Lease {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []ipam.Lease
+	for _, l := range w.leases {
+		out = append(out, l)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].IP.String() < out[j].IP.String() })
+	return out
+}
+
+func (w *world) InUse() int { w.mu.Lock(); defer w.mu.Unlock(); return len(w.leases) }
+func (w *world) Size() int  { return 253 }
+
+// podPlumbing
+
+func (w *world) Setup(spec podnet.Spec) (podnet.Result, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.do("podnet.Setup", spec.HostVeth); err != nil {
+		return podnet.Result{}, err
+	}
+	w.veths[spec.HostVeth] = true
+	return podnet.Result{HostVeth: spec.HostVeth, HostMAC: net.HardwareAddr{0xe, 0, 0, 0, 0, 1},
+		ContainerMAC: podnet.MACFromIP(spec.Addr.IP), ContainerIfIndex: 2, MTU: spec.MTU}, nil
+}
+
+func (w *world) Teardown(hostVeth, netnsPath, ifName string) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if hostVeth == "" {
+		return nil
+	}
+	if err := w.do("podnet.Teardown", hostVeth); err != nil {
+		return err
+	}
+	delete(w.veths, hostVeth)
+	return nil
+}
+
+func (w *world) HostVethExists(name string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.veths[name]
+}
+
+func (w *world) Check(netnsPath, ifName string, addr *net.IPNet, gw net.IP, mac net.HardwareAddr) error {
+	return nil
+}
+
+// log returns the journal and clears it.
+func (w *world) log() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	j := w.journal
+	w.journal = nil
+	return j
+}
+
+// left describes what the world still holds, for "nothing left behind" checks.
+func (w *world) left() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var parts []string
+	for n := range w.ports {
+		parts = append(parts, "port "+n)
+	}
+	for n := range w.veths {
+		parts = append(parts, "veth "+n)
+	}
+	for k, l := range w.leases {
+		parts = append(parts, "lease "+k+" "+l.IP.String())
+	}
+	for o := range w.flows {
+		parts = append(parts, "flows of "+o.String())
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
+}
+
+// testNode is a node on w's fakes: bridge br-int, pod subnet 10.128.0.0/24 (gateway
+// 10.128.0.1 on ofport 1), no OpenFlow connection.
+func testNode(w *world) *Node {
+	gw := nthIP(w.subnet, 1)
+	return &Node{
+		opts: NodeOptions{Bridge: "br-int", Gateway: "gw0", DatapathType: "netdev", PodSubnet: w.subnet, MTU: 1450},
+		log:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+		cfg: flows.NodeConfig{GatewayOFPort: 1, GatewayMAC: net.HardwareAddr{0x0a, 0x58, 0x0a, 0x80, 0, 1},
+			GatewayIP: gw, PodSubnet: w.subnet, Generation: 1},
+		gwAddr: &net.IPNet{IP: gw, Mask: w.subnet.Mask},
+		ports:  w, owners: w, leases: w, netns: w,
+		pods: map[string]*Attachment{}, stop: make(chan struct{}),
+	}
+}
+
+func podReq(id string) PodRequest {
+	return PodRequest{ContainerID: id, IfName: "eth0", Netns: "/var/run/netns/" + id, PodNamespace: "default", PodName: "pod-" + id, Network: "net-a"}
+}
+
+// TestAddPodUndoesInReverse makes each step of ADD fail in turn and checks that exactly the
+// steps done before it are undone, last first, and nothing is left behind: lease, veth,
+// port (also when the failing transaction committed its row) and flows.
+func TestAddPodUndoesInReverse(t *testing.T) {
+	veth := podnet.HostVethName("c1", "eth0")
+	pod := "pod 10.128.0.2"
+	for _, c := range []struct {
+		name    string
+		fail    string
+		commits bool
+		step    string
+		want    []string
+	}{
+		{"ipam fails", "ipam.Allocate", false, "ipam", []string{
+			"ipam.Allocate c1/eth0"}},
+		{"veth fails", "podnet.Setup", false, "veth", []string{
+			"ipam.Allocate c1/eth0", "podnet.Setup " + veth,
+			"ipam.Release c1/eth0"}},
+		// The port's undo runs even when the transaction failed: it may have committed.
+		{"ovsdb fails", "ovsdb.AddPort", false, "ovsdb", []string{
+			"ipam.Allocate c1/eth0", "podnet.Setup " + veth, "ovsdb.AddPort " + veth,
+			"ovsdb.DeletePort " + veth, "podnet.Teardown " + veth, "ipam.Release c1/eth0"}},
+		{"ovsdb fails after commit", "ovsdb.AddPort", true, "ovsdb", []string{
+			"ipam.Allocate c1/eth0", "podnet.Setup " + veth, "ovsdb.AddPort " + veth,
+			"ovsdb.DeletePort " + veth, "podnet.Teardown " + veth, "ipam.Release c1/eth0"}},
+		{"openflow fails", "flows.SetOwner", false, "openflow", []string{
+			"ipam.Allocate c1/eth0", "podnet.Setup " + veth, "ovsdb.AddPort " + veth, "flows.SetOwner " + pod,
+			"flows.DeleteOwner " + pod, "ovsdb.DeletePort " + veth, "podnet.Teardown " + veth, "ipam.Release c1/eth0"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := newWorld()
+			w.fail[c.fail] = errInjected
+			w.addPortCommits = c.commits
+			n := testNode(w)
+			a, err := n.AddPod(context.Background(), podReq("c1"))
+			var se *StepError
+			if a != nil || !errors.As(err, &se) || se.Step != c.step || !errors.Is(err, errInjected) {
+				t.Fatalf("AddPod = %v, %v; want a *StepError of step %s wrapping the injected failure", a, err, c.step)
+			}
+			if got := w.log(); !reflect.DeepEqual(got, c.want) {
+				t.Errorf("journal:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(c.want, "\n  "))
+			}
+			if left := w.left(); left != "" {
+				t.Errorf("failed ADD left behind: %s", left)
+			}
+			if len(n.Pods()) != 0 {
+				t.Errorf("failed ADD recorded an attachment: %+v", n.Pods()[0])
+			}
+		})
+	}
+
+	// Without a failure: the four steps in order, nothing undone, the attachment recorded.
+	w := newWorld()
+	n := testNode(w)
+	a, err := n.AddPod(context.Background(), podReq("c1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"ipam.Allocate c1/eth0", "podnet.Setup " + veth, "ovsdb.AddPort " + veth, "flows.SetOwner " + pod}
+	if got := w.log(); !reflect.DeepEqual(got, want) {
+		t.Errorf("journal of a good ADD: %v, want %v", got, want)
+	}
+	if a.IP.String() != "10.128.0.2/24" || a.OFPort != 11 || len(n.Pods()) != 1 {
+		t.Errorf("attachment %+v, %d recorded; want 10.128.0.2/24 on ofport 11, recorded", a, len(n.Pods()))
+	}
+	if fs, _ := w.Owner(a.owner()); len(fs) != len(flows.PodFlows(n.cfg, a.flowPod())) {
+		t.Errorf("pod owner holds %d flows, want the pod's %d", len(fs), len(flows.PodFlows(n.cfg, a.flowPod())))
+	}
+}
+
+// TestDelPodWithResourcesGone deletes an attachment after one (or more) of its resources
+// went away by other means: each DEL succeeds and removes all the rest, including the
+// flows, found by the pod's address wherever it is still written (memory, port, lease).
+func TestDelPodWithResourcesGone(t *testing.T) {
+	veth := podnet.HostVethName("c1", "eth0")
+	for _, c := range []struct {
+		name string
+		gone func(w *world, n *Node)
+	}{
+		{"nothing gone", func(w *world, n *Node) {}},
+		{"flows gone", func(w *world, n *Node) { w.flows = map[flows.Owner][]flows.Flow{} }},
+		{"port gone", func(w *world, n *Node) { delete(w.ports, veth) }},
+		{"veth gone", func(w *world, n *Node) { delete(w.veths, veth) }},
+		{"lease gone", func(w *world, n *Node) { delete(w.leases, "c1/eth0") }},
+		{"daemon restarted (not in memory)", func(w *world, n *Node) { n.pods = map[string]*Attachment{} }},
+		{"not in memory, port gone: the lease names the address", func(w *world, n *Node) {
+			n.pods = map[string]*Attachment{}
+			delete(w.ports, veth)
+		}},
+		{"not in memory, lease gone: the port names the address", func(w *world, n *Node) {
+			n.pods = map[string]*Attachment{}
+			delete(w.leases, "c1/eth0")
+		}},
+		{"everything gone", func(w *world, n *Node) {
+			n.pods = map[string]*Attachment{}
+			*w = *newWorld()
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := newWorld()
+			n := testNode(w)
+			if _, err := n.AddPod(context.Background(), podReq("c1")); err != nil {
+				t.Fatal(err)
+			}
+			c.gone(w, n)
+			w.log()
+			req := podReq("c1")
+			req.Netns = "" // the runtime may have removed the netns already
+			for i := 1; i <= 2; i++ {
+				if err := n.DelPod(context.Background(), req); err != nil {
+					t.Fatalf("DEL #%d: %v", i, err)
+				}
+				if left := w.left(); left != "" {
+					t.Fatalf("after DEL #%d left behind: %s (journal %v)", i, left, w.log())
+				}
+				if len(n.Pods()) != 0 {
+					t.Fatalf("after DEL #%d the attachment is still recorded", i)
+				}
+			}
+		})
+	}
+
+	// A DEL for another network leaves the attachment alone (issue 10's scoping).
+	w := newWorld()
+	n := testNode(w)
+	if _, err := n.AddPod(context.Background(), podReq("c1")); err != nil {
+		t.Fatal(err)
+	}
+	other := podReq("c1")
+	other.Network = "net-b"
+	if err := n.DelPod(context.Background(), other); err != nil {
+		t.Fatalf("DEL for another network: %v", err)
+	}
+	if got := podAttachment("c1").remains(w, 0); got != "port+veth+lease+flows" || len(n.Pods()) != 1 {
+		t.Errorf("DEL for another network removed part of the attachment: %q remains, want port+veth+lease+flows", got)
+	}
+
+	// DEL runs the other way round from ADD: flows, port, veth, lease.
+	w = newWorld()
+	n = testNode(w)
+	if _, err := n.AddPod(context.Background(), podReq("c1")); err != nil {
+		t.Fatal(err)
+	}
+	w.log()
+	if err := n.DelPod(context.Background(), podReq("c1")); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"flows.DeleteOwner pod 10.128.0.2", "ovsdb.DeletePort " + veth, "podnet.Teardown " + veth, "ipam.Release c1/eth0"}
+	if got := w.log(); !reflect.DeepEqual(got, want) {
+		t.Errorf("DEL journal %v, want %v", got, want)
+	}
+
+	// A failed step is reported by name and a retry finishes the DEL.
+	n = testNode(newWorld())
+	w = n.ports.(*world)
+	if _, err := n.AddPod(context.Background(), podReq("c1")); err != nil {
+		t.Fatal(err)
+	}
+	w.fail["ovsdb.DeletePort"] = errInjected
+	var se *StepError
+	if err := n.DelPod(context.Background(), podReq("c1")); !errors.As(err, &se) || se.Step != "ovsdb" {
+		t.Fatalf("DEL with OVSDB failing: %v, want a *StepError of step ovsdb", err)
+	}
+	delete(w.fail, "ovsdb.DeletePort")
+	if err := n.DelPod(context.Background(), podReq("c1")); err != nil {
+		t.Fatalf("DEL retry: %v", err)
+	}
+	if left := w.left(); left != "" {
+		t.Errorf("after the retried DEL left behind: %s", left)
+	}
+}
+
+// attachment describes one attachment's pieces for the reconciliation and GC tables.
+type attachment struct {
+	id      string // container ID; ifname is eth0
+	network string // the CNI network its records name ("" = recorded without one)
+	port    bool   // an OVS port with our external_ids
+	ofport  int    // the port's ofport (0 = not assigned yet, -1 = could not open)
+	veth    bool   // the host veth exists
+	lease   bool   // an IP lease
+	flows   bool   // the pod's flows are in the store
+	known   bool   // the node has it in memory (it was attached by this daemon run)
+	notOurs bool   // the port carries no ofsdn external_ids (another program's port)
+}
+
+// put builds a's pieces in w and n; lease i is 10.128.0.(i+2).
+func (a attachment) put(w *world, n *Node, i int) {
+	veth := podnet.HostVethName(a.id, "eth0")
+	ip := nthIP(w.subnet, uint32(i+2))
+	at := &Attachment{ContainerID: a.id, IfName: "eth0", Netns: "/var/run/netns/" + a.id, HostVeth: veth, Network: a.network,
+		IP: &net.IPNet{IP: ip, Mask: w.subnet.Mask}, MAC: podnet.MACFromIP(ip), OFPort: uint32(max(a.ofport, 0)), Gateway: n.cfg.GatewayIP}
+	if a.port {
+		ext := at.externalIDs()
+		if a.notOurs {
+			ext = map[string]string{"owner": "someone else"}
+		}
+		w.ports[veth] = ovsdb.PortInfo{Name: veth, Bridge: "br-int", OFPort: a.ofport, ExternalIDs: ext}
+	}
+	if a.veth {
+		w.veths[veth] = true
+	}
+	if a.lease {
+		w.leases[attachmentKey(a.id, "eth0")] = ipam.Lease{IP: ip, ContainerID: a.id, IfName: "eth0", Network: a.network}
+	}
+	if a.flows {
+		w.flows[at.owner()] = flows.PodFlows(n.cfg, at.flowPod())
+	}
+	if a.known {
+		n.pods[at.key()] = at
+	}
+}
+
+// remains reports which of a's pieces w still holds, in put's terms.
+func (a attachment) remains(w *world, i int) string {
+	veth := podnet.HostVethName(a.id, "eth0")
+	var out []string
+	if _, ok := w.ports[veth]; ok {
+		out = append(out, "port")
+	}
+	if w.veths[veth] {
+		out = append(out, "veth")
+	}
+	if _, ok := w.leases[attachmentKey(a.id, "eth0")]; ok {
+		out = append(out, "lease")
+	}
+	if _, ok := w.flows[flows.Owner{Kind: flows.OwnerPod, ID: ipv4(nthIP(w.subnet, uint32(i+2)))}]; ok {
+		out = append(out, "flows")
+	}
+	return strings.Join(out, "+")
+}
+
+func ipv4(ip net.IP) uint32 {
+	ip = ip.To4()
+	return uint32(ip[0])<<24 | uint32(ip[1])<<16 | uint32(ip[2])<<8 | uint32(ip[3])
+}
+
+// whole returns what remains of an attachment that is left alone.
+func (a attachment) whole() string {
+	var out []string
+	for _, p := range []struct {
+		has  bool
+		name string
+	}{{a.port, "port"}, {a.veth, "veth"}, {a.lease, "lease"}, {a.flows, "flows"}} {
+		if p.has {
+			out = append(out, p.name)
+		}
+	}
+	return strings.Join(out, "+")
+}
+
+// healthy is a complete, working attachment of network net-a.
+func healthy(id string) attachment {
+	return attachment{id: id, network: "net-a", port: true, ofport: 5, veth: true, lease: true, flows: true, known: true}
+}
+
+// podAttachment describes what AddPod of podReq(id) made, as the first attachment.
+func podAttachment(id string) attachment { return healthy(id) }
+
+// TestReconcileDecides runs start-up reconciliation (all networks) on a table of
+// attachments and checks what it keeps (everything of a keeper) and what it removes
+// (everything of a provably stale one): only a port whose host veth is gone, or a lease
+// with neither port nor host veth, is stale (brokenKind).
+func TestReconcileDecides(t *testing.T) {
+	unknown := healthy("c2")
+	unknown.known, unknown.flows = false, false
+	for _, c := range []struct {
+		name string
+		a    attachment
+		keep bool
+	}{
+		{"healthy", healthy("c1"), true},
+		{"lease whose port exists but whose pod is unknown", unknown, true},
+		{"port whose ofport is not assigned yet", attachment{id: "c3", network: "net-a", port: true, ofport: 0, veth: true, lease: true}, true},
+		{"port of another program, no veth", attachment{id: "c4", port: true, ofport: 7, notOurs: true}, true},
+		{"port without lease, all else fine", attachment{id: "c5", network: "net-a", port: true, ofport: 5, veth: true, flows: true, known: true}, true},
+		{"ofport -1, host veth still there (the pod may run)", attachment{id: "c6", network: "net-a", port: true, ofport: -1, veth: true, lease: true, flows: true, known: true}, true},
+		{"lease and host veth without port", attachment{id: "c7", network: "net-a", veth: true, lease: true}, true},
+		{"recorded without a network, healthy", attachment{id: "c8", port: true, ofport: 5, veth: true, lease: true}, true},
+		{"host veth gone", attachment{id: "c9", network: "net-a", port: true, ofport: 5, lease: true, flows: true, known: true}, false},
+		{"ofport -1, host veth gone", attachment{id: "c10", network: "net-a", port: true, ofport: -1, lease: true, flows: true, known: true}, false},
+		{"lease alone (ADD died after its lease)", attachment{id: "c11", network: "net-a", lease: true}, false},
+		{"lease alone, flows of an earlier ADD", attachment{id: "c12", network: "net-a", lease: true, flows: true}, false},
+		{"recorded without a network, host veth gone", attachment{id: "c13", port: true, ofport: 5, lease: true}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := newWorld()
+			n := testNode(w)
+			c.a.put(w, n, 0)
+			removed, err := n.reconcile(context.Background(), "")
+			if err != nil {
+				t.Fatalf("reconcile: %v", err)
+			}
+			want, wantRemoved := c.a.whole(), 0
+			if !c.keep {
+				want, wantRemoved = "", 1
+			}
+			if got := c.a.remains(w, 0); got != want || removed != wantRemoved {
+				t.Errorf("after reconciliation %q remains (removed %d), want %q (removed %d); journal %v", got, removed, want, wantRemoved, w.log())
+			}
+			if _, known := n.pods[attachmentKey(c.a.id, "eth0")]; known && !c.keep {
+				t.Error("a removed attachment is still recorded")
+			}
+		})
+	}
+}
+
+// TestGCDecides runs CNI GC for network net-a with a valid-attachments list over a table
+// of attachments: an attachment of net-a the runtime does not list goes whole, whatever
+// of it is left; a listed one is kept unless it is provably stale (then reconciliation
+// removes it, as at start); attachments of another network, or recorded without one, are
+// never this GC's to remove.
+func TestGCDecides(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		a     attachment
+		valid bool
+		keep  bool
+	}{
+		{"listed, healthy", healthy("c1"), true, true},
+		{"listed, not known to this daemon run", attachment{id: "c2", network: "net-a", port: true, ofport: 5, veth: true, lease: true}, true, true},
+		{"not listed, healthy", healthy("c3"), false, false},
+		{"not listed, not known to this daemon run", attachment{id: "c4", network: "net-a", port: true, ofport: 5, veth: true, lease: true, flows: true}, false, false},
+		{"not listed, lease only", attachment{id: "c5", network: "net-a", lease: true}, false, false},
+		{"not listed, port only", attachment{id: "c6", network: "net-a", port: true, ofport: 5}, false, false},
+		{"listed, host veth gone", attachment{id: "c7", network: "net-a", port: true, ofport: 5, lease: true, flows: true, known: true}, true, false},
+		{"listed, lease alone", attachment{id: "c8", network: "net-a", lease: true}, true, false},
+		{"listed, lease and host veth without port", attachment{id: "c9", network: "net-a", lease: true, veth: true}, true, true},
+		{"not listed, another program's port", attachment{id: "c10", port: true, ofport: 7, notOurs: true}, false, true},
+		{"not listed, another network's", attachment{id: "c11", network: "net-b", port: true, ofport: 5, veth: true, lease: true, flows: true, known: true}, false, true},
+		{"not listed, another network's, host veth gone", attachment{id: "c12", network: "net-b", port: true, ofport: 5, lease: true, flows: true, known: true}, false, true},
+		{"not listed, recorded without a network", attachment{id: "c13", port: true, ofport: 5, veth: true, lease: true, flows: true, known: true}, false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := newWorld()
+			n := testNode(w)
+			c.a.put(w, n, 0)
+			// A healthy, listed neighbour must never be touched.
+			healthy("keeper").put(w, n, 1)
+			valid := []AttachmentID{{ContainerID: "keeper", IfName: "eth0"}}
+			if c.valid {
+				valid = append(valid, AttachmentID{ContainerID: c.a.id, IfName: "eth0"})
+			}
+			if err := n.GC(context.Background(), "net-a", valid); err != nil {
+				t.Fatalf("GC: %v", err)
+			}
+			want := c.a.whole()
+			if !c.keep {
+				want = ""
+			}
+			if got := c.a.remains(w, 0); got != want {
+				t.Errorf("after GC %q remains, want %q; journal %v", got, want, w.log())
+			}
+			if got := healthy("keeper").remains(w, 1); got != healthy("keeper").whole() {
+				t.Errorf("GC touched the listed healthy attachment: %q remains", got)
+			}
+		})
+	}
+}
+
+// TestOVSUnavailableFromEitherSide: an OVSDB outage and an OpenFlow outage both reach the
+// CNI handler as ErrOVSUnavailable (try again later), through the step error.
+func TestOVSUnavailableFromEitherSide(t *testing.T) {
+	for name, cause := range map[string]error{
+		"ovsdb":    fmt.Errorf("add port: %w", ovsdb.ErrUnavailable),
+		"openflow": fmt.Errorf("apply: %w", errors.Join(errors.New("bridge br-int"), openflow.ErrDisconnected)),
+	} {
+		err := stepErr("ovsdb", cause)
+		if !errors.Is(err, ErrOVSUnavailable) || !errors.Is(err, cause) {
+			t.Errorf("%s outage: %v does not match ErrOVSUnavailable and its cause", name, err)
+		}
+		if err.Error() != "ovsdb: "+cause.Error() {
+			t.Errorf("%s outage: text %q changed", name, err)
+		}
+	}
+	if err := stepErr("ipam", errInjected); errors.Is(err, ErrOVSUnavailable) {
+		t.Errorf("an unrelated error matches ErrOVSUnavailable: %v", err)
+	}
+}

@@ -1,0 +1,85 @@
+package controller
+
+// The node's collaborators in pod wiring, each behind the small interface the pod logic
+// (pods.go, reconcile.go) needs: the OVS ports of pod attachments (OVSDB), the desired
+// flows per owner (FlowStore), the IP leases (IPAM) and the pod netns plumbing (netlink).
+// StartNode wires the real ones; unit tests wire fakes and check the decisions AddPod,
+// DelPod, GC and reconciliation take (undo order, idempotence, what is kept), while the
+// tests against a real OVS and real namespaces (test/e2e, bench) check the real ones.
+
+import (
+	"context"
+	"net"
+
+	"github.com/ofsdn/ofsdn/flows"
+	"github.com/ofsdn/ofsdn/ipam"
+	"github.com/ofsdn/ofsdn/ovsdb"
+	"github.com/ofsdn/ofsdn/podnet"
+)
+
+// portDB holds the OVS ports of pod attachments: *ovsdb.Client.
+type portDB interface {
+	// AddPort adds port name to bridge with the attachment's Interface external_ids in one
+	// transaction and returns its ofport (ovsdb.Client.AddPort). On error the row may
+	// exist (committed, ofport not seen in time): the caller removes it.
+	AddPort(ctx context.Context, bridge, name string, externalIDs map[string]string) (int, error)
+	// DeletePort removes port name from bridge; a missing port is not an error.
+	DeletePort(ctx context.Context, bridge, name string) error
+	// GetPort returns the port called name from the monitor cache.
+	GetPort(name string) (ovsdb.PortInfo, bool)
+	// ListPorts returns the ports of bridge from the monitor cache.
+	ListPorts(bridge string) []ovsdb.PortInfo
+}
+
+// flowOwners holds the desired flows of each pod attachment: *FlowStore.
+type flowOwners interface {
+	// SetOwner makes the switch hold exactly fs for owner (FlowStore.SetOwner).
+	SetOwner(ctx context.Context, owner flows.Owner, fs []flows.Flow) error
+	// DeleteOwner removes every flow of owner by its cookie; an unknown owner is not an
+	// error (FlowStore.DeleteOwner).
+	DeleteOwner(ctx context.Context, owner flows.Owner) error
+	// Owner returns owner's desired flows and whether it is known.
+	Owner(owner flows.Owner) ([]flows.Flow, bool)
+}
+
+// leaseStore hands out the pod subnet's addresses: *ipam.Store.
+type leaseStore interface {
+	// AllocateIn leases an address to (containerID, ifName) of CNI network network,
+	// persisted before it returns (ipam.Store.AllocateIn).
+	AllocateIn(containerID, ifName, owner, network string) (net.IP, error)
+	// Release frees the lease of (containerID, ifName); none is not an error.
+	Release(containerID, ifName string) error
+	// Get returns the lease of (containerID, ifName), with the network it was made for.
+	Get(containerID, ifName string) (ipam.Lease, bool)
+	// List returns every lease.
+	List() []ipam.Lease
+	// InUse is the number of leases; Size the number of addresses pods may get.
+	InUse() int
+	Size() int
+}
+
+// podPlumbing wires pod network namespaces: package podnet (netlink).
+type podPlumbing interface {
+	// Setup creates the veth pair with the pod end in the pod's netns and configures it
+	// (podnet.Setup).
+	Setup(spec podnet.Spec) (podnet.Result, error)
+	// Teardown deletes the host veth (and with it the pod end); one already gone is not an
+	// error (podnet.Teardown).
+	Teardown(hostVeth, netnsPath, ifName string) error
+	// HostVethExists reports whether the host end called name exists.
+	HostVethExists(name string) bool
+	// Check verifies the pod interface's address, default route and MAC (podnet.Check).
+	Check(netnsPath, ifName string, addr *net.IPNet, gw net.IP, mac net.HardwareAddr) error
+}
+
+// netlinkPlumbing is podPlumbing with package podnet.
+type netlinkPlumbing struct{}
+
+func (netlinkPlumbing) Setup(spec podnet.Spec) (podnet.Result, error) { return podnet.Setup(spec) }
+func (netlinkPlumbing) Teardown(hostVeth, netnsPath, ifName string) error {
+	return podnet.Teardown(hostVeth, netnsPath, ifName)
+}
+func (netlinkPlumbing) HostVethExists(name string) bool { return podnet.HostVethExists(name) }
+func (netlinkPlumbing) Check(netnsPath, ifName string, addr *net.IPNet, gw net.IP, mac net.HardwareAddr) error {
+	return podnet.Check(netnsPath, ifName, addr, gw, mac)
+}
