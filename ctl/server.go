@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -40,7 +39,7 @@ type Server struct {
 	log  *slog.Logger
 
 	mu  sync.Mutex
-	srv *httpserve.Server // nil before Start
+	srv *rootsock.Server // nil before Start
 }
 
 // NewServer returns a server for the unix socket at path (absolute) answering from src.
@@ -52,20 +51,17 @@ func NewServer(path string, src Source, logger *slog.Logger) *Server {
 	return &Server{path: path, src: src, log: logger.With("component", "ctl", "socket", path)}
 }
 
-// Start prepares the socket and serves in the background: the socket's directory is
-// created if needed and set to mode 0700 owned by root, a stale socket of an earlier
-// daemon is removed (a live one, or a path that is not a socket, is an error), the socket
-// is made mode 0600, and each connection's SO_PEERCRED must show uid 0.
+// Start prepares the socket and serves in the background (rootsock.Serve): a missing
+// socket directory is created with mode 0700 owned by root (an existing one must be
+// root's and not writable by others), a stale socket of an earlier daemon is removed (a
+// live one, or a path that is not a socket, is an error), the socket is made mode 0600,
+// and each connection's SO_PEERCRED must show uid 0.
 // Errors name the path and the step.
 func (s *Server) Start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.srv != nil {
 		return fmt.Errorf("inspection socket %s: already started", s.path)
-	}
-	l, err := rootsock.Listen(s.path, "inspection socket")
-	if err != nil {
-		return err
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc(PathPods, func(w http.ResponseWriter, r *http.Request) {
@@ -85,13 +81,16 @@ func (s *Server) Start() error {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, errorBody{Error: fmt.Sprintf("no endpoint at %s: try %s, %s or %s", r.URL.Path, PathPods, PathFlows, PathPeers)})
 	})
-	s.srv = httpserve.Start(&http.Server{
+	srv, err := rootsock.Serve(s.path, "inspection socket", &http.Server{
 		Handler:           rootOnly(mux),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       60 * time.Second,
 		MaxHeaderBytes:    httpserve.MaxHeaderBytes,
-		ConnContext:       connContext,
-	}, l, s.log, "inspection socket")
+	}, s.log)
+	if err != nil {
+		return err
+	}
+	s.srv = srv
 	s.log.Info("serving the inspection API")
 	return nil
 }
@@ -105,11 +104,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if srv == nil {
 		return nil
 	}
-	err := srv.Shutdown(ctx)
-	if rmErr := rootsock.Remove(s.path, "inspection socket"); err == nil {
-		err = rmErr
-	}
-	return err
+	return srv.Shutdown(ctx)
 }
 
 func (s *Server) answer(w http.ResponseWriter, r *http.Request, v any, err error) {
@@ -141,21 +136,13 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(append(b, '\n'))
 }
 
-type peerCredKey struct{}
-
-// connContext records the connecting process's uid (socket(7) SO_PEERCRED), or -1.
-func connContext(ctx context.Context, c net.Conn) context.Context {
-	uid := int64(-1)
-	if cred, err := rootsock.PeerCred(c); err == nil {
-		uid = int64(cred.Uid)
-	}
-	return context.WithValue(ctx, peerCredKey{}, uid)
-}
-
 // rootOnly refuses callers whose uid is not 0.
 func rootOnly(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		uid, _ := r.Context().Value(peerCredKey{}).(int64)
+		uid := int64(-1)
+		if cred, err := rootsock.PeerCredFrom(r.Context()); err == nil {
+			uid = int64(cred.Uid)
+		}
 		if uid != 0 {
 			writeJSON(w, http.StatusForbidden, errorBody{Error: fmt.Sprintf("caller uid %d is not root: only root may use the ofsdn-node inspection socket", uid)})
 			return

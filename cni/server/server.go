@@ -10,8 +10,9 @@
 // code 4 naming the variable, an invalid netconf code 7. Nothing reaches the
 // Handler before the request has passed every check.
 //
-// The socket is the only access control, so it is set up defensively: its
-// directory is created (or reset) with mode 0700 and owned by root, the
+// The socket is the only access control, so it is set up defensively
+// (internal/rootsock): a missing directory is created with mode 0700 and owned
+// by root, an existing one must be root's and not writable by others, the
 // socket is mode 0600, and each connection's peer credentials (SO_PEERCRED)
 // are checked so that only root (uid 0) is served.
 package server
@@ -36,7 +37,6 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/utils"
 	"github.com/containernetworking/cni/pkg/version"
-	"golang.org/x/sys/unix"
 
 	"github.com/ofsdn/ofsdn/cni"
 	"github.com/ofsdn/ofsdn/internal/httpserve"
@@ -100,7 +100,7 @@ type Server struct {
 	readHeaderTimeout, readTimeout time.Duration
 
 	mu  sync.Mutex
-	srv *httpserve.Server // nil before Start
+	srv *rootsock.Server // nil before Start
 }
 
 // New returns a server for socketPath (an absolute path, normally
@@ -147,9 +147,11 @@ func (s *Server) SetReady(ready bool) {
 // Ready reports whether the ready gate is open.
 func (s *Server) Ready() bool { return s.ready.Load() }
 
-// Start prepares the socket and begins serving in the background:
-//   - creates the socket's directory if needed, then sets it to mode 0700
-//     and owner root:root even if it existed;
+// Start prepares the socket and begins serving in the background
+// (rootsock.Serve):
+//   - creates a missing socket directory with mode 0700, owned by root; an
+//     existing one is left as it is but must be root's and not writable by
+//     others;
 //   - removes a stale socket left by an earlier daemon, but fails if another
 //     server still answers on it or if the path is not a socket;
 //   - listens and sets the socket to mode 0600.
@@ -161,24 +163,23 @@ func (s *Server) Start() error {
 	if s.srv != nil {
 		return fmt.Errorf("CNI server on %s: already started", s.socketPath)
 	}
-	l, err := rootsock.Listen(s.socketPath, "CNI server")
-	if err != nil {
-		return err
-	}
 	mux := http.NewServeMux()
 	mux.HandleFunc(cni.RequestPath, s.serveCNI)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeResponse(w, http.StatusNotFound, &cni.Response{Error: types.NewError(types.ErrInternal,
 			fmt.Sprintf("no CNI endpoint at %s %s: the plugin sends POST %s", r.Method, r.URL.Path, cni.RequestPath), "")})
 	})
-	s.srv = httpserve.Start(&http.Server{
+	srv, err := rootsock.Serve(s.socketPath, "CNI server", &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: s.readHeaderTimeout,
 		ReadTimeout:       s.readTimeout,
 		IdleTimeout:       IdleTimeout,
 		MaxHeaderBytes:    httpserve.MaxHeaderBytes,
-		ConnContext:       connContext,
-	}, l, s.log, "CNI server")
+	}, s.log)
+	if err != nil {
+		return err
+	}
+	s.srv = srv
 	s.log.Info("CNI server listening")
 	return nil
 }
@@ -195,12 +196,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	err := srv.Shutdown(ctx)
-	// net.UnixListener unlinks its socket on Close; make sure anyway.
-	if rmErr := rootsock.Remove(s.socketPath, "CNI server"); err == nil {
-		err = rmErr
-	}
 	s.log.Info("CNI server stopped")
-	return errors.Join(srv.Err(), err)
+	return err
 }
 
 // Serve runs a ready server (see Server) on socketPath until ctx is
@@ -220,25 +217,6 @@ func Serve(ctx context.Context, socketPath string, h Handler, logger *slog.Logge
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return s.Shutdown(sctx)
-}
-
-// peerCredKey keys the connection's SO_PEERCRED credentials in the request
-// context.
-type peerCredKey struct{}
-
-// peerCred is what SO_PEERCRED told about the client process, or the error
-// reading it.
-type peerCred struct {
-	ucred *unix.Ucred
-	err   error
-}
-
-// connContext records each connection's peer credentials (socket(7)
-// SO_PEERCRED: the credentials of the process that called connect(2)).
-func connContext(ctx context.Context, c net.Conn) context.Context {
-	var pc peerCred
-	pc.ucred, pc.err = rootsock.PeerCred(c)
-	return context.WithValue(ctx, peerCredKey{}, pc)
 }
 
 // statusFor is the HTTP status sent with a CNI error code; the plugin reads
@@ -286,16 +264,16 @@ func (s *Server) serveCNI(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("method %s not allowed on %s: the plugin sends POST", r.Method, cni.RequestPath), ""))
 		return
 	}
-	pc, _ := r.Context().Value(peerCredKey{}).(peerCred)
-	if pc.ucred == nil {
+	cred, err := rootsock.PeerCredFrom(r.Context())
+	if cred == nil {
 		fail(http.StatusForbidden, types.NewError(types.ErrInternal,
-			"cannot read the caller's credentials (SO_PEERCRED); refusing the CNI request", fmt.Sprint(pc.err)))
+			"cannot read the caller's credentials (SO_PEERCRED); refusing the CNI request", fmt.Sprint(err)))
 		return
 	}
-	if pc.ucred.Uid != 0 {
+	if cred.Uid != 0 {
 		fail(http.StatusForbidden, types.NewError(types.ErrInternal,
-			fmt.Sprintf("caller uid %d is not root: only root (the container runtime) may send CNI requests to ofsdn-node", pc.ucred.Uid), ""),
-			"peer_pid", pc.ucred.Pid, "peer_uid", pc.ucred.Uid)
+			fmt.Sprintf("caller uid %d is not root: only root (the container runtime) may send CNI requests to ofsdn-node", cred.Uid), ""),
+			"peer_pid", cred.Pid, "peer_uid", cred.Uid)
 		return
 	}
 

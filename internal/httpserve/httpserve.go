@@ -1,8 +1,8 @@
 // Package httpserve runs an [http.Server] in the background and stops it, the part the
 // daemon's three HTTP servers (the CNI socket, the inspection socket and the metrics
 // listener) share. Each server still builds its own http.Server (handler, timeouts in
-// seconds, connection context) and its own listener (internal/rootsock for the root-only
-// unix sockets); this package only runs and stops it.
+// seconds); the two root-only unix sockets are listened on, served and removed through
+// internal/rootsock (Serve, which runs them here), the metrics listener is plain TCP.
 package httpserve
 
 import (

@@ -1,6 +1,8 @@
-// Package rootsock makes the daemon's root-only unix sockets: the CNI socket and the
-// inspection socket share one way of preparing the directory, replacing a stale socket,
-// listening, and reading the caller's credentials (socket(7) SO_PEERCRED).
+// Package rootsock makes the daemon's root-only unix sockets and runs their HTTP servers:
+// the CNI socket and the inspection socket share one way of preparing the directory,
+// replacing a stale socket, listening (Listen), serving with the caller's credentials
+// (socket(7) SO_PEERCRED) in each request's context (Serve, PeerCredFrom), and shutting
+// down with the socket removed (Server.Shutdown).
 package rootsock
 
 import (

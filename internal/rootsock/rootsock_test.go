@@ -1,11 +1,17 @@
 package rootsock
 
 import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestListenCreatesRootOnlyDirectory(t *testing.T) {
@@ -110,5 +116,53 @@ func TestRemove(t *testing.T) {
 	}
 	if err := Remove(full, "test socket"); err == nil || !strings.Contains(err.Error(), full) {
 		t.Fatalf("Remove of a non-empty directory: %v, want an error naming %s", err, full)
+	}
+}
+
+// TestServeLifecycle: Serve listens on a root-only socket, each request's context carries
+// the caller's credentials (this test runs as root: uid 0, our pid), and Shutdown stops
+// serving and removes the socket.
+func TestServeLifecycle(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "run", "x.sock")
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		cred, err := PeerCredFrom(r.Context())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusForbidden)
+			return
+		}
+		fmt.Fprintf(w, "uid=%d pid=%d", cred.Uid, cred.Pid)
+	})}
+	s, err := Serve(path, "test socket", hs, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", path)
+	}}}
+	resp, err := c.Get("http://socket/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := fmt.Sprintf("uid=%d pid=%d", os.Getuid(), os.Getpid()); string(body) != want {
+		t.Errorf("handler saw %q, want %q", body, want)
+	}
+	c.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	select {
+	case <-s.Done():
+	default:
+		t.Error("Done not closed after Shutdown")
+	}
+	if _, err := os.Lstat(path); !os.IsNotExist(err) {
+		t.Errorf("socket still there after Shutdown: %v", err)
+	}
+	if _, err := PeerCredFrom(context.Background()); err == nil {
+		t.Error("PeerCredFrom of a context Serve did not make returned no error")
 	}
 }
