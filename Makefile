@@ -16,14 +16,21 @@ build:
 deps:
 	./hack/install-deps.sh
 
-# The whole suite: unit tests, tests against real OVS sandboxes, end-to-end tests through
-# libcni and the plugin binary, the runtime compatibility test (./test/compat, part of
-# ./...: it builds the libcni-v1.1/-v1.2/-v1.3 driver modules, each pinning one
-# containernetworking/cni generation, and drives the daemon's own conflist through each),
-# and short fuzz runs (counted in executions, not seconds: a duration -fuzztime hits a race
-# in the go1.26 fuzz coordinator, golang/go#75804).
+# Packages whose tests need no OVS: run once more under the race detector (the tests on
+# real OVS are skipped there; they run in the full pass below).
+RACE_PKGS := ./flows ./controller ./ipam ./cni ./cni/server ./ctl ./metrics ./internal/... ./topology
+RACE_SKIP := OnSwitch|TestSwitchReconnect|TestFlowStoreAuditRepairs
+
+# The whole suite: the unit packages under -race, then unit tests, tests against real OVS
+# sandboxes, end-to-end tests through libcni and the plugin binary, the runtime
+# compatibility test (./test/compat, part of ./...: it builds the libcni-v1.1/-v1.2/-v1.3
+# driver modules, each pinning one containernetworking/cni generation, and drives the
+# daemon's own conflist through each), and short fuzz runs (counted in executions, not
+# seconds: a duration -fuzztime hits a race in the go1.26 fuzz coordinator,
+# golang/go#75804).
 COMPAT_MODULES := $(wildcard test/compat/libcni-v*)
 test: deps build lint
+	$(GO) test -count=1 -race -skip '$(RACE_SKIP)' $(RACE_PKGS)
 	$(GO) test -count=1 -timeout 20m ./...
 	$(GO) test -count=1 -run '^$$' -fuzz FuzzParseArgs -fuzztime 20000x ./cni/
 	$(GO) test -count=1 -run '^$$' -fuzz FuzzLoadNetConf -fuzztime 20000x ./cni/

@@ -1,0 +1,78 @@
+package flows
+
+import (
+	"bufio"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// docPorts are the port names of docs/pipeline.md's node (the golden config's ports).
+var docPorts = PortNames{1: "vxlan0", 2: "gw0", 3: "pod-a"}
+
+// TestPipelineDoc: the dump-flows lines of docs/pipeline.md are exactly what the builders
+// print for its node (the golden tests' config, pod A and peer B, ports by name), stage by
+// stage in the order OVS's dump shows them (priority, then the pipeline's, the pods' and
+// the peers' flows), and every stage of the pipeline has its section. So the document
+// cannot go stale: change a flow, and this test prints the lines to paste.
+func TestPipelineDoc(t *testing.T) {
+	f, err := os.Open("../docs/pipeline.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	heading := regexp.MustCompile(`^## ([a-z_0-9]+) \((\d+)[,)]`)
+	doc := map[string][]string{}
+	var order []string
+	stage, inBlock := "", false
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		if m := heading.FindStringSubmatch(l); m != nil {
+			stage = m[1]
+			order = append(order, stage)
+			continue
+		}
+		if strings.HasPrefix(l, "## ") {
+			stage = ""
+		}
+		if strings.HasPrefix(l, "```") {
+			inBlock = !inBlock
+			continue
+		}
+		if inBlock && stage != "" && strings.HasPrefix(l, " cookie=") {
+			doc[stage] = append(doc[stage], strings.TrimPrefix(l, " "))
+		}
+	}
+
+	cfg := testConfig()
+	all := append(PipelineFlows(cfg), PodFlows(cfg, testPodA())...)
+	all = append(all, PeerFlows(cfg, testPeerB())...)
+	sort.SliceStable(all, func(i, j int) bool {
+		a, b := all[i], all[j]
+		if a.Table != b.Table {
+			return a.Table < b.Table
+		}
+		if a.Priority != b.Priority {
+			return a.Priority > b.Priority
+		}
+		return a.Cookie.Owner() < b.Cookie.Owner()
+	})
+	want := map[string][]string{}
+	for _, fl := range all {
+		want[fl.Table.Name()] = append(want[fl.Table.Name()], fl.Format(docPorts))
+	}
+	var names []string
+	for _, st := range Tables() {
+		names = append(names, st.Name)
+	}
+	if strings.Join(order, " ") != strings.Join(names, " ") {
+		t.Errorf("docs/pipeline.md has sections %v, want one per stage in pipeline order %v", order, names)
+	}
+	for _, name := range names {
+		compareLines(t, "docs/pipeline.md, stage "+name+" (with a leading space in the file)", doc[name], want[name])
+	}
+}
