@@ -276,7 +276,7 @@ type builder struct {
 	cfg NodeConfig
 }
 
-// in returns stage name of b's pipeline, where a builder places a flow.
+// in returns the stage called name in b's pipeline, where a builder places a flow.
 func (b builder) in(name string) inStage {
 	return inStage{b: b, i: b.p.index(name)}
 }
