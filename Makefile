@@ -48,18 +48,22 @@ demo: deps build
 	./test/demo.sh
 
 # Pod-wiring benchmark (bench/, bench/RESULTS.md): ofsdn through the plugin and in-daemon,
-# the shell-out baseline and the floor, interleaved on private OVS instances. Prints the
-# tables; raw samples in $(BENCH_OUT)/results.json. About 5 minutes on 2 quiet cores.
+# the shell-out baseline and the floor, a do-nothing plugin (the plugin path's floor) and
+# the peer ovs-cni (built at run time from the Go module proxy at a pinned version, in a
+# throw-away module under $(BENCH_OUT)/peers), interleaved on private OVS instances. Prints
+# the tables; raw samples in $(BENCH_OUT)/results.json. About 7 minutes on 2 quiet cores.
 # BENCH_FLAGS passes more flags, e.g. BENCH_FLAGS="-fill 10,100,1000" (about 9 minutes in all).
 BENCH_OUT ?= /tmp/ofsdn-bench
 BENCH_FLAGS ?=
 bench: deps build
 	$(GO) build $(GOFLAGS) -o $(BIN)/ofsdn-bench ./bench/cmd/ofsdn-bench
+	$(GO) build $(GOFLAGS) -o $(BIN)/ofsdn-bench-noop ./bench/cmd/ofsdn-bench-noop
 	$(BIN)/ofsdn-bench -bin $(BIN) -sandbox test/sandbox.sh -out $(BENCH_OUT) $(BENCH_FLAGS)
 
 # The same, small (under a minute): CI's smoke test, failing only when a mode errors.
 bench-quick: deps build
 	$(GO) build $(GOFLAGS) -o $(BIN)/ofsdn-bench ./bench/cmd/ofsdn-bench
+	$(GO) build $(GOFLAGS) -o $(BIN)/ofsdn-bench-noop ./bench/cmd/ofsdn-bench-noop
 	$(BIN)/ofsdn-bench -quick -bin $(BIN) -sandbox test/sandbox.sh -out $(BENCH_OUT)-quick
 
 clean:

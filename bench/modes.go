@@ -32,10 +32,12 @@ const (
 	ModeFloor       = "floor"         // the unavoidable steps only
 	ModeShellFlows  = "shell-addflow" // ovs-vsctl + one ovs-ofctl add-flow per flow
 	ModeShellBundle = "shell-bundle"  // ovs-vsctl + one ovs-ofctl bundle per pod
+	ModeNoop        = "noop-cni"      // a plugin that does nothing, exec'd by libcni
+	ModeOVSCNI      = "ovs-cni"       // k8snetworkplumbingwg/ovs-cni + host-local, through libcni
 )
 
 // AllModes lists every mode in table order.
-var AllModes = []string{ModeFull, ModeInDaemon, ModeFloor, ModeShellFlows, ModeShellBundle}
+var AllModes = []string{ModeFull, ModeInDaemon, ModeFloor, ModeShellFlows, ModeShellBundle, ModeNoop, ModeOVSCNI}
 
 // Pod is one pod interface to wire: what a CNI request carries.
 type Pod struct {
@@ -387,10 +389,11 @@ type fullMode struct {
 }
 
 // timedExec is libcni's default plugin executor, timing each plugin execution into the
-// step log ("plugin exec" for ADD, "del plugin exec" for DEL).
+// step log of mode ("plugin exec" for ADD, "del plugin exec" for DEL).
 type timedExec struct {
 	invoke.DefaultExec
-	log *stepLog
+	log  *stepLog
+	mode string
 }
 
 func (e *timedExec) ExecPlugin(ctx context.Context, pluginPath string, stdin []byte, environ []string) ([]byte, error) {
@@ -399,9 +402,9 @@ func (e *timedExec) ExecPlugin(ctx context.Context, pluginPath string, stdin []b
 	for _, kv := range environ {
 		switch kv {
 		case "CNI_COMMAND=ADD":
-			e.log.add(ModeFull, "plugin exec", time.Since(t0))
+			e.log.add(e.mode, "plugin exec", time.Since(t0))
 		case "CNI_COMMAND=DEL":
-			e.log.add(ModeFull, "del plugin exec", time.Since(t0))
+			e.log.add(e.mode, "del plugin exec", time.Since(t0))
 		}
 	}
 	return out, err
@@ -420,7 +423,7 @@ func newFull(ctx context.Context, sb *Sandbox, subnet *net.IPNet, binDir string,
 	if m.netconf, err = libcni.ConfListFromBytes([]byte(conf)); err != nil {
 		return nil, err
 	}
-	exe := &timedExec{DefaultExec: invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: os.Stderr}, PluginDecoder: version.PluginDecoder{}}, log: log}
+	exe := &timedExec{DefaultExec: invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: os.Stderr}, PluginDecoder: version.PluginDecoder{}}, log: log, mode: ModeFull}
 	m.cni = libcni.NewCNIConfigWithCacheDir([]string{binDir}, filepath.Join(sb.Dir, "cni-cache"), exe)
 	if _, err := m.startDaemon(ctx); err != nil {
 		return nil, err
@@ -505,7 +508,7 @@ func (m *fullMode) Close()            { m.stopDaemon(); m.sb.Stop() }
 
 func (m *fullMode) rt(p Pod) *libcni.RuntimeConf {
 	return &libcni.RuntimeConf{ContainerID: p.ContainerID, NetNS: p.Netns, IfName: p.IfName,
-		Args: [][2]string{{"K8S_POD_NAMESPACE", "bench"}, {"K8S_POD_NAME", p.Name}}}
+		Args: [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", "bench"}, {"K8S_POD_NAME", p.Name}}}
 }
 
 func (m *fullMode) Add(ctx context.Context, p Pod) error {

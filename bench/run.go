@@ -43,6 +43,9 @@ type Config struct {
 	// FillBatch sequential ADDs (and DELs) are timed, in ascending order.
 	FillLevels            []int
 	FillRounds, FillBatch int
+	// At the highest fill level, FillConcRounds × (FillConcPods ADDs at concurrency
+	// FillConc, then as many DELs) per mode (phase "fillN-concC"); 0 pods skips it.
+	FillConc, FillConcPods, FillConcRounds int
 	// ProfileOps sequential ADD+DEL pairs of the in-daemon mode run under the CPU profiler.
 	ProfileOps int
 	// PluginExecs times this many bare executions of the plugin binary (CNI VERSION).
@@ -58,7 +61,8 @@ type Config struct {
 // Quick is the CI smoke size: every mode and every phase, a few pods each (under a minute).
 func Quick() Config {
 	return Config{Name: "quick", SeqRounds: 2, SeqBatch: 4, Conc: []int{8, 32}, ConcPods: []int{16, 32}, ConcRounds: 1,
-		FillLevels: []int{10}, FillRounds: 1, FillBatch: 3, ProfileOps: 5, PluginExecs: 5, ScalePods: 200, ScalePeers: 20}
+		FillLevels: []int{10}, FillRounds: 1, FillBatch: 3, FillConc: 8, FillConcPods: 8, FillConcRounds: 1,
+		ProfileOps: 5, PluginExecs: 5, ScalePods: 200, ScalePeers: 20}
 }
 
 // Full is the size RESULTS.md reports (about 5 minutes on 2 quiet cores). Its highest fill
@@ -67,7 +71,8 @@ func Quick() Config {
 // pass FillLevels 10,100,1000 (ofsdn-bench -fill) for that, about 10 minutes in all.
 func Full() Config {
 	return Config{Name: "full", SeqRounds: 10, SeqBatch: 10, Conc: []int{8, 32}, ConcPods: []int{64, 100}, ConcRounds: 2,
-		FillLevels: []int{10, 100, 500}, FillRounds: 4, FillBatch: 5, ProfileOps: 200, PluginExecs: 30,
+		FillLevels: []int{10, 100, 500}, FillRounds: 4, FillBatch: 5, FillConc: 8, FillConcPods: 32, FillConcRounds: 2,
+		ProfileOps: 200, PluginExecs: 30,
 		ScalePods: 10000, ScalePeers: 1000}
 }
 
@@ -88,15 +93,19 @@ type Series struct {
 	BatchWallUS []int64 `json:"batch_wall_us"`
 }
 
-// CPUUse is the CPU time (milliseconds) spent by each process class during a mode's
-// batches of one phase, and how many pod operations (ADD+DEL) that covered.
+// CPUUse is the CPU time (milliseconds, user + system, from /proc/PID/stat and
+// getrusage) spent by each process class during a mode's batches of one op in one phase,
+// and how many pod operations that covered.
 type CPUUse struct {
 	Mode  string `json:"mode"`
 	Phase string `json:"phase"`
-	Ops   int    `json:"ops"`
+	// Op is "add" or "del".
+	Op  string `json:"op"`
+	Ops int    `json:"ops"`
 	// MS maps process class ("vswitchd", "ovsdb-server", "ofsdn-node", "bench", "children")
 	// to CPU milliseconds. "bench" is this process (which is the daemon in ofsdn-daemon and
-	// the controller in floor); "children" are the processes it executed (plugin, ovs-*).
+	// the controller in floor); "children" are the processes it executed and waited for
+	// (CNI plugins and what they exec, ovs-vsctl, ovs-ofctl).
 	MS map[string]float64 `json:"cpu_ms"`
 }
 
@@ -122,6 +131,19 @@ type Results struct {
 	Profile      string      `json:"profile_top,omitempty"`
 	Failures     int         `json:"failures"`
 	SetupErrors  []string    `json:"setup_errors,omitempty"`
+	// PeerBuilds are the peers built for this run (module@version, time, error).
+	PeerBuilds []PeerBuild `json:"peer_builds,omitempty"`
+	// PeerErrors are why a peer mode did not run (build or set-up failure); they are
+	// reported, not counted as failures of the run.
+	PeerErrors []string `json:"peer_errors,omitempty"`
+	// LoadAvg samples /proc/loadavg (1-minute figure) at the start of every phase.
+	LoadAvg []LoadSample `json:"load_avg,omitempty"`
+}
+
+// LoadSample is the machine's 1-, 5- and 15-minute load average at the start of a phase.
+type LoadSample struct {
+	Phase string `json:"phase"`
+	Load  string `json:"load"`
 }
 
 // RSSPoint is ofsdn-node's resident set size with Pods pods attached.
@@ -205,6 +227,10 @@ func Run(ctx context.Context, cfg Config, command string) (*Results, error) {
 		}
 		r.seqPhase(fmt.Sprintf("fill%d", lvl), lvl, cfg.FillRounds, cfg.FillBatch)
 	}
+	if n := len(cfg.FillLevels); n > 0 && cfg.FillConcPods > 0 && r.fill[r.modes[0].Name()] == cfg.FillLevels[n-1] {
+		lvl := cfg.FillLevels[n-1]
+		r.concPhaseAt(fmt.Sprintf("fill%d-conc%d", lvl, cfg.FillConc), cfg.FillConc, cfg.FillConcPods, cfg.FillConcRounds, lvl)
+	}
 	r.restartPhase()
 	r.daemonSide()
 	r.teardown()
@@ -239,14 +265,34 @@ func (r *runner) setup() error {
 	for _, p := range r.cfg.ConcPods {
 		n = max(n, p)
 	}
-	n = max(n, r.cfg.FillBatch)
+	n = max(n, r.cfg.FillBatch, r.cfg.FillConcPods)
 	r.logf("creating %d pod namespaces", n)
 	var err error
 	if r.pool, err = newNetnsPool(r.nsTag, n); err != nil {
 		return err
 	}
+	peerBin := filepath.Join(r.cfg.Out, "peers", "bin")
+	if contains(r.cfg.Modes, ModeOVSCNI) {
+		r.logf("building peers: %s@%s, host-local from %s@%s (throw-away modules in %s)", OVSCNIModule, OVSCNIVersion,
+			PluginsModule, PluginsVersion, filepath.Join(r.cfg.Out, "peers"))
+		work := filepath.Join(r.cfg.Out, "peers")
+		for _, b := range []PeerBuild{
+			buildPeer(r.ctx, work, peerBin, "host-local", PluginsModule, PluginsVersion, PluginsModule+"/plugins/ipam/host-local"),
+			buildPeer(r.ctx, work, peerBin, "ovs", OVSCNIModule, OVSCNIVersion, OVSCNIModule+"/cmd/plugin"),
+		} {
+			r.res.PeerBuilds = append(r.res.PeerBuilds, b)
+			if b.Error != "" {
+				r.res.PeerErrors = append(r.res.PeerErrors, fmt.Sprintf("%s (%s) cannot be built here: %s", b.Name, b.Module, b.Error))
+			}
+			r.logf("  %s (%s): %.1f s %s", b.Name, b.Module, b.Seconds, b.Error)
+		}
+	}
 	for i, name := range r.cfg.Modes {
 		_, subnet, _ := net.ParseCIDR(fmt.Sprintf("10.%d.0.0/20", 128+i))
+		if name == ModeOVSCNI && len(r.res.PeerErrors) > 0 {
+			r.logf("skipping %s: not built", name)
+			continue
+		}
 		r.logf("starting %s (private OVS, pod subnet %s)", name, subnet)
 		sb, err := StartSandbox(r.cfg.Script, fmt.Sprint(i))
 		if err != nil {
@@ -254,6 +300,15 @@ func (r *runner) setup() error {
 		}
 		var m Mode
 		switch name {
+		case ModeNoop:
+			m, err = newNoop(sb, r.cfg.BinDir, &r.steps)
+		case ModeOVSCNI:
+			m, err = newOVSCNI(r.ctx, sb, subnet, peerBin, &r.steps)
+			if err != nil {
+				r.res.PeerErrors = append(r.res.PeerErrors, fmt.Sprintf("%s: set-up failed: %v", name, err))
+				sb.Stop()
+				continue
+			}
 		case ModeFloor:
 			m, err = newFloor(r.ctx, sb, subnet, &r.steps)
 		case ModeShellFlows:
@@ -326,13 +381,13 @@ func (r *runner) series(mode, op, phase string, conc, fill int) *Series {
 	return s
 }
 
-func (r *runner) cpuUse(mode, phase string) *CPUUse {
+func (r *runner) cpuUse(mode, phase, op string) *CPUUse {
 	for _, c := range r.res.CPU {
-		if c.Mode == mode && c.Phase == phase {
+		if c.Mode == mode && c.Phase == phase && c.Op == op {
 			return c
 		}
 	}
-	c := &CPUUse{Mode: mode, Phase: phase, MS: map[string]float64{}}
+	c := &CPUUse{Mode: mode, Phase: phase, Op: op, MS: map[string]float64{}}
 	r.res.CPU = append(r.res.CPU, c)
 	return c
 }
@@ -368,7 +423,7 @@ func (r *runner) batch(m Mode, op, phase string, conc, fill int, pods []Pod) {
 		return m.Del(ctx, pods[i])
 	})
 	after := r.cpuSnap(m)
-	cu := r.cpuUse(m.Name(), phase)
+	cu := r.cpuUse(m.Name(), phase, op)
 	cu.Ops += len(pods)
 	for k, v := range after {
 		cu.MS[k] += float64(v-before[k]) / 1e6
@@ -401,7 +456,7 @@ func (r *runner) newPods(m Mode, phase string, n int) []Pod {
 // seqPhase: rounds × (batch sequential ADDs, then batch sequential DELs) per mode.
 func (r *runner) seqPhase(phase string, fill, rounds, batch int) {
 	r.logf("phase %s: %d rounds × %d sequential ADD+DEL per mode, %d pods on each bridge", phase, rounds, batch, fill)
-	r.steps.setPhase(phase)
+	r.phaseStart(phase)
 	for round := 0; round < rounds; round++ {
 		for _, m := range r.rotated(round) {
 			pods := r.newPods(m, phase, batch)
@@ -413,13 +468,29 @@ func (r *runner) seqPhase(phase string, fill, rounds, batch int) {
 
 // concPhase: rounds × (n ADDs at concurrency conc, then n DELs at conc) per mode.
 func (r *runner) concPhase(phase string, conc, n int) {
-	r.logf("phase %s: %d rounds × %d pods at concurrency %d per mode", phase, r.cfg.ConcRounds, n, conc)
-	r.steps.setPhase(phase)
-	for round := 0; round < r.cfg.ConcRounds; round++ {
+	r.concPhaseAt(phase, conc, n, r.cfg.ConcRounds, 0)
+}
+
+// concPhaseAt is concPhase with fill pods already on each bridge.
+func (r *runner) concPhaseAt(phase string, conc, n, rounds, fill int) {
+	r.logf("phase %s: %d rounds × %d pods at concurrency %d per mode, %d pods on each bridge", phase, rounds, n, conc, fill)
+	r.phaseStart(phase)
+	for round := 0; round < rounds; round++ {
 		for _, m := range r.rotated(round) {
 			pods := r.newPods(m, phase, n)
-			r.batch(m, "add", phase, conc, 0, pods)
-			r.batch(m, "del", phase, conc, 0, pods)
+			r.batch(m, "add", phase, conc, fill, pods)
+			r.batch(m, "del", phase, conc, fill, pods)
+		}
+	}
+}
+
+// phaseStart names the phase for the step log and samples the load average.
+func (r *runner) phaseStart(phase string) {
+	r.steps.setPhase(phase)
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		f := strings.Fields(string(b))
+		if len(f) >= 3 {
+			r.res.LoadAvg = append(r.res.LoadAvg, LoadSample{Phase: phase, Load: strings.Join(f[:3], " ")})
 		}
 	}
 }
@@ -636,6 +707,15 @@ func (r *runner) daemonSide() {
 			r.res.DaemonSideUS = append(r.res.DaemonSideUS, int64(v*1000))
 		}
 	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
 }
 
 func toUS(ds []time.Duration) []int64 {
