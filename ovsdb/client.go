@@ -71,6 +71,14 @@ type Options struct {
 	// client to reconnect before it fails with an error matching ErrUnavailable (never
 	// longer than the caller's context allows). Default: 2 seconds.
 	ReconnectWait time.Duration
+	// GroupCommitMaxWait bounds how long a port insert or delete that arrives while
+	// another group of them is in flight waits before its own group transaction is sent
+	// (see commit.go: a change arriving when nothing is in flight is sent at once).
+	// Default: 5 milliseconds.
+	GroupCommitMaxWait time.Duration
+	// GroupCommitMaxBatch is the most port inserts and deletes one group transaction
+	// carries; 1 sends every change in a transaction of its own. Default: 64.
+	GroupCommitMaxBatch int
 }
 
 func (o *Options) setDefaults() {
@@ -89,6 +97,12 @@ func (o *Options) setDefaults() {
 	if o.ReconnectWait <= 0 {
 		o.ReconnectWait = 2 * time.Second
 	}
+	if o.GroupCommitMaxWait <= 0 {
+		o.GroupCommitMaxWait = defaultGroupCommitMaxWait
+	}
+	if o.GroupCommitMaxBatch <= 0 {
+		o.GroupCommitMaxBatch = defaultGroupCommitMaxBatch
+	}
 }
 
 // Client is a connection to ovsdb-server's Open_vSwitch database with a monitor cache of
@@ -104,6 +118,9 @@ type Client struct {
 	closeOnce sync.Once
 	closed    chan struct{}
 	lost      atomic.Bool // the session was lost; cleared when the cache is refilled
+
+	commit  *committer    // group commit of port inserts and deletes
+	uuidSeq atomic.Uint64 // makes named UUIDs unique within a group transaction
 
 	mu          sync.Mutex
 	waiters     map[string]map[chan struct{}]struct{} // key: "Table/name" (see waitKey)
@@ -146,6 +163,7 @@ func Connect(ctx context.Context, endpoint string, opts Options) (*Client, error
 		closed:   make(chan struct{}),
 		waiters:  make(map[string]map[chan struct{}]struct{}),
 	}
+	c.commit = newCommitter(c, opts.GroupCommitMaxWait, opts.GroupCommitMaxBatch)
 	lr := logr.FromSlogHandler(c.log.Handler()).WithName("libovsdb")
 	rb := newReconnectBackoff(opts.MaxBackoff, c.closed, &c.lost, c.log)
 	copts := []client.Option{client.WithEndpoint(endpoint), client.WithLogger(&lr)}
@@ -504,6 +522,16 @@ func (c *Client) waitContext(ctx context.Context) (context.Context, context.Canc
 // the client to reconnect, then fails with an error matching ErrUnavailable; a ctx without
 // deadline is bounded by Options.WaitTimeout, so a transaction never hangs.
 func (c *Client) transact(ctx context.Context, what string, ops []libovsdb.Operation) ([]libovsdb.OperationResult, error) {
+	res, err := c.transactRaw(ctx, what, ops)
+	if oe, ok := err.(*opError); ok {
+		return nil, fmt.Errorf("ovsdb: %s: %w", what, oe.err)
+	}
+	return res, err
+}
+
+// transactRaw is transact, except that an operation or commit error of the reply is
+// returned as an *opError without naming what.
+func (c *Client) transactRaw(ctx context.Context, what string, ops []libovsdb.Operation) ([]libovsdb.OperationResult, error) {
 	if c.isClosed() {
 		return nil, ErrClosed
 	}
@@ -520,7 +548,7 @@ func (c *Client) transact(ctx context.Context, what string, ops []libovsdb.Opera
 		return nil, fmt.Errorf("ovsdb: %s: transaction with %s failed: %w", what, c.endpoint, err)
 	}
 	if err := checkResults(ops, res); err != nil {
-		return nil, fmt.Errorf("ovsdb: %s: %w", what, err)
+		return nil, &opError{err: err}
 	}
 	return res, nil
 }

@@ -23,6 +23,11 @@
 //     tables (isRoot false, §3.2), so a row that nothing references any more is garbage
 //     collected by ovsdb-server: removing a port is a mutate of Bridge.ports plus a delete
 //     of the Port row, and its Interface goes with it.
+//   - Port inserts and deletes of concurrent callers share transactions (group commit,
+//     commit.go): one arriving while another group is in flight joins the next group,
+//     sent when the one in flight has settled or after Options.GroupCommitMaxWait; a
+//     lone change is sent at once. A group that ovsdb-server rejects is retried member by
+//     member, so one bad port fails alone.
 //   - Columns shared with other writers (external_ids, other_config, flow_tables) are only
 //     ever changed with "mutate" (§5.2.4) on the keys ofsdn owns, never rewritten whole,
 //     so keys set by an operator or another agent survive.

@@ -586,3 +586,192 @@ func BenchmarkAddDeletePort(b *testing.B) {
 		}
 	}
 }
+
+// connectWith connects with opts (the test's logger added).
+func connectWith(t *testing.T, o *sandbox.OVS, opts ovsdb.Options) *ovsdb.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	opts.Logger = testLogger()
+	c, err := ovsdb.Connect(ctx, o.OVSDBEndpoint(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// logTransactions makes ovsdb-server log every JSON-RPC message it receives, so that
+// serverTransactions can count the transactions that reached it.
+func logTransactions(t *testing.T, o *sandbox.OVS) {
+	t.Helper()
+	o.Exec(t, "ovs-appctl", "-t", filepath.Join(o.Dir, "ovsdb-server.ctl"), "vlog/set", "jsonrpc:file:dbg")
+}
+
+// serverTransactions counts the "transact" requests in ovsdb-server's log whose text
+// contains every one of marks.
+func serverTransactions(t *testing.T, o *sandbox.OVS, marks ...string) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(o.Dir, "ovsdb-server.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.Contains(line, `received request, method="transact"`) {
+			continue
+		}
+		all := true
+		for _, m := range marks {
+			all = all && strings.Contains(line, m)
+		}
+		if all {
+			n++
+		}
+	}
+	return n
+}
+
+// TestGroupCommitConcurrentPortChanges: port inserts arriving while one is in flight share
+// the next transaction (counted in ovsdb-server's own log), and every AddPort still gets
+// its own, correct ofport. ovs-vswitchd is held (SIGSTOP) while the ADDs arrive, so the
+// first one stays in flight until all have queued; the long GroupCommitMaxWait keeps the
+// others queued meanwhile, whatever the machine's load.
+func TestGroupCommitConcurrentPortChanges(t *testing.T) {
+	t.Parallel()
+	o := sandbox.Start(t)
+	c := connectWith(t, o, ovsdb.Options{GroupCommitMaxWait: 3 * time.Second})
+	if err := c.EnsureBridge(ctxT(t), brIntSpec()); err != nil {
+		t.Fatal(err)
+	}
+	const n = 12
+	devs := make([]string, n)
+	for i := range devs {
+		devs[i] = veth(t, o, fmt.Sprintf("ofs-g%d", i))
+	}
+	logTransactions(t, o)
+	o.StopVswitchd(t)
+	ofports := make([]int, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range devs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			ofports[i], errs[i] = c.AddPort(ctx, bridge, devs[i], map[string]string{"i": strconv.Itoa(i)})
+		}()
+	}
+	eventually(t, "every port in the database", 20*time.Second, func() bool { return len(listPorts(t, o)) == n })
+	o.ContVswitchd(t)
+	wg.Wait()
+	seen := map[int]bool{}
+	for i := range devs {
+		if errs[i] != nil {
+			t.Fatalf("AddPort %s: %v", devs[i], errs[i])
+		}
+		if want := vsctlInt(t, o, "get", "interface", devs[i], "ofport"); ofports[i] != want || want <= 0 || seen[want] {
+			t.Fatalf("%s: ofport %d, ovs-vsctl says %d (seen before: %v)", devs[i], ofports[i], want, seen[want])
+		}
+		seen[ofports[i]] = true
+	}
+	adds := serverTransactions(t, o, `"op":"insert"`, `"table":"Port"`)
+	t.Logf("%d concurrent AddPorts reached ovsdb-server in %d transactions", n, adds)
+	if adds >= n || adds < 1 {
+		t.Fatalf("%d AddPorts took %d transactions, want fewer than %d", n, adds, n)
+	}
+
+	// Deletes group the same way (held here by a stopped ovsdb-server would be too
+	// intrusive; vswitchd is not needed for a delete, so only count what happened).
+	for i := range devs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = c.DeletePort(ctxT(t), bridge, devs[i])
+		}()
+	}
+	wg.Wait()
+	for i := range devs {
+		if errs[i] != nil {
+			t.Fatalf("DeletePort %s: %v", devs[i], errs[i])
+		}
+	}
+	if ps := listPorts(t, o); len(ps) != 0 {
+		t.Fatalf("ports left: %v", ps)
+	}
+	dels := serverTransactions(t, o, `"op":"delete"`, `"table":"Port"`)
+	t.Logf("%d concurrent DeletePorts reached ovsdb-server in %d transactions", n, dels)
+	if dels > n || dels < 1 {
+		t.Fatalf("%d DeletePorts took %d transactions, want 1..%d", n, dels, n)
+	}
+}
+
+// TestGroupCommitBadRequestFailsAlone: two requests creating the same port land in one
+// group with others; the group's transaction fails (two Interface rows with one name), so
+// every member is retried alone: exactly one of the pair fails, naming the port, and every
+// other port is added with its right ofport.
+func TestGroupCommitBadRequestFailsAlone(t *testing.T) {
+	t.Parallel()
+	o := sandbox.Start(t)
+	c := connectWith(t, o, ovsdb.Options{GroupCommitMaxWait: 3 * time.Second})
+	if err := c.EnsureBridge(ctxT(t), brIntSpec()); err != nil {
+		t.Fatal(err)
+	}
+	first := veth(t, o, "ofs-f0")
+	dup := veth(t, o, "ofs-dup")
+	const n = 6
+	devs := []string{dup, dup}
+	for i := 0; i < n; i++ {
+		devs = append(devs, veth(t, o, fmt.Sprintf("ofs-b%d", i)))
+	}
+	logTransactions(t, o)
+	o.StopVswitchd(t)
+	// The first ADD goes alone and stays in flight (no ofport while vswitchd is stopped).
+	firstErr := make(chan error, 1)
+	go func() {
+		_, err := c.AddPort(ctxT(t), bridge, first, nil)
+		firstErr <- err
+	}()
+	eventually(t, "the first port in the database", 10*time.Second, func() bool { return len(listPorts(t, o)) == 1 })
+	ofports := make([]int, len(devs))
+	errs := make([]error, len(devs))
+	var wg sync.WaitGroup
+	for i := range devs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			ofports[i], errs[i] = c.AddPort(ctx, bridge, devs[i], map[string]string{"i": strconv.Itoa(i)})
+		}()
+	}
+	eventually(t, "every port in the database", 20*time.Second, func() bool { return len(listPorts(t, o)) == n+2 })
+	o.ContVswitchd(t)
+	wg.Wait()
+	if err := <-firstErr; err != nil {
+		t.Fatalf("first AddPort: %v", err)
+	}
+	if failed := serverTransactions(t, o, `"op":"insert"`, `"table":"Port"`, `"name":"ofs-b0"`); failed < 2 {
+		t.Fatalf("ofs-b0 was sent in %d transactions; want its group's and its retry alone", failed)
+	}
+	dupFails := 0
+	for i, d := range devs {
+		if d == dup && errs[i] != nil {
+			dupFails++
+			if !strings.Contains(errs[i].Error(), dup) {
+				t.Errorf("the failed duplicate's error does not name the port: %v", errs[i])
+			}
+			continue
+		}
+		if errs[i] != nil {
+			t.Fatalf("AddPort %s (member of the failed group): %v", d, errs[i])
+		}
+		if want := vsctlInt(t, o, "get", "interface", d, "ofport"); ofports[i] != want || want <= 0 {
+			t.Fatalf("%s: ofport %d, ovs-vsctl says %d", d, ofports[i], want)
+		}
+	}
+	if dupFails != 1 {
+		t.Fatalf("%d of the two AddPorts of %s failed, want exactly one: %v", dupFails, dup, errs[:2])
+	}
+}

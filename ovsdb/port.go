@@ -112,7 +112,8 @@ func (c *Client) EnsureInternalPort(ctx context.Context, bridge, name string, ex
 //
 // A missing port is created in ONE transaction (RFC 7047 §4.1.3) with named UUIDs:
 // insert (§5.2.1) the Interface and the Port, and mutate (§5.2.4) Bridge.ports to insert
-// the Port. An existing port on the same bridge gets its Interface type, options and
+// the Port. That transaction may also carry the port changes of concurrent callers (group
+// commit, commit.go); it is this call's operations alone that decide its result. An existing port on the same bridge gets its Interface type, options and
 // ofport_request updated (§5.2.3) when they differ and its external_ids mutated key by
 // key; an existing port whose interface has ofport -1 (e.g. a stale row for a device that
 // was re-created) is replaced in the same transaction.
@@ -176,18 +177,23 @@ func (c *Client) EnsurePort(ctx context.Context, spec PortSpec) (int, error) {
 		}
 		ops = append(ops, updOps...)
 	}
+	settle := func() {}
 	if len(ops) > 0 {
-		res, err := c.transact(ctx, what, ops)
+		// Port changes of concurrent callers share one transaction (commit.go).
+		res, s, err := c.commit.submit(ctx, what, ops)
 		if err != nil {
 			return 0, err
 		}
+		settle = s
 		if mutateIdx >= 0 && res[mutateIdx].Count == 0 {
 			// The Port and Interface, referenced by nothing, were garbage collected.
+			settle()
 			return 0, fmt.Errorf("ovsdb: %s: bridge %s was deleted meanwhile", what, spec.Bridge)
 		}
 	}
 
 	ofport, err := c.waitOFPort(ctx, spec)
+	settle()
 	if err != nil {
 		if created {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -205,10 +211,10 @@ func (c *Client) EnsurePort(ctx context.Context, spec PortSpec) (int, error) {
 }
 
 func (c *Client) createPortOps(spec PortSpec) ([]libovsdb.Operation, error) {
-	const (
-		ifaceID = "ofsdn_iface"
-		portID  = "ofsdn_port"
-	)
+	// Named UUIDs are scoped to one transaction, which may carry other callers' ports.
+	n := c.uuidSeq.Add(1)
+	ifaceID := fmt.Sprintf("ofsdn_iface%d", n)
+	portID := fmt.Sprintf("ofsdn_port%d", n)
 	iface := &vswitchd.Interface{
 		UUID:        ifaceID,
 		Name:        spec.Name,
@@ -305,9 +311,10 @@ func (c *Client) waitOFPort(ctx context.Context, spec PortSpec) (int, error) {
 	}
 }
 
-// DeletePort removes port name from bridge in one transaction: mutate (RFC 7047 §5.2.4)
-// Bridge.ports to delete the Port's UUID and delete (§5.2.5) the Port row; its Interface,
-// no longer referenced and not a root table, is garbage collected with it. It then waits
+// DeletePort removes port name from bridge in one transaction (shared with concurrent
+// port changes, see commit.go): mutate (RFC 7047 §5.2.4) Bridge.ports to delete the
+// Port's UUID and delete (§5.2.5) the Port row; its Interface, no longer referenced and
+// not a root table, is garbage collected with it. It then waits
 // until the cache no longer shows the port. A port that does not exist is not an error
 // (DeletePort is idempotent). Errors: the port is on another bridge; a failed
 // transaction; ctx ending first.
@@ -328,7 +335,8 @@ func (c *Client) DeletePort(ctx context.Context, bridge, name string) error {
 	if err != nil {
 		return fmt.Errorf("ovsdb: %s: %w", what, err)
 	}
-	if _, err := c.transact(ctx, what, ops); err != nil {
+	_, settle, err := c.commit.submit(ctx, what, ops)
+	if err != nil {
 		return err
 	}
 	wctx, cancel := c.waitContext(ctx)
@@ -337,6 +345,7 @@ func (c *Client) DeletePort(ctx context.Context, bridge, name string) error {
 		p := c.portRow(name)
 		return p == nil || p.UUID != port.UUID, nil
 	})
+	settle()
 	if err != nil {
 		return fmt.Errorf("ovsdb: %s: the monitor still shows the port: %w", what, err)
 	}
