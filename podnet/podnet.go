@@ -323,6 +323,12 @@ func configurePod(podNS ns.NetNS, spec Spec, mac net.HardwareAddr) (index int, e
 // (SPEC.md "DEL" after a failed ADD must not remove it). netnsPath and ifName
 // are kept for the callers' symmetry with Setup and are not opened.
 //
+// Teardown returns only once the pair is gone. Deletions running concurrently in the
+// same network namespace share one RTM_DELLINK (reap.go): the kernel's fixed cost of
+// unregistering devices is then paid once for all of them. The calling goroutine must be
+// locked to its OS thread when the caller relies on a namespace set on that thread (the
+// deletion of others may run on it).
+//
 // Errors: hostVeth exists but is not a veth (Teardown refuses to delete
 // another program's link); a netlink failure other than "not found".
 func Teardown(hostVeth, netnsPath, ifName string) error {
@@ -330,19 +336,7 @@ func Teardown(hostVeth, netnsPath, ifName string) error {
 	if hostVeth == "" {
 		return nil
 	}
-	link, err := netlinksafe.LinkByName(hostVeth)
-	switch {
-	case err == nil:
-		if _, ok := link.(*netlink.Veth); !ok {
-			return fmt.Errorf("podnet: host interface %s is a %s, not a veth: refusing to delete it; remove it by hand if it is stale", hostVeth, link.Type())
-		}
-		if err := netlink.LinkDel(link); err != nil && !isNotFound(err) {
-			return fmt.Errorf("podnet: delete host veth %s: %w", hostVeth, err)
-		}
-	case !isNotFound(err):
-		return fmt.Errorf("podnet: look up host veth %s: %w", hostVeth, err)
-	}
-	return nil
+	return deleteHostVeth(hostVeth)
 }
 
 // isNotFound reports whether err is netlink's "no such link".
