@@ -775,3 +775,53 @@ func TestGroupCommitBadRequestFailsAlone(t *testing.T) {
 		t.Fatalf("%d of the two AddPorts of %s failed, want exactly one: %v", dupFails, dup, errs[:2])
 	}
 }
+
+// BenchmarkConcurrentAddPorts times 32 concurrent AddPorts of veths followed by their 32
+// concurrent DeletePorts per iteration, with the group commit (default options) and
+// without it (GroupCommitMaxBatch 1: one transaction per port).
+func BenchmarkConcurrentAddPorts(b *testing.B) {
+	const n = 32
+	for _, mode := range []struct {
+		name  string
+		batch int
+		wait  time.Duration
+	}{{"group", 0, 0}, {"alone", 1, 0}} {
+		b.Run(mode.name, func(b *testing.B) {
+			o := sandbox.Start(b)
+			ctx := context.Background()
+			c, err := ovsdb.Connect(ctx, o.OVSDBEndpoint(), ovsdb.Options{Logger: testLogger(), GroupCommitMaxBatch: mode.batch, GroupCommitMaxWait: mode.wait})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			if err := c.EnsureBridge(ctx, brIntSpec()); err != nil {
+				b.Fatal(err)
+			}
+			for i := 0; i < n; i++ {
+				o.Exec(b, "ip", "link", "add", fmt.Sprintf("ofs-b%d", i), "type", "veth", "peer", "name", fmt.Sprintf("ofs-b%d-p", i))
+			}
+			for b.Loop() {
+				for _, del := range []bool{false, true} {
+					var wg sync.WaitGroup
+					for i := 0; i < n; i++ {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							dev := fmt.Sprintf("ofs-b%d", i)
+							var err error
+							if del {
+								err = c.DeletePort(ctx, bridge, dev)
+							} else {
+								_, err = c.AddPort(ctx, bridge, dev, map[string]string{"ofsdn-pod": "bench/x"})
+							}
+							if err != nil {
+								b.Error(err)
+							}
+						}()
+					}
+					wg.Wait()
+				}
+			}
+		})
+	}
+}
