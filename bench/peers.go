@@ -28,10 +28,12 @@ import (
 const (
 	// OVSCNIModule is k8snetworkplumbingwg/ovs-cni: OVSDB-native (libovsdb), L2 only (no
 	// flows of its own: the bridge forwards with NORMAL), IPAM delegated.
-	OVSCNIModule  = "github.com/k8snetworkplumbingwg/ovs-cni"
+	OVSCNIModule = "github.com/k8snetworkplumbingwg/ovs-cni"
+	// OVSCNIVersion is the ovs-cni version built (its cmd/plugin, binary "ovs").
 	OVSCNIVersion = "v0.39.0"
 	// PluginsModule gives host-local, the IPAM plugin ovs-cni delegates to here.
-	PluginsModule  = "github.com/containernetworking/plugins"
+	PluginsModule = "github.com/containernetworking/plugins"
+	// PluginsVersion is the containernetworking/plugins version host-local is built from.
 	PluginsVersion = "v1.10.0"
 	// NoopPlugin is the do-nothing plugin's binary name (bench/cmd/ofsdn-bench-noop,
 	// built into the -bin directory by make bench).
