@@ -60,7 +60,7 @@ type Config struct {
 
 // Quick is the CI smoke size: every mode and every phase, a few pods each (under a minute).
 func Quick() Config {
-	return Config{Name: "quick", SeqRounds: 2, SeqBatch: 4, Conc: []int{8, 32}, ConcPods: []int{16, 32}, ConcRounds: 1,
+	return Config{Name: "quick", SeqRounds: 2, SeqBatch: 4, Conc: []int{8, 32}, ConcPods: []int{8, 32}, ConcRounds: 1,
 		FillLevels: []int{10}, FillRounds: 1, FillBatch: 3, FillConc: 8, FillConcPods: 8, FillConcRounds: 1,
 		ProfileOps: 5, PluginExecs: 5, ScalePods: 200, ScalePeers: 20}
 }
