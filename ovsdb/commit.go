@@ -18,7 +18,7 @@ package ovsdb
 // retried member by member, each alone, and only the member whose own operations fail
 // gets an error; the others' retries commit. A group that fails for want of a session
 // (ovsdb-server down) fails every member: retrying alone would fail the same way. This is
-// cni/ipam's group commit applied to OVSDB: one writer of the pending group at a time,
+// ipam's group commit applied to OVSDB: one writer of the pending group at a time,
 // changes arriving meanwhile join the next.
 
 import (

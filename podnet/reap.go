@@ -10,7 +10,7 @@ package podnet
 // RESULTS.md, "DEL"). Deleting from the pod side instead of the host side changes nothing
 // (the same two devices are unregistered together either way).
 //
-// So Teardown applies cni/ipam's group commit to deletions: a deletion arriving when none
+// So Teardown applies ipam's group commit to deletions: a deletion arriving when none
 // is in flight in the caller's network namespace runs at once, alone (a lone DEL never
 // waits); deletions arriving meanwhile queue, and when the one in flight ends, one of the
 // queued callers deletes them all with a single RTM_DELLINK selecting a link group
