@@ -85,7 +85,9 @@ func TestEnsureIdempotentAndDelete(t *testing.T) {
 	}
 
 	// Egress masquerade off: only the service return path stays.
-	in(t, n, func() error { return Ensure(Rules{PodSubnet: cidr("10.244.7.0/24"), ClusterCIDR: cidr("10.244.0.0/16")}) })
+	in(t, n, func() error {
+		return Ensure(Rules{PodSubnet: cidr("10.244.7.0/24"), ClusterCIDR: cidr("10.244.0.0/16")})
+	})
 	noEgress := dump(t, name)
 	if strings.Contains(noEgress, "pod egress") || !strings.Contains(noEgress, "service return path") {
 		t.Errorf("with masquerade off:\n%s", noEgress)
