@@ -324,9 +324,14 @@ func installCNI(cfg Config, log *slog.Logger) error {
 		log.Info("CNI plugin installed", "path", filepath.Join(cfg.CNIBinDir, "ofsdn"))
 	}
 	if cfg.CNIConfDir != "" {
+		// cniVersion 1.0.0 for runtimes on libcni 1.1 (containerd 1.6 and 1.7, which cannot
+		// read a 1.1.0 result: "unsupported CNI result version"); cniVersions lets a
+		// runtime on libcni 1.2 or later pick 1.1.0 (STATUS, GC), CNI SPEC.md "Version
+		// considerations".
 		conf := map[string]any{
-			"cniVersion": "1.1.0",
-			"name":       "ofsdn",
+			"cniVersion":  "1.0.0",
+			"cniVersions": []string{"1.0.0", "1.1.0"},
+			"name":        "ofsdn",
 			"plugins":    []map[string]any{{"type": "ofsdn", "socket": cfg.Socket}},
 		}
 		b, _ := json.MarshalIndent(conf, "", "  ")

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/containernetworking/cni/libcni"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 )
@@ -76,6 +77,14 @@ func TestInstallCNI(t *testing.T) {
 	if err := json.Unmarshal(b, &cl); err != nil || cl.Name != "ofsdn" || len(cl.Plugins) != 1 ||
 		cl.Plugins[0]["type"] != "ofsdn" || cl.Plugins[0]["socket"] != cfg.Socket {
 		t.Fatalf("conflist %s (%v)", b, err)
+	}
+	// Runtimes on libcni 1.1 (containerd 1.6, 1.7) read cniVersion and cannot decode a
+	// 1.1.0 result; libcni 1.2 and later pick the highest of cniVersions.
+	if cl.CNIVersion != "1.0.0" {
+		t.Errorf("conflist cniVersion %q, want 1.0.0 (the newest libcni 1.1 reads)", cl.CNIVersion)
+	}
+	if l, err := libcni.ConfListFromBytes(b); err != nil || l.CNIVersion != "1.1.0" {
+		t.Errorf("libcni picks version %v (%v) from the conflist, want 1.1.0", l, err)
 	}
 	for _, d := range []string{bin, conf} {
 		entries, _ := os.ReadDir(d)
