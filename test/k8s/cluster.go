@@ -150,7 +150,7 @@ func StartCluster(t *testing.T, cfg ClusterConfig) *Cluster {
 		for _, n := range c.Nodes {
 			if _, err := c.CP.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{}); err != nil {
 				if n.unshareExited() {
-					return fmt.Errorf("%s's node-init exited:\n%s", n.Name, n.LogTail("init", 30))
+					return Permanent(fmt.Errorf("%s's node-init exited:\n%s", n.Name, n.LogTail("init", 30)))
 				}
 				return fmt.Errorf("%s: %w", n.Name, err)
 			}
@@ -241,7 +241,7 @@ func (c *Cluster) startNode(t *testing.T, i int, server, proxyKC, containerdBin,
 	})
 	WaitFor(t, name+" started", 120*time.Second, func() error {
 		if n.unshareExited() {
-			return fmt.Errorf("node-init exited:\n%s", n.LogTail("init", 30))
+			return Permanent(fmt.Errorf("node-init exited:\n%s", n.LogTail("init", 30)))
 		}
 		_, err := os.Stat(filepath.Join(n.Dir, "started"))
 		return err

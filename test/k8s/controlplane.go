@@ -144,7 +144,7 @@ func StartControlPlane(t testing.TB, cfg ControlPlaneConfig) *ControlPlane {
 	healthy := func(p *Process, url string) func() error {
 		return func() error {
 			if p.Exited() {
-				return fmt.Errorf("%s exited:\n%s", p.Name, p.LogTail(20))
+				return Permanent(fmt.Errorf("%s exited:\n%s", p.Name, p.LogTail(20)))
 			}
 			r, err := httpc.Get(url)
 			if err != nil {
@@ -166,12 +166,15 @@ func StartControlPlane(t testing.TB, cfg ControlPlaneConfig) *ControlPlane {
 		"--initial-cluster=ofsdn-test="+peerURL, "--unsafe-no-fsync", "--log-level=warn")
 	WaitFor(t, "etcd /health", 60*time.Second, healthy(cp.Processes[0], etcdURL+"/health"))
 
-	bind := "127.0.0.1"
-	if cfg.Netns != "" {
-		bind = "0.0.0.0" // every address of the test's own namespace
+	// In a namespace of the test's own the server binds every address there and advertises
+	// Address (the kubernetes Service's endpoint). In the test's namespace it binds
+	// 127.0.0.1 only, which the endpoint reconciler refuses to advertise: no reconciler.
+	listen := []string{"--bind-address=0.0.0.0", "--advertise-address=" + addr}
+	if cfg.Netns == "" {
+		listen = []string{"--bind-address=127.0.0.1", "--endpoint-reconciler-type=none"}
 	}
-	startProc("kube-apiserver", apiserver, "--etcd-servers="+etcdURL,
-		"--bind-address="+bind, fmt.Sprintf("--secure-port=%d", ports["api"]), "--advertise-address="+addr,
+	startProc("kube-apiserver", apiserver, append(listen, "--etcd-servers="+etcdURL,
+		fmt.Sprintf("--secure-port=%d", ports["api"]),
 		"--tls-cert-file="+pki.Path("apiserver.crt"), "--tls-private-key-file="+pki.Path("apiserver.key"),
 		"--client-ca-file="+pki.Path("ca.crt"),
 		"--kubelet-client-certificate="+pki.Path("apiserver-kubelet-client.crt"),
@@ -181,7 +184,7 @@ func StartControlPlane(t testing.TB, cfg ControlPlaneConfig) *ControlPlane {
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-cluster-ip-range="+cfg.ServiceCIDR,
 		"--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
-		"--allow-privileged=true", "--profiling=false", "--cert-dir="+filepath.Join(cfg.Dir, "apiserver-certs"))
+		"--allow-privileged=true", "--profiling=false", "--cert-dir="+filepath.Join(cfg.Dir, "apiserver-certs"))...)
 	rc, err := clientcmd.BuildConfigFromFlags("", admin)
 	must(t, err)
 	rc.Dial = dial
@@ -192,7 +195,7 @@ func StartControlPlane(t testing.TB, cfg ControlPlaneConfig) *ControlPlane {
 	cp.Client = cs
 	WaitFor(t, "kube-apiserver /readyz", 120*time.Second, func() error {
 		if p := cp.Processes[1]; p.Exited() {
-			return fmt.Errorf("kube-apiserver exited:\n%s", p.LogTail(20))
+			return Permanent(fmt.Errorf("kube-apiserver exited:\n%s", p.LogTail(20)))
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

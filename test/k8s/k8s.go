@@ -181,8 +181,9 @@ func NetnsDialer(path string) func(ctx context.Context, network, addr string) (n
 	}
 }
 
-// WaitFor polls cond every interval until it returns nil, failing t with the last error
-// after limit (a bound against hangs, never an assertion on speed).
+// WaitFor polls cond every 200 ms until it returns nil, failing t with the last error after
+// limit (a bound against hangs, never an assertion on speed) or at once when cond returns
+// an error made by Permanent.
 func WaitFor(t testing.TB, what string, limit time.Duration, cond func() error) {
 	t.Helper()
 	if err := poll(limit, 200*time.Millisecond, cond); err != nil {
@@ -190,12 +191,24 @@ func WaitFor(t testing.TB, what string, limit time.Duration, cond func() error) 
 	}
 }
 
+// permanent marks an error no further polling can cure (a process exited).
+type permanent struct{ error }
+
+func (p permanent) Unwrap() error { return p.error }
+
+// Permanent wraps err so that WaitFor stops polling and fails at once.
+func Permanent(err error) error { return permanent{err} }
+
 func poll(limit, interval time.Duration, cond func() error) error {
 	deadline := time.Now().Add(limit)
 	for {
 		err := cond()
 		if err == nil {
 			return nil
+		}
+		var p permanent
+		if errors.As(err, &p) {
+			return p.error
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("still failing after %v: %w", limit, err)
