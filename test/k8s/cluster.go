@@ -226,7 +226,7 @@ func (c *Cluster) startNode(t *testing.T, i int, server, proxyKC, containerdBin,
 		"IMAGES="+c.Config.ImagesDir, "CLUSTER_CIDR="+ClusterCIDR)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err := startCmd(cmd); err != nil {
 		t.Fatal(err)
 	}
 	n.unshare, n.done = cmd, make(chan struct{})
@@ -424,7 +424,7 @@ func (c *Cluster) leftovers(before map[string]string) string {
 			left = append(left, "network namespace "+n.NetnsPath())
 		}
 	}
-	if hs, err := cgroupHierarchies(); err == nil {
+	if hs, err := cgroupHierarchies(true); err == nil {
 		for _, h := range hs {
 			if _, err := os.Stat(filepath.Join(h, c.ID)); err == nil {
 				left = append(left, "cgroup "+filepath.Join(h, c.ID))
@@ -464,7 +464,7 @@ func sweepStale(t testing.TB) {
 			}
 		}
 	}
-	if hs, err := cgroupHierarchies(); err == nil {
+	if hs, err := cgroupHierarchies(true); err == nil {
 		seen := map[string]bool{}
 		for _, h := range hs {
 			ents, _ := os.ReadDir(h)

@@ -17,13 +17,17 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
 	"github.com/ofsdn/ofsdn/flows"
@@ -375,11 +379,27 @@ func (e *env) testRBAC(t *testing.T) {
 	if err != nil || strings.TrimSpace(who) != saUser {
 		t.Fatalf("the token is %q (%v), want %s", who, err, saUser)
 	}
+	// What a user checks by hand: the daemon's account can read nodes, not secrets.
+	if out, err := asSA("get", "nodes"); err != nil {
+		t.Errorf("kubectl get nodes as the daemon: %v\n%s", err, out)
+	}
+	if out, err := asSA("get", "secrets", "-A"); err == nil || !strings.Contains(out, "Forbidden") {
+		t.Errorf("kubectl get secrets as the daemon: want Forbidden, got %v\n%s", err, out)
+	}
+
+	// The whole grid, as `kubectl auth can-i` asks it (SelfSubjectAccessReview with the
+	// token): allowed exactly where deploy/ofsdn.yaml's ClusterRole says.
 	rules := manifestRules(t)
 	for _, need := range []string{"get", "list", "watch"} {
 		if !granted(rules, "", "nodes", need) {
 			t.Errorf("deploy/ofsdn.yaml does not grant %s nodes, which the Node source needs", need)
 		}
+	}
+	saConf := rest.AnonymousClientConfig(e.c.CP.Rest)
+	saConf.BearerToken = token
+	sa, err := kubernetes.NewForConfig(saConf)
+	if err != nil {
+		t.Fatal(err)
 	}
 	resources := []struct{ group, resource string }{
 		{"", "nodes"}, {"", "pods"}, {"", "namespaces"}, {"", "secrets"}, {"", "configmaps"},
@@ -388,23 +408,16 @@ func (e *env) testRBAC(t *testing.T) {
 	}
 	for _, r := range resources {
 		for _, verb := range []string{"get", "list", "watch", "create", "update", "patch", "delete"} {
-			res := r.resource
-			if r.group != "" {
-				res += "." + r.group
+			rev, err := sa.AuthorizationV1().SelfSubjectAccessReviews().Create(e.ctx, &authzv1.SelfSubjectAccessReview{
+				Spec: authzv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authzv1.ResourceAttributes{
+					Verb: verb, Group: r.group, Resource: r.resource}}}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
 			}
-			out, _ := asSA("auth", "can-i", verb, res, "--all-namespaces")
-			got := strings.TrimSpace(out) == "yes"
-			if want := granted(rules, r.group, r.resource, verb); got != want {
-				t.Errorf("%s can %s %s: %v, but the manifest's ClusterRole says %v", saUser, verb, res, got, want)
+			if want := granted(rules, r.group, r.resource, verb); rev.Status.Allowed != want {
+				t.Errorf("%s may %s %s.%s: %v, but the manifest's ClusterRole says %v", saUser, verb, r.resource, r.group, rev.Status.Allowed, want)
 			}
 		}
-	}
-	// What a user checks by hand: the daemon's account can read nodes, not secrets.
-	if _, err := asSA("get", "nodes"); err != nil {
-		t.Errorf("list nodes as the daemon: %v", err)
-	}
-	if out, err := asSA("get", "secrets", "-A"); err == nil || !strings.Contains(out, "Forbidden") {
-		t.Errorf("list secrets as the daemon: want Forbidden, got %v\n%s", err, out)
 	}
 	// And the daemons, running under that account, were refused nothing.
 	for _, p := range e.pods(t, sysNS, "app=ofsdn-node") {
@@ -809,8 +822,9 @@ func flowCookies(t *testing.T, n *k8s.Node) []flows.Cookie {
 		if !strings.HasPrefix(l, "cookie=") {
 			continue
 		}
-		var c uint64
-		if _, err := fmt.Sscanf(l, "cookie=%x,", &c); err != nil {
+		hex, _, _ := strings.Cut(strings.TrimPrefix(l, "cookie=0x"), ",")
+		c, err := strconv.ParseUint(hex, 16, 64)
+		if err != nil {
 			t.Fatalf("flow %q: %v", l, err)
 		}
 		out = append(out, flows.Cookie(c))

@@ -93,13 +93,35 @@ func StartProcess(logDir, name, netns, bin string, args []string, env []string) 
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err := startCmd(cmd); err != nil {
 		logf.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	p := &Process{Name: name, Cmd: cmd, LogPath: logPath, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); logf.Close(); close(p.done) }()
 	return p, nil
+}
+
+// The kernel sends Pdeathsig when the *thread* that forked the child exits, and the Go
+// runtime ends threads (a goroutine that locked its thread and returned, as netns code
+// does), which would kill a server long before the test ends. So every child is forked
+// from one goroutine locked to its thread for the life of the test binary.
+var spawn = func() chan func() {
+	ch := make(chan func())
+	go func() {
+		runtime.LockOSThread()
+		for f := range ch {
+			f()
+		}
+	}()
+	return ch
+}()
+
+// startCmd starts cmd from the spawner thread (see spawn).
+func startCmd(cmd *exec.Cmd) error {
+	done := make(chan error, 1)
+	spawn <- func() { done <- cmd.Start() }
+	return <-done
 }
 
 // Exited reports whether the process has ended.
@@ -143,8 +165,9 @@ func tail(path string, n int) string {
 
 // NetnsDialer returns a DialContext that opens each socket inside the network namespace at
 // path (a socket stays in the namespace it was made in), so a test in its own namespace
-// reaches servers bound inside another. "" dials from the caller's namespace. The thread
-// that entered the namespace is never unlocked, so the Go runtime discards it.
+// reaches servers bound inside another. "" dials from the caller's namespace. The dialing
+// thread returns to its namespace afterwards; if it cannot, it stays locked and the Go
+// runtime discards it.
 func NetnsDialer(path string) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	if path == "" {
 		var d net.Dialer
@@ -158,18 +181,30 @@ func NetnsDialer(path string) func(ctx context.Context, network, addr string) (n
 		ch := make(chan result, 1)
 		go func() {
 			runtime.LockOSThread()
+			orig, err := os.Open("/proc/thread-self/ns/net")
+			if err != nil {
+				runtime.UnlockOSThread()
+				ch <- result{nil, err}
+				return
+			}
+			defer orig.Close()
 			f, err := os.Open(path)
 			if err != nil {
+				runtime.UnlockOSThread()
 				ch <- result{nil, err}
 				return
 			}
 			defer f.Close()
 			if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+				runtime.UnlockOSThread()
 				ch <- result{nil, fmt.Errorf("enter netns %s: %w", path, err)}
 				return
 			}
 			var d net.Dialer
 			c, err := d.DialContext(ctx, network, addr)
+			if unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET) == nil {
+				runtime.UnlockOSThread()
+			}
 			ch <- result{c, err}
 		}()
 		select {

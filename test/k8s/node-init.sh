@@ -19,10 +19,8 @@ export PATH=$CONTAINERD_BIN:$PATH
 log() { echo "node-init[$NODE] $(date +%T.%N | cut -c1-12) $*"; }
 
 # /run (= /var/run): a tmpfs of the node's own for runc state, shim sockets, pod netns
-# mounts, the CNI socket and the xtables lock. Shared, so that the HostToContainer mount of
-# /var/run/netns in ofsdn-node's pod sees netns mounts containerd makes later.
+# mounts, the CNI socket and the xtables lock.
 mount -t tmpfs -o mode=0755 tmpfs /run
-mount --make-rshared /run
 mkdir -p /run/openvswitch /run/netns
 mount --bind "$OVS_RUNDIR" /run/openvswitch
 
@@ -38,6 +36,12 @@ mkdir -p /etc/cni/net.d /opt/cni/bin /var/lib/ofsdn
 mount --bind "$D/cni-conf" /etc/cni/net.d
 mount --bind "$D/cni-bin" /opt/cni/bin
 mount --bind "$D/ofsdn-data" /var/lib/ofsdn
+
+# Every mount of the node shared (as systemd makes them on a real host; the peer groups
+# are new, the host's mounts stay private to it): the HostToContainer mount of
+# /var/run/netns in ofsdn-node's pod must see the netns mounts containerd makes later, and
+# containerd 1.6 checks the propagation of the mount holding the unresolved path (here /).
+mount --make-rshared /
 
 # The kubelet sets vm.overcommit_memory=1, kernel.panic=10 and kernel.panic_on_oops=1 when
 # they differ (machine-wide sysctls): show it files holding those values, so it never writes.

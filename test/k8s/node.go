@@ -138,20 +138,26 @@ func (n *Node) stop() {
 	}
 }
 
-// cgroupHierarchies returns the mounted cgroup v1 hierarchies (/sys/fs/cgroup/NAME).
-func cgroupHierarchies() ([]string, error) {
+// cgroupHierarchies returns the mounted cgroup v1 hierarchies (/sys/fs/cgroup/NAME) and,
+// with v2, the cgroup2 one of a hybrid host (/sys/fs/cgroup/unified), where the kubelet
+// makes its pod cgroups too.
+func cgroupHierarchies(v2 bool) ([]string, error) {
 	b, err := os.ReadFile("/proc/self/mounts")
 	if err != nil {
 		return nil, err
 	}
 	var out []string
+	v1 := 0
 	for _, l := range strings.Split(string(b), "\n") {
 		f := strings.Fields(l)
-		if len(f) >= 3 && f[2] == "cgroup" {
+		if len(f) >= 3 && (f[2] == "cgroup" || v2 && f[2] == "cgroup2") {
 			out = append(out, f[1])
+			if f[2] == "cgroup" {
+				v1++
+			}
 		}
 	}
-	if len(out) == 0 {
+	if v1 == 0 {
 		return nil, fmt.Errorf("no cgroup v1 hierarchy is mounted: the test cluster needs cgroup v1 or hybrid")
 	}
 	return out, nil
@@ -160,7 +166,7 @@ func cgroupHierarchies() ([]string, error) {
 // makeCgroup creates rel (e.g. /ofsdn-k8s-1-1/n1) in every v1 hierarchy; cpuset needs
 // cpus and mems copied down each level.
 func makeCgroup(rel string) error {
-	hs, err := cgroupHierarchies()
+	hs, err := cgroupHierarchies(false)
 	if err != nil {
 		return err
 	}
@@ -189,10 +195,11 @@ func makeCgroup(rel string) error {
 	return nil
 }
 
-// removeCgroup removes rel and everything under it from every v1 hierarchy, deepest
-// first, retrying while the kernel still counts exiting tasks in them.
+// removeCgroup removes rel and everything under it from every hierarchy (v1 and the
+// hybrid cgroup2 one), deepest first, retrying while the kernel still counts exiting tasks
+// in them.
 func removeCgroup(rel string) error {
-	hs, err := cgroupHierarchies()
+	hs, err := cgroupHierarchies(true)
 	if err != nil {
 		return err
 	}
