@@ -639,9 +639,11 @@ func (e *env) testServices(t *testing.T) {
 		const tries = 30
 		seen := map[string]int{}
 		for _, from := range pods {
-			e.waitProbe(t, from.Name+" → Service echo", from.Name, "tcp:"+echoIP+":80", func(r probeResult) error {
-				if !r.ok {
-					return fmt.Errorf("%s", r.reply)
+			// First one answer from another pod (kube-proxy may need a moment; a pod reaching
+			// itself proves less: kube-proxy masquerades hairpin traffic on its own).
+			e.waitProbe(t, from.Name+" → Service echo answered by another pod", from.Name, "tcp:"+echoIP+":80", func(r probeResult) error {
+				if !r.ok || replyName(r.reply) == from.Name {
+					return fmt.Errorf("ok=%v %q", r.ok, r.reply)
 				}
 				return nil
 			})
