@@ -1,19 +1,40 @@
-// Package masq keeps the node's egress rules: pod traffic leaving the cluster CIDR is
-// masqueraded to the node's address (iptables nat POSTROUTING, MASQUERADE), and the
-// filter FORWARD chain accepts traffic from and to the cluster CIDR, as flannel's ipMasq
-// option does. Rules live in chains of their own (OFSDN-POSTROUTING, OFSDN-FORWARD),
-// jumped to from the built-in chains, so Ensure can rewrite them and Delete can remove
-// every trace without touching anyone else's rules.
+// Package masq keeps the node's NAT rules in an nftables table of its own, "ip ofsdn", written
+// over netlink (github.com/google/nftables; nothing is executed, no iptables binary or
+// xtables lock is needed, so the daemon's image is static binaries only):
 //
-// It drives iptables through github.com/coreos/go-iptables (the library flannel, the CNI
-// plugins and kube-router use; it runs the iptables binary, nft or legacy back end, with
-// the xtables lock). Calls act on the network namespace of the calling thread.
+//	table ip ofsdn {
+//	  chain postrouting {
+//	    type nat hook postrouting priority srcnat; policy accept;
+//	    ip saddr POD ip daddr CLUSTER ct status dnat masquerade   # service return path
+//	    ip saddr POD ip daddr CLUSTER return                      # egress (Masquerade) only:
+//	    ip saddr POD ip daddr 224.0.0.0/4 return                  #   pods keep their source
+//	    ip saddr POD masquerade                                   #   inside the cluster
+//	  }
+//	}
 //
-// Design history: pods reach the outside through the gateway port (the egress stage of
-// package flows), so the host routes their packets; the host must also rewrite their
-// source, or replies to a private pod address never come back. Traffic inside the cluster
-// CIDR keeps its source (pods see each other's real addresses), and multicast is left
-// alone (flannel's rules).
+// Calls act on the network namespace of the calling thread.
+//
+// Design history: pods reach the outside through the gateway port (the egress stage of package flows), so
+// the host routes their packets; the host must also rewrite their source, or replies to a
+// private pod address never come back (flannel's ipMasq rules; traffic inside the cluster
+// CIDR keeps its source, multicast is left alone). Services: pods' traffic to the service
+// CIDR also goes to the gateway (the service stage), where kube-proxy's DNAT on the host
+// turns it into traffic to a pod, routed back out of the gateway. The endpoint's reply
+// would go straight to the client pod through OVS (same node, or the tunnel), missing the
+// host's conntrack, so the client would see an answer from the endpoint's address instead
+// of the service's and reset the connection. Masquerading DNAT'ed pod traffic to the
+// gateway address sends the reply back through the host, which undoes both translations;
+// a pod reaching itself through its own service (hairpin) works the same way. The cost is
+// that endpoints see the client node's gateway address as the source of service traffic
+// from pods (kube-proxy's --masquerade-all does the same for every client).
+//
+// Why nftables and not iptables: the image carries no iptables binary and its libraries
+// (whose version would have to match the host's back end), and no xtables lock is shared
+// with the host. A table of its own coexists with kube-proxy's iptables-nft or nftables
+// rules: NAT chains at one hook run in turn until one of them translates the packet, so
+// either masquerade takes effect. Unlike flannel's iptables rules, there is no FORWARD
+// accept: an accept in one nftables table cannot override a drop in another (e.g. Docker's
+// FORWARD policy drop), so such a host must let the cluster CIDR through its own rules.
 package masq
 
 import (
@@ -22,55 +43,44 @@ import (
 	"net"
 	"os"
 
-	"github.com/coreos/go-iptables/iptables"
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"github.com/google/nftables/userdata"
 )
 
-// Chain names.
+// Names of what the package owns.
 const (
-	// NATChain holds the masquerade rules, jumped to from nat POSTROUTING.
-	NATChain = "OFSDN-POSTROUTING"
-	// ForwardChain holds the forward-accept rules, jumped to from filter FORWARD.
-	ForwardChain = "OFSDN-FORWARD"
-	comment      = "ofsdn: pod egress"
+	// Table is the nftables table (family ip) holding every rule of this package.
+	Table = "ofsdn"
+	// PostroutingChain is the NAT base chain (hook postrouting, priority srcnat = 100).
+	PostroutingChain = "postrouting"
+
+	commentService = "ofsdn: service return path"
+	commentEgress  = "ofsdn: pod egress"
+	// ipsDstNAT is the conntrack status bit IPS_DST_NAT (include/uapi/linux/netfilter/
+	// nf_conntrack_common.h): the connection's destination was translated (DNAT).
+	ipsDstNAT = 1 << 5
 )
 
-// Rules describes the egress rules of one node.
+// Rules describes the NAT rules of one node.
 type Rules struct {
-	// PodSubnet is this node's IPv4 pod subnet: sources masqueraded.
+	// PodSubnet is this node's IPv4 pod subnet: the sources the rules apply to.
 	PodSubnet *net.IPNet
 	// ClusterCIDR is the IPv4 cluster CIDR: destinations inside it keep the pod's source
-	// address and FORWARD accepts traffic from and to it. Nil = only PodSubnet is inside.
+	// address (unless DNAT'ed: the service return path). Nil = only PodSubnet is inside.
 	ClusterCIDR *net.IPNet
+	// Masquerade masquerades pod traffic leaving the cluster CIDR to the node's address
+	// (egress). The service return-path rule is installed either way.
+	Masquerade bool
 }
 
-func (r Rules) inside() string {
+func (r Rules) inside() *net.IPNet {
 	if r.ClusterCIDR != nil {
-		return r.ClusterCIDR.String()
+		return r.ClusterCIDR
 	}
-	return r.PodSubnet.String()
+	return r.PodSubnet
 }
-
-// natRules returns the rules of NATChain, in order.
-func (r Rules) natRules() [][]string {
-	src := r.PodSubnet.String()
-	return [][]string{
-		{"-s", src, "-d", r.inside(), "-m", "comment", "--comment", comment, "-j", "RETURN"},
-		{"-s", src, "-d", "224.0.0.0/4", "-m", "comment", "--comment", comment, "-j", "RETURN"},
-		{"-s", src, "-m", "comment", "--comment", comment, "-j", "MASQUERADE"},
-	}
-}
-
-// forwardRules returns the rules of ForwardChain, in order.
-func (r Rules) forwardRules() [][]string {
-	in := r.inside()
-	return [][]string{
-		{"-s", in, "-m", "comment", "--comment", comment, "-j", "ACCEPT"},
-		{"-d", in, "-m", "comment", "--comment", comment, "-j", "ACCEPT"},
-	}
-}
-
-var jumpNAT = []string{"-m", "comment", "--comment", comment, "-j", NATChain}
-var jumpForward = []string{"-m", "comment", "--comment", comment, "-j", ForwardChain}
 
 func (r Rules) validate() error {
 	if r.PodSubnet == nil || r.PodSubnet.IP.To4() == nil {
@@ -82,100 +92,138 @@ func (r Rules) validate() error {
 	return nil
 }
 
-// Ensure installs the rules, idempotently: the chains are created if missing and
-// rewritten only if their content differs, and the jumps from nat POSTROUTING and filter
-// FORWARD are inserted first if missing. It returns an error naming the table, chain and
-// the iptables failure (e.g. iptables not installed: install iptables, nft back end).
+// rule is one rule of the postrouting chain: expressions and a comment.
+type rule struct {
+	exprs   []expr.Any
+	comment string
+}
+
+// postroutingRules returns the rules of PostroutingChain, in order.
+func (r Rules) postroutingRules() []rule {
+	pod, inside := r.PodSubnet, r.inside()
+	_, multicast, _ := net.ParseCIDR("224.0.0.0/4")
+	masquerade := &expr.Masq{}
+	ret := &expr.Verdict{Kind: expr.VerdictReturn}
+	rules := []rule{{exprs: concat(matchNet(ipSaddr, pod), matchNet(ipDaddr, inside), matchCtDNAT(), []expr.Any{masquerade}),
+		comment: commentService}}
+	if r.Masquerade {
+		rules = append(rules,
+			rule{exprs: concat(matchNet(ipSaddr, pod), matchNet(ipDaddr, inside), []expr.Any{ret}), comment: commentEgress},
+			rule{exprs: concat(matchNet(ipSaddr, pod), matchNet(ipDaddr, multicast), []expr.Any{ret}), comment: commentEgress},
+			rule{exprs: concat(matchNet(ipSaddr, pod), []expr.Any{masquerade}), comment: commentEgress},
+		)
+	}
+	return rules
+}
+
+// IPv4 header offsets of the source and destination address.
+const (
+	ipSaddr = 12
+	ipDaddr = 16
+)
+
+// matchNet matches the IPv4 address at offset (ipSaddr, ipDaddr) against n: nft's
+// "ip saddr 10.244.1.0/24".
+func matchNet(offset uint32, n *net.IPNet) []expr.Any {
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: 4},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: []byte(net.IP(n.Mask).To4()), Xor: []byte{0, 0, 0, 0}},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte(n.IP.Mask(n.Mask).To4())},
+	}
+}
+
+// matchCtDNAT matches connections whose destination was translated: nft's "ct status dnat".
+func matchCtDNAT() []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATUS},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(ipsDstNAT), Xor: binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
+	}
+}
+
+func concat(parts ...[]expr.Any) []expr.Any {
+	var out []expr.Any
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+func table() *nftables.Table { return &nftables.Table{Name: Table, Family: nftables.TableFamilyIPv4} }
+
+// tableExists reports whether the calling thread's network namespace has the table.
+func tableExists(c *nftables.Conn) (bool, error) {
+	tables, err := c.ListTablesOfFamily(nftables.TableFamilyIPv4)
+	if err != nil {
+		return false, err
+	}
+	for _, t := range tables {
+		if t.Name == Table {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// Ensure installs the rules, idempotently: the table is replaced (deleted, if there, and
+// written anew) in one nftables transaction, so there is no moment without rules and a
+// changed pod subnet leaves nothing of the old one. Connections already translated keep
+// their conntrack entries. It returns an error naming the table and the netlink failure
+// (e.g. no nf_tables in the kernel, or no CAP_NET_ADMIN: run the daemon privileged).
 func Ensure(r Rules) error {
 	if err := r.validate(); err != nil {
 		return err
 	}
-	ipt, err := iptables.NewWithProtocol(iptables.ProtocolIPv4)
+	c, err := nftables.New()
 	if err != nil {
-		return fmt.Errorf("masq: iptables: %w (install the iptables package)", err)
+		return fmt.Errorf("masq: nftables: %w", err)
 	}
-	if err := ensureChain(ipt, "nat", NATChain, r.natRules()); err != nil {
-		return err
-	}
-	if err := ensureChain(ipt, "filter", ForwardChain, r.forwardRules()); err != nil {
-		return err
-	}
-	if err := ipt.InsertUnique("nat", "POSTROUTING", 1, jumpNAT...); err != nil {
-		return fmt.Errorf("masq: nat POSTROUTING jump to %s: %w", NATChain, err)
-	}
-	if err := ipt.InsertUnique("filter", "FORWARD", 1, jumpForward...); err != nil {
-		return fmt.Errorf("masq: filter FORWARD jump to %s: %w", ForwardChain, err)
-	}
-	return nil
-}
-
-// ensureChain makes chain hold exactly rules, rewriting it only when it differs.
-func ensureChain(ipt *iptables.IPTables, table, chain string, rules [][]string) error {
-	exists, err := ipt.ChainExists(table, chain)
+	exists, err := tableExists(c)
 	if err != nil {
-		return fmt.Errorf("masq: %s %s: %w", table, chain, err)
+		return fmt.Errorf("masq: list nftables tables: %w (the daemon needs CAP_NET_ADMIN and nf_tables)", err)
 	}
+	t := table()
 	if exists {
-		listed, err := ipt.List(table, chain)
-		if err != nil {
-			return fmt.Errorf("masq: list %s %s: %w", table, chain, err)
-		}
-		same := len(listed) == len(rules)+1 // "-N CHAIN" and the rules
-		for _, rule := range rules {
-			if !same {
-				break
-			}
-			ok, err := ipt.Exists(table, chain, rule...)
-			if err != nil {
-				return fmt.Errorf("masq: %s %s: %w", table, chain, err)
-			}
-			same = ok
-		}
-		if same {
-			return nil
-		}
+		c.DelTable(t)
 	}
-	if err := ipt.ClearChain(table, chain); err != nil { // creates it if missing
-		return fmt.Errorf("masq: reset %s %s: %w", table, chain, err)
+	c.AddTable(t)
+	ch := c.AddChain(&nftables.Chain{Name: PostroutingChain, Table: t, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource})
+	for _, ru := range r.postroutingRules() {
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: ru.exprs,
+			UserData: userdata.AppendString(nil, userdata.TypeComment, ru.comment)})
 	}
-	for _, rule := range rules {
-		if err := ipt.Append(table, chain, rule...); err != nil {
-			return fmt.Errorf("masq: %s %s append %v: %w", table, chain, rule, err)
-		}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("masq: write nftables table ip %s: %w", Table, err)
 	}
 	return nil
 }
 
-// Delete removes the jumps and both chains; rules that are already gone are not an error.
+// Delete removes the table; a missing table is not an error.
 func Delete() error {
-	ipt, err := iptables.NewWithProtocol(iptables.ProtocolIPv4)
+	c, err := nftables.New()
 	if err != nil {
-		return fmt.Errorf("masq: iptables: %w (install the iptables package)", err)
+		return fmt.Errorf("masq: nftables: %w", err)
 	}
-	var errs []error
-	for _, c := range []struct {
-		table, parent, chain string
-		jump                 []string
-	}{{"nat", "POSTROUTING", NATChain, jumpNAT}, {"filter", "FORWARD", ForwardChain, jumpForward}} {
-		// Without the chain there can be no jump to it (and iptables -C would fail).
-		exists, err := ipt.ChainExists(c.table, c.chain)
-		if err == nil && exists {
-			if err := ipt.DeleteIfExists(c.table, c.parent, c.jump...); err != nil {
-				errs = append(errs, fmt.Errorf("masq: delete %s %s jump: %w", c.table, c.parent, err))
-				continue
-			}
-			err = ipt.ClearAndDeleteChain(c.table, c.chain)
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("masq: delete %s %s: %w", c.table, c.chain, err))
-		}
+	exists, err := tableExists(c)
+	if err != nil {
+		return fmt.Errorf("masq: list nftables tables: %w", err)
 	}
-	return errors.Join(errs...)
+	if !exists {
+		return nil
+	}
+	c.DelTable(table())
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("masq: delete nftables table ip %s: %w", Table, err)
+	}
+	return nil
 }
 
 // EnableIPForward turns on IPv4 forwarding (net.ipv4.ip_forward=1) in the calling
 // thread's network namespace, which the host needs to route pod traffic between the
-// gateway and the uplink. It returns an error naming the sysctl file.
+// gateway and the uplink, and service traffic from the gateway back to the gateway. It
+// returns an error naming the sysctl file.
 func EnableIPForward() error {
 	const f = "/proc/sys/net/ipv4/ip_forward"
 	if b, err := os.ReadFile(f); err == nil && len(b) > 0 && b[0] == '1' {

@@ -34,57 +34,93 @@ func in(t *testing.T, n ns.NetNS, f func() error) {
 	}
 }
 
-// dump returns the namespace's nat and filter rules as iptables -S prints them.
+// dump returns the namespace's nftables ruleset as `nft list ruleset` prints it (the
+// command an operator runs).
 func dump(t *testing.T, name string) string {
 	t.Helper()
-	var b strings.Builder
-	for _, table := range []string{"nat", "filter"} {
-		out, err := exec.Command("ip", "netns", "exec", name, "iptables", "-w", "-t", table, "-S").CombinedOutput()
-		if err != nil {
-			t.Fatalf("iptables -S: %v\n%s", err, out)
-		}
-		b.Write(out)
+	out, err := exec.Command("ip", "netns", "exec", name, "nft", "list", "ruleset").CombinedOutput()
+	if err != nil {
+		t.Fatalf("nft list ruleset: %v\n%s", err, out)
 	}
-	return b.String()
+	return string(out)
 }
 
 func cidr(s string) *net.IPNet { _, n, _ := net.ParseCIDR(s); return n }
 
 func TestEnsureIdempotentAndDelete(t *testing.T) {
 	name, n := newNetns(t)
-	r := Rules{PodSubnet: cidr("10.244.1.0/24"), ClusterCIDR: cidr("10.244.0.0/16")}
+	r := Rules{PodSubnet: cidr("10.244.1.0/24"), ClusterCIDR: cidr("10.244.0.0/16"), Masquerade: true}
 	in(t, n, func() error { return Ensure(r) })
 	first := dump(t, name)
 	for _, want := range []string{
-		`-A POSTROUTING -m comment --comment "ofsdn: pod egress" -j OFSDN-POSTROUTING`,
-		`-A OFSDN-POSTROUTING -s 10.244.1.0/24 -d 10.244.0.0/16 -m comment --comment "ofsdn: pod egress" -j RETURN`,
-		`-A OFSDN-POSTROUTING -s 10.244.1.0/24 -m comment --comment "ofsdn: pod egress" -j MASQUERADE`,
-		`-A FORWARD -m comment --comment "ofsdn: pod egress" -j OFSDN-FORWARD`,
-		`-A OFSDN-FORWARD -s 10.244.0.0/16 -m comment --comment "ofsdn: pod egress" -j ACCEPT`,
+		"table ip ofsdn {",
+		"chain postrouting {",
+		"type nat hook postrouting priority srcnat; policy accept;",
+		`ip saddr 10.244.1.0/24 ip daddr 10.244.0.0/16 ct status dnat masquerade comment "ofsdn: service return path"`,
+		`ip saddr 10.244.1.0/24 ip daddr 10.244.0.0/16 return comment "ofsdn: pod egress"`,
+		`ip saddr 10.244.1.0/24 ip daddr 224.0.0.0/4 return comment "ofsdn: pod egress"`,
+		`ip saddr 10.244.1.0/24 masquerade comment "ofsdn: pod egress"`,
 	} {
 		if !strings.Contains(first, want) {
-			t.Errorf("missing rule %s in:\n%s", want, first)
+			t.Errorf("missing %s in:\n%s", want, first)
 		}
+	}
+	// The service rule comes first: DNAT'ed traffic inside the cluster is masqueraded
+	// before the egress rules let cluster traffic keep its source.
+	if strings.Index(first, "ct status dnat") > strings.Index(first, "return") {
+		t.Errorf("service return-path rule after the egress rules:\n%s", first)
 	}
 	in(t, n, func() error { return Ensure(r) })
 	if again := dump(t, name); again != first {
 		t.Errorf("second Ensure changed the rules:\n%s\nvs\n%s", first, again)
 	}
 
-	// A new pod subnet rewrites the chain: the old subnet's rules are gone.
-	r2 := Rules{PodSubnet: cidr("10.244.7.0/24"), ClusterCIDR: cidr("10.244.0.0/16")}
+	// A new pod subnet rewrites the table: the old subnet's rules are gone.
+	r2 := Rules{PodSubnet: cidr("10.244.7.0/24"), ClusterCIDR: cidr("10.244.0.0/16"), Masquerade: true}
 	in(t, n, func() error { return Ensure(r2) })
 	rewritten := dump(t, name)
-	if strings.Contains(rewritten, "10.244.1.0/24") || !strings.Contains(rewritten, "-s 10.244.7.0/24 -m comment") ||
-		strings.Count(rewritten, "-j OFSDN-POSTROUTING") != 1 {
+	if strings.Contains(rewritten, "10.244.1.0/24") || !strings.Contains(rewritten, "ip saddr 10.244.7.0/24 masquerade") ||
+		strings.Count(rewritten, "table ip ofsdn") != 1 || strings.Count(rewritten, "ct status dnat") != 1 {
 		t.Errorf("after a subnet change:\n%s", rewritten)
 	}
 
+	// Egress masquerade off: only the service return path stays.
+	in(t, n, func() error {
+		return Ensure(Rules{PodSubnet: cidr("10.244.7.0/24"), ClusterCIDR: cidr("10.244.0.0/16")})
+	})
+	noEgress := dump(t, name)
+	if strings.Contains(noEgress, "pod egress") || !strings.Contains(noEgress, "service return path") {
+		t.Errorf("with masquerade off:\n%s", noEgress)
+	}
+
 	in(t, n, Delete)
-	if left := dump(t, name); strings.Contains(left, "OFSDN") || strings.Contains(left, "ofsdn") {
+	if left := dump(t, name); strings.Contains(left, "ofsdn") {
 		t.Errorf("Delete left rules behind:\n%s", left)
 	}
 	in(t, n, Delete) // idempotent
+}
+
+// TestCoexistsWithIptables: kube-proxy (iptables mode, Debian's nft back end) keeps its
+// own nat POSTROUTING; ours is a separate table, and neither disturbs the other.
+func TestCoexistsWithIptables(t *testing.T) {
+	name, n := newNetns(t)
+	ipt := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", append([]string{"netns", "exec", name, "iptables", "-w"}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("iptables %v: %v\n%s", args, err, out)
+		}
+	}
+	ipt("-t", "nat", "-N", "KUBE-POSTROUTING")
+	ipt("-t", "nat", "-A", "POSTROUTING", "-j", "KUBE-POSTROUTING")
+	ipt("-t", "nat", "-A", "KUBE-POSTROUTING", "-m", "mark", "--mark", "0x4000/0x4000", "-j", "MASQUERADE")
+	in(t, n, func() error {
+		return Ensure(Rules{PodSubnet: cidr("10.244.1.0/24"), ClusterCIDR: cidr("10.244.0.0/16"), Masquerade: true})
+	})
+	in(t, n, Delete)
+	out, err := exec.Command("ip", "netns", "exec", name, "iptables", "-w", "-t", "nat", "-S").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "-A KUBE-POSTROUTING -m mark --mark 0x4000/0x4000 -j MASQUERADE") {
+		t.Fatalf("kube-proxy's rules after Ensure and Delete (%v):\n%s", err, out)
+	}
 }
 
 func TestEnsureRejectsBadRules(t *testing.T) {

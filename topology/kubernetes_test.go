@@ -1,8 +1,9 @@
 package topology
 
-// These tests drive the Kubernetes source with client-go's fake clientset: no API server
-// runs here. The fake clientset serves list and watch from its object tracker, so the
-// real informer code path (list, watch, handlers) runs against it.
+// These tests drive the Kubernetes source with client-go's fake clientset, which serves list
+// and watch from its object tracker, so the real informer code path (list, watch,
+// handlers) runs against it; kubernetes_real_test.go runs the same scenario against a real
+// kube-apiserver.
 
 import (
 	"context"
@@ -11,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 )
 
@@ -56,16 +58,43 @@ func none(t *testing.T, evs <-chan Event) {
 }
 
 func TestKubernetesSource(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	// Node a (this node) registered before its podCIDR was allocated; b is complete.
 	client := fake.NewClientset(node("a", "", "172.16.0.1"), node("b", "10.244.2.0/24", "172.16.0.2"))
+	runSourceScenario(t, client, client)
+}
+
+// runSourceScenario drives a Kubernetes source for node a reading through client, while
+// admin (which may be the same) changes the nodes. The cluster holds nodes a (no podCIDR
+// yet, InternalIP 172.16.0.1) and b (10.244.2.0/24, 172.16.0.2): peer add,
+// podCIDR set late, status-only update, node add, InternalIP change, delete, a node without
+// podCIDR. Spec changes go through Update and address changes through UpdateStatus, as
+// the API server requires (Update keeps the stored status).
+func runSourceScenario(t *testing.T, client, admin kubernetes.Interface) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	cluster, _ := parseIPv4Net("10.244.0.0/16")
 	src := NewKubernetes(client, "a", cluster)
 	done := make(chan error, 1)
 	go func() { done <- src.Run(ctx) }()
 	evs := src.Events()
-	nodes := client.CoreV1().Nodes()
+	nodes := admin.CoreV1().Nodes()
+	// update replaces the node's spec and its status (addresses, conditions), each through
+	// its own endpoint, keeping the stored resourceVersion.
+	update := func(n *corev1.Node) {
+		t.Helper()
+		cur, err := nodes.Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur.Spec = n.Spec
+		if cur, err = nodes.Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		cur.Status = n.Status
+		if _, err := nodes.UpdateStatus(ctx, cur, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	t.Run("peer add", func(t *testing.T) {
 		e := next(t, evs)
@@ -74,9 +103,7 @@ func TestKubernetesSource(t *testing.T) {
 		}
 	})
 	t.Run("podCIDR set late", func(t *testing.T) {
-		if _, err := nodes.Update(ctx, node("a", "10.244.1.0/24", "172.16.0.1"), metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		update(node("a", "10.244.1.0/24", "172.16.0.1"))
 		e := next(t, evs)
 		if e.Kind != EventLocal || e.Local.Name != "a" || e.Local.PodSubnet.String() != "10.244.1.0/24" ||
 			e.Local.NodeIP.String() != "172.16.0.1" || e.Local.ClusterCIDR.String() != "10.244.0.0/16" {
@@ -86,9 +113,7 @@ func TestKubernetesSource(t *testing.T) {
 	t.Run("status-only update is no event", func(t *testing.T) {
 		n := node("b", "10.244.2.0/24", "172.16.0.2")
 		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
-		if _, err := nodes.Update(ctx, n, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		update(n)
 		none(t, evs)
 	})
 	t.Run("node add", func(t *testing.T) {
@@ -101,9 +126,7 @@ func TestKubernetesSource(t *testing.T) {
 		}
 	})
 	t.Run("InternalIP change", func(t *testing.T) {
-		if _, err := nodes.Update(ctx, node("b", "10.244.2.0/24", "172.16.0.22"), metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		update(node("b", "10.244.2.0/24", "172.16.0.22"))
 		e := next(t, evs)
 		if e.Kind != EventPeerUpdated || e.Peer.Name != "b" || e.Peer.NodeIP.String() != "172.16.0.22" || e.Old.NodeIP.String() != "172.16.0.2" {
 			t.Fatalf("want peer-updated b 172.16.0.2 → 172.16.0.22, got %s %+v", e.Kind, e)

@@ -274,25 +274,22 @@ func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
 }
 
 // join completes the cluster membership of a node started with overlayOptions (tunnel
-// port, pipeline and initial peers' flows, cluster route are in place): egress
-// masquerade, a gratuitous ARP for the node IP (again whenever its interface's MAC
-// changes, topology.KeepAnnounced), then it follows the topology's peer events in the
-// background until ctx ends.
+// port, pipeline and initial peers' flows, cluster route are in place): IP forwarding and
+// the NAT rules (service return path; egress masquerade if on), a gratuitous ARP for the
+// node IP (again whenever its interface's MAC changes, topology.KeepAnnounced), then it
+// follows the topology's peer events in the background until ctx ends.
 func (c *cluster) join(ctx context.Context, node *controller.Node, log *slog.Logger) error {
 	ov := node.Overlay()
 	if ov == nil {
 		return errors.New("join the cluster: the node was started without its overlay settings")
 	}
-	if c.masquerade {
-		if err := masq.EnableIPForward(); err != nil {
-			return err
-		}
-		if err := masq.Ensure(masq.Rules{PodSubnet: c.podSubnet, ClusterCIDR: c.clusterCIDR}); err != nil {
-			return err
-		}
-	} else if err := masq.Delete(); err != nil {
-		// Turned off: remove what an earlier run with masquerade on left behind.
-		log.Warn("masquerade is off but earlier rules could not be removed", "err", err)
+	// The host routes pods' egress and service traffic (gateway in, kube-proxy's DNAT,
+	// gateway or uplink out) either way; masquerade decides only the egress rules.
+	if err := masq.EnableIPForward(); err != nil {
+		return err
+	}
+	if err := masq.Ensure(masq.Rules{PodSubnet: c.podSubnet, ClusterCIDR: c.clusterCIDR, Masquerade: c.masquerade}); err != nil {
+		return err
 	}
 	// Peers' tunnel neighbour caches learn this node's underlay MAC now, not when their
 	// entry for a previous MAC (a replaced node) ages out.

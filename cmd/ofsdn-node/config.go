@@ -88,7 +88,8 @@ type Config struct {
 	// TunnelPort is the tunnel's UDP port; 0 = 4789 (VXLAN) or 6081 (Geneve).
 	TunnelPort int `json:"tunnelPort"`
 	// Masquerade masquerades pod traffic leaving the cluster CIDR to the node's address
-	// (iptables), with a topology; default true (FLANNEL_IPMASQ may turn it off).
+	// (nftables table ip ofsdn), with a topology; default true (FLANNEL_IPMASQ may turn it
+	// off).
 	Masquerade *bool `json:"masquerade"`
 	// CNIBinDir, when set, is where the daemon installs its plugin binary (atomically,
 	// once ready), e.g. /opt/cni/bin.

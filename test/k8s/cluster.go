@@ -1,0 +1,480 @@
+package k8s
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ofsdn/ofsdn/test/sandbox"
+)
+
+// The test cluster's address plan. ClusterCIDR and ServiceCIDR are also in
+// test/k8s/overlay/kustomization.yaml (the ConfigMap deploy/ofsdn.yaml runs with): keep
+// them in step. Every address lives only in namespaces the test made.
+const (
+	// ClusterCIDR is kube-controller-manager's --cluster-cidr (node pod CIDRs are /24s).
+	ClusterCIDR = "10.245.0.0/16"
+	// ServiceCIDR is the API server's --service-cluster-ip-range.
+	ServiceCIDR = "10.97.0.0/16"
+	// UnderlayPrefix is the underlay's /24: the control plane is .1 on the bridge in its
+	// namespace, node i (1-based) is .(10+i) on its br-phy.
+	UnderlayPrefix = "172.31.0."
+	// ControlPlaneIP is the API server's address on the underlay.
+	ControlPlaneIP = UnderlayPrefix + "1"
+)
+
+// ClusterConfig says what StartCluster builds.
+type ClusterConfig struct {
+	// Nodes is the number of kubelet nodes (named ofsdn-n1, ofsdn-n2, ...); 0 = 2.
+	Nodes int
+	// ImagesDir holds image tarballs imported into every node's containerd before its
+	// kubelet starts (containerd's sandbox image is ofsdn.test/pause:1).
+	ImagesDir string
+}
+
+// Cluster is a running test cluster.
+type Cluster struct {
+	Config ClusterConfig
+	// ID names what the cluster made on the host: ID-cp (the control plane's network
+	// namespace) and the cgroup subtree /ID. It is "ofsdn-k8s-PID-N".
+	ID string
+	// Dir holds everything the cluster writes (removed at the end).
+	Dir string
+	// Netns is the control plane's network namespace, which also holds the underlay
+	// bridge br0 (ControlPlaneIP).
+	Netns string
+	CP    *ControlPlane
+	Nodes []*Node
+	// Timings are the start-up steps' durations, in order.
+	Timings []Timing
+}
+
+// Timing is one measured step.
+type Timing struct {
+	Step     string
+	Duration time.Duration
+}
+
+var clusterSeq int
+
+// StartCluster starts a control plane and cfg.Nodes kubelet nodes with containerd and
+// kube-proxy, and waits until every Node object is registered (NotReady: there is no CNI
+// config yet). Everything is torn down when the test ends; a leftover (network namespace,
+// cgroup, mount, process, changed host sysctl) fails the test.
+func StartCluster(t *testing.T, cfg ClusterConfig) *Cluster {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("a test cluster needs root (network, mount and PID namespaces, cgroups)")
+	}
+	if cfg.Nodes == 0 {
+		cfg.Nodes = 2
+	}
+	for _, b := range []string{"kubelet", "kube-proxy", "kubectl"} {
+		Bin(t, b)
+	}
+	containerdBin := filepath.Join(CacheDir(), "containerd-deb", "usr", "bin")
+	loopback := filepath.Join(CacheDir(), "cni-bin", "loopback")
+	for _, p := range []string{filepath.Join(containerdBin, "containerd"), loopback} {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("%s is missing: run test/k8s/build.sh", p)
+		}
+	}
+	sweepStale(t)
+	clusterSeq++
+	c := &Cluster{Config: cfg, ID: fmt.Sprintf("ofsdn-k8s-%d-%d", os.Getpid(), clusterSeq)}
+	before := hostState()
+	dir, err := os.MkdirTemp("", c.ID+"-")
+	must(t, err)
+	c.Dir = dir
+	// Registered first, so it runs last: after every process, namespace and cgroup is gone.
+	t.Cleanup(func() {
+		if t.Failed() && os.Getenv("OFSDN_K8S_KEEP") != "" {
+			t.Logf("cluster files kept in %s (OFSDN_K8S_KEEP)", dir)
+		} else if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("remove %s: %v", dir, err)
+		}
+		if left := c.leftovers(before); left != "" {
+			t.Errorf("the cluster left things behind: %s", left)
+		}
+	})
+	start := time.Now()
+
+	// The control plane's namespace, with the underlay bridge.
+	ns := c.ID + "-cp"
+	if _, err := run("ip", "netns", "add", ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = run("ip", "netns", "del", ns) })
+	c.Netns = "/var/run/netns/" + ns
+	for _, args := range [][]string{
+		{"link", "set", "lo", "up"},
+		{"link", "add", "br0", "type", "bridge"},
+		{"addr", "add", ControlPlaneIP + "/24", "dev", "br0"},
+		{"link", "set", "br0", "up"},
+	} {
+		if _, err := run("ip", append([]string{"-n", ns}, args...)...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.CP = StartControlPlane(t, ControlPlaneConfig{Dir: filepath.Join(dir, "cp"), Netns: c.Netns,
+		Address: ControlPlaneIP, ServiceCIDR: ServiceCIDR, ClusterCIDR: ClusterCIDR})
+	c.Timings = append(c.Timings, Timing{"control plane ready (etcd, kube-apiserver, kube-controller-manager, kube-scheduler; PKI made)", c.CP.Ready})
+
+	server := fmt.Sprintf("https://%s:%d", ControlPlaneIP, apiserverPort)
+	must(t, c.CP.PKI.Cert("kube-proxy", "system:kube-proxy", nil, nil, nil))
+	proxyKC, err := c.CP.PKI.Kubeconfig("kube-proxy", server)
+	must(t, err)
+	// Registered before the nodes, so it runs after every node has stopped.
+	t.Cleanup(func() {
+		if err := removeCgroup("/" + c.ID); err != nil {
+			t.Error(err)
+		}
+	})
+	nodesStart := time.Now()
+	for i := 1; i <= cfg.Nodes; i++ {
+		c.Nodes = append(c.Nodes, c.startNode(t, i, server, proxyKC, containerdBin, loopback))
+	}
+	ctx := context.Background()
+	WaitFor(t, "every node registered", 120*time.Second, func() error {
+		for _, n := range c.Nodes {
+			if _, err := c.CP.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{}); err != nil {
+				if n.unshareExited() {
+					return Permanent(fmt.Errorf("%s's node-init exited:\n%s", n.Name, n.LogTail("init", 30)))
+				}
+				return fmt.Errorf("%s: %w", n.Name, err)
+			}
+		}
+		return nil
+	})
+	c.Timings = append(c.Timings, Timing{fmt.Sprintf("%d nodes registered (containerd up, images imported, kubelet and kube-proxy started)", cfg.Nodes), time.Since(nodesStart)})
+	c.Timings = append(c.Timings, Timing{"cluster up (control plane + nodes registered)", time.Since(start)})
+	return c
+}
+
+// startNode makes node i: sandbox OVS and network namespace, underlay link, br-phy with
+// the node IP, configs, cgroup subtree, and node-init.sh as PID 1 of new PID and mount
+// namespaces. It returns once containerd, the kubelet and kube-proxy have been started.
+func (c *Cluster) startNode(t *testing.T, i int, server, proxyKC, containerdBin, loopback string) *Node {
+	t.Helper()
+	name := fmt.Sprintf("ofsdn-n%d", i)
+	ip := fmt.Sprintf("%s%d", UnderlayPrefix, 10+i)
+	o := sandbox.Start(t)
+	n := &Node{Name: name, IP: ip, OVS: o, Dir: filepath.Join(c.Dir, name), CgroupRoot: "/" + c.ID + "/" + name}
+
+	// Underlay: veth ul-N (on the control plane's br0) ↔ uplink0 (in the node) on br-phy,
+	// whose internal port holds the node IP; the default route points at the control plane.
+	cpns := filepath.Base(c.Netns)
+	host := fmt.Sprintf("ul-%d", i)
+	for _, cmd := range [][]string{
+		{"ip", "-n", cpns, "link", "add", host, "type", "veth", "peer", "name", "uplink0", "netns", o.Netns},
+		{"ip", "-n", cpns, "link", "set", host, "master", "br0", "up"},
+		// The kernel would leave TCP checksums to an offload that the userspace datapath,
+		// reading uplink0 through a packet socket, never performs: compute them here.
+		{"ip", "netns", "exec", cpns, "ethtool", "-K", host, "tx", "off"},
+		{"ip", "-n", o.Netns, "link", "set", "uplink0", "up"},
+	} {
+		if _, err := run(cmd[0], cmd[1:]...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o.Vsctl(t, "add-br", "br-phy", "--", "set", "bridge", "br-phy", "datapath_type=netdev",
+		"--", "add-port", "br-phy", "uplink0")
+	for _, args := range [][]string{
+		{"addr", "add", ip + "/24", "dev", "br-phy"},
+		{"link", "set", "br-phy", "up"},
+		{"route", "add", "default", "via", ControlPlaneIP},
+	} {
+		if _, err := run("ip", append([]string{"-n", o.Netns}, args...)...); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	for _, d := range []string{"logs", "cni-conf", "cni-bin", "ofsdn-data", "kubelet", "pod-logs"} {
+		must(t, os.MkdirAll(filepath.Join(n.Dir, d), 0o755))
+	}
+	must(t, copyFile(loopback, filepath.Join(n.CNIBinDir(), "loopback"), 0o755))
+	must(t, c.CP.PKI.Cert("kubelet-"+name, "system:node:"+name, []string{"system:nodes"}, nil, nil))
+	kc, err := c.CP.PKI.Kubeconfig("kubelet-"+name, server)
+	must(t, err)
+	must(t, os.Rename(kc, filepath.Join(n.Dir, "kubelet.kubeconfig")))
+	must(t, copyFile(proxyKC, filepath.Join(n.Dir, "kube-proxy.kubeconfig"), 0o600))
+	must(t, os.WriteFile(filepath.Join(n.Dir, "containerd.toml"), []byte(containerdConfig(n.Dir)), 0o644))
+	must(t, os.WriteFile(filepath.Join(n.Dir, "kubelet.yaml"), []byte(kubeletConfig(n, c.CP.PKI.Path("ca.crt"))), 0o644))
+
+	if err := makeCgroup(n.CgroupRoot); err != nil {
+		t.Fatal(err)
+	}
+
+	logf, err := os.OpenFile(filepath.Join(n.Dir, "logs", "init.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	must(t, err)
+	cmd := exec.Command("nsenter", "--net="+o.NetnsPath(), "--",
+		"unshare", "--mount", "--pid", "--fork", "--mount-proc", "--propagation", "private", "--kill-child", "--",
+		"bash", filepath.Join(RepoRoot(), "test", "k8s", "node-init.sh"))
+	cmd.Env = append(os.Environ(), "NODE="+name, "NODE_IP="+ip, "NODE_DIR="+n.Dir,
+		"K8S_BIN="+filepath.Join(CacheDir(), "bin"), "CONTAINERD_BIN="+containerdBin, "OVS_RUNDIR="+o.Dir,
+		"IMAGES="+c.Config.ImagesDir, "CLUSTER_CIDR="+ClusterCIDR)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := startCmd(cmd); err != nil {
+		t.Fatal(err)
+	}
+	n.unshare, n.done = cmd, make(chan struct{})
+	go func() { _ = cmd.Wait(); logf.Close(); close(n.done) }()
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, l := range []string{"init", "kubelet", "containerd", "kube-proxy"} {
+				t.Logf("---- %s %s log (last 40 lines) ----\n%s", name, l, n.LogTail(l, 40))
+			}
+		}
+		n.stop()
+	})
+	WaitFor(t, name+" started", 120*time.Second, func() error {
+		if n.unshareExited() {
+			return Permanent(fmt.Errorf("node-init exited:\n%s", n.LogTail("init", 30)))
+		}
+		_, err := os.Stat(filepath.Join(n.Dir, "started"))
+		return err
+	})
+	return n
+}
+
+func (n *Node) unshareExited() bool {
+	select {
+	case <-n.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func copyFile(src, dst string, mode os.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// containerdConfig is the node's containerd 1.6 config. The CNI directories are the node's
+// own /opt/cni/bin and /etc/cni/net.d (empty until ofsdn-node writes its conflist: no
+// conf_template), pod netns mounts go under /var/run/netns (where deploy/ofsdn.yaml mounts
+// them from), and restrict_oom_score_adj is on because the machine lacks CAP_SYS_RESOURCE
+// (runc otherwise fails: "can't get final child's PID from pipe: EOF").
+func containerdConfig(dir string) string {
+	return fmt.Sprintf(`version = 2
+root = "%[1]s/containerd/root"
+state = "%[1]s/containerd/state"
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+[grpc]
+  address = "%[1]s/containerd.sock"
+[ttrpc]
+  address = "%[1]s/containerd.sock.ttrpc"
+[metrics]
+  address = ""
+[plugins."io.containerd.internal.v1.opt"]
+  path = "%[1]s/containerd/opt"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "ofsdn.test/pause:1"
+  netns_mounts_under_state_dir = false
+  disable_apparmor = true
+  restrict_oom_score_adj = true
+  stream_server_address = "127.0.0.1"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        BinaryName = "/usr/sbin/runc"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/opt/cni/bin"
+    conf_dir = "/etc/cni/net.d"
+`, dir)
+}
+
+// kubeletConfig is the node's KubeletConfiguration: cgroup v1 allowed (failCgroupV1),
+// maxOpenFiles within the hard limit the machine allows (no CAP_SYS_RESOURCE), no image
+// garbage collection (images are imported, never pulled), node status computed every
+// second, serving on the node IP only, healthz on 127.0.0.1.
+func kubeletConfig(n *Node, caFile string) string {
+	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: %s
+port: 10250
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: %s}
+authorization: {mode: Webhook}
+cgroupDriver: cgroupfs
+cgroupRoot: %s
+failCgroupV1: false
+failSwapOn: false
+containerRuntimeEndpoint: unix://%s/containerd.sock
+clusterDomain: cluster.local
+maxOpenFiles: 20000
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {memory.available: "100Mi", nodefs.available: "1%%", imagefs.available: "1%%", nodefs.inodesFree: "1%%"}
+serializeImagePulls: false
+podLogsDir: %s/pod-logs
+rotateCertificates: false
+nodeStatusUpdateFrequency: 1s
+`, n.IP, caFile, n.CgroupRoot, n.Dir, n.Dir)
+}
+
+// Kubectl runs kubectl (the cache's) with the admin kubeconfig inside the control plane's
+// namespace and returns its combined output.
+func (c *Cluster) Kubectl(args ...string) (string, error) {
+	cmd := c.KubectlCmd(args...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("kubectl %s: %w\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+// MustKubectl is Kubectl failing the test on an error.
+func (c *Cluster) MustKubectl(t testing.TB, args ...string) string {
+	t.Helper()
+	out, err := c.Kubectl(args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// KubectlCmd returns the command Kubectl runs, for callers that stream its input or output.
+func (c *Cluster) KubectlCmd(args ...string) *exec.Cmd {
+	cmd := exec.Command("nsenter", append([]string{"--net=" + c.Netns, "--",
+		filepath.Join(CacheDir(), "bin", "kubectl"), "--kubeconfig", c.CP.AdminKubeconfig}, args...)...)
+	cmd.Dir = RepoRoot()
+	return cmd
+}
+
+// Node returns the node named name, or nil.
+func (c *Cluster) Node(name string) *Node {
+	for _, n := range c.Nodes {
+		if n.Name == name {
+			return n
+		}
+	}
+	return nil
+}
+
+// NodeReady returns the node's Ready condition (nil if it has none yet).
+func NodeReady(n *corev1.Node) *corev1.NodeCondition {
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == corev1.NodeReady {
+			return &n.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// host sysctls the kubelet would write; they must be unchanged after a run.
+var watchedSysctls = []string{"vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops", "net/ipv4/ip_forward"}
+
+func hostState() map[string]string {
+	st := map[string]string{}
+	for _, s := range watchedSysctls {
+		b, _ := os.ReadFile("/proc/sys/" + s)
+		st[s] = strings.TrimSpace(string(b))
+	}
+	return st
+}
+
+// leftovers describes what of the cluster is still on the host (empty: nothing).
+func (c *Cluster) leftovers(before map[string]string) string {
+	var left []string
+	for k, v := range hostState() {
+		if before[k] != v {
+			left = append(left, fmt.Sprintf("host sysctl %s changed %s → %s", k, before[k], v))
+		}
+	}
+	if _, err := os.Stat(c.Netns); err == nil {
+		left = append(left, "network namespace "+c.Netns)
+	}
+	for _, n := range c.Nodes {
+		if _, err := os.Stat(n.NetnsPath()); err == nil {
+			left = append(left, "network namespace "+n.NetnsPath())
+		}
+	}
+	if hs, err := cgroupHierarchies(true); err == nil {
+		for _, h := range hs {
+			if _, err := os.Stat(filepath.Join(h, c.ID)); err == nil {
+				left = append(left, "cgroup "+filepath.Join(h, c.ID))
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil && strings.Contains(string(b), c.Dir) {
+		left = append(left, "mounts under "+c.Dir)
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/environ")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err == nil && strings.Contains(string(b), "NODE_DIR="+c.Dir) {
+			left = append(left, "process "+filepath.Base(filepath.Dir(p)))
+		}
+	}
+	return strings.Join(left, "; ")
+}
+
+// sweepStale removes what an earlier test binary that was killed (no clean-up ran) left:
+// control plane namespaces and cgroup subtrees named ofsdn-k8s-PID-N whose PID is gone.
+// Node namespaces are test/sandbox's (ofsdn-t-*), whose processes died with that binary.
+func sweepStale(t testing.TB) {
+	stale := func(name string) bool {
+		rest, ok := strings.CutPrefix(name, "ofsdn-k8s-")
+		if !ok {
+			return false
+		}
+		pid, err := strconv.Atoi(strings.SplitN(rest, "-", 2)[0])
+		return err == nil && pid != os.Getpid() && !pidAlive(pid)
+	}
+	if out, err := run("ip", "netns", "list"); err == nil {
+		for _, l := range strings.Split(out, "\n") {
+			if f := strings.Fields(l); len(f) > 0 && stale(f[0]) {
+				t.Logf("removing stale network namespace %s", f[0])
+				_, _ = run("ip", "netns", "del", f[0])
+			}
+		}
+	}
+	if hs, err := cgroupHierarchies(true); err == nil {
+		seen := map[string]bool{}
+		for _, h := range hs {
+			ents, _ := os.ReadDir(h)
+			for _, e := range ents {
+				if e.IsDir() && stale(e.Name()) && !seen[e.Name()] {
+					seen[e.Name()] = true
+					t.Logf("removing stale cgroup subtree /%s", e.Name())
+					_ = removeCgroup("/" + e.Name())
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,957 @@
+package k8s_test
+
+// ofsdn on a real Kubernetes: a two-node cluster (test/k8s), deploy/ofsdn.yaml applied
+// through the test overlay with the image `make image` builds, test server pods across the
+// nodes, Services through each node's kube-proxy, and restarts of ofsdn-node and the
+// kubelet. Everything a user would check: nodes Ready only once ofsdn is installed, pods
+// on different nodes talk TCP and UDP, probes pass, Services spread and refuse without
+// endpoints, nothing is left of deleted pods, no ping is lost across a daemon restart, and
+// the daemon's RBAC is exactly the manifest's.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	authzv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
+
+	"github.com/ofsdn/ofsdn/flows"
+	"github.com/ofsdn/ofsdn/test/k8s"
+)
+
+const (
+	ns        = "default"
+	sysNS     = "kube-system"
+	dsName    = "ofsdn-node"
+	saUser    = "system:serviceaccount:kube-system:ofsdn"
+	gatewayIf = "ofsdn-gw0"
+)
+
+type env struct {
+	c   *k8s.Cluster
+	ctx context.Context
+}
+
+func TestCluster(t *testing.T) {
+	images := t.TempDir()
+	imgTime := k8s.BuildImages(t, images)
+	c := k8s.StartCluster(t, k8s.ClusterConfig{Nodes: 2, ImagesDir: images})
+	e := &env{c: c, ctx: context.Background()}
+	c.Timings = append([]k8s.Timing{{Step: "images built (make image, test server, pause)", Duration: imgTime}}, c.Timings...)
+	defer e.reportTimings(t)
+
+	steps := []struct {
+		name string
+		f    func(*testing.T)
+	}{
+		{"before ofsdn nodes are NotReady and the CNI directories empty", e.testNotReadyBeforeOfsdn},
+		{"DaemonSet from the image makes every node Ready", e.testDaemonSet},
+		{"RBAC is the manifest's ClusterRole, no more", e.testRBAC},
+		{"pods across nodes", e.testPods},
+		{"services through kube-proxy", e.testServices},
+		{"ofsdn-node pod deleted: no ping lost", e.testDaemonRestart},
+		{"kubelet restarted: pods keep their IPs", e.testKubeletRestart},
+		{"deleted pods leave no IP, port or flow", e.testDeletion},
+	}
+	for _, s := range steps {
+		if !t.Run(s.name, s.f) {
+			// Later steps build on this one.
+			t.Fatalf("stopping after %q failed", s.name)
+		}
+	}
+}
+
+func (e *env) reportTimings(t *testing.T) {
+	var b strings.Builder
+	for _, tm := range e.c.Timings {
+		fmt.Fprintf(&b, "\n  %-90s %6.1f s", tm.Step, tm.Duration.Seconds())
+	}
+	t.Logf("timings (wall clock):%s", b.String())
+	if p := os.Getenv("OFSDN_K8S_TIMINGS"); p != "" {
+		js, _ := json.MarshalIndent(e.c.Timings, "", "  ")
+		_ = os.WriteFile(p, js, 0o644)
+	}
+}
+
+func (e *env) timing(step string, d time.Duration) {
+	e.c.Timings = append(e.c.Timings, k8s.Timing{Step: step, Duration: d})
+}
+
+// ---- helpers ----------------------------------------------------------------------------
+
+// apply runs kubectl apply with manifest on stdin.
+func (e *env) apply(t *testing.T, manifest string) {
+	t.Helper()
+	cmd := e.c.KubectlCmd("apply", "-f", "-")
+	cmd.Stdin = strings.NewReader(manifest)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("kubectl apply: %v\n%s\n%s", err, out, manifest)
+	}
+}
+
+// exec runs args in pod's container and returns stdout and stderr.
+func (e *env) exec(pod string, args ...string) (string, error) {
+	return e.c.Kubectl(append([]string{"exec", "-n", ns, pod, "--"}, args...)...)
+}
+
+func (e *env) pods(t *testing.T, namespace, selector string) []corev1.Pod {
+	t.Helper()
+	l, err := e.c.CP.Client.CoreV1().Pods(namespace).List(e.ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Slice(l.Items, func(i, j int) bool { return l.Items[i].Name < l.Items[j].Name })
+	return l.Items
+}
+
+func podReady(p *corev1.Pod) bool {
+	if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// waitPods waits until selector matches exactly n pods, all Ready, and returns them.
+func (e *env) waitPods(t *testing.T, namespace, selector string, n int, limit time.Duration) []corev1.Pod {
+	t.Helper()
+	var got []corev1.Pod
+	k8s.WaitFor(t, fmt.Sprintf("%d Ready pods %s in %s", n, selector, namespace), limit, func() error {
+		got = e.pods(t, namespace, selector)
+		var states []string
+		ready := 0
+		for i := range got {
+			if podReady(&got[i]) {
+				ready++
+			}
+			states = append(states, fmt.Sprintf("%s on %s: %s %s", got[i].Name, got[i].Spec.NodeName, got[i].Status.Phase, podMessage(&got[i])))
+		}
+		if len(got) != n || ready != n {
+			return fmt.Errorf("%d pods, %d Ready: %s\n%s", len(got), ready, strings.Join(states, "; "), e.events(namespace))
+		}
+		return nil
+	})
+	return got
+}
+
+func podMessage(p *corev1.Pod) string {
+	var m []string
+	for _, c := range p.Status.Conditions {
+		if c.Status != corev1.ConditionTrue && c.Message != "" {
+			m = append(m, c.Message)
+		}
+	}
+	for _, s := range p.Status.ContainerStatuses {
+		if s.State.Waiting != nil {
+			m = append(m, s.State.Waiting.Reason+": "+s.State.Waiting.Message)
+		}
+	}
+	return strings.Join(m, "; ")
+}
+
+// events returns the namespace's recent warning events (for failure messages).
+func (e *env) events(namespace string) string {
+	l, err := e.c.CP.Client.CoreV1().Events(namespace).List(e.ctx, metav1.ListOptions{FieldSelector: "type=Warning"})
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, ev := range l.Items {
+		if len(l.Items) > 15 && b.Len() > 4000 {
+			break
+		}
+		fmt.Fprintf(&b, "  %s %s/%s: %s\n", ev.Reason, ev.InvolvedObject.Kind, ev.InvolvedObject.Name, ev.Message)
+	}
+	return b.String()
+}
+
+// probe runs testbin probe in pod for the targets and returns one result per target:
+// the reply ("NAME PEER") or the error, with ok.
+type probeResult struct {
+	target, reply string
+	ok            bool
+}
+
+func (e *env) probe(t *testing.T, pod string, targets ...string) []probeResult {
+	t.Helper()
+	out, err := e.exec(pod, append([]string{"/testbin", "probe"}, targets...)...)
+	if err != nil {
+		t.Fatalf("probe from %s: %v", pod, err)
+	}
+	var res []probeResult
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		f := strings.SplitN(sc.Text(), " ", 3)
+		if len(f) == 3 && (f[0] == "ok" || f[0] == "fail") {
+			res = append(res, probeResult{target: f[1], reply: f[2], ok: f[0] == "ok"})
+		}
+	}
+	if len(res) != len(targets) {
+		t.Fatalf("probe from %s: %d results for %d targets:\n%s", pod, len(res), len(targets), out)
+	}
+	return res
+}
+
+// dialFromNode connects to addr (TCP) from the node's network namespace (the host) and
+// returns the server's line.
+func dialFromNode(n *k8s.Node, addr string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := k8s.NetnsDialer(n.NetnsPath())(ctx, "tcp4", addr)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return strings.TrimSpace(line), err
+}
+
+func replyName(reply string) string { return strings.Fields(reply + " ")[0] }
+
+func replyPeerIP(reply string) string {
+	f := strings.Fields(reply)
+	if len(f) < 2 {
+		return ""
+	}
+	h, _, _ := net.SplitHostPort(f[1])
+	return h
+}
+
+// gatewayIP is the first address of a node's pod CIDR (ofsdn's gateway).
+func gatewayIP(t *testing.T, podCIDR string) string {
+	t.Helper()
+	_, n, err := net.ParseCIDR(podCIDR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ip := n.IP.To4()
+	return net.IPv4(ip[0], ip[1], ip[2], ip[3]+1).String()
+}
+
+// ---- steps ------------------------------------------------------------------------------
+
+func (e *env) testNotReadyBeforeOfsdn(t *testing.T) {
+	for _, n := range e.c.Nodes {
+		k8s.WaitFor(t, n.Name+" NotReady for want of a network", 60*time.Second, func() error {
+			node, err := e.c.CP.Client.CoreV1().Nodes().Get(e.ctx, n.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			r := k8s.NodeReady(node)
+			if r == nil || r.Status == corev1.ConditionTrue || !strings.Contains(r.Message, "network") {
+				return fmt.Errorf("Ready condition %+v, want False naming the network plugin", r)
+			}
+			if len(node.Spec.PodCIDRs) == 0 {
+				return fmt.Errorf("no podCIDR allocated yet")
+			}
+			return nil
+		})
+		for _, d := range []string{n.CNIConfDir(), n.CNIBinDir()} {
+			ents, err := os.ReadDir(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, en := range ents {
+				if en.Name() != "loopback" {
+					t.Errorf("%s: %s holds %s before ofsdn was deployed", n.Name, d, en.Name())
+				}
+			}
+		}
+	}
+}
+
+func (e *env) testDaemonSet(t *testing.T) {
+	start := time.Now()
+	e.c.MustKubectl(t, "apply", "-k", "test/k8s/overlay")
+	ds := e.waitPods(t, sysNS, "app=ofsdn-node", len(e.c.Nodes), 180*time.Second)
+	for _, n := range e.c.Nodes {
+		k8s.WaitFor(t, n.Name+" Ready", 120*time.Second, func() error {
+			node, err := e.c.CP.Client.CoreV1().Nodes().Get(e.ctx, n.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if r := k8s.NodeReady(node); r == nil || r.Status != corev1.ConditionTrue {
+				return fmt.Errorf("Ready condition %+v", r)
+			}
+			return nil
+		})
+	}
+	e.timing("kubectl apply -k test/k8s/overlay → every ofsdn-node pod Ready and every node Ready", time.Since(start))
+
+	for _, p := range ds {
+		if p.Spec.ServiceAccountName != "ofsdn" || !p.Spec.HostNetwork {
+			t.Errorf("%s: serviceAccount %q hostNetwork %v", p.Name, p.Spec.ServiceAccountName, p.Spec.HostNetwork)
+		}
+		if img := p.Spec.Containers[0].Image; img != k8s.OfsdnImage {
+			t.Errorf("%s runs image %s, want %s (the overlay's)", p.Name, img, k8s.OfsdnImage)
+		}
+	}
+	for _, n := range e.c.Nodes {
+		conf, err := os.ReadFile(filepath.Join(n.CNIConfDir(), "10-ofsdn.conflist"))
+		if err != nil {
+			t.Errorf("%s: no conflist after ofsdn-node is Ready: %v", n.Name, err)
+		} else if !strings.Contains(string(conf), `"type": "ofsdn"`) {
+			t.Errorf("%s: conflist %s", n.Name, conf)
+		}
+		if st, err := os.Stat(filepath.Join(n.CNIBinDir(), "ofsdn")); err != nil || st.Mode().Perm()&0o111 == 0 {
+			t.Errorf("%s: plugin binary not installed: %v", n.Name, err)
+		}
+		// The daemon took the node's pod subnet from the podCIDR kube-controller-manager
+		// allocated, and its gateway holds the subnet's first address.
+		node, err := e.c.CP.Client.CoreV1().Nodes().Get(e.ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gw := gatewayIP(t, node.Spec.PodCIDR)
+		out := n.OVS.Exec(t, "ip", "-4", "-o", "addr", "show", "dev", gatewayIf)
+		if !strings.Contains(out, gw+"/") {
+			t.Errorf("%s: gateway %s has %q, want %s from podCIDR %s", n.Name, gatewayIf, out, gw, node.Spec.PodCIDR)
+		}
+		// The daemon runs in the node's network namespace, so its nftables table is there.
+		if out := n.OVS.Exec(t, "nft", "list", "table", "ip", "ofsdn"); !strings.Contains(out, "ip saddr "+node.Spec.PodCIDR) {
+			t.Errorf("%s: nftables table ip ofsdn:\n%s", n.Name, out)
+		}
+	}
+}
+
+// ClusterRole rules as the manifest states them.
+func manifestRules(t *testing.T) []rbacv1.PolicyRule {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(k8s.RepoRoot(), "deploy", "ofsdn.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range strings.Split(string(b), "\n---\n") {
+		var r rbacv1.ClusterRole
+		if err := yaml.Unmarshal([]byte(doc), &r); err == nil && r.Kind == "ClusterRole" && r.Name == "ofsdn" {
+			return r.Rules
+		}
+	}
+	t.Fatal("no ClusterRole ofsdn in deploy/ofsdn.yaml")
+	return nil
+}
+
+func granted(rules []rbacv1.PolicyRule, group, resource, verb string) bool {
+	has := func(l []string, v string) bool {
+		for _, x := range l {
+			if x == v || x == "*" {
+				return true
+			}
+		}
+		return false
+	}
+	for _, r := range rules {
+		if has(r.APIGroups, group) && has(r.Resources, resource) && has(r.Verbs, verb) {
+			return true
+		}
+	}
+	return false
+}
+
+func (e *env) testRBAC(t *testing.T) {
+	// A token of the daemon's ServiceAccount, used alone (no admin certificate).
+	token := strings.TrimSpace(e.c.MustKubectl(t, "create", "token", "-n", sysNS, "ofsdn", "--duration=10m"))
+	asSA := func(args ...string) (string, error) {
+		return e.c.Kubectl(append([]string{"--kubeconfig=/dev/null", "--server=" + e.c.CP.Server,
+			"--certificate-authority=" + e.c.CP.PKI.Path("ca.crt"), "--token=" + token}, args...)...)
+	}
+	who, err := asSA("auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")
+	if err != nil || strings.TrimSpace(who) != saUser {
+		t.Fatalf("the token is %q (%v), want %s", who, err, saUser)
+	}
+	// What a user checks by hand: the daemon's account can read nodes, not secrets.
+	if out, err := asSA("get", "nodes"); err != nil {
+		t.Errorf("kubectl get nodes as the daemon: %v\n%s", err, out)
+	}
+	if out, err := asSA("get", "secrets", "-A"); err == nil || !strings.Contains(out, "Forbidden") {
+		t.Errorf("kubectl get secrets as the daemon: want Forbidden, got %v\n%s", err, out)
+	}
+
+	// The whole grid, as `kubectl auth can-i` asks it (SelfSubjectAccessReview with the
+	// token): allowed exactly where deploy/ofsdn.yaml's ClusterRole says.
+	rules := manifestRules(t)
+	for _, need := range []string{"get", "list", "watch"} {
+		if !granted(rules, "", "nodes", need) {
+			t.Errorf("deploy/ofsdn.yaml does not grant %s nodes, which the Node source needs", need)
+		}
+	}
+	saConf := rest.AnonymousClientConfig(e.c.CP.Rest)
+	saConf.BearerToken = token
+	sa, err := kubernetes.NewForConfig(saConf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resources := []struct{ group, resource string }{
+		{"", "nodes"}, {"", "pods"}, {"", "namespaces"}, {"", "secrets"}, {"", "configmaps"},
+		{"", "services"}, {"", "endpoints"}, {"", "serviceaccounts"}, {"discovery.k8s.io", "endpointslices"},
+		{"networking.k8s.io", "networkpolicies"}, {"apps", "daemonsets"},
+	}
+	for _, r := range resources {
+		for _, verb := range []string{"get", "list", "watch", "create", "update", "patch", "delete"} {
+			rev, err := sa.AuthorizationV1().SelfSubjectAccessReviews().Create(e.ctx, &authzv1.SelfSubjectAccessReview{
+				Spec: authzv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authzv1.ResourceAttributes{
+					Verb: verb, Group: r.group, Resource: r.resource}}}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := granted(rules, r.group, r.resource, verb); rev.Status.Allowed != want {
+				t.Errorf("%s may %s %s.%s: %v, but the manifest's ClusterRole says %v", saUser, verb, r.resource, r.group, rev.Status.Allowed, want)
+			}
+		}
+	}
+	// And the daemons, running under that account, were refused nothing.
+	for _, p := range e.pods(t, sysNS, "app=ofsdn-node") {
+		logs := e.c.MustKubectl(t, "logs", "-n", sysNS, p.Name)
+		if strings.Contains(strings.ToLower(logs), "forbidden") {
+			t.Errorf("%s was refused something:\n%s", p.Name, logs)
+		}
+	}
+}
+
+const echoManifest = `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: echo, namespace: default}
+spec:
+  replicas: 4
+  selector: {matchLabels: {app: echo}}
+  template:
+    metadata: {labels: {app: echo}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      topologySpreadConstraints:
+      - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: echo}}}
+      containers:
+      - name: echo
+        image: ofsdn.test/testbin:1
+        imagePullPolicy: Never
+        env: [{name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}]
+        ports: [{containerPort: 8080}, {containerPort: 8081, protocol: UDP}, {containerPort: 8082}]
+        readinessProbe: {httpGet: {path: /healthz, port: 8082}, periodSeconds: 1}
+        livenessProbe: {tcpSocket: {port: 8080}, periodSeconds: 2}
+`
+
+func (e *env) testPods(t *testing.T) {
+	start := time.Now()
+	e.apply(t, echoManifest)
+	pods := e.waitPods(t, ns, "app=echo", 4, 180*time.Second)
+	e.timing("kubectl apply of a 4-pod Deployment → every pod Running and Ready (probes through the gateway)", time.Since(start))
+
+	nodes := map[string]*corev1.Node{}
+	perNode := map[string]int{}
+	for _, n := range e.c.Nodes {
+		node, err := e.c.CP.Client.CoreV1().Nodes().Get(e.ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes[n.Name] = node
+	}
+	for _, p := range pods {
+		perNode[p.Spec.NodeName]++
+		_, subnet, _ := net.ParseCIDR(nodes[p.Spec.NodeName].Spec.PodCIDR)
+		if ip := net.ParseIP(p.Status.PodIP); ip == nil || !subnet.Contains(ip) {
+			t.Errorf("%s on %s has IP %s outside the node's podCIDR %s", p.Name, p.Spec.NodeName, p.Status.PodIP, subnet)
+		}
+		if leases := e.c.Node(p.Spec.NodeName).Leases(t); leases[p.Status.PodIP] == "" {
+			t.Errorf("%s: no IPAM lease for %s on %s: %v", p.Name, p.Status.PodIP, p.Spec.NodeName, leases)
+		}
+		for _, s := range p.Status.ContainerStatuses {
+			if s.RestartCount != 0 {
+				t.Errorf("%s restarted %d times (a failing liveness probe?)", p.Name, s.RestartCount)
+			}
+		}
+	}
+	if len(perNode) != 2 {
+		t.Fatalf("pods not spread over both nodes: %v", perNode)
+	}
+
+	t.Run("every pod reaches every other over TCP and UDP, with its own address", func(t *testing.T) {
+		for _, from := range pods {
+			var targets []string
+			for _, to := range pods {
+				targets = append(targets, "tcp:"+to.Status.PodIP+":8080", "udp:"+to.Status.PodIP+":8081")
+			}
+			for i, r := range e.probe(t, from.Name, targets...) {
+				to := pods[i/2]
+				switch {
+				case !r.ok:
+					t.Errorf("%s (%s) → %s (%s, %s): %s", from.Name, from.Spec.NodeName, to.Name, to.Spec.NodeName, r.target, r.reply)
+				case replyName(r.reply) != to.Name:
+					t.Errorf("%s → %s: answered by %q", from.Name, r.target, r.reply)
+				case replyPeerIP(r.reply) != from.Status.PodIP:
+					t.Errorf("%s → %s: the server saw %s, want the client's own address %s", from.Name, r.target, replyPeerIP(r.reply), from.Status.PodIP)
+				}
+			}
+		}
+	})
+	t.Run("each node reaches its pods and the other node's from the host", func(t *testing.T) {
+		for _, n := range e.c.Nodes {
+			gw := gatewayIP(t, nodes[n.Name].Spec.PodCIDR)
+			for _, p := range pods {
+				reply, err := dialFromNode(n, p.Status.PodIP+":8080")
+				if err != nil || replyName(reply) != p.Name {
+					t.Errorf("%s host → %s (%s on %s): %q %v", n.Name, p.Name, p.Status.PodIP, p.Spec.NodeName, reply, err)
+					continue
+				}
+				if p.Spec.NodeName == n.Name && replyPeerIP(reply) != gw {
+					t.Errorf("%s host → local pod %s: source %s, want the gateway address %s", n.Name, p.Name, replyPeerIP(reply), gw)
+				}
+			}
+		}
+	})
+}
+
+const servicesManifest = `apiVersion: v1
+kind: Service
+metadata: {name: echo, namespace: default}
+spec:
+  selector: {app: echo}
+  ports:
+  - {name: tcp, port: 80, targetPort: 8080}
+  - {name: udp, port: 81, targetPort: 8081, protocol: UDP}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: hairpin, namespace: default, labels: {app: hairpin}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: echo
+    image: ofsdn.test/testbin:1
+    imagePullPolicy: Never
+    env: [{name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}]
+    readinessProbe: {httpGet: {path: /healthz, port: 8082}, periodSeconds: 1}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: hairpin, namespace: default}
+spec:
+  selector: {app: hairpin}
+  ports:
+  - {name: tcp, port: 80, targetPort: 8080}
+  - {name: udp, port: 81, targetPort: 8081, protocol: UDP}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: empty, namespace: default}
+spec:
+  selector: {app: nobody}
+  ports: [{name: tcp, port: 80, targetPort: 8080}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: flip, namespace: default}
+spec:
+  replicas: 0
+  selector: {matchLabels: {app: flip}}
+  template:
+    metadata: {labels: {app: flip}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: echo
+        image: ofsdn.test/testbin:1
+        imagePullPolicy: Never
+        env: [{name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}]
+        readinessProbe: {httpGet: {path: /healthz, port: 8082}, periodSeconds: 1}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: flip, namespace: default}
+spec:
+  selector: {app: flip}
+  ports: [{name: tcp, port: 80, targetPort: 8080}]
+`
+
+func (e *env) clusterIP(t *testing.T, svc string) string {
+	t.Helper()
+	s, err := e.c.CP.Client.CoreV1().Services(ns).Get(e.ctx, svc, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.Spec.ClusterIP
+}
+
+// readyEndpoints counts the ready endpoints of a Service's EndpointSlices.
+func (e *env) readyEndpoints(t *testing.T, svc string) int {
+	t.Helper()
+	l, err := e.c.CP.Client.DiscoveryV1().EndpointSlices(ns).List(e.ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=" + svc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, s := range l.Items {
+		for _, ep := range s.Endpoints {
+			if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// waitProbe polls one probe from pod until check accepts the result: kube-proxy programs a
+// change a moment after the API shows it.
+func (e *env) waitProbe(t *testing.T, what, pod, target string, check func(probeResult) error) {
+	t.Helper()
+	k8s.WaitFor(t, what, 60*time.Second, func() error { return check(e.probe(t, pod, target)[0]) })
+}
+
+func refused(r probeResult) error {
+	if r.ok || !strings.Contains(r.reply, "connection refused") {
+		return fmt.Errorf("%s: ok=%v %q, want connection refused", r.target, r.ok, r.reply)
+	}
+	return nil
+}
+
+func (e *env) testServices(t *testing.T) {
+	e.apply(t, servicesManifest)
+	e.waitPods(t, ns, "app=hairpin", 1, 120*time.Second)
+	pods := e.pods(t, ns, "app=echo")
+	echoIP := e.clusterIP(t, "echo")
+	k8s.WaitFor(t, "4 ready endpoints of Service echo", 60*time.Second, func() error {
+		if n := e.readyEndpoints(t, "echo"); n != 4 {
+			return fmt.Errorf("%d", n)
+		}
+		return nil
+	})
+
+	t.Run("ClusterIP from every pod, TCP and UDP, spread over the endpoints on both nodes", func(t *testing.T) {
+		const tries = 30
+		seen := map[string]int{}
+		for _, from := range pods {
+			// First one answer from another pod (kube-proxy may need a moment; a pod reaching
+			// itself proves less: kube-proxy masquerades hairpin traffic on its own).
+			e.waitProbe(t, from.Name+" → Service echo answered by another pod", from.Name, "tcp:"+echoIP+":80", func(r probeResult) error {
+				if !r.ok || replyName(r.reply) == from.Name {
+					return fmt.Errorf("ok=%v %q", r.ok, r.reply)
+				}
+				return nil
+			})
+			var targets []string
+			for i := 0; i < tries; i++ {
+				targets = append(targets, "tcp:"+echoIP+":80", "udp:"+echoIP+":81")
+			}
+			fromSeen := map[string]bool{}
+			for _, r := range e.probe(t, from.Name, targets...) {
+				if !r.ok {
+					t.Errorf("%s (%s) → %s: %s", from.Name, from.Spec.NodeName, r.target, r.reply)
+					continue
+				}
+				seen[replyName(r.reply)]++
+				fromSeen[replyName(r.reply)] = true
+			}
+			if len(fromSeen) < 2 {
+				t.Errorf("%s: %d connections to Service echo all went to %v", from.Name, 2*tries, fromSeen)
+			}
+		}
+		for _, p := range pods {
+			if seen[p.Name] == 0 {
+				t.Errorf("endpoint %s (%s) never answered through the Service: %v", p.Name, p.Spec.NodeName, seen)
+			}
+		}
+		t.Logf("answers per endpoint: %v", seen)
+	})
+	t.Run("ClusterIP from each node's host", func(t *testing.T) {
+		for _, n := range e.c.Nodes {
+			reply, err := dialFromNode(n, echoIP+":80")
+			if err != nil || !strings.HasPrefix(replyName(reply), "echo-") {
+				t.Errorf("%s host → Service echo: %q %v", n.Name, reply, err)
+			}
+		}
+	})
+	t.Run("hairpin: a pod reaches itself through its own Service", func(t *testing.T) {
+		ip := e.clusterIP(t, "hairpin")
+		e.waitProbe(t, "hairpin → Service hairpin", "hairpin", "tcp:"+ip+":80", func(r probeResult) error {
+			if !r.ok || replyName(r.reply) != "hairpin" {
+				return fmt.Errorf("ok=%v %q", r.ok, r.reply)
+			}
+			return nil
+		})
+		for _, r := range e.probe(t, "hairpin", "tcp:"+ip+":80", "udp:"+ip+":81") {
+			if !r.ok || replyName(r.reply) != "hairpin" {
+				t.Errorf("hairpin → %s: ok=%v %q", r.target, r.ok, r.reply)
+			}
+		}
+	})
+	t.Run("no endpoints: connection refused, also after 0 → 1 → 0", func(t *testing.T) {
+		client := pods[0].Name
+		emptyIP, flipIP := e.clusterIP(t, "empty"), e.clusterIP(t, "flip")
+		e.waitProbe(t, "Service empty refuses", client, "tcp:"+emptyIP+":80", refused)
+		for _, n := range e.c.Nodes {
+			if _, err := dialFromNode(n, emptyIP+":80"); err == nil || !strings.Contains(err.Error(), "connection refused") {
+				t.Errorf("%s host → Service empty: %v, want connection refused", n.Name, err)
+			}
+		}
+		e.waitProbe(t, "Service flip (0 endpoints) refuses", client, "tcp:"+flipIP+":80", refused)
+		e.c.MustKubectl(t, "scale", "-n", ns, "deployment/flip", "--replicas=1")
+		flip := e.waitPods(t, ns, "app=flip", 1, 120*time.Second)
+		e.waitProbe(t, "Service flip (1 endpoint) answers", client, "tcp:"+flipIP+":80", func(r probeResult) error {
+			if !r.ok || replyName(r.reply) != flip[0].Name {
+				return fmt.Errorf("ok=%v %q", r.ok, r.reply)
+			}
+			return nil
+		})
+		e.c.MustKubectl(t, "scale", "-n", ns, "deployment/flip", "--replicas=0")
+		k8s.WaitFor(t, "flip's pod gone", 60*time.Second, func() error {
+			if p := e.pods(t, ns, "app=flip"); len(p) > 0 {
+				return fmt.Errorf("%d pods left", len(p))
+			}
+			return nil
+		})
+		e.waitProbe(t, "Service flip (0 endpoints again) refuses", client, "tcp:"+flipIP+":80", refused)
+	})
+}
+
+func (e *env) testDaemonRestart(t *testing.T) {
+	pods := e.pods(t, ns, "app=echo")
+	var from, to *corev1.Pod
+	for i := range pods {
+		if pods[i].Spec.NodeName == e.c.Nodes[0].Name && from == nil {
+			from = &pods[i]
+		}
+		if pods[i].Spec.NodeName == e.c.Nodes[1].Name && to == nil {
+			to = &pods[i]
+		}
+	}
+	node := e.c.Nodes[0]
+	var old *corev1.Pod
+	for _, p := range e.pods(t, sysNS, "app=ofsdn-node") {
+		if p.Spec.NodeName == node.Name {
+			old = &p
+		}
+	}
+	if from == nil || to == nil || old == nil {
+		t.Fatal("need an echo pod on each node and ofsdn-node on the first")
+	}
+	genBefore := flowGenerations(t, node)
+
+	cmd := e.c.KubectlCmd("exec", "-i", "-n", ns, from.Name, "--", "/testbin", "ping", "-i", "10ms", to.Status.PodIP)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	time.Sleep(2 * time.Second)
+
+	start := time.Now()
+	e.c.MustKubectl(t, "delete", "pod", "-n", sysNS, old.Name, "--wait=true")
+	var ds []corev1.Pod
+	k8s.WaitFor(t, "a new ofsdn-node pod Ready on "+node.Name, 120*time.Second, func() error {
+		ds = e.pods(t, sysNS, "app=ofsdn-node")
+		for _, p := range ds {
+			if p.Spec.NodeName == node.Name && p.UID != old.UID && podReady(&p) {
+				return nil
+			}
+		}
+		return fmt.Errorf("not yet: %d ofsdn-node pods", len(ds))
+	})
+	e.timing("ofsdn-node pod deleted → its replacement Ready", time.Since(start))
+	time.Sleep(2 * time.Second)
+	_ = stdin.Close()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("ping: %v\n%s", err, out.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("ping did not stop after its stdin closed:\n%s", out.String())
+	}
+	var sent, received int
+	var missing string
+	line := out.String()
+	if i := strings.LastIndex(line, "sent "); i >= 0 {
+		line = line[i:]
+	}
+	if _, err := fmt.Sscanf(line, "sent %d received %d missing %s", &sent, &received, &missing); err != nil {
+		t.Fatalf("ping output %q: %v", out.String(), err)
+	}
+	t.Logf("%s → %s every 10 ms across the ofsdn-node pod's deletion and replacement: %d sent, %d answered %s",
+		from.Name, to.Name, sent, received, strings.TrimSpace(line))
+	if sent < 300 {
+		t.Fatalf("only %d echo requests: the ping did not run through the restart", sent)
+	}
+	if received != sent {
+		t.Errorf("%d of %d echo requests lost across the ofsdn-node restart: %s", sent-received, sent, line)
+	}
+	if genAfter := flowGenerations(t, node); len(genAfter) != 1 || equalKeys(genAfter, genBefore) {
+		t.Errorf("flow generations on %s before %v, after %v: want one new generation (the new daemon's)", node.Name, genBefore, genAfter)
+	}
+}
+
+// flowGenerations returns the generations (cookie bits 55..40) of the flows on the node's
+// br-int, with counts.
+func flowGenerations(t *testing.T, n *k8s.Node) map[uint16]int {
+	t.Helper()
+	gens := map[uint16]int{}
+	for _, c := range flowCookies(t, n) {
+		gens[uint16(c>>40)]++
+	}
+	return gens
+}
+
+func flowCookies(t *testing.T, n *k8s.Node) []flows.Cookie {
+	t.Helper()
+	var out []flows.Cookie
+	for _, l := range strings.Split(n.Ofctl(t, "dump-flows", "--no-stats"), "\n") {
+		l = strings.TrimSpace(l)
+		if !strings.HasPrefix(l, "cookie=") {
+			continue
+		}
+		hex, _, _ := strings.Cut(strings.TrimPrefix(l, "cookie=0x"), ",")
+		c, err := strconv.ParseUint(hex, 16, 64)
+		if err != nil {
+			t.Fatalf("flow %q: %v", l, err)
+		}
+		out = append(out, flows.Cookie(c))
+	}
+	return out
+}
+
+func equalKeys(a, b map[uint16]int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k := range a {
+		if _, ok := b[k]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func (e *env) testKubeletRestart(t *testing.T) {
+	node := e.c.Nodes[0]
+	type podState struct {
+		ip       string
+		uid      string
+		restarts int32
+	}
+	snapshot := func() map[string]podState {
+		st := map[string]podState{}
+		for _, p := range e.pods(t, ns, "") {
+			if p.Spec.NodeName != node.Name {
+				continue
+			}
+			var r int32
+			for _, s := range p.Status.ContainerStatuses {
+				r += s.RestartCount
+			}
+			st[p.Name] = podState{p.Status.PodIP, string(p.UID), r}
+		}
+		return st
+	}
+	before := snapshot()
+	leasesBefore := node.Leases(t)
+	if len(before) == 0 {
+		t.Fatalf("no pods on %s", node.Name)
+	}
+	restarted := time.Now()
+	node.RestartKubelet(t)
+	k8s.WaitFor(t, node.Name+" heartbeat from the restarted kubelet", 120*time.Second, func() error {
+		l, err := e.c.CP.Client.CoordinationV1().Leases("kube-node-lease").Get(e.ctx, node.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if l.Spec.RenewTime == nil || l.Spec.RenewTime.Time.Before(restarted.Add(time.Second)) {
+			return fmt.Errorf("lease renewed %v, restart at %v", l.Spec.RenewTime, restarted)
+		}
+		return nil
+	})
+	e.waitPods(t, ns, "app=echo", 4, 120*time.Second)
+	after := snapshot()
+	for name, b := range before {
+		a, ok := after[name]
+		switch {
+		case !ok:
+			t.Errorf("pod %s gone after the kubelet restart", name)
+		case a != b:
+			t.Errorf("pod %s before the kubelet restart %+v, after %+v: want the same IP, UID and no restart", name, b, a)
+		}
+	}
+	if la := node.Leases(t); fmt.Sprint(la) != fmt.Sprint(leasesBefore) {
+		t.Errorf("IPAM leases changed across the kubelet restart:\nbefore %v\nafter  %v", leasesBefore, la)
+	}
+	// Still reachable across nodes.
+	pods := e.pods(t, ns, "app=echo")
+	var targets []string
+	for _, p := range pods {
+		targets = append(targets, "tcp:"+p.Status.PodIP+":8080")
+	}
+	for _, r := range e.probe(t, pods[0].Name, targets...) {
+		if !r.ok {
+			t.Errorf("after the kubelet restart %s → %s: %s", pods[0].Name, r.target, r.reply)
+		}
+	}
+}
+
+func (e *env) testDeletion(t *testing.T) {
+	before := e.pods(t, ns, "")
+	if len(before) == 0 {
+		t.Fatal("no pods to delete")
+	}
+	e.c.MustKubectl(t, "delete", "-n", ns, "deployment/echo", "deployment/flip", "pod/hairpin", "--wait=true")
+	k8s.WaitFor(t, "every pod in default gone", 120*time.Second, func() error {
+		if p := e.pods(t, ns, ""); len(p) > 0 {
+			return fmt.Errorf("%d pods left", len(p))
+		}
+		return nil
+	})
+	for _, n := range e.c.Nodes {
+		k8s.WaitFor(t, n.Name+": nothing left of the deleted pods", 60*time.Second, func() error {
+			if l := n.Leases(t); len(l) > 0 {
+				return fmt.Errorf("IP leases left: %v", l)
+			}
+			ports := strings.Fields(n.OVS.Vsctl(t, "list-ports", "br-int"))
+			sort.Strings(ports)
+			if strings.Join(ports, " ") != gatewayIf+" vxlan0" {
+				return fmt.Errorf("br-int ports %v, want only %s and vxlan0", ports, gatewayIf)
+			}
+			for _, c := range flowCookies(t, n) {
+				if c.Owner() == flows.OwnerPod {
+					return fmt.Errorf("pod flows left:\n%s", n.Ofctl(t, "dump-flows", "--no-stats"))
+				}
+			}
+			// The pods' host-side veths are gone: uplink0 is the node's only veth.
+			links := strings.Split(n.OVS.Exec(t, "ip", "-o", "link", "show", "type", "veth"), "\n")
+			if len(links) != 1 || !strings.Contains(links[0], "uplink0") {
+				return fmt.Errorf("veths in the node: %s", strings.Join(links, "\n"))
+			}
+			return nil
+		})
+	}
+	// The echo pods' IPs are free again: a new pod may take one (the IPAM hands them out).
+	for _, p := range before {
+		for _, n := range e.c.Nodes {
+			if _, ok := n.Leases(t)[p.Status.PodIP]; ok {
+				t.Errorf("%s's IP %s still leased on %s", p.Name, p.Status.PodIP, n.Name)
+			}
+		}
+	}
+}

@@ -1,0 +1,253 @@
+// Command testbin is the one static binary of the real-cluster tests' images (test/k8s):
+// the test server pods run, the client the tests start in pods with kubectl exec, and the
+// pod sandbox ("pause") process. No shell, no busybox: Debian's busybox-static wget
+// segfaults in pods, and a Go binary says exactly what failed.
+//
+//	testbin serve                  TCP 8080: writes "NAME PEER\n" (NAME = $POD_NAME or the
+//	                               host name, PEER = the client address it saw) and closes;
+//	                               UDP 8081: answers each datagram the same way;
+//	                               HTTP 8082: /healthz answers 200 (readiness probes)
+//	testbin probe TARGET...        TARGET = tcp:IP:PORT or udp:IP:PORT; prints one line per
+//	                               target, "ok TARGET REPLY" or "fail TARGET ERROR", and
+//	                               exits 0 (the caller reads the lines)
+//	testbin ping [-i 10ms] [-max 5m] IP
+//	                               ICMP echo every interval until stdin closes (or max), then
+//	                               prints "sent N received M missing [SEQ...]"
+//	testbin pause                  sleeps until SIGINT/SIGTERM, reaping children (PID 1 of
+//	                               a pod sandbox)
+package main
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/net/icmp"
+	"golang.org/x/net/ipv4"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: testbin serve|probe|ping|pause ...")
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "serve":
+		err = serve()
+	case "probe":
+		probe(os.Args[2:])
+	case "ping":
+		err = ping(os.Args[2:])
+	case "pause":
+		pause()
+	default:
+		err = fmt.Errorf("unknown command %q", os.Args[1])
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testbin:", err)
+		os.Exit(1)
+	}
+}
+
+func podName() string {
+	if n := os.Getenv("POD_NAME"); n != "" {
+		return n
+	}
+	h, _ := os.Hostname()
+	return h
+}
+
+func serve() error {
+	name := podName()
+	tl, err := net.Listen("tcp4", ":8080")
+	if err != nil {
+		return err
+	}
+	ul, err := net.ListenPacket("udp4", ":8081")
+	if err != nil {
+		return err
+	}
+	go func() {
+		for {
+			c, err := tl.Accept()
+			if err != nil {
+				return
+			}
+			fmt.Fprintf(c, "%s %s\n", name, c.RemoteAddr())
+			c.Close()
+		}
+	}()
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			_, from, err := ul.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = ul.WriteTo([]byte(fmt.Sprintf("%s %s\n", name, from)), from)
+		}
+	}()
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	fmt.Println("serving tcp :8080, udp :8081, http :8082 as", name)
+	return http.ListenAndServe(":8082", mux)
+}
+
+// probe reaches every target once and prints the outcome.
+func probe(targets []string) {
+	for _, t := range targets {
+		reply, err := probeOne(t)
+		if err != nil {
+			fmt.Printf("fail %s %v\n", t, err)
+		} else {
+			fmt.Printf("ok %s %s\n", t, reply)
+		}
+	}
+}
+
+func probeOne(target string) (string, error) {
+	proto, addr, ok := strings.Cut(target, ":")
+	if !ok {
+		return "", fmt.Errorf("target %q: want tcp:IP:PORT or udp:IP:PORT", target)
+	}
+	switch proto {
+	case "tcp":
+		c, err := net.DialTimeout("tcp4", addr, 3*time.Second)
+		if err != nil {
+			return "", err
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+		line, err := bufio.NewReader(c).ReadString('\n')
+		return strings.TrimSpace(line), err
+	case "udp":
+		c, err := net.Dial("udp4", addr)
+		if err != nil {
+			return "", err
+		}
+		defer c.Close()
+		buf := make([]byte, 2048)
+		// A datagram may be lost while a path comes up: three tries, one second each.
+		for try := 0; ; try++ {
+			if _, err := c.Write([]byte("hello\n")); err != nil {
+				return "", err
+			}
+			_ = c.SetReadDeadline(time.Now().Add(time.Second))
+			n, err := c.Read(buf)
+			if err == nil {
+				return strings.TrimSpace(string(buf[:n])), nil
+			}
+			if try == 2 {
+				return "", err
+			}
+		}
+	}
+	return "", fmt.Errorf("target %q: protocol must be tcp or udp", target)
+}
+
+// ping sends ICMP echo requests every interval until stdin reaches EOF or max passes, then
+// waits two seconds for late replies and prints the summary.
+func ping(args []string) error {
+	fs := flag.NewFlagSet("ping", flag.ContinueOnError)
+	interval := fs.Duration("i", 10*time.Millisecond, "interval between echo requests")
+	maxDur := fs.Duration("max", 5*time.Minute, "stop after this long even if stdin stays open")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return errors.New("usage: testbin ping [-i 10ms] [-max 5m] IP")
+	}
+	dst := net.ParseIP(fs.Arg(0)).To4()
+	if dst == nil {
+		return fmt.Errorf("ping: %q is not an IPv4 address", fs.Arg(0))
+	}
+	conn, err := icmp.ListenPacket("ip4:icmp", "0.0.0.0")
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	id := os.Getpid() & 0xffff
+	var mu sync.Mutex
+	got := map[int]bool{}
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := conn.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			m, err := icmp.ParseMessage(1, buf[:n])
+			if err != nil || m.Type != ipv4.ICMPTypeEchoReply {
+				continue
+			}
+			e, ok := m.Body.(*icmp.Echo)
+			if !ok || e.ID != id || !from.(*net.IPAddr).IP.Equal(dst) {
+				continue
+			}
+			mu.Lock()
+			got[e.Seq] = true
+			mu.Unlock()
+		}
+	}()
+	stop := make(chan struct{})
+	go func() { _, _ = io.Copy(io.Discard, os.Stdin); close(stop) }()
+	deadline := time.After(*maxDur)
+	tick := time.NewTicker(*interval)
+	defer tick.Stop()
+	sent := 0
+loop:
+	for {
+		select {
+		case <-stop:
+			break loop
+		case <-deadline:
+			break loop
+		case <-tick.C:
+			sent++
+			b, _ := (&icmp.Message{Type: ipv4.ICMPTypeEcho, Body: &icmp.Echo{ID: id, Seq: sent & 0xffff, Data: []byte("ofsdn")}}).Marshal(nil)
+			if _, err := conn.WriteTo(b, &net.IPAddr{IP: dst}); err != nil {
+				fmt.Fprintln(os.Stderr, "send:", err)
+			}
+		}
+	}
+	time.Sleep(2 * time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	var missing []int
+	for s := 1; s <= sent; s++ {
+		if !got[s&0xffff] {
+			missing = append(missing, s)
+		}
+	}
+	sort.Ints(missing)
+	fmt.Printf("sent %d received %d missing %v\n", sent, sent-len(missing), missing)
+	return nil
+}
+
+func pause() {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGCHLD)
+	for s := range sigs {
+		if s != syscall.SIGCHLD {
+			os.Exit(0)
+		}
+		for {
+			var ws syscall.WaitStatus
+			if pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil); pid <= 0 || err != nil {
+				break
+			}
+		}
+	}
+}
