@@ -332,7 +332,7 @@ func installCNI(cfg Config, log *slog.Logger) error {
 			"cniVersion":  "1.0.0",
 			"cniVersions": []string{"1.0.0", "1.1.0"},
 			"name":        "ofsdn",
-			"plugins":    []map[string]any{{"type": "ofsdn", "socket": cfg.Socket}},
+			"plugins":     []map[string]any{{"type": "ofsdn", "socket": cfg.Socket}},
 		}
 		b, _ := json.MarshalIndent(conf, "", "  ")
 		path := filepath.Join(cfg.CNIConfDir, "10-ofsdn.conflist")
