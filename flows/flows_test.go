@@ -260,6 +260,20 @@ func TestValidateRejects(t *testing.T) {
 		"short MAC":              {Match: Match{EthSrc: net.HardwareAddr{1, 2}}},
 		"set arp_op without arp": {Match: Match{EthType: EthTypeIPv4}, Actions: []Action{SetARPOp{ARPReply}}},
 		"move ip_src without ip": {Actions: []Action{Move{Src: Whole(FieldIPSrc), Dst: Whole(FieldIPDst)}}},
+		"nw_proto without ip":    {Match: Match{IPProto: IPProtoTCP}},
+		"tp_dst without proto":   {Match: Match{EthType: EthTypeIPv4, TPDst: 80, TPDstMask: 0xffff}},
+		"tp_dst on icmp":         {Match: Match{EthType: EthTypeIPv4, IPProto: IPProtoICMP, TPDst: 80, TPDstMask: 0xffff}},
+		"tp_dst mask not prefix": {Match: Match{EthType: EthTypeIPv4, IPProto: IPProtoTCP, TPDst: 0, TPDstMask: 0xff0f}},
+		"tp_dst outside mask":    {Match: Match{EthType: EthTypeIPv4, IPProto: IPProtoTCP, TPDst: 1001, TPDstMask: 0xfff8}},
+		"ct_state set and clear": {Match: Match{EthType: EthTypeIPv4, CTState: &CTState{Set: CTNew, Clear: CTNew}}},
+		"ct_state empty":         {Match: Match{EthType: EthTypeIPv4, CTState: &CTState{}}},
+		"conjunction one clause": {Match: Match{EthType: EthTypeIPv4}, Actions: []Action{Conjunction{ID: 1, Clause: 1, NClauses: 1}}},
+		"conjunction clause 0":   {Match: Match{EthType: EthTypeIPv4}, Actions: []Action{Conjunction{ID: 1, Clause: 0, NClauses: 2}}},
+		"conjunction id 0":       {Match: Match{EthType: EthTypeIPv4}, Actions: []Action{Conjunction{ID: 0, Clause: 1, NClauses: 2}}},
+		"conjunction with goto":  {Match: Match{EthType: EthTypeIPv4}, Actions: []Action{Conjunction{ID: 1, Clause: 1, NClauses: 2}, GotoTable{TableARP}}},
+		"ct table not last":      {Match: Match{EthType: EthTypeIPv4}, Actions: []Action{CT{Table: TableARP}, Output{Port: 1}}},
+		"ct table backwards":     {Table: TableARP, Match: Match{EthType: EthTypeIPv4}, Actions: []Action{CT{Table: TableSpoofGuard}}},
+		"ct without ip":          {Actions: []Action{CT{Commit: true}}},
 	} {
 		if err := f.Validate(); err == nil {
 			t.Errorf("%s: Validate accepted %s", name, f)
@@ -467,6 +481,28 @@ func kitchenSink() []Flow {
 			Actions: []Action{Move{Src: Whole(FieldIPSrc), Dst: Whole(FieldIPDst)}}},
 		{Table: 201, Priority: 10, Match: Match{EthType: EthTypeARP, ARPTpaPrefix: mustCIDR("10.0.1.7/24")},
 			Actions: []Action{SetTunDst{net.ParseIP("192.168.0.9")}, Output{Port: 2}}},
+		// Conntrack and conjunctions (network policy).
+		{Table: 202, Priority: 200, Match: Match{EthType: EthTypeIPv4, IPSrc: mustCIDR("10.0.0.5/32")},
+			Actions: []Action{Conjunction{ID: 7, Clause: 1, NClauses: 3}, Conjunction{ID: 8, Clause: 1, NClauses: 2}}},
+		{Table: 202, Priority: 200, Match: Match{EthType: EthTypeIPv4, Regs: []RegMark{{Range: Whole(reg(1)), Value: 3}}},
+			Actions: []Action{Conjunction{ID: 7, Clause: 2, NClauses: 3}}},
+		{Table: 202, Priority: 200, Match: Match{EthType: EthTypeIPv4, IPProto: IPProtoTCP, TPDst: 1000, TPDstMask: 0xfff8},
+			Actions: []Action{Conjunction{ID: 7, Clause: 3, NClauses: 3}}},
+		{Table: 202, Priority: 200, Match: Match{EthType: EthTypeIPv4, IPProto: IPProtoSCTP, TPDst: 80, TPDstMask: 0xffff},
+			Actions: []Action{Conjunction{ID: 7, Clause: 3, NClauses: 3}}},
+		{Table: 202, Priority: 200, Match: Match{EthType: EthTypeIPv4, IPProto: IPProtoUDP, IPDst: mustCIDR("10.0.0.0/8"), TPDst: 81, TPDstMask: 0xffff},
+			Actions: []Action{Conjunction{ID: 8, Clause: 2, NClauses: 2}}},
+		{Table: 202, Priority: 200, Match: Match{EthType: EthTypeIPv4, IPProto: IPProtoICMP},
+			Actions: []Action{Conjunction{ID: 7, Clause: 3, NClauses: 3}}},
+		{Table: 202, Priority: 200, Match: Match{ConjID: 7, EthType: EthTypeIPv4}, Actions: []Action{GotoTable{203}}},
+		{Table: 202, Priority: 210, Match: Match{CTState: &CTState{Set: CTTrk, Clear: CTNew | CTInv}, EthType: EthTypeIPv4},
+			Actions: []Action{GotoTable{203}}},
+		{Table: 202, Priority: 190, Match: Match{CTState: &CTState{Set: CTInv | CTTrk}, EthType: EthTypeIPv4}, Actions: []Action{Drop{}}},
+		{Table: 202, Priority: 5, Match: Match{EthType: EthTypeIPv4, IPProto: 47, Regs: []RegMark{FromGateway}, IPSrc: mustCIDR("10.0.0.1/32")},
+			Actions: []Action{OutputController{MaxLen: 128}}},
+		{Table: 202, Priority: 1, Match: Match{EthType: EthTypeIPv4}, Actions: []Action{CT{Zone: 65280, Table: 203}}},
+		{Table: 203, Priority: 1, Match: Match{CTState: &CTState{Set: CTNew | CTTrk}, EthType: EthTypeIPv4},
+			Actions: []Action{CT{Commit: true, Zone: 65280}, GotoTable{204}}},
 	}
 }
 
@@ -476,6 +512,18 @@ var goldenKitchenSink = []string{
 	`table=201, dl_type=0x88cc actions=drop`,
 	`table=201, priority=9,ip,reg5=0x80000000/0x80000000 actions=move:NXM_OF_IP_SRC[]->NXM_OF_IP_DST[]`,
 	`table=201, priority=10,arp,arp_tpa=10.0.1.0/24 actions=set_field:192.168.0.9->tun_dst,output:2`,
+	`table=202, priority=200,ip,nw_src=10.0.0.5 actions=conjunction(7,1/3),conjunction(8,1/2)`,
+	`table=202, priority=200,ip,reg1=0x3 actions=conjunction(7,2/3)`,
+	`table=202, priority=200,tcp,tp_dst=0x3e8/0xfff8 actions=conjunction(7,3/3)`,
+	`table=202, priority=200,sctp,tp_dst=80 actions=conjunction(7,3/3)`,
+	`table=202, priority=200,udp,nw_dst=10.0.0.0/8,tp_dst=81 actions=conjunction(8,2/2)`,
+	`table=202, priority=200,icmp actions=conjunction(7,3/3)`,
+	`table=202, priority=200,conj_id=7,ip actions=goto_table:203`,
+	`table=202, priority=210,ct_state=-new-inv+trk,ip actions=goto_table:203`,
+	`table=202, priority=190,ct_state=+inv+trk,ip actions=drop`,
+	`table=202, priority=5,ip,reg0=0x1/0xf,nw_src=10.0.0.1,nw_proto=47 actions=CONTROLLER:128`,
+	`table=202, priority=1,ip actions=ct(table=203,zone=65280)`,
+	`table=203, priority=1,ct_state=+new+trk,ip actions=ct(commit,zone=65280),goto_table:204`,
 }
 
 func TestKitchenSinkGolden(t *testing.T) {
@@ -528,7 +576,8 @@ func (m Match) fieldCount() int {
 	n := 0
 	for _, set := range []bool{m.InPort != 0, m.EthType != 0, m.EthSrc != nil, m.EthDst != nil, m.TunSrc != nil,
 		m.TunDst != nil, m.IPSrc != nil, m.IPDst != nil, m.ARPOp != 0, m.ARPSpa != nil, m.ARPTpa != nil,
-		m.ARPTpaPrefix != nil, m.ARPSha != nil, m.ARPTha != nil} {
+		m.ARPTpaPrefix != nil, m.ARPSha != nil, m.ARPTha != nil, m.ConjID != 0, m.CTState != nil,
+		m.IPProto != 0, m.TPDstMask != 0} {
 		if set {
 			n++
 		}
