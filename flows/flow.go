@@ -51,6 +51,10 @@ type Flow struct {
 	Match Match
 	// Actions are applied in order; a GotoTable, if any, is last.
 	Actions []Action
+	// Meter is the OpenFlow meter the packet goes through before the actions (the
+	// OFPIT_METER instruction, OpenFlow 1.3.5 §5.7: a meter band may drop it), printed
+	// "meter:N" first in the actions; 0 = none.
+	Meter uint32
 }
 
 // Match is a flow match (OpenFlow 1.3.5 §7.2.3 flow match fields). Zero values match
@@ -350,6 +354,9 @@ func (f Flow) Format(ports PortNames) string {
 		b.WriteByte(' ')
 	}
 	b.WriteString("actions=")
+	if f.Meter != 0 {
+		fmt.Fprintf(&b, "meter:%d,", f.Meter)
+	}
 	formatActions(&b, f.Actions, ports)
 	return b.String()
 }
@@ -837,6 +844,9 @@ func (f Flow) FlowMod(command uint8) *openflow13.FlowMod {
 	fm.Match = f.Match.ofMatch()
 	if command == openflow13.FC_DELETE || command == openflow13.FC_DELETE_STRICT {
 		return fm
+	}
+	if f.Meter != 0 {
+		fm.AddInstruction(openflow13.NewInstrMeter(f.Meter))
 	}
 	apply := openflow13.NewInstrApplyActions()
 	var gotoTable *openflow13.InstrGotoTable
