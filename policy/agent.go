@@ -27,6 +27,7 @@ type Agent struct {
 	synced   chan struct{}
 	isSynced bool
 	waiters  map[string][]chan struct{} // pod key → waiters for the pod to be known
+	versions map[string]uint64          // kind → highest resourceVersion realized
 }
 
 // NewAgent returns an agent with an empty engine that defers compilation until
@@ -34,7 +35,7 @@ type Agent struct {
 func NewAgent() *Agent {
 	eng := NewEngine(nil)
 	eng.Defer()
-	return &Agent{eng: eng, synced: make(chan struct{}), waiters: map[string][]chan struct{}{}}
+	return &Agent{eng: eng, synced: make(chan struct{}), waiters: map[string][]chan struct{}{}, versions: map[string]uint64{}}
 }
 
 // SetRealizer sets the function that receives every later event's changes, and calls
@@ -60,6 +61,35 @@ func (a *Agent) Update(fn func(*Engine) Changes) {
 	if a.realize != nil && !ch.Empty() {
 		a.realize(ch, seen)
 	}
+}
+
+// Observed records that the event of an object of kind ("pods", "namespaces",
+// "networkpolicies") at resourceVersion rv has been applied and realized. Resource
+// versions that are not decimal numbers (the API calls them opaque; etcd's are numbers)
+// are ignored.
+func (a *Agent) Observed(kind, rv string) {
+	var v uint64
+	if _, err := fmt.Sscan(rv, &v); err != nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if v > a.versions[kind] {
+		a.versions[kind] = v
+	}
+}
+
+// Versions returns, per kind, the highest resourceVersion whose event has been realized
+// (Observed): an API write that returned version v has reached this node's switch once
+// its kind's version here is v or more.
+func (a *Agent) Versions() map[string]uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make(map[string]uint64, len(a.versions))
+	for k, v := range a.versions {
+		out[k] = v
+	}
+	return out
 }
 
 // View runs fn with the engine under the lock (read-only use: inspection, metrics).

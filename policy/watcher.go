@@ -62,6 +62,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 			if p, ok := obj.(*corev1.Pod); ok {
 				mp := ConvertPod(p)
 				a.Update(func(e *Engine) Changes { return e.UpsertPod(mp) })
+				a.Observed("pods", p.ResourceVersion)
 			}
 		},
 		UpdateFunc: func(oldObj, obj any) {
@@ -70,10 +71,11 @@ func (w *Watcher) Run(ctx context.Context) error {
 				return
 			}
 			mp := ConvertPod(p)
-			if o, ok := oldObj.(*corev1.Pod); ok && samePod(ConvertPod(o), mp) {
-				return // a status change policy does not see (conditions, container states)
+			if o, ok := oldObj.(*corev1.Pod); !ok || !samePod(ConvertPod(o), mp) {
+				// (not for a status change policy does not see: conditions, container states)
+				a.Update(func(e *Engine) Changes { return e.UpsertPod(mp) })
 			}
-			a.Update(func(e *Engine) Changes { return e.UpsertPod(mp) })
+			a.Observed("pods", p.ResourceVersion)
 		},
 		DeleteFunc: func(obj any) {
 			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -81,6 +83,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 			}
 			if p, ok := obj.(*corev1.Pod); ok {
 				a.Update(func(e *Engine) Changes { return e.DeletePod(p.Namespace, p.Name) })
+				a.Observed("pods", p.ResourceVersion)
 			}
 		},
 	}); err != nil {
@@ -91,6 +94,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 			if n, ok := obj.(*corev1.Namespace); ok {
 				mn := ConvertNamespace(n)
 				a.Update(func(e *Engine) Changes { return e.UpsertNamespace(mn) })
+				a.Observed("namespaces", n.ResourceVersion)
 			}
 		},
 		UpdateFunc: func(oldObj, obj any) {
@@ -98,11 +102,11 @@ func (w *Watcher) Run(ctx context.Context) error {
 			if !ok {
 				return
 			}
-			if o, ok := oldObj.(*corev1.Namespace); ok && sameLabels(o.Labels, n.Labels) {
-				return
+			if o, ok := oldObj.(*corev1.Namespace); !ok || !sameLabels(o.Labels, n.Labels) {
+				mn := ConvertNamespace(n)
+				a.Update(func(e *Engine) Changes { return e.UpsertNamespace(mn) })
 			}
-			mn := ConvertNamespace(n)
-			a.Update(func(e *Engine) Changes { return e.UpsertNamespace(mn) })
+			a.Observed("namespaces", n.ResourceVersion)
 		},
 		DeleteFunc: func(obj any) {
 			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -110,6 +114,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 			}
 			if n, ok := obj.(*corev1.Namespace); ok {
 				a.Update(func(e *Engine) Changes { return e.DeleteNamespace(n.Name) })
+				a.Observed("namespaces", n.ResourceVersion)
 			}
 		},
 	}); err != nil {
@@ -120,6 +125,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 			if np, ok := obj.(*networkingv1.NetworkPolicy); ok {
 				mp := ConvertPolicy(np)
 				a.Update(func(e *Engine) Changes { return e.UpsertPolicy(mp) })
+				a.Observed("networkpolicies", np.ResourceVersion)
 			}
 		},
 		UpdateFunc: func(oldObj, obj any) {
@@ -132,6 +138,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 			}
 			mp := ConvertPolicy(np)
 			a.Update(func(e *Engine) Changes { return e.UpsertPolicy(mp) })
+			a.Observed("networkpolicies", np.ResourceVersion)
 		},
 		DeleteFunc: func(obj any) {
 			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -139,6 +146,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 			}
 			if np, ok := obj.(*networkingv1.NetworkPolicy); ok {
 				a.Update(func(e *Engine) Changes { return e.DeletePolicy(np.Namespace, np.Name) })
+				a.Observed("networkpolicies", np.ResourceVersion)
 			}
 		},
 	}); err != nil {
