@@ -80,7 +80,6 @@ const (
 	PriorityPolicyDeny uint16 = 100
 )
 
-
 // The policy stages' names (pipeline.go declares them).
 const (
 	// StageConntrack sends IP through conntrack; node <-> pod traffic skips policy.
