@@ -327,7 +327,7 @@ type Drop struct{}
 // prints it on a bridge whose tables are named after Tables(), without the leading space,
 // with ports by number (as OVS prints ports it has no name for):
 //
-//	cookie=0x200071000000000, table=classifier, priority=100,in_port=2 actions=load:0x1->NXM_NX_REG0[0..3],goto_table:"spoof_guard"
+//	cookie=0x300071000000000, table=classifier, priority=100,in_port=2 actions=load:0x1->NXM_NX_REG0[0..3],goto_table:"spoof_guard"
 func (f Flow) String() string { return f.Format(nil) }
 
 // Format renders the flow like String, with ports named by ports (ofport → name) where

@@ -1,6 +1,5 @@
-package e2e
 
-// A real Kubernetes API for the NetworkPolicy tests: etcd and kube-apiserver (the
+// Package kapi runs a real Kubernetes API for tests and benchmarks: etcd and kube-apiserver (the
 // binaries test/k8s/build.sh builds into /var/cache/ofsdn/k8s-v1.37.2/bin), run inside a
 // network namespace of the test's own on an address of it, with RBAC on and token
 // authentication: an admin token for the test, and a token for the user "ofsdn-node"
@@ -11,6 +10,7 @@ package e2e
 //
 // A minimal stand-in until the repository's own test/k8s helper (issue 12) is on main;
 // it follows the shared recipe ("How a Go test can start and stop them").
+package kapi
 
 import (
 	"context"
@@ -29,6 +29,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/ns"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -37,15 +38,15 @@ import (
 )
 
 // k8sBinDir is where test/k8s/build.sh puts the binaries ($K8S_CACHE/bin when set).
-func k8sBinDir() string {
+func BinDir() string {
 	if d := os.Getenv("K8S_CACHE"); d != "" {
 		return filepath.Join(d, "bin")
 	}
 	return "/var/cache/ofsdn/k8s-v1.37.2/bin"
 }
 
-// kubeAPI is a running etcd + kube-apiserver.
-type kubeAPI struct {
+// API is a running etcd + kube-apiserver.
+type API struct {
 	// Server is the API server's URL, reachable from the namespace it runs in and from
 	// namespaces routed to it.
 	Server string
@@ -55,21 +56,25 @@ type kubeAPI struct {
 	Admin kubernetes.Interface
 	// NodeToken authenticates as user "ofsdn-node", bound to deploy/ofsdn.yaml's ClusterRole.
 	NodeToken string
-	dir       string
+	// AdminKubeconfig is a kubeconfig for the system:masters admin (token auth).
+	AdminKubeconfig string
+	dir             string
 }
 
-// startKubeAPI runs etcd and kube-apiserver in the network namespace at netnsPath, the API
-// server on addr:6443 (addr must be an address of that namespace).
-func startKubeAPI(t *testing.T, netnsPath, addr string) *kubeAPI {
+// Start runs etcd and kube-apiserver in the network namespace at netnsPath, the API
+// server on addr:6443 (addr must be an address of that namespace), and stops them when the
+// test ends (logging their log tails if it failed). rbacFile is a manifest (deploy/ofsdn.yaml)
+// whose ClusterRole is bound to the user "ofsdn-node".
+func Start(t testing.TB, netnsPath, addr, rbacFile string) *API {
 	t.Helper()
-	bin := k8sBinDir()
+	bin := BinDir()
 	for _, b := range []string{"etcd", "kube-apiserver"} {
 		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
 			t.Fatalf("%s is not built: run test/k8s/build.sh (it builds Kubernetes v1.37.2 into %s): %v", b, filepath.Dir(bin), err)
 		}
 	}
 	dir := t.TempDir()
-	k := &kubeAPI{Server: fmt.Sprintf("https://%s:6443", addr), dir: dir, NodeToken: "ofsdn-node-token-1"}
+	k := &API{Server: fmt.Sprintf("https://%s:6443", addr), dir: dir, NodeToken: "ofsdn-node-token-1"}
 	// Service account signing key (required by kube-apiserver, unused by the tests).
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
@@ -128,7 +133,12 @@ func startKubeAPI(t *testing.T, netnsPath, addr string) *kubeAPI {
 
 	dial := func(ctx context.Context, network, address string) (net.Conn, error) {
 		var c net.Conn
-		err := inNS(netnsPath, func() (err error) {
+		netns, err := ns.GetNS(netnsPath)
+		if err != nil {
+			return nil, err
+		}
+		defer netns.Close()
+		err = netns.Do(func(ns.NetNS) (err error) {
 			var d net.Dialer
 			c, err = d.DialContext(ctx, network, address)
 			return err
@@ -155,14 +165,15 @@ func startKubeAPI(t *testing.T, netnsPath, addr string) *kubeAPI {
 	if _, err := os.Stat(k.CAFile); err != nil {
 		t.Fatal(err)
 	}
-	k.applyRBAC(t)
+	k.AdminKubeconfig = k.kubeconfigFor(t, "admin", "admin-token-1")
+	k.applyRBAC(t, rbacFile)
 	return k
 }
 
-// applyRBAC creates deploy/ofsdn.yaml's ClusterRole and binds it to the user ofsdn-node.
-func (k *kubeAPI) applyRBAC(t *testing.T) {
+// applyRBAC creates the manifest's ClusterRole and binds it to the user ofsdn-node.
+func (k *API) applyRBAC(t testing.TB, rbacFile string) {
 	t.Helper()
-	b, err := os.ReadFile("../../deploy/ofsdn.yaml")
+	b, err := os.ReadFile(rbacFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +186,7 @@ func (k *kubeAPI) applyRBAC(t *testing.T) {
 		}
 	}
 	if len(role.Rules) == 0 {
-		t.Fatal("deploy/ofsdn.yaml has no ClusterRole rules")
+		t.Fatalf("%s has no ClusterRole rules", rbacFile)
 	}
 	ctx := context.Background()
 	role.Name = "ofsdn-e2e"
@@ -191,24 +202,28 @@ func (k *kubeAPI) applyRBAC(t *testing.T) {
 	}
 }
 
-// kubeconfig writes a kubeconfig for the user ofsdn-node (verifying the server with
+// Kubeconfig writes a kubeconfig for the user ofsdn-node (verifying the server with
 // CAFile) and returns its path.
-func (k *kubeAPI) kubeconfig(t *testing.T) string {
+func (k *API) Kubeconfig(t testing.TB) string {
 	t.Helper()
-	p := filepath.Join(k.dir, "ofsdn-node.kubeconfig")
+	return k.kubeconfigFor(t, "ofsdn-node", k.NodeToken)
+}
+
+func (k *API) kubeconfigFor(t testing.TB, user, token string) string {
+	p := filepath.Join(k.dir, user+".kubeconfig")
 	content := fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters:
 - name: e2e
   cluster: {server: %q, certificate-authority: %q}
 users:
-- name: ofsdn-node
+- name: u
   user: {token: %q}
 contexts:
 - name: e2e
-  context: {cluster: e2e, user: ofsdn-node}
+  context: {cluster: e2e, user: u}
 current-context: e2e
-`, k.Server, k.CAFile, k.NodeToken)
+`, k.Server, k.CAFile, token)
 	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
