@@ -1,4 +1,3 @@
-
 // Package kapi runs a real Kubernetes API for tests and benchmarks: etcd and kube-apiserver (the
 // binaries test/k8s/build.sh builds into /var/cache/ofsdn/k8s-v1.37.2/bin), run inside a
 // network namespace of the test's own on an address of it, with RBAC on and token
