@@ -43,7 +43,7 @@ e2e-k8s: deps k8s-build
 
 # Packages whose tests need no OVS: run once more under the race detector (the tests on
 # real OVS are skipped there; they run in the full pass below).
-RACE_PKGS := ./flows ./controller ./ipam ./cni ./cni/server ./ctl ./metrics ./internal/... ./topology
+RACE_PKGS := ./flows ./controller ./policy ./ipam ./cni ./cni/server ./ctl ./metrics ./internal/... ./topology
 RACE_SKIP := OnSwitch|TestSwitchReconnect|TestFlowStoreAuditRepairs
 
 # The whole suite: the unit packages under -race, then unit tests, tests against real OVS

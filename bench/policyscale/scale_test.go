@@ -201,9 +201,8 @@ func TestPolicyScale(t *testing.T) {
 
 	start := time.Now()
 	parallel(t, namespaces, func(i int) error {
-		_, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsName(i),
-			Labels: map[string]string{"team": fmt.Sprintf("t%d", i%7)}}}, metav1.CreateOptions{})
-		return err
+		return n.api.CreateNamespace(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsName(i),
+			Labels: map[string]string{"team": fmt.Sprintf("t%d", i%7)}}})
 	})
 	parallel(t, namespaces*podsPerNS, func(i int) error {
 		ns, k := i/podsPerNS, i%podsPerNS

@@ -89,7 +89,7 @@ func startNPCluster(t *testing.T) *npCluster {
 			"--service-cidr", "10.96.0.0/12", "--mtu", "0", "--add-timeout", "15s")
 	}
 	for _, ns := range npNamespaces {
-		if _, err := api.Admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		if err := api.CreateNamespace(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 			t.Fatal(err)
 		}
 	}
