@@ -2,7 +2,7 @@ package e2e
 
 // Three nodes on one machine: each is a private OVS (userspace datapath) in a network
 // namespace of its own with its own ofsdn-node, joined by an underlay: a veth pair per
-// node into a Linux bridge in a namespace of the test's own. As DESIGN.md records, with
+// node into a Linux bridge in a namespace of the test's own. As docs/design.md records, with
 // the userspace datapath the tunnel's outer packets must leave through an OVS bridge that
 // owns the underlay address, so each node's underlay NIC is on a br-phy bridge whose
 // internal port holds the node IP. The nodes learn each other from topology files (the

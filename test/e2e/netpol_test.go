@@ -77,7 +77,7 @@ func startNPCluster(t *testing.T) *npCluster {
 		cn := startClusterNode(t, ul, name, ip, subnet, i)
 		// The daemons talk TCP to the API server across the underlay. With the userspace
 		// datapath the kernel's TX checksum offload leaves TCP checksums to hardware that
-		// is not there: off on both ends (DESIGN.md, "TCP between pods fails until ...").
+		// is not there: off on both ends (docs/design.md, "TCP between pods fails until ...").
 		cn.OVS.Exec(t, "ethtool", "-K", "br-phy", "tx", "off")
 		cn.OVS.Exec(t, "ethtool", "-K", "uplink0", "tx", "off")
 		mustRun(t, "ip", "netns", "exec", ul, "ethtool", "-K", fmt.Sprintf("ul-%d", i), "tx", "off")
