@@ -45,6 +45,7 @@ type ClusterConfig struct {
 
 // Cluster is a running test cluster.
 type Cluster struct {
+	// Config is the configuration it was started with, defaults filled in.
 	Config ClusterConfig
 	// ID names what the cluster made on the host: ID-cp (the control plane's network
 	// namespace) and the cgroup subtree /ID. It is "ofsdn-k8s-PID-N".
@@ -54,7 +55,9 @@ type Cluster struct {
 	// Netns is the control plane's network namespace, which also holds the underlay
 	// bridge br0 (ControlPlaneIP).
 	Netns string
-	CP    *ControlPlane
+	// CP is the control plane; its Rest and Client dial into Netns.
+	CP *ControlPlane
+	// Nodes are the kubelet nodes, ofsdn-n1 first.
 	Nodes []*Node
 	// Timings are the start-up steps' durations, in order.
 	Timings []Timing
@@ -62,7 +65,9 @@ type Cluster struct {
 
 // Timing is one measured step.
 type Timing struct {
-	Step     string
+	// Step says what was measured.
+	Step string
+	// Duration is its wall-clock time.
 	Duration time.Duration
 }
 

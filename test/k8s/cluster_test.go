@@ -884,6 +884,14 @@ func (e *env) testKubeletRestart(t *testing.T) {
 		}
 		return nil
 	})
+	// The restarted kubelet serves exec for a pod once it has taken the pod over from the
+	// runtime (the pod sync in which it would have made a new sandbox, had it lost it).
+	for name := range before {
+		k8s.WaitFor(t, "the restarted kubelet serves exec in "+name, 120*time.Second, func() error {
+			_, err := e.exec(name, "/testbin", "probe")
+			return err
+		})
+	}
 	e.waitPods(t, ns, "app=echo", 4, 120*time.Second)
 	after := snapshot()
 	for name, b := range before {

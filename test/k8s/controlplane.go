@@ -37,8 +37,10 @@ type ControlPlaneConfig struct {
 // ControlPlane is a running etcd and kube-apiserver (and kube-controller-manager and
 // kube-scheduler with a ClusterCIDR).
 type ControlPlane struct {
+	// Config is the configuration it was started with, defaults filled in.
 	Config ControlPlaneConfig
-	PKI    *PKI
+	// PKI is the CA and the certificates made at start.
+	PKI *PKI
 	// Server is the API server's URL as reached inside Config.Netns.
 	Server string
 	// AdminKubeconfig is a system:masters kubeconfig for Server.

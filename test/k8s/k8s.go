@@ -69,8 +69,11 @@ func RepoRoot() string {
 // Process is a server the tests started: its own process group, killed by the kernel if
 // the test binary dies (Pdeathsig), output in LogPath.
 type Process struct {
-	Name    string
-	Cmd     *exec.Cmd
+	// Name names the process in logs and its log file.
+	Name string
+	// Cmd is the running command (nsenter exec'ed into the server inside a namespace).
+	Cmd *exec.Cmd
+	// LogPath is the file holding its stdout and stderr.
 	LogPath string
 	done    chan struct{}
 }
