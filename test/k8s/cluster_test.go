@@ -184,13 +184,13 @@ func (e *env) events(namespace string) string {
 	return b.String()
 }
 
-// probe runs testbin probe in pod for the targets and returns one result per target:
-// the reply ("NAME PEER") or the error, with ok.
+// probeResult is one target's outcome: the reply ("NAME PEER") if ok, else the error.
 type probeResult struct {
 	target, reply string
 	ok            bool
 }
 
+// probe runs testbin probe in pod for the targets and returns one result per target.
 func (e *env) probe(t *testing.T, pod string, targets ...string) []probeResult {
 	t.Helper()
 	out, err := e.exec(pod, append([]string{"/testbin", "probe"}, targets...)...)
