@@ -50,7 +50,8 @@ type Config struct {
 	ProfileOps int
 	// PluginExecs times this many bare executions of the plugin binary (CNI VERSION).
 	PluginExecs int
-	// ScalePods and ScalePeers size the flow-scale phase (flows only, no veths).
+	// ScalePods and ScalePeers size the flow-scale phase (flows only, no veths); 0 pods
+	// skips it.
 	ScalePods, ScalePeers int
 	// Out is the directory for results.json, results.md and cpu.pprof.
 	Out string
@@ -235,12 +236,14 @@ func Run(ctx context.Context, cfg Config, command string) (*Results, error) {
 	r.daemonSide()
 	r.teardown()
 
-	r.logf("flow scale: %d pods' and %d peers' flows", cfg.ScalePods, cfg.ScalePeers)
-	sc, err := RunScale(ctx, cfg.Script, cfg.ScalePods, cfg.ScalePeers, r.logf)
-	if err != nil {
-		r.res.SetupErrors = append(r.res.SetupErrors, "flow scale: "+err.Error())
+	if cfg.ScalePods > 0 {
+		r.logf("flow scale: %d pods' and %d peers' flows", cfg.ScalePods, cfg.ScalePeers)
+		sc, err := RunScale(ctx, cfg.Script, cfg.ScalePods, cfg.ScalePeers, r.logf)
+		if err != nil {
+			r.res.SetupErrors = append(r.res.SetupErrors, "flow scale: "+err.Error())
+		}
+		r.res.Scale = sc
 	}
-	r.res.Scale = sc
 
 	r.res.Steps = map[string]map[string][]int64{}
 	for k, m := range r.steps.d {

@@ -31,6 +31,7 @@ func main() {
 	modes := flag.String("modes", "", "comma-separated modes (default all: "+strings.Join(bench.AllModes, ",")+")")
 	script := flag.String("sandbox", "", "path of test/sandbox.sh (default: from the source tree)")
 	fill := flag.String("fill", "", "comma-separated numbers of pods already on the bridge at which ADD/DEL are timed, ascending (default 10,100,500; quick 10)")
+	seq := flag.Int("seq", 0, "only the concurrency-1 phase, with this many rounds of ADDs then DELs per mode (plus the plugin exec timing); no concurrency, fill, profile or flow-scale phases: for A/B runs of one change")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "ofsdn-bench: must run as root (network namespaces, veths, OVS)")
@@ -39,6 +40,12 @@ func main() {
 	cfg := bench.Full()
 	if *quick {
 		cfg = bench.Quick()
+	}
+	if *seq > 0 {
+		cfg.Name += fmt.Sprintf("-seq%d", *seq)
+		cfg.SeqRounds = *seq
+		cfg.Conc, cfg.ConcPods, cfg.FillLevels = nil, nil, nil
+		cfg.ProfileOps, cfg.ScalePods = 0, 0
 	}
 	abs, err := filepath.Abs(*bin)
 	if err != nil {
