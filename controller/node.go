@@ -101,8 +101,9 @@ type NodeOptions struct {
 // Hooks are optional callbacks with which an observer times the node's work without
 // controller/ depending on it. They must be cheap and safe for concurrent use.
 type Hooks struct {
-	// AddStep is called after each step of a pod ADD with the step's name ("ipam", "veth",
-	// "ovsdb", "openflow") and its duration.
+	// AddStep is called after each step of a pod ADD with the step's name and its duration:
+	// "veth" (address reserved and veth made), "ipam" (the rest of the lease's write to
+	// disk, which ran during "veth"), "ovsdb", "openflow", in that order.
 	AddStep func(step string, d time.Duration)
 	// FlowOp is called after each batch sent to the switch: kind is "flow_mod" or "bundle",
 	// n the number of flow mods, d the time until the barrier or commit reply, err the result.

@@ -32,7 +32,7 @@ import (
 type world struct {
 	mu      sync.Mutex
 	journal []string
-	// fail makes the named operation ("ipam.Allocate", "podnet.Setup", "ovsdb.AddPort",
+	// fail makes the named operation ("ipam.Reserve", "ipam.Durable", "podnet.Setup", "ovsdb.AddPort",
 	// "flows.SetOwner", "ovsdb.DeletePort", ...) fail with that error.
 	fail map[string]error
 	// addPortCommits makes a failing AddPort leave its row (committed, ofport not seen).
@@ -137,20 +137,33 @@ func (w *world) Owner(o flows.Owner) ([]flows.Flow, bool) {
 
 // leaseStore
 
-func (w *world) AllocateIn(containerID, ifName, owner, network string) (net.IP, error) {
+// Reserve journals "ipam.Reserve" at once and "ipam.Durable" when durable is called; a
+// failing durable rolls the new lease back, as ipam.Store does.
+func (w *world) Reserve(containerID, ifName, owner, network string) (net.IP, func() error, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	k := attachmentKey(containerID, ifName)
-	if err := w.do("ipam.Allocate", k); err != nil {
-		return nil, err
+	if err := w.do("ipam.Reserve", k); err != nil {
+		return nil, nil, err
+	}
+	durable := func(added bool) func() error {
+		return func() error {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			err := w.do("ipam.Durable", k)
+			if err != nil && added {
+				delete(w.leases, k)
+			}
+			return err
+		}
 	}
 	if l, ok := w.leases[k]; ok {
-		return l.IP, nil
+		return l.IP, durable(false), nil
 	}
 	ip := nthIP(w.subnet, w.nextIP)
 	w.nextIP++
 	w.leases[k] = ipam.Lease{IP: ip, ContainerID: containerID, IfName: ifName, Owner: owner, Network: network}
-	return ip, nil
+	return ip, durable(true), nil
 }
 
 func (w *world) Release(containerID, ifName string) error {
@@ -283,25 +296,35 @@ func TestAddPodUndoesInReverse(t *testing.T) {
 		step    string
 		want    []string
 	}{
-		{"ipam fails", "ipam.Allocate", false, "ipam", []string{
-			"ipam.Allocate c1/eth0"}},
-		{"veth fails", "podnet.Setup", false, "veth", []string{
-			"ipam.Allocate c1/eth0", "podnet.Setup " + veth,
+		{"ipam fails", "ipam.Reserve", false, "ipam", []string{
+			"ipam.Reserve c1/eth0"}},
+		// The lease's write is waited for after the veth is made (it runs meanwhile), and
+		// before the undos: a failed write has already rolled the lease back.
+		{"veth fails, lease written", "podnet.Setup", false, "veth", []string{
+			"ipam.Reserve c1/eth0", "podnet.Setup " + veth, "ipam.Durable c1/eth0",
+			"ipam.Release c1/eth0"}},
+		{"lease write fails, veth made", "ipam.Durable", false, "ipam", []string{
+			"ipam.Reserve c1/eth0", "podnet.Setup " + veth, "ipam.Durable c1/eth0",
+			"podnet.Teardown " + veth, "ipam.Release c1/eth0"}},
+		{"veth and lease write fail", "podnet.Setup,ipam.Durable", false, "veth", []string{
+			"ipam.Reserve c1/eth0", "podnet.Setup " + veth, "ipam.Durable c1/eth0",
 			"ipam.Release c1/eth0"}},
 		// The port's undo runs even when the transaction failed: it may have committed.
 		{"ovsdb fails", "ovsdb.AddPort", false, "ovsdb", []string{
-			"ipam.Allocate c1/eth0", "podnet.Setup " + veth, "ovsdb.AddPort " + veth,
+			"ipam.Reserve c1/eth0", "podnet.Setup " + veth, "ipam.Durable c1/eth0", "ovsdb.AddPort " + veth,
 			"ovsdb.DeletePort " + veth, "podnet.Teardown " + veth, "ipam.Release c1/eth0"}},
 		{"ovsdb fails after commit", "ovsdb.AddPort", true, "ovsdb", []string{
-			"ipam.Allocate c1/eth0", "podnet.Setup " + veth, "ovsdb.AddPort " + veth,
+			"ipam.Reserve c1/eth0", "podnet.Setup " + veth, "ipam.Durable c1/eth0", "ovsdb.AddPort " + veth,
 			"ovsdb.DeletePort " + veth, "podnet.Teardown " + veth, "ipam.Release c1/eth0"}},
 		{"openflow fails", "flows.SetOwner", false, "openflow", []string{
-			"ipam.Allocate c1/eth0", "podnet.Setup " + veth, "ovsdb.AddPort " + veth, "flows.SetOwner " + pod,
+			"ipam.Reserve c1/eth0", "podnet.Setup " + veth, "ipam.Durable c1/eth0", "ovsdb.AddPort " + veth, "flows.SetOwner " + pod,
 			"flows.DeleteOwner " + pod, "ovsdb.DeletePort " + veth, "podnet.Teardown " + veth, "ipam.Release c1/eth0"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			w := newWorld()
-			w.fail[c.fail] = errInjected
+			for _, op := range strings.Split(c.fail, ",") {
+				w.fail[op] = errInjected
+			}
 			w.addPortCommits = c.commits
 			n := testNode(w)
 			a, err := n.AddPod(context.Background(), podReq("c1"))
@@ -328,7 +351,8 @@ func TestAddPodUndoesInReverse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"ipam.Allocate c1/eth0", "podnet.Setup " + veth, "ovsdb.AddPort " + veth, "flows.SetOwner " + pod}
+	// The lease's write is waited for after the veth (they overlap) and before the port.
+	want := []string{"ipam.Reserve c1/eth0", "podnet.Setup " + veth, "ipam.Durable c1/eth0", "ovsdb.AddPort " + veth, "flows.SetOwner " + pod}
 	if got := w.log(); !reflect.DeepEqual(got, want) {
 		t.Errorf("journal of a good ADD: %v, want %v", got, want)
 	}

@@ -44,9 +44,11 @@ type flowOwners interface {
 
 // leaseStore hands out the pod subnet's addresses: *ipam.Store.
 type leaseStore interface {
-	// AllocateIn leases an address to (containerID, ifName) of CNI network network,
-	// persisted before it returns (ipam.Store.AllocateIn).
-	AllocateIn(containerID, ifName, owner, network string) (net.IP, error)
+	// Reserve leases an address to (containerID, ifName) of CNI network network in
+	// memory and returns it with durable, which waits for the lease's write to disk and
+	// returns its error; after an error the lease is gone (ipam.Store.Reserve). The
+	// address must not be attached or returned before durable returned nil.
+	Reserve(containerID, ifName, owner, network string) (ip net.IP, durable func() error, err error)
 	// Release frees the lease of (containerID, ifName); none is not an error.
 	Release(containerID, ifName string) error
 	// Get returns the lease of (containerID, ifName), with the network it was made for.

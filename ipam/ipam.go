@@ -380,14 +380,41 @@ func (s *Store) Allocate(containerID, ifName, owner string) (net.IP, error) {
 // attachments (CNI GC) can tell the networks apart. network is recorded only on the
 // first call, like owner; "" records none. Errors: those of Allocate.
 func (s *Store) AllocateIn(containerID, ifName, owner, network string) (net.IP, error) {
+	ip, durable, err := s.Reserve(containerID, ifName, owner, network)
+	if err != nil {
+		return nil, err
+	}
+	if err := durable(); err != nil {
+		return nil, err
+	}
+	return ip, nil
+}
+
+// Reserve is AllocateIn without the wait for the disk: it returns the address leased to
+// (containerID, ifName) at once, reserved in memory (no other caller is given it, Get and
+// List show it), together with durable, which blocks until the write holding the lease is
+// on disk and returns that write's error. The write runs meanwhile (in the group-commit
+// flusher), so the caller can prepare what needs the address (the pod's veth) while the
+// lease is being made durable (bench/RESULTS.md, "Issue 14: the lease write beside the
+// veth").
+//
+// The caller must not let the address be seen outside the node (attach the pod's port,
+// answer the CNI runtime) before durable returned nil: a crash before that could hand the
+// address out twice. When durable returns an error the lease has been rolled back (as by
+// AllocateIn's failure) and the address may already be another caller's: the caller
+// removes what it made with it; Release of the key is then a no-op. durable may be called
+// more than once and returns the same result. A key that already holds a durable lease
+// gets its address and a durable that returns nil. Errors of Reserve itself: those of
+// Allocate, except the write's, which durable returns.
+func (s *Store) Reserve(containerID, ifName, owner, network string) (ip net.IP, durable func() error, err error) {
 	if containerID == "" || ifName == "" {
-		return nil, fmt.Errorf("ipam: allocate needs a container ID and an interface name (got %q, %q)", containerID, ifName)
+		return nil, nil, fmt.Errorf("ipam: allocate needs a container ID and an interface name (got %q, %q)", containerID, ifName)
 	}
 	k := key{containerID, ifName}
 	s.mu.Lock()
 	if err := s.usable(); err != nil {
 		s.mu.Unlock()
-		return nil, err
+		return nil, nil, err
 	}
 	if l, ok := s.byKey[k]; ok {
 		b := l.pending
@@ -395,29 +422,25 @@ func (s *Store) AllocateIn(containerID, ifName, owner, network string) (net.IP, 
 			b.waiters++
 		}
 		s.mu.Unlock()
-		if b != nil { // allocated by a call whose write is still running
-			if err := b.wait(); err != nil {
-				return nil, err
-			}
+		if b == nil {
+			return u32ToIP(l.ip), func() error { return nil }, nil
 		}
-		return u32ToIP(l.ip), nil
+		// Allocated by a call whose write is still running.
+		return u32ToIP(l.ip), b.wait, nil
 	}
-	ip, ok := s.nextFree()
+	u, ok := s.nextFree()
 	if !ok {
 		s.mu.Unlock()
-		return nil, fmt.Errorf("IP pool %v exhausted (%d in use): delete unused pods or give the node a larger pod subnet", s.subnet, len(s.byIP))
+		return nil, nil, fmt.Errorf("IP pool %v exhausted (%d in use): delete unused pods or give the node a larger pod subnet", s.subnet, len(s.byIP))
 	}
 	b := s.join()
-	l := &lease{ip: ip, key: k, owner: owner, network: network, allocated: time.Now().UTC().Truncate(time.Second), pending: b}
-	s.byIP[ip], s.byKey[k] = l, l
+	l := &lease{ip: u, key: k, owner: owner, network: network, allocated: time.Now().UTC().Truncate(time.Second), pending: b}
+	s.byIP[u], s.byKey[k] = l, l
 	b.changes = append(b.changes, change{l: l, added: true, prevCursor: s.cursor})
-	s.cursor = ip
+	s.cursor = u
 	b.waiters++
 	s.mu.Unlock()
-	if err := b.wait(); err != nil {
-		return nil, err
-	}
-	return u32ToIP(ip), nil
+	return u32ToIP(u), b.wait, nil
 }
 
 // Restore records the lease l.IP for (l.ContainerID, l.IfName) with l.Owner and

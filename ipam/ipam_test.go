@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -761,4 +762,115 @@ func TestRestore(t *testing.T) {
 	if _, err := s.Allocate("full", "eth0", ""); err == nil {
 		t.Error("pool of 5 with one restored lease and 4 allocations still allocates")
 	}
+}
+
+// onDisk returns the addresses leases.json holds.
+func onDisk(t *testing.T, dir string) []string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, "ipam", stateFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := decodeState(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ips []string
+	for _, l := range st.leases {
+		ips = append(ips, u32ToIP(l.ip).String())
+	}
+	sort.Strings(ips)
+	return ips
+}
+
+// Reserve hands the address out while its write is still running (the caller overlaps
+// its own work with the write), durable reports the write; a failed write leaves no lease
+// (the address is handed out again, Release is a no-op), and a Release of a lease whose
+// write is running ends with the lease on disk neither.
+func TestReserve(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, dir, "10.5.0.0/24", "10.5.0.1")
+	entered := make(chan struct{}, 1)
+	release := make(chan error)
+	s.writeHook = func() error {
+		entered <- struct{}{}
+		return <-release
+	}
+
+	// The write is held: Reserve has returned, memory has the lease, the disk not yet.
+	ip, durable, err := s.Reserve("a", "eth0", "ns/a", "net-a")
+	if err != nil || ip.String() != "10.5.0.2" {
+		t.Fatalf("Reserve = %v, %v; want 10.5.0.2", ip, err)
+	}
+	<-entered
+	if l, ok := s.Get("a", "eth0"); !ok || !l.IP.Equal(ip) || l.Network != "net-a" {
+		t.Errorf("Get during the write = %+v, %v; want the reserved lease", l, ok)
+	}
+	if got := onDisk(t, dir); len(got) != 0 {
+		t.Errorf("leases.json holds %v before the write was let through", got)
+	}
+	// A retried ADD of the key gets the same address and waits for the same write.
+	ip2, durable2, err := s.Reserve("a", "eth0", "", "")
+	if err != nil || !ip2.Equal(ip) {
+		t.Errorf("second Reserve = %v, %v; want %v", ip2, err, ip)
+	}
+	release <- nil
+	if err := durable(); err != nil {
+		t.Fatalf("durable: %v", err)
+	}
+	if err := durable2(); err != nil {
+		t.Errorf("durable of the retry: %v", err)
+	}
+	if got := onDisk(t, dir); !reflect.DeepEqual(got, []string{"10.5.0.2"}) {
+		t.Errorf("leases.json holds %v after durable, want [10.5.0.2]", got)
+	}
+	if _, d, _ := s.Reserve("a", "eth0", "", ""); d() != nil {
+		t.Error("durable of a key already on disk failed")
+	}
+
+	// A failed write: durable says so, the lease is gone, Release is a no-op, and the
+	// address goes to the next caller.
+	ip, durable, err = s.Reserve("b", "eth0", "ns/b", "")
+	if err != nil || ip.String() != "10.5.0.3" {
+		t.Fatalf("Reserve b = %v, %v", ip, err)
+	}
+	<-entered
+	release <- errors.New("injected write failure")
+	if err := durable(); err == nil || !strings.Contains(err.Error(), "injected write failure") {
+		t.Errorf("durable = %v, want the write's error", err)
+	}
+	if l, ok := s.Get("b", "eth0"); ok {
+		t.Errorf("lease %+v kept after its write failed", l)
+	}
+	if err := s.Release("b", "eth0"); err != nil {
+		t.Errorf("Release after a failed write: %v", err)
+	}
+	ip, durable, _ = s.Reserve("c", "eth0", "", "")
+	<-entered
+	release <- nil
+	if err := durable(); err != nil || ip.String() != "10.5.0.3" {
+		t.Errorf("Reserve c = %v (durable %v), want 10.5.0.3 again", ip, err)
+	}
+
+	// Release while the lease's write runs: both end, the disk holds neither.
+	_, durable, _ = s.Reserve("d", "eth0", "", "")
+	<-entered
+	relErr := make(chan error)
+	go func() { relErr <- s.Release("d", "eth0") }()
+	release <- nil // the write of d's lease
+	if err := durable(); err != nil {
+		t.Errorf("durable of d: %v", err)
+	}
+	<-entered
+	release <- nil // the write of its release
+	if err := <-relErr; err != nil {
+		t.Errorf("Release of d: %v", err)
+	}
+	if got := onDisk(t, dir); !reflect.DeepEqual(got, []string{"10.5.0.2", "10.5.0.3"}) {
+		t.Errorf("leases.json holds %v, want a's and c's only", got)
+	}
+	s.writeHook = nil
 }
