@@ -96,6 +96,11 @@ type NodeOptions struct {
 	// FlowAuditInterval is the period of the flow audit (audit.go) that re-installs
 	// missing desired flows and deletes our undesired ones; 0 turns it off.
 	FlowAuditInterval time.Duration
+	// Policy turns NetworkPolicy enforcement on (policy.go): conntrack and the rule stages
+	// in the pipeline, each pod's policy flows installed with its forwarding flows. Its
+	// Agent must have synced before StartNode. nil = off (the policy stages pass
+	// everything).
+	Policy *PolicyOptions
 }
 
 // Hooks are optional callbacks with which an observer times the node's work without
@@ -111,6 +116,10 @@ type Hooks struct {
 	// FlowRepair is called after a flow audit repaired the switch: kind is RepairMissing
 	// or RepairUnexpected, n (>= 1) the number of flows of that kind.
 	FlowRepair func(kind string, n int)
+	// PolicyRealize is called after each NetworkPolicy change reached the switch (or
+	// failed to): d is the time from the API event (or the attach) to the switch's
+	// confirmation.
+	PolicyRealize func(d time.Duration, err error)
 }
 
 // Node is one node's switch state: the OVSDB client, the OpenFlow connection, the desired
@@ -139,6 +148,8 @@ type Node struct {
 	cfgVer uint64
 
 	overlay *Overlay // nil on a single node
+
+	policy *policyRealizer // nil without NetworkPolicy
 
 	// rebuildPending: a rebuild's bundle failed; the next attempt runs it again even if
 	// the ports no longer differ from cfg. Used by the watchOVSDB goroutine only.
@@ -203,6 +214,7 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 		GatewayMAC:    gwMAC,
 		GatewayIP:     gwIP,
 		PodSubnet:     opts.PodSubnet,
+		Policy:        opts.Policy != nil,
 	}
 	if ov := opts.Overlay; ov != nil {
 		n.cfg.TunnelOFPort = uint32(ports.tunnel)
@@ -231,6 +243,9 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 	n.leases = n.ipam
 	fail := func(err error) (*Node, error) {
 		n.cancelRun()
+		if n.policy != nil {
+			n.policy.close()
+		}
 		n.ipam.Close()
 		return nil, err
 	}
@@ -256,6 +271,17 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 
 	n.store.Load(flows.PipelineOwner, flows.PipelineFlows(n.cfg))
 	n.restorePods(ctx)
+	if po := opts.Policy; po != nil {
+		// The first sync must already hold every restored pod's policy flows (it deletes
+		// the earlier run's): the informers have synced before StartNode (cmd/ofsdn-node).
+		select {
+		case <-po.Agent.Synced():
+		default:
+			return fail(errors.New("network policy: the policy informers have not synced; start the policy.Watcher and wait for Agent.Synced before StartNode"))
+		}
+		n.policy = newPolicyRealizer(n, *po)
+		n.policy.load(n.Pods())
+	}
 	if ov := opts.Overlay; ov != nil {
 		n.overlay = newOverlay(n, *ov)
 		n.overlay.load(ov.Peers)
@@ -523,6 +549,9 @@ func (n *Node) Close() error {
 		close(n.stop)
 	}
 	n.cancelRun()
+	if n.policy != nil {
+		n.policy.close()
+	}
 	err := n.sw.Close()
 	n.wg.Wait()
 	return err

@@ -163,6 +163,17 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 		return nil, stepErr("ipam", fmt.Errorf("%s: interface %s holds an IP lease of network %q, not %q; use another CNI_IFNAME for the second network", req, req.IfName, l.Network, req.Network))
 	}
 
+	step := n.stepTimer()
+	// 0. With network policy: the Pod must be known before anything is made, so that its
+	// policy goes in with its first flows (policy.go).
+	if n.policy != nil {
+		err := n.policy.waitPod(ctx, req)
+		step("policy")
+		if err != nil {
+			return nil, stepErr("policy", fmt.Errorf("%s: %w", req, err))
+		}
+	}
+
 	var undo []func()
 	defer func() {
 		if retErr != nil {
@@ -172,7 +183,6 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 		}
 	}()
 
-	step := n.stepTimer()
 	// 1. IP lease, reserved in memory; ipam's flusher writes it to disk while the veth
 	// is made (the write's fsyncs cost 1–4 ms, bench/RESULTS.md).
 	owner := req.PodNamespace + "/" + req.PodName
@@ -239,7 +249,12 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 	a.OFPort = uint32(ofport)
 
 	// 5. The pod's flows, one batch confirmed by a barrier.
-	err = n.owners.SetOwner(ctx, a.owner(), flows.PodFlows(n.config(), a.flowPod()))
+	if n.policy != nil {
+		// Forwarding, default-deny and the rule flows the pod brings: one bundle.
+		err = n.policy.attach(ctx, a)
+	} else {
+		err = n.owners.SetOwner(ctx, a.owner(), flows.PodFlows(n.config(), a.flowPod()))
+	}
 	step("openflow")
 	if err != nil {
 		// Runs before the port's undo. The delete is queued on the OpenFlow
@@ -306,6 +321,11 @@ func (n *Node) DelPod(ctx context.Context, req PodRequest) error {
 				"container_id", req.ContainerID, "ifname", req.IfName, "network", req.Network, "attachment_network", recorded)
 			return nil
 		}
+	}
+	if n.policy != nil && a != nil {
+		// First out of the policy: no policy change rewrites its flows afterwards, and
+		// the rule flows naming it go.
+		n.policy.detach(a)
 	}
 	if a != nil && a.IP != nil {
 		if err := n.deletePodFlows(ctx, a); err != nil {

@@ -124,6 +124,9 @@ func (n *Node) removeBroken(ctx context.Context, containerID, ifName, port strin
 		}
 	}
 	var errs []error
+	if n.policy != nil && a != nil {
+		n.policy.detach(a)
+	}
 	if a != nil && a.IP != nil {
 		if err := n.deletePodFlows(ctx, a); err != nil {
 			errs = append(errs, err)

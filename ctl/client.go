@@ -58,6 +58,13 @@ func (c *Client) Peers(ctx context.Context) ([]Peer, error) {
 
 // get fetches path into v. Errors name the socket: cannot connect (is ofsdn-node running,
 // are you root?), the daemon's own error message, or an undecodable answer.
+// Policies reports the node's NetworkPolicy enforcement (PathPolicies).
+func (c *Client) Policies(ctx context.Context) (PolicyReport, error) {
+	var r PolicyReport
+	err := c.get(ctx, PathPolicies, &r)
+	return r, err
+}
+
 func (c *Client) get(ctx context.Context, path string, v any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://ofsdn-node"+path, nil)
 	if err != nil {

@@ -33,6 +33,11 @@ func (f fakeSource) Flows(ctx context.Context) ([]Stage, error) {
 
 func (f fakeSource) Peers() ([]Peer, error) { return []Peer{}, nil }
 
+func (f fakeSource) Policies(ctx context.Context) (PolicyReport, error) {
+	return PolicyReport{Enabled: true, Synced: true, Policies: 2, PodPolicies: []PodPolicy{{Namespace: "ns", Name: "p",
+		IngressIsolated: true, IngressPolicies: []string{"deny"}, Denied: map[string]uint64{"ingress": 3}}}}, nil
+}
+
 func start(t *testing.T, src Source) (*Server, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "run", "ctl.sock")

@@ -37,6 +37,9 @@ func (s nodeSource) Pods() ([]Pod, error) {
 		if a.MAC != nil {
 			p.MAC = a.MAC.String()
 		}
+		if iso, ok := n.PodIsolation(a.PodNamespace, a.PodName); ok {
+			p.Isolation = isolationText(iso.Ingress, iso.Egress)
+		}
 		out = append(out, p)
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -102,4 +105,65 @@ func (s nodeSource) Peers() ([]Peer, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
 	return out, nil
+}
+
+func isolationText(ingress, egress bool) string {
+	switch {
+	case ingress && egress:
+		return "ingress+egress"
+	case ingress:
+		return "ingress"
+	case egress:
+		return "egress"
+	}
+	return "none"
+}
+
+// Policies reports the node's NetworkPolicy enforcement, with each local pod's rules and
+// their flows' packet counters from one dump of the two rule stages.
+func (s nodeSource) Policies(ctx context.Context) (PolicyReport, error) {
+	n, err := s.get()
+	if err != nil {
+		return PolicyReport{}, err
+	}
+	st := n.PolicyStatus()
+	if st == nil {
+		return PolicyReport{Enabled: false, PodPolicies: []PodPolicy{}}, nil
+	}
+	counts, err := n.PolicyCounters(ctx)
+	if err != nil {
+		return PolicyReport{}, err
+	}
+	rep := PolicyReport{Enabled: true, Synced: st.Synced, Pods: st.Pods, Namespaces: st.Namespaces,
+		Policies: st.Policies, Rules: st.Conjunctions, RuleFlows: st.RuleFlows, Versions: st.Versions,
+		Dirty: st.Dirty, LastError: st.LastError, PodPolicies: []PodPolicy{}}
+	for _, pp := range n.PodPolicies() {
+		o := PodPolicy{Namespace: pp.Namespace, Name: pp.Name, IngressIsolated: pp.Ingress, EgressIsolated: pp.Egress,
+			IngressPolicies: []string{}, EgressPolicies: []string{}, Rules: []PolicyRule{}, Denied: map[string]uint64{}}
+		for _, ref := range pp.Policies {
+			if ref.Ingress {
+				o.IngressPolicies = append(o.IngressPolicies, ref.Name)
+			}
+			if ref.Egress {
+				o.EgressPolicies = append(o.EgressPolicies, ref.Name)
+			}
+		}
+		for _, r := range pp.Rules {
+			pr := PolicyRule{Rule: r.Rule, Group: r.Group, ConjID: r.ConjID, Flows: []Flow{}}
+			for _, f := range r.Flows {
+				text := f.String()
+				pr.Flows = append(pr.Flows, Flow{Priority: f.Priority, Cookie: fmt.Sprintf("%#x", uint64(f.Cookie)),
+					Packets: counts[text], Flow: text, Desired: true})
+			}
+			for _, text := range r.Allow {
+				pr.Allowed += counts[text]
+			}
+			o.Rules = append(o.Rules, pr)
+		}
+		for dir, text := range pp.Deny {
+			o.Denied[dir] = counts[text]
+		}
+		rep.PodPolicies = append(rep.PodPolicies, o)
+	}
+	return rep, nil
 }

@@ -30,6 +30,8 @@ type Source interface {
 	Flows(ctx context.Context) ([]Stage, error)
 	// Peers returns the known peer nodes.
 	Peers() ([]Peer, error)
+	// Policies reports NetworkPolicy enforcement (with flow counters from the switch).
+	Policies(ctx context.Context) (PolicyReport, error)
 }
 
 // Server serves the inspection API on a unix socket. Create it with NewServer, then Start.
@@ -78,8 +80,14 @@ func (s *Server) Start() error {
 		peers, err := s.src.Peers()
 		s.answer(w, r, peers, err)
 	})
+	mux.HandleFunc(PathPolicies, func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), FlowDumpTimeout)
+		defer cancel()
+		rep, err := s.src.Policies(ctx)
+		s.answer(w, r, rep, err)
+	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusNotFound, errorBody{Error: fmt.Sprintf("no endpoint at %s: try %s, %s or %s", r.URL.Path, PathPods, PathFlows, PathPeers)})
+		writeJSON(w, http.StatusNotFound, errorBody{Error: fmt.Sprintf("no endpoint at %s: try %s, %s, %s or %s", r.URL.Path, PathPods, PathFlows, PathPeers, PathPolicies)})
 	})
 	srv, err := rootsock.Serve(s.path, "inspection socket", &http.Server{
 		Handler:           rootOnly(mux),

@@ -10,6 +10,9 @@
 //	/v1/pods   → []Pod, sorted by namespace, name, container ID
 //	/v1/flows  → []Stage, in pipeline order
 //	/v1/peers  → []Peer, sorted by node name
+//	/v1/policies → PolicyReport: NetworkPolicy state and, per local pod, its isolation,
+//	             the policies selecting it, each rule's flows with packet counts, and the
+//	             packets its default-deny flows dropped
 package ctl
 
 import "time"
@@ -26,6 +29,8 @@ const (
 	PathFlows = "/v1/flows"
 	// PathPeers lists the peer nodes.
 	PathPeers = "/v1/peers"
+	// PathPolicies reports NetworkPolicy enforcement.
+	PathPolicies = "/v1/policies"
 )
 
 // Pod is one pod interface attached on the node.
@@ -48,6 +53,9 @@ type Pod struct {
 	HostVeth string `json:"hostVeth"`
 	// Netns is the path of the pod's network namespace.
 	Netns string `json:"netns"`
+	// Isolation is the pod's NetworkPolicy isolation: "ingress+egress", "ingress",
+	// "egress" or "none"; "" when the node does not enforce NetworkPolicy.
+	Isolation string `json:"isolation,omitempty"`
 }
 
 // Stage is one pipeline stage's flow table as the switch holds it.
@@ -97,6 +105,64 @@ type Peer struct {
 	// OFPort is the OpenFlow port number (1..65279) of the tunnel port that reaches the
 	// peer: one flow-based port serves every peer, so all peers show the same.
 	OFPort uint32 `json:"ofport,omitempty"`
+}
+
+// PolicyReport is the node's NetworkPolicy enforcement.
+type PolicyReport struct {
+	// Enabled is false when the node does not enforce NetworkPolicy (config networkPolicy).
+	Enabled bool `json:"enabled"`
+	// Synced is true once the Pod, Namespace and NetworkPolicy informers have synced.
+	Synced bool `json:"synced"`
+	// Pods, Namespaces and Policies are the sizes of the node's model of the API.
+	Pods       int `json:"pods"`
+	Namespaces int `json:"namespaces"`
+	Policies   int `json:"policies"`
+	// Rules is the number of compiled rules (conjunctions) that apply to local pods.
+	Rules int `json:"rules"`
+	// RuleFlows is the number of rule flows by direction ("ingress", "egress").
+	RuleFlows map[string]int `json:"ruleFlows"`
+	// Versions is, per kind (pods, namespaces, networkpolicies), the highest API
+	// resourceVersion whose change is on the switch.
+	Versions map[string]uint64 `json:"versions"`
+	// Dirty is true while a failed change is being retried (the switch lags); LastError
+	// says why.
+	Dirty     bool   `json:"dirty"`
+	LastError string `json:"lastError,omitempty"`
+	// Pods are the local pods, sorted by namespace and name.
+	PodPolicies []PodPolicy `json:"podPolicies"`
+}
+
+// PodPolicy is one local pod's NetworkPolicy state.
+type PodPolicy struct {
+	// Namespace and Name identify the pod.
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// IngressIsolated and EgressIsolated say whether a policy isolates it.
+	IngressIsolated bool `json:"ingressIsolated"`
+	EgressIsolated  bool `json:"egressIsolated"`
+	// IngressPolicies and EgressPolicies name the policies selecting it per direction.
+	IngressPolicies []string `json:"ingressPolicies"`
+	EgressPolicies  []string `json:"egressPolicies"`
+	// Rules are the rules that apply to it.
+	Rules []PolicyRule `json:"rules"`
+	// Denied is the number of new connections' packets its default-deny flows dropped,
+	// by direction.
+	Denied map[string]uint64 `json:"denied"`
+}
+
+// PolicyRule is one compiled rule (a conjunction) applying to a pod.
+type PolicyRule struct {
+	// Rule names it: "namespace/policy ingress[0]".
+	Rule string `json:"rule"`
+	// Group is its port group ("*" = any port).
+	Group string `json:"group"`
+	// ConjID is its conjunction id.
+	ConjID uint32 `json:"conjID"`
+	// Allowed is the packets (first packets of new connections) the rule let through,
+	// from its conj_id flow (or, for a rule on the pod alone, its allow flow).
+	Allowed uint64 `json:"allowed"`
+	// Flows are the flows it contributes to, with their counters.
+	Flows []Flow `json:"flows"`
 }
 
 // errorBody is the JSON body of an error answer.

@@ -73,10 +73,21 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 		t.Fatalf("want ServiceAccount, ClusterRole, ClusterRoleBinding, ConfigMap and DaemonSet; got %d objects", len(objs))
 	}
 
-	// RBAC: get/list/watch on nodes, nothing else, bound to the DaemonSet's account.
-	if len(role.Rules) != 1 || strings.Join(role.Rules[0].Resources, ",") != "nodes" ||
-		strings.Join(role.Rules[0].Verbs, ",") != "get,list,watch" || strings.Join(role.Rules[0].APIGroups, ",") != "" {
-		t.Errorf("ClusterRole rules %+v, want get/list/watch on core nodes only", role.Rules)
+	// RBAC: get/list/watch on nodes (topology), pods and namespaces (core) and
+	// networkpolicies (networking.k8s.io), nothing else, bound to the DaemonSet's account.
+	var grants []string
+	for _, r := range role.Rules {
+		if strings.Join(r.Verbs, ",") != "get,list,watch" || len(r.ResourceNames) > 0 || len(r.NonResourceURLs) > 0 {
+			t.Errorf("ClusterRole rule %+v: want exactly get, list, watch", r)
+		}
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				grants = append(grants, g+"/"+res)
+			}
+		}
+	}
+	if strings.Join(grants, " ") != "/nodes /pods /namespaces networking.k8s.io/networkpolicies" {
+		t.Errorf("ClusterRole grants %v, want get/list/watch on core nodes, pods, namespaces and networking.k8s.io networkpolicies only", grants)
 	}
 	if bind.RoleRef.Name != role.Name || bind.RoleRef.Kind != "ClusterRole" || len(bind.Subjects) != 1 ||
 		bind.Subjects[0].Name != sa.Name || bind.Subjects[0].Namespace != sa.Namespace {

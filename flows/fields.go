@@ -160,13 +160,15 @@ var (
 //	bits 63..56  pipeline version  (8 bits)  PipelineVersion when the flow was built
 //	bits 55..40  generation        (16 bits) NodeConfig.Generation: bumped at each daemon
 //	                                          start so a restart can delete old flows
-//	bits 39..36  owner kind        (4 bits)  OwnerPipeline (1), OwnerPod (2), OwnerPeer (3)
+//	bits 39..36  owner kind        (4 bits)  OwnerPipeline (1), OwnerPod (2), OwnerPeer (3),
+//	                                          OwnerPolicy (4)
 //	bits 35..32  stage             (4 bits)  index of the flow's table in Tables() (0..15)
 //	bits 31..0   owner id          (32 bits) pod: its IPv4 address as a big-endian
 //	                                          uint32 (unique among live pods of a node);
 //	                                          peer: the network address of its pod subnet
 //	                                          (unique among peers; stable when the peer's
-//	                                          node IP changes); pipeline: 0
+//	                                          node IP changes); policy: the conjunction
+//	                                          id of a conj_id flow, else 0; pipeline: 0
 //
 // Match cookies with a mask (OpenFlow 1.3.5 §7.3.4.1 cookie_mask; §7.3.5.2 flow stats):
 // Owner.Cookie (PodCookie, PeerCookie), GenerationCookie.
@@ -184,6 +186,10 @@ const (
 	// OwnerPeer: one peer node's flows, built by PeerFlows; owner id = the network address
 	// of the peer's pod subnet.
 	OwnerPeer OwnerKind = 3
+	// OwnerPolicy: the NetworkPolicy rule flows (clauses and conj_id flows), built by
+	// PolicyFlowSet; owner id = the conjunction id for conj_id flows, 0 for flows shared
+	// by several conjunctions' clauses (PolicyOwner).
+	OwnerPolicy OwnerKind = 4
 )
 
 // Cookie field positions and masks.

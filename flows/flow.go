@@ -51,6 +51,10 @@ type Flow struct {
 	Match Match
 	// Actions are applied in order; a GotoTable, if any, is last.
 	Actions []Action
+	// Meter is the OpenFlow meter the packet goes through before the actions (the
+	// OFPIT_METER instruction, OpenFlow 1.3.5 §5.7: a meter band may drop it), printed
+	// "meter:N" first in the actions; 0 = none.
+	Meter uint32
 }
 
 // Match is a flow match (OpenFlow 1.3.5 §7.2.3 flow match fields). Zero values match
@@ -89,14 +93,87 @@ type Match struct {
 	ARPSha net.HardwareAddr
 	// ARPTha is the ARP target hardware address, nil = any; needs EthTypeARP.
 	ARPTha net.HardwareAddr
+
+	// ConjID is the conjunction id (NXM_NX_CONJ_ID), 0 = any: a flow matching conj_id=N
+	// takes packets for which every clause of conjunction N matched (ovs-fields(7)
+	// "Conjunctive Match Fields").
+	ConjID uint32
+	// CTState matches connection-tracking state flags (NXM_NX_CT_STATE), nil = any. Only
+	// meaningful after a CT action with a Table (ct_state is set on recirculation).
+	CTState *CTState
+	// IPProto is the IPv4 protocol (OXM_OF_IP_PROTO: IPProtoTCP, IPProtoUDP,
+	// IPProtoSCTP, ...), 0 = any; needs EthTypeIPv4.
+	IPProto uint8
+	// TPDst is the transport destination port (tp_dst: OXM_OF_TCP_DST, UDP_DST or
+	// SCTP_DST by IPProto) under TPDstMask; needs IPProto TCP, UDP or SCTP.
+	TPDst uint16
+	// TPDstMask selects the bits of TPDst compared: 0 = no port match, 0xffff = the
+	// exact port, else a prefix mask (a block of ports, e.g. 0xfff8 = 8 ports).
+	TPDstMask uint16
+}
+
+// IP protocol numbers matched by Match.IPProto (IANA).
+const (
+	// IPProtoICMP is ICMP (1), printed "icmp".
+	IPProtoICMP uint8 = 1
+	// IPProtoTCP is TCP (6), printed "tcp".
+	IPProtoTCP uint8 = 6
+	// IPProtoUDP is UDP (17), printed "udp".
+	IPProtoUDP uint8 = 17
+	// IPProtoSCTP is SCTP (132), printed "sctp".
+	IPProtoSCTP uint8 = 132
+)
+
+// Connection-tracking state flags (ovs-fields(7) ct_state), bits of CTState.Set/Clear.
+const (
+	// CTNew: the packet starts a new connection (not yet committed).
+	CTNew uint8 = 0x01
+	// CTEst: the packet belongs to a committed connection.
+	CTEst uint8 = 0x02
+	// CTRel: the packet is related to a committed connection (e.g. an ICMP error).
+	CTRel uint8 = 0x04
+	// CTRpl: the packet is in the reply direction of its connection.
+	CTRpl uint8 = 0x08
+	// CTInv: conntrack could not make sense of the packet.
+	CTInv uint8 = 0x10
+	// CTTrk: the packet went through conntrack.
+	CTTrk uint8 = 0x20
+)
+
+var ctStateNames = []struct {
+	bit  uint8
+	name string
+}{{CTNew, "new"}, {CTEst, "est"}, {CTRel, "rel"}, {CTRpl, "rpl"}, {CTInv, "inv"}, {CTTrk, "trk"}}
+
+// CTState is a ct_state match: the flags in Set must be on, those in Clear off, others
+// are not looked at. Printed as OVS does, flags in bit order: ct_state=-new-inv+trk.
+type CTState struct {
+	// Set are the CT* flags that must be on.
+	Set uint8
+	// Clear are the CT* flags that must be off; Set&Clear must be 0.
+	Clear uint8
+}
+
+func (c CTState) String() string {
+	var b strings.Builder
+	for _, f := range ctStateNames {
+		switch {
+		case c.Set&f.bit != 0:
+			b.WriteString("+" + f.name)
+		case c.Clear&f.bit != 0:
+			b.WriteString("-" + f.name)
+		}
+	}
+	return b.String()
 }
 
 // PortNames maps ofport numbers to port names, as `ovs-ofctl --names` shows them.
 type PortNames map[uint32]string
 
 // Action is one action of a flow. The implementations are Output, OutputInPort,
-// OutputReg, GotoTable, SetEthSrc, SetEthDst, SetARPOp, SetARPSpa, SetARPTpa, SetARPSha,
-// SetARPTha, SetTunDst, Load, Move, DecTTL and Drop.
+// OutputReg, OutputController, GotoTable, SetEthSrc, SetEthDst, SetARPOp, SetARPSpa,
+// SetARPTpa, SetARPSha, SetARPTha, SetTunDst, Load, Move, DecTTL, Conjunction, CT and
+// Drop.
 type Action interface {
 	// format appends the action as ovs-ofctl prints it.
 	format(b *strings.Builder, ports PortNames)
@@ -199,6 +276,45 @@ type Move struct {
 	Dst FieldRange
 }
 
+// Conjunction makes the flow one clause of conjunctive match ID (NXAST_CONJUNCTION),
+// printed "conjunction(ID,k/n)": the packet matches conjunction ID when, for each of the n
+// clauses, some flow of that clause matches it; then the flow matching conj_id=ID (same
+// table) takes it. All flows of one conjunction have the same priority, and a flow with
+// Conjunction actions has no other kind of action (ovs-actions(7) "The conjunction
+// action"). One flow may carry several Conjunction actions (one per conjunction its match
+// is a clause of).
+type Conjunction struct {
+	// ID is the conjunction id (1..0xfffffffe).
+	ID uint32
+	// Clause is this flow's clause, 1..NClauses.
+	Clause uint8
+	// NClauses is the number of clauses, 2..64 (OVS refuses fewer than 2).
+	NClauses uint8
+}
+
+// CT sends the packet through the connection tracker (NXAST_CT), printed
+// "ct(commit,table=T,zone=Z)" with the parts that are set (ovs-actions(7) "The ct
+// action"). With a Table the packet is tracked and continues in that table with ct_state
+// set (recirculation): the CT action must then be the flow's last action. Without one it
+// only commits (Commit) and the action list goes on with the packet as it was.
+type CT struct {
+	// Commit records the connection so later packets of it are +est (and replies +rpl).
+	Commit bool
+	// Zone is the conntrack zone (0..65535): connections in different zones are apart.
+	Zone uint16
+	// Table is where the tracked packet continues, 0 = none (no recirculation; table 0
+	// is never a ct target here).
+	Table TableID
+}
+
+// OutputController sends the packet to the controller as a packet-in (OFPAT_OUTPUT to
+// OFPP_CONTROLLER, OpenFlow 1.3.5 §7.2.5) with at most MaxLen bytes of it, printed
+// "CONTROLLER:MaxLen". The packet-in carries the flow's cookie and table.
+type OutputController struct {
+	// MaxLen is how many bytes of the packet to send (0..0xffe5).
+	MaxLen uint16
+}
+
 // DecTTL decrements the IPv4 TTL and drops the packet when it reaches 0
 // (OFPAT_DEC_NW_TTL, §7.2.5).
 type DecTTL struct{}
@@ -211,7 +327,7 @@ type Drop struct{}
 // prints it on a bridge whose tables are named after Tables(), without the leading space,
 // with ports by number (as OVS prints ports it has no name for):
 //
-//	cookie=0x200071000000000, table=classifier, priority=100,in_port=2 actions=load:0x1->NXM_NX_REG0[0..3],goto_table:"spoof_guard"
+//	cookie=0x300071000000000, table=classifier, priority=100,in_port=2 actions=load:0x1->NXM_NX_REG0[0..3],goto_table:"spoof_guard"
 func (f Flow) String() string { return f.Format(nil) }
 
 // Format renders the flow like String, with ports named by ports (ofport → name) where
@@ -238,6 +354,9 @@ func (f Flow) Format(ports PortNames) string {
 		b.WriteByte(' ')
 	}
 	b.WriteString("actions=")
+	if f.Meter != 0 {
+		fmt.Fprintf(&b, "meter:%d,", f.Meter)
+	}
 	formatActions(&b, f.Actions, ports)
 	return b.String()
 }
@@ -276,6 +395,23 @@ func (f Flow) Validate() error {
 	if m.ARPTpa != nil && m.ARPTpaPrefix != nil {
 		return fail("ARPTpa and ARPTpaPrefix both set: use one")
 	}
+	if m.IPProto != 0 && m.EthType != EthTypeIPv4 {
+		return fail("nw_proto needs EthType %#04x (ip)", EthTypeIPv4)
+	}
+	if m.TPDstMask != 0 {
+		if m.IPProto != IPProtoTCP && m.IPProto != IPProtoUDP && m.IPProto != IPProtoSCTP {
+			return fail("tp_dst needs IPProto TCP, UDP or SCTP")
+		}
+		if inv := ^m.TPDstMask; inv&(inv+1) != 0 {
+			return fail("tp_dst mask %#x is not a prefix mask", m.TPDstMask)
+		}
+		if m.TPDst&^m.TPDstMask != 0 {
+			return fail("tp_dst %#x has bits outside its mask %#x", m.TPDst, m.TPDstMask)
+		}
+	}
+	if c := m.CTState; c != nil && (c.Set&c.Clear != 0 || c.Set|c.Clear == 0) {
+		return fail("ct_state %+v: flags both set and cleared, or none", *c)
+	}
 	for _, n := range []*net.IPNet{m.IPSrc, m.IPDst, m.ARPTpaPrefix} {
 		if n != nil && (n.IP.To4() == nil || len(n.Mask) != net.IPv4len) {
 			return fail("prefix %s is not IPv4", n)
@@ -301,6 +437,15 @@ func (f Flow) Validate() error {
 			return fail("register marks overlap at %s", r.Range)
 		}
 		used[r.Range.Field.Field] |= r.Range.Mask()
+	}
+	conj := 0
+	for _, a := range f.Actions {
+		if _, ok := a.(Conjunction); ok {
+			conj++
+		}
+	}
+	if conj > 0 && conj != len(f.Actions) {
+		return fail("conjunction actions cannot be mixed with other actions")
 	}
 	for i, a := range f.Actions {
 		if need := actionEthType(a); need != 0 && m.EthType != need {
@@ -337,6 +482,22 @@ func (f Flow) Validate() error {
 		case SetTunDst:
 			if a.IP.To4() == nil {
 				return fail("tun_dst %s is not IPv4", a.IP)
+			}
+		case Conjunction:
+			if a.ID == 0 || a.NClauses < 2 || a.NClauses > 64 || a.Clause < 1 || a.Clause > a.NClauses {
+				return fail("conjunction(%d,%d/%d): id 1.., clause 1..n, 2 <= n <= 64", a.ID, a.Clause, a.NClauses)
+			}
+		case CT:
+			if a.Table != 0 {
+				if i != len(f.Actions)-1 {
+					return fail("ct with a table must be the last action")
+				}
+				if a.Table <= f.Table {
+					return fail("ct(table=%d) does not go forward from table %d", a.Table, f.Table)
+				}
+			}
+			if m.EthType != EthTypeIPv4 {
+				return fail("ct needs a match on EthType %#04x (ip)", EthTypeIPv4)
 			}
 		}
 	}
@@ -425,10 +586,32 @@ func hex32(v uint32) string {
 func (m Match) format(ports PortNames) string {
 	var parts []string
 	add := func(format string, a ...any) { parts = append(parts, fmt.Sprintf(format, a...)) }
+	if m.ConjID != 0 {
+		add("conj_id=%d", m.ConjID)
+	}
+	if m.CTState != nil {
+		add("ct_state=%s", m.CTState)
+	}
 	shorthand := false
+	protoShort := false
 	switch m.EthType {
 	case EthTypeIPv4:
-		add("ip")
+		switch m.IPProto {
+		case IPProtoTCP:
+			add("tcp")
+			protoShort = true
+		case IPProtoUDP:
+			add("udp")
+			protoShort = true
+		case IPProtoSCTP:
+			add("sctp")
+			protoShort = true
+		case IPProtoICMP:
+			add("icmp")
+			protoShort = true
+		default:
+			add("ip")
+		}
 		shorthand = true
 	case EthTypeARP:
 		add("arp")
@@ -491,6 +674,15 @@ func (m Match) format(ports PortNames) string {
 		}
 		if m.IPDst != nil {
 			add("nw_dst=%s", formatPrefix(m.IPDst))
+		}
+		if m.IPProto != 0 && !protoShort {
+			add("nw_proto=%d", m.IPProto)
+		}
+		switch {
+		case m.TPDstMask == 0xffff:
+			add("tp_dst=%d", m.TPDst)
+		case m.TPDstMask != 0:
+			add("tp_dst=%#x/%#x", m.TPDst, m.TPDstMask)
 		}
 	}
 	return strings.Join(parts, ",")
@@ -606,6 +798,27 @@ func (a Move) format(b *strings.Builder, _ PortNames) {
 
 func (DecTTL) format(b *strings.Builder, _ PortNames) { b.WriteString("dec_ttl") }
 
+func (a Conjunction) format(b *strings.Builder, _ PortNames) {
+	fmt.Fprintf(b, "conjunction(%d,%d/%d)", a.ID, a.Clause, a.NClauses)
+}
+
+func (a CT) format(b *strings.Builder, _ PortNames) {
+	b.WriteString("ct(")
+	if a.Commit {
+		b.WriteString("commit,")
+	}
+	if a.Table != 0 {
+		b.WriteString("table=")
+		formatTable(b, a.Table)
+		b.WriteByte(',')
+	}
+	fmt.Fprintf(b, "zone=%d)", a.Zone)
+}
+
+func (a OutputController) format(b *strings.Builder, _ PortNames) {
+	fmt.Fprintf(b, "CONTROLLER:%d", a.MaxLen)
+}
+
 func (Drop) format(b *strings.Builder, _ PortNames) { b.WriteString("drop") }
 
 // FlowMod encodes the flow as an OpenFlow 1.3 flow mod (OpenFlow 1.3.5 §7.3.4.1) with
@@ -631,6 +844,9 @@ func (f Flow) FlowMod(command uint8) *openflow13.FlowMod {
 	fm.Match = f.Match.ofMatch()
 	if command == openflow13.FC_DELETE || command == openflow13.FC_DELETE_STRICT {
 		return fm
+	}
+	if f.Meter != 0 {
+		fm.AddInstruction(openflow13.NewInstrMeter(f.Meter))
 	}
 	apply := openflow13.NewInstrApplyActions()
 	var gotoTable *openflow13.InstrGotoTable
@@ -675,6 +891,16 @@ func (m Match) ofMatch() openflow13.Match {
 	if m.InPort != 0 {
 		om.AddField(*openflow13.NewInPortField(m.InPort))
 	}
+	if m.ConjID != 0 {
+		om.AddField(*openflow13.NewConjIDMatchField(m.ConjID))
+	}
+	if c := m.CTState; c != nil {
+		// NXM_NX_CT_STATE_W: 32-bit value and mask (nicira-ext.h).
+		f, _ := openflow13.FindFieldHeaderByName("NXM_NX_CT_STATE", true)
+		f.Value = &openflow13.Uint32Message{Data: uint32(c.Set)}
+		f.Mask = &openflow13.Uint32Message{Data: uint32(c.Set | c.Clear)}
+		om.AddField(*f)
+	}
 	values, masks := m.regs()
 	for i := range values {
 		if masks[i] == 0 {
@@ -707,6 +933,12 @@ func (m Match) ofMatch() openflow13.Match {
 	}
 	if m.EthType != 0 {
 		om.AddField(*openflow13.NewEthTypeField(m.EthType))
+	}
+	if m.IPProto != 0 {
+		om.AddField(*openflow13.NewIpProtoField(m.IPProto))
+	}
+	if m.TPDstMask != 0 {
+		om.AddField(tpDstField(m.IPProto, m.TPDst, m.TPDstMask))
 	}
 	if m.IPSrc != nil {
 		ip, mask := prefixField(m.IPSrc)
@@ -742,6 +974,29 @@ func (m Match) ofMatch() openflow13.Match {
 		om.AddField(*openflow13.NewArpThaField(m.ARPTha))
 	}
 	return *om
+}
+
+// tpDstField encodes tp_dst as the OXM of the protocol (OXM_OF_TCP_DST, UDP_DST,
+// SCTP_DST), masked unless the mask is 0xffff. OpenFlow 1.3 defines these fields as not
+// maskable, but OVS accepts a mask on them (ovs-fields(7): tcp_dst is "Maskable: bitwise")
+// and TestFlowsOnSwitch checks the switch stores exactly the block asked for. libOpenflow
+// has no masked constructor, so the field is built here.
+func tpDstField(proto uint8, port, mask uint16) openflow13.MatchField {
+	field := uint8(openflow13.OXM_FIELD_TCP_DST)
+	switch proto {
+	case IPProtoUDP:
+		field = openflow13.OXM_FIELD_UDP_DST
+	case IPProtoSCTP:
+		field = openflow13.OXM_FIELD_SCTP_DST
+	}
+	f := openflow13.MatchField{Class: openflow13.OXM_CLASS_OPENFLOW_BASIC, Field: field,
+		Value: openflow13.NewPortField(port), Length: 2}
+	if mask != 0xffff {
+		f.HasMask = true
+		f.Mask = openflow13.NewPortField(mask)
+		f.Length = 4
+	}
+	return f
 }
 
 // prefixField returns the masked address and, unless the prefix is /32, its mask.
@@ -808,6 +1063,28 @@ func (a Move) ofAction() openflow13.Action {
 }
 
 func (DecTTL) ofAction() openflow13.Action { return openflow13.NewActionDecNwTtl() }
+
+func (a Conjunction) ofAction() openflow13.Action {
+	// nx_action_conjunction carries the clause 0-based (ovs-ofctl prints it 1-based).
+	return openflow13.NewNXActionConjunction(a.Clause-1, a.NClauses, a.ID)
+}
+
+func (a CT) ofAction() openflow13.Action {
+	ct := openflow13.NewNXActionConnTrack().ZoneImm(a.Zone)
+	if a.Commit {
+		ct.Commit()
+	}
+	if a.Table != 0 {
+		ct.Table(uint8(a.Table))
+	}
+	return ct
+}
+
+func (a OutputController) ofAction() openflow13.Action {
+	o := openflow13.NewActionOutput(openflow13.P_CONTROLLER)
+	o.MaxLen = a.MaxLen
+	return o
+}
 
 func (Drop) ofAction() openflow13.Action { return nil }
 

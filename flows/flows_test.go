@@ -105,42 +105,50 @@ func compareLines(t *testing.T, what string, got, want []string) {
 // goldenPipeline is PipelineFlows(testConfig()) as ovs-ofctl dump-flows --names prints it
 // (ports by number: the golden config's ports have no names).
 var goldenPipeline = []string{
-	`cookie=0x200071000000000, table=classifier, priority=100,in_port=1 actions=load:0x3->NXM_NX_REG0[0..3],goto_table:"tunnel_ingress"`,
-	`cookie=0x200071000000000, table=classifier, priority=100,in_port=2 actions=load:0x1->NXM_NX_REG0[0..3],goto_table:"spoof_guard"`,
-	`cookie=0x200071000000000, table=classifier, priority=0 actions=drop`,
-	`cookie=0x200071100000000, table="tunnel_ingress", priority=0 actions=drop`,
-	`cookie=0x200071200000000, table="spoof_guard", priority=100,ip,reg0=0x1/0xf actions=goto_table:service`,
-	`cookie=0x200071200000000, table="spoof_guard", priority=100,arp,reg0=0x1/0xf actions=goto_table:arp`,
-	`cookie=0x200071200000000, table="spoof_guard", priority=0 actions=drop`,
-	`cookie=0x200071300000000, table=arp, priority=100,arp,arp_tpa=10.244.1.1 actions=load:0x2->NXM_NX_REG1[],goto_table:output`,
-	`cookie=0x200071300000000, table=arp, priority=0 actions=drop`,
-	`cookie=0x200071400000000, table=service, priority=100,ip,reg0=0x2/0xf,nw_dst=10.96.0.0/12 actions=set_field:0a:58:0a:f4:01:01->eth_dst,load:0x2->NXM_NX_REG1[],goto_table:output`,
-	`cookie=0x200071400000000, table=service, priority=1 actions=goto_table:"l3_forwarding"`,
-	`cookie=0x200071400000000, table=service, priority=0 actions=drop`,
-	`cookie=0x200071500000000, table="l3_forwarding", priority=100,ip,nw_dst=10.244.1.1 actions=set_field:0a:58:0a:f4:01:01->eth_dst,load:0x2->NXM_NX_REG1[],goto_table:"network_policy"`,
-	`cookie=0x200071500000000, table="l3_forwarding", priority=10,ip,nw_dst=10.244.1.0/24 actions=drop`,
-	`cookie=0x200071500000000, table="l3_forwarding", priority=1,ip actions=goto_table:"network_policy"`,
-	`cookie=0x200071500000000, table="l3_forwarding", priority=0 actions=drop`,
-	`cookie=0x200071600000000, table="network_policy", priority=1 actions=goto_table:remote`,
-	`cookie=0x200071600000000, table="network_policy", priority=0 actions=drop`,
-	`cookie=0x200071700000000, table=remote, priority=10,ip,reg1=0,nw_dst=10.244.0.0/16 actions=drop`,
-	`cookie=0x200071700000000, table=remote, priority=1 actions=goto_table:egress`,
-	`cookie=0x200071700000000, table=remote, priority=0 actions=drop`,
-	`cookie=0x200071800000000, table=egress, priority=100,ip,reg0=0x2/0xf,reg1=0 actions=set_field:0a:58:0a:f4:01:01->eth_dst,load:0x2->NXM_NX_REG1[],goto_table:output`,
-	`cookie=0x200071800000000, table=egress, priority=50,reg1=0 actions=drop`,
-	`cookie=0x200071800000000, table=egress, priority=1 actions=goto_table:output`,
-	`cookie=0x200071800000000, table=egress, priority=0 actions=drop`,
-	`cookie=0x200071900000000, table=output, priority=1 actions=output:NXM_NX_REG1[]`,
-	`cookie=0x200071900000000, table=output, priority=0 actions=drop`,
+	`cookie=0x300071000000000, table=classifier, priority=100,in_port=1 actions=load:0x3->NXM_NX_REG0[0..3],goto_table:"tunnel_ingress"`,
+	`cookie=0x300071000000000, table=classifier, priority=100,in_port=2 actions=load:0x1->NXM_NX_REG0[0..3],goto_table:"spoof_guard"`,
+	`cookie=0x300071000000000, table=classifier, priority=0 actions=drop`,
+	`cookie=0x300071100000000, table="tunnel_ingress", priority=0 actions=drop`,
+	`cookie=0x300071200000000, table="spoof_guard", priority=100,ip,reg0=0x1/0xf actions=goto_table:service`,
+	`cookie=0x300071200000000, table="spoof_guard", priority=100,arp,reg0=0x1/0xf actions=goto_table:arp`,
+	`cookie=0x300071200000000, table="spoof_guard", priority=0 actions=drop`,
+	`cookie=0x300071300000000, table=arp, priority=100,arp,arp_tpa=10.244.1.1 actions=load:0x2->NXM_NX_REG1[],goto_table:output`,
+	`cookie=0x300071300000000, table=arp, priority=0 actions=drop`,
+	`cookie=0x300071400000000, table=service, priority=100,ip,reg0=0x2/0xf,nw_dst=10.96.0.0/12 actions=set_field:0a:58:0a:f4:01:01->eth_dst,load:0x2->NXM_NX_REG1[],goto_table:output`,
+	`cookie=0x300071400000000, table=service, priority=1 actions=goto_table:"l3_forwarding"`,
+	`cookie=0x300071400000000, table=service, priority=0 actions=drop`,
+	`cookie=0x300071500000000, table="l3_forwarding", priority=100,ip,nw_dst=10.244.1.1 actions=set_field:0a:58:0a:f4:01:01->eth_dst,load:0x2->NXM_NX_REG1[],goto_table:conntrack`,
+	`cookie=0x300071500000000, table="l3_forwarding", priority=10,ip,nw_dst=10.244.1.0/24 actions=drop`,
+	`cookie=0x300071500000000, table="l3_forwarding", priority=1,ip actions=goto_table:conntrack`,
+	`cookie=0x300071500000000, table="l3_forwarding", priority=0 actions=drop`,
+	`cookie=0x300071600000000, table=conntrack, priority=1 actions=goto_table:remote`,
+	`cookie=0x300071600000000, table=conntrack, priority=0 actions=drop`,
+	`cookie=0x300071700000000, table="conntrack_state", priority=1 actions=goto_table:"egress_rules"`,
+	`cookie=0x300071700000000, table="conntrack_state", priority=0 actions=drop`,
+	`cookie=0x300071800000000, table="egress_rules", priority=1 actions=goto_table:"ingress_rules"`,
+	`cookie=0x300071800000000, table="egress_rules", priority=0 actions=drop`,
+	`cookie=0x300071900000000, table="ingress_rules", priority=1 actions=goto_table:"conntrack_commit"`,
+	`cookie=0x300071900000000, table="ingress_rules", priority=0 actions=drop`,
+	`cookie=0x300071a00000000, table="conntrack_commit", priority=1 actions=goto_table:remote`,
+	`cookie=0x300071a00000000, table="conntrack_commit", priority=0 actions=drop`,
+	`cookie=0x300071b00000000, table=remote, priority=10,ip,reg1=0,nw_dst=10.244.0.0/16 actions=drop`,
+	`cookie=0x300071b00000000, table=remote, priority=1 actions=goto_table:egress`,
+	`cookie=0x300071b00000000, table=remote, priority=0 actions=drop`,
+	`cookie=0x300071c00000000, table=egress, priority=100,ip,reg0=0x2/0xf,reg1=0 actions=set_field:0a:58:0a:f4:01:01->eth_dst,load:0x2->NXM_NX_REG1[],goto_table:output`,
+	`cookie=0x300071c00000000, table=egress, priority=50,reg1=0 actions=drop`,
+	`cookie=0x300071c00000000, table=egress, priority=1 actions=goto_table:output`,
+	`cookie=0x300071c00000000, table=egress, priority=0 actions=drop`,
+	`cookie=0x300071d00000000, table=output, priority=1 actions=output:NXM_NX_REG1[]`,
+	`cookie=0x300071d00000000, table=output, priority=0 actions=drop`,
 }
 
 // goldenPodA is PodFlows(testConfig(), testPodA()); 0x0af40105 in the cookie is 10.244.1.5.
 var goldenPodA = []string{
-	`cookie=0x20007200af40105, table=classifier, priority=100,in_port=3 actions=load:0x2->NXM_NX_REG0[0..3],goto_table:"spoof_guard"`,
-	`cookie=0x20007220af40105, table="spoof_guard", priority=100,ip,in_port=3,dl_src=0a:58:0a:f4:01:05,nw_src=10.244.1.5 actions=goto_table:service`,
-	`cookie=0x20007220af40105, table="spoof_guard", priority=100,arp,in_port=3,dl_src=0a:58:0a:f4:01:05,arp_spa=10.244.1.5,arp_sha=0a:58:0a:f4:01:05 actions=goto_table:arp`,
-	`cookie=0x20007230af40105, table=arp, priority=100,arp,arp_tpa=10.244.1.5 actions=load:0x3->NXM_NX_REG1[],goto_table:output`,
-	`cookie=0x20007250af40105, table="l3_forwarding", priority=100,ip,nw_dst=10.244.1.5 actions=set_field:0a:58:0a:f4:01:05->eth_dst,load:0x3->NXM_NX_REG1[],goto_table:"network_policy"`,
+	`cookie=0x30007200af40105, table=classifier, priority=100,in_port=3 actions=load:0x2->NXM_NX_REG0[0..3],goto_table:"spoof_guard"`,
+	`cookie=0x30007220af40105, table="spoof_guard", priority=100,ip,in_port=3,dl_src=0a:58:0a:f4:01:05,nw_src=10.244.1.5 actions=goto_table:service`,
+	`cookie=0x30007220af40105, table="spoof_guard", priority=100,arp,in_port=3,dl_src=0a:58:0a:f4:01:05,arp_spa=10.244.1.5,arp_sha=0a:58:0a:f4:01:05 actions=goto_table:arp`,
+	`cookie=0x30007230af40105, table=arp, priority=100,arp,arp_tpa=10.244.1.5 actions=load:0x3->NXM_NX_REG1[],goto_table:output`,
+	`cookie=0x30007250af40105, table="l3_forwarding", priority=100,ip,nw_dst=10.244.1.5 actions=set_field:0a:58:0a:f4:01:05->eth_dst,load:0x3->NXM_NX_REG1[],goto_table:conntrack`,
 }
 
 func TestPipelineFlowsGolden(t *testing.T) {
@@ -154,7 +162,7 @@ func TestPodFlowsGolden(t *testing.T) {
 func TestFormatNamesPorts(t *testing.T) {
 	names := PortNames{2: "gw0", 3: "ofs-3a9f"}
 	got := PodFlows(testConfig(), testPodA())[0].Format(names)
-	want := `cookie=0x20007200af40105, table=classifier, priority=100,in_port="ofs-3a9f" actions=load:0x2->NXM_NX_REG0[0..3],goto_table:"spoof_guard"`
+	want := `cookie=0x30007200af40105, table=classifier, priority=100,in_port="ofs-3a9f" actions=load:0x2->NXM_NX_REG0[0..3],goto_table:"spoof_guard"`
 	if got != want {
 		t.Fatalf("got  %s\nwant %s", got, want)
 	}
@@ -169,7 +177,8 @@ func TestTables(t *testing.T) {
 		id   uint8
 		name string
 	}{{0, "classifier"}, {10, "tunnel_ingress"}, {20, "spoof_guard"}, {30, "arp"}, {40, "service"},
-		{50, "l3_forwarding"}, {60, "network_policy"}, {70, "remote"}, {80, "egress"}, {90, "output"}}
+		{50, "l3_forwarding"}, {60, "conntrack"}, {62, "conntrack_state"}, {64, "egress_rules"}, {66, "ingress_rules"},
+		{68, "conntrack_commit"}, {70, "remote"}, {80, "egress"}, {90, "output"}}
 	got := Tables()
 	if len(got) != len(want) {
 		t.Fatalf("%d tables, want %d", len(got), len(want))
@@ -260,6 +269,20 @@ func TestValidateRejects(t *testing.T) {
 		"short MAC":              {Match: Match{EthSrc: net.HardwareAddr{1, 2}}},
 		"set arp_op without arp": {Match: Match{EthType: EthTypeIPv4}, Actions: []Action{SetARPOp{ARPReply}}},
 		"move ip_src without ip": {Actions: []Action{Move{Src: Whole(FieldIPSrc), Dst: Whole(FieldIPDst)}}},
+		"nw_proto without ip":    {Match: Match{IPProto: IPProtoTCP}},
+		"tp_dst without proto":   {Match: Match{EthType: EthTypeIPv4, TPDst: 80, TPDstMask: 0xffff}},
+		"tp_dst on icmp":         {Match: Match{EthType: EthTypeIPv4, IPProto: IPProtoICMP, TPDst: 80, TPDstMask: 0xffff}},
+		"tp_dst mask not prefix": {Match: Match{EthType: EthTypeIPv4, IPProto: IPProtoTCP, TPDst: 0, TPDstMask: 0xff0f}},
+		"tp_dst outside mask":    {Match: Match{EthType: EthTypeIPv4, IPProto: IPProtoTCP, TPDst: 1001, TPDstMask: 0xfff8}},
+		"ct_state set and clear": {Match: Match{EthType: EthTypeIPv4, CTState: &CTState{Set: CTNew, Clear: CTNew}}},
+		"ct_state empty":         {Match: Match{EthType: EthTypeIPv4, CTState: &CTState{}}},
+		"conjunction one clause": {Match: Match{EthType: EthTypeIPv4}, Actions: []Action{Conjunction{ID: 1, Clause: 1, NClauses: 1}}},
+		"conjunction clause 0":   {Match: Match{EthType: EthTypeIPv4}, Actions: []Action{Conjunction{ID: 1, Clause: 0, NClauses: 2}}},
+		"conjunction id 0":       {Match: Match{EthType: EthTypeIPv4}, Actions: []Action{Conjunction{ID: 0, Clause: 1, NClauses: 2}}},
+		"conjunction with goto":  {Match: Match{EthType: EthTypeIPv4}, Actions: []Action{Conjunction{ID: 1, Clause: 1, NClauses: 2}, GotoTable{table("arp")}}},
+		"ct table not last":      {Match: Match{EthType: EthTypeIPv4}, Actions: []Action{CT{Table: table("arp")}, Output{Port: 1}}},
+		"ct table backwards":     {Table: table("arp"), Match: Match{EthType: EthTypeIPv4}, Actions: []Action{CT{Table: table("spoof_guard")}}},
+		"ct without ip":          {Actions: []Action{CT{Commit: true}}},
 	} {
 		if err := f.Validate(); err == nil {
 			t.Errorf("%s: Validate accepted %s", name, f)
@@ -309,7 +332,7 @@ func TestConfigAndPodValidate(t *testing.T) {
 var pipelineGolden = struct {
 	version uint8
 	hash    string
-}{2, "2eff2f2bd6adf2cb3d0e1e44eeea116ff754d83dff1312c8b1d45e9769d5d425"}
+}{3, "525414581cabf99ce649a80219c0f0f97ab6ab4a8c94bf054c457e6add5ced84"}
 
 func TestPipelineVersion(t *testing.T) {
 	cfg := testConfig()
@@ -467,6 +490,28 @@ func kitchenSink() []Flow {
 			Actions: []Action{Move{Src: Whole(FieldIPSrc), Dst: Whole(FieldIPDst)}}},
 		{Table: 201, Priority: 10, Match: Match{EthType: EthTypeARP, ARPTpaPrefix: mustCIDR("10.0.1.7/24")},
 			Actions: []Action{SetTunDst{net.ParseIP("192.168.0.9")}, Output{Port: 2}}},
+		// Conntrack and conjunctions (network policy).
+		{Table: 202, Priority: 200, Match: Match{EthType: EthTypeIPv4, IPSrc: mustCIDR("10.0.0.5/32")},
+			Actions: []Action{Conjunction{ID: 7, Clause: 1, NClauses: 3}, Conjunction{ID: 8, Clause: 1, NClauses: 2}}},
+		{Table: 202, Priority: 200, Match: Match{EthType: EthTypeIPv4, Regs: []RegMark{{Range: Whole(reg(1)), Value: 3}}},
+			Actions: []Action{Conjunction{ID: 7, Clause: 2, NClauses: 3}}},
+		{Table: 202, Priority: 200, Match: Match{EthType: EthTypeIPv4, IPProto: IPProtoTCP, TPDst: 1000, TPDstMask: 0xfff8},
+			Actions: []Action{Conjunction{ID: 7, Clause: 3, NClauses: 3}}},
+		{Table: 202, Priority: 200, Match: Match{EthType: EthTypeIPv4, IPProto: IPProtoSCTP, TPDst: 80, TPDstMask: 0xffff},
+			Actions: []Action{Conjunction{ID: 7, Clause: 3, NClauses: 3}}},
+		{Table: 202, Priority: 200, Match: Match{EthType: EthTypeIPv4, IPProto: IPProtoUDP, IPDst: mustCIDR("10.0.0.0/8"), TPDst: 81, TPDstMask: 0xffff},
+			Actions: []Action{Conjunction{ID: 8, Clause: 2, NClauses: 2}}},
+		{Table: 202, Priority: 200, Match: Match{EthType: EthTypeIPv4, IPProto: IPProtoICMP},
+			Actions: []Action{Conjunction{ID: 7, Clause: 3, NClauses: 3}}},
+		{Table: 202, Priority: 200, Match: Match{ConjID: 7, EthType: EthTypeIPv4}, Actions: []Action{GotoTable{203}}},
+		{Table: 202, Priority: 210, Match: Match{CTState: &CTState{Set: CTTrk, Clear: CTNew | CTInv}, EthType: EthTypeIPv4},
+			Actions: []Action{GotoTable{203}}},
+		{Table: 202, Priority: 190, Match: Match{CTState: &CTState{Set: CTInv | CTTrk}, EthType: EthTypeIPv4}, Actions: []Action{Drop{}}},
+		{Table: 202, Priority: 5, Match: Match{EthType: EthTypeIPv4, IPProto: 47, Regs: []RegMark{FromGateway}, IPSrc: mustCIDR("10.0.0.1/32")},
+			Actions: []Action{OutputController{MaxLen: 128}}},
+		{Table: 202, Priority: 1, Match: Match{EthType: EthTypeIPv4}, Actions: []Action{CT{Zone: 65280, Table: 203}}},
+		{Table: 203, Priority: 1, Match: Match{CTState: &CTState{Set: CTNew | CTTrk}, EthType: EthTypeIPv4},
+			Actions: []Action{CT{Commit: true, Zone: 65280}, GotoTable{204}}},
 	}
 }
 
@@ -476,6 +521,18 @@ var goldenKitchenSink = []string{
 	`table=201, dl_type=0x88cc actions=drop`,
 	`table=201, priority=9,ip,reg5=0x80000000/0x80000000 actions=move:NXM_OF_IP_SRC[]->NXM_OF_IP_DST[]`,
 	`table=201, priority=10,arp,arp_tpa=10.0.1.0/24 actions=set_field:192.168.0.9->tun_dst,output:2`,
+	`table=202, priority=200,ip,nw_src=10.0.0.5 actions=conjunction(7,1/3),conjunction(8,1/2)`,
+	`table=202, priority=200,ip,reg1=0x3 actions=conjunction(7,2/3)`,
+	`table=202, priority=200,tcp,tp_dst=0x3e8/0xfff8 actions=conjunction(7,3/3)`,
+	`table=202, priority=200,sctp,tp_dst=80 actions=conjunction(7,3/3)`,
+	`table=202, priority=200,udp,nw_dst=10.0.0.0/8,tp_dst=81 actions=conjunction(8,2/2)`,
+	`table=202, priority=200,icmp actions=conjunction(7,3/3)`,
+	`table=202, priority=200,conj_id=7,ip actions=goto_table:203`,
+	`table=202, priority=210,ct_state=-new-inv+trk,ip actions=goto_table:203`,
+	`table=202, priority=190,ct_state=+inv+trk,ip actions=drop`,
+	`table=202, priority=5,ip,reg0=0x1/0xf,nw_src=10.0.0.1,nw_proto=47 actions=CONTROLLER:128`,
+	`table=202, priority=1,ip actions=ct(table=203,zone=65280)`,
+	`table=203, priority=1,ct_state=+new+trk,ip actions=ct(commit,zone=65280),goto_table:204`,
 }
 
 func TestKitchenSinkGolden(t *testing.T) {
@@ -528,7 +585,8 @@ func (m Match) fieldCount() int {
 	n := 0
 	for _, set := range []bool{m.InPort != 0, m.EthType != 0, m.EthSrc != nil, m.EthDst != nil, m.TunSrc != nil,
 		m.TunDst != nil, m.IPSrc != nil, m.IPDst != nil, m.ARPOp != 0, m.ARPSpa != nil, m.ARPTpa != nil,
-		m.ARPTpaPrefix != nil, m.ARPSha != nil, m.ARPTha != nil} {
+		m.ARPTpaPrefix != nil, m.ARPSha != nil, m.ARPTha != nil, m.ConjID != 0, m.CTState != nil,
+		m.IPProto != 0, m.TPDstMask != 0} {
 		if set {
 			n++
 		}

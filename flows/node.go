@@ -41,6 +41,13 @@ type NodeConfig struct {
 	// NodeIP is this node's underlay IPv4 address, the tunnels' outer source; needed when
 	// TunnelOFPort is set (a peer may not claim it).
 	NodeIP net.IP
+	// Policy turns NetworkPolicy enforcement on (policy.go): conntrack and the rule stages.
+	// Off, the conntrack stage passes everything on to remote and no packet is tracked.
+	Policy bool
+	// DenyLog sends the first packet of each denied connection to the controller
+	// (through meter DenyLogMeter, which the controller creates) instead of dropping it
+	// silently; the switch drops it either way.
+	DenyLog bool
 }
 
 // Validate checks that the config can build a pipeline: a valid gateway ofport, a
@@ -169,12 +176,21 @@ func classifierTunnel(b builder) Flow {
 // Traffic from the host or a tunnel is never for a service address here (kube-proxy has
 // translated it already), so only pods match.
 //
+// With policy (cfg.Policy) the packet goes through conntrack first (the egress_rules
+// stage lets the service CIDR through: policy applies after the host's DNAT, when the
+// packet comes back from the gateway with the backend's address), so that the host's
+// un-DNATed replies find the connection established.
+//
 //	table=service, priority=100,ip,reg0=0x2/0xf,nw_dst=SVC actions=set_field:GWMAC->eth_dst,load:GW->NXM_NX_REG1[],goto_table:output
 func serviceToGateway(b builder) Flow {
+	next := b.goTo("output")
+	if b.cfg.Policy {
+		next = b.goTo("conntrack")
+	}
 	return b.in("service").flow(PipelineOwner, PriorityNormal,
 		Match{EthType: EthTypeIPv4, Regs: []RegMark{FromPod}, IPDst: b.cfg.ServiceCIDR},
 		SetEthDst{b.cfg.GatewayMAC}, Load{Dst: OutPortField, Value: uint64(b.cfg.GatewayOFPort)},
-		b.goTo("output"))
+		next)
 }
 
 // remoteClusterMiss drops undecided IP (reg1=0) for an address of the cluster CIDR that
@@ -220,7 +236,7 @@ func arpToGateway(b builder) Flow {
 // l3ToGateway sends IP for the gateway IP (pods talking to the host) to the gateway
 // port, addressed to the gateway MAC, and goes on to the next stage.
 //
-//	table="l3_forwarding", priority=100,ip,nw_dst=GWIP actions=set_field:GWMAC->eth_dst,load:GW->NXM_NX_REG1[],goto_table:"network_policy"
+//	table="l3_forwarding", priority=100,ip,nw_dst=GWIP actions=set_field:GWMAC->eth_dst,load:GW->NXM_NX_REG1[],goto_table:conntrack
 func l3ToGateway(b builder) Flow {
 	s := b.in("l3_forwarding")
 	return s.flow(PipelineOwner, PriorityNormal,
@@ -242,7 +258,7 @@ func l3PodSubnetMiss(b builder) Flow {
 // l3OffSubnet lets IP for any other address go on undecided (reg1=0): the remote and
 // egress stages choose its port.
 //
-//	table="l3_forwarding", priority=1,ip actions=goto_table:"network_policy"
+//	table="l3_forwarding", priority=1,ip actions=goto_table:conntrack
 func l3OffSubnet(b builder) Flow {
 	s := b.in("l3_forwarding")
 	return s.flow(PipelineOwner, PriorityPass, Match{EthType: EthTypeIPv4}, s.next())

@@ -14,7 +14,8 @@
 // an explicit priority-0 "actions=drop" flow, so every drop is counted by some flow's
 // n_packets; a stage whose miss is MissNext puts a priority-1 catch-all goto_table to the
 // next stage above it. Both are generated from the list (missFlows). Table ids are
-// spaced by 10 so later stages fit between. docs/pipeline.md shows every stage's flows
+// spaced (by 10, the policy stages by 2) so later stages fit between.
+// docs/pipeline.md shows every stage's flows
 // (a test keeps it equal to the builders' output).
 //
 // Registers (fields.go): reg0[0..3] source class (1 gateway, 2 pod, 3 tunnel), reg1 output
@@ -51,9 +52,10 @@
 // eth_dst so that the output port decided by reg1 always receives a frame addressed to
 // it. Off-subnet traffic leaves by the gateway because a pod's default route is via
 // GatewayIP (the first address of the pod subnet); the host then routes it. The output
-// decision is carried in reg1 through the reserved network_policy and remote stages so
-// that policy sees the destination port, and a single output stage does the output:reg1
-// (NXAST_OUTPUT_REG).
+// decision is carried in reg1 through the policy and remote stages so that policy sees
+// the destination port, and a single output stage does the output:reg1
+// (NXAST_OUTPUT_REG). NetworkPolicy (issue 13) replaced the reserved network_policy
+// stage with five (conntrack .. conntrack_commit); policy.go has their design history.
 //
 // Stages were first TableX constants, a separate list of names, a package-doc table and
 // two functions for the miss flows, and builders jumped to literal table ids: a new stage
@@ -67,7 +69,7 @@ import (
 // PipelineVersion is the version of the flows this package builds (cookie bits 63..56,
 // 1..255). Bump it whenever any builder's output changes; TestPipelineVersion fails until
 // you do (after OpenShift SDN's TestRuleVersion).
-const PipelineVersion uint8 = 2
+const PipelineVersion uint8 = 3
 
 // TableID is an OpenFlow table id (OpenFlow 1.3.5 §7.3.4.1 ofp_flow_mod.table_id, 0..254).
 type TableID uint8
@@ -139,9 +141,28 @@ var stages = []Stage{
 	// Another address in the pod subnet (no such pod) drops; other IP goes on with reg1=0.
 	{ID: 50, Name: "l3_forwarding", Miss: MissDrop, node: l3ForwardingNode,
 		Purpose: "local pod and gateway IPs: eth_dst and output port (reg1)"},
-	// 60: reserved for network policy: default allow.
-	{ID: 60, Name: "network_policy", Miss: MissNext,
-		Purpose: "reserved: default allow"},
+	// 60..68: NetworkPolicy (policy.go). conntrack: traffic between the node and its pods
+	// (from the gateway with the gateway's or the node's address as source, or to those
+	// addresses) skips policy → remote; other IP → ct(table=conntrack_state,
+	// zone=ConntrackZone). Without policy (NodeConfig.Policy false) everything → remote.
+	{ID: 60, Name: "conntrack", Miss: MissDrop, node: conntrackNode,
+		Purpose: "IP through conntrack (zone ConntrackZone); node <-> pod traffic skips policy"},
+	// 62: +est/+rel → remote; +inv drops; new → egress_rules. SCTP in the original
+	// direction is judged again (the userspace datapath's conntrack ignores SCTP ports).
+	{ID: 62, Name: "conntrack_state", Miss: MissNext, node: conntrackStateNode,
+		Purpose: "established and related skip the rules; invalid drops"},
+	// 64: the source pod's egress rules as conjunctions (local pods by nw_src, peers by
+	// nw_dst, ports by tp_dst); allowed → ingress_rules; an egress-isolated pod's other
+	// new connections drop (its own counted flow); the rest → ingress_rules.
+	{ID: 64, Name: "egress_rules", Miss: MissNext, node: egressRulesNode,
+		Purpose: "new connections: source pod's egress rules (conjunctions); egress-isolated pods' default deny"},
+	// 66: the same for the destination pod (local pods by reg1, peers by nw_src);
+	// allowed or not isolated → conntrack_commit.
+	{ID: 66, Name: "ingress_rules", Miss: MissNext,
+		Purpose: "new connections: destination pod's ingress rules (conjunctions); ingress-isolated pods' default deny"},
+	// 68: +new → ct(commit) → remote; the rest → remote.
+	{ID: 68, Name: "conntrack_commit", Miss: MissNext, node: conntrackCommitNode,
+		Purpose: "commit new connections that got through"},
 	// 70: per peer: nw_dst in the peer's pod subnet → tun_dst = its node IP, reg1 = the
 	// tunnel ofport. Undecided (reg1=0) IP for any other cluster-CIDR address drops; the
 	// rest goes on.

@@ -2,6 +2,7 @@ package flows
 
 import (
 	"bufio"
+	"net"
 	"os"
 	"regexp"
 	"sort"
@@ -13,7 +14,8 @@ import (
 var docPorts = PortNames{1: "vxlan0", 2: "gw0", 3: "pod-a"}
 
 // TestPipelineDoc: the dump-flows lines of docs/pipeline.md are exactly what the builders
-// print for its node (the golden tests' config, pod A and peer B, ports by name), stage by
+// print for its node (the golden tests' config with NetworkPolicy on, pod A ingress-
+// isolated with one ingress rule, peer B, ports by name), stage by
 // stage in the order OVS's dump shows them (priority, then the pipeline's, the pods' and
 // the peers' flows), and every stage of the pipeline has its section. So the document
 // cannot go stale: change a flow, and this test prints the lines to paste.
@@ -48,9 +50,7 @@ func TestPipelineDoc(t *testing.T) {
 		}
 	}
 
-	cfg := testConfig()
-	all := append(PipelineFlows(cfg), PodFlows(cfg, testPodA())...)
-	all = append(all, PeerFlows(cfg, testPeerB())...)
+	_, all := docFlows()
 	sort.SliceStable(all, func(i, j int) bool {
 		a, b := all[i], all[j]
 		if a.Table != b.Table {
@@ -75,4 +75,19 @@ func TestPipelineDoc(t *testing.T) {
 	for _, name := range names {
 		compareLines(t, "docs/pipeline.md, stage "+name+" (with a leading space in the file)", doc[name], want[name])
 	}
+}
+
+// docFlows is docs/pipeline.md's node: the golden config with NetworkPolicy on, pod A
+// (isolated for ingress, allowed from peer B's pod subnet on TCP/80 by conjunction 1),
+// and peer B.
+func docFlows() (NodeConfig, []Flow) {
+	cfg := testConfig()
+	cfg.Policy = true
+	all := append(PipelineFlows(cfg), PodFlows(cfg, testPodA())...)
+	all = append(all, PodPolicyFlows(cfg, testPodA(), true, false)...)
+	set := NewPolicyFlowSet(cfg)
+	set.Set(PolicyRule{ID: 1, Pods: []Pod{testPodA()}, Peers: []*net.IPNet{mustCIDR("10.244.2.0/24")},
+		Ports: []PolicyPort{{Proto: IPProtoTCP, Port: 80, Mask: 0xffff}}})
+	all = append(all, set.Flows()...)
+	return cfg, append(all, PeerFlows(cfg, testPeerB())...)
 }

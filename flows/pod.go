@@ -95,7 +95,7 @@ func arpToPod(b builder, pod Pod) Flow {
 // l3ToPod sends IP for the pod's address to its port, addressed to its MAC, and goes on
 // to the next stage.
 //
-//	table="l3_forwarding", priority=100,ip,nw_dst=IP actions=set_field:MAC->eth_dst,load:P->NXM_NX_REG1[],goto_table:"network_policy"
+//	table="l3_forwarding", priority=100,ip,nw_dst=IP actions=set_field:MAC->eth_dst,load:P->NXM_NX_REG1[],goto_table:conntrack
 func l3ToPod(b builder, pod Pod) Flow {
 	s := b.in("l3_forwarding")
 	return s.flow(PodOwner(pod), PriorityNormal,

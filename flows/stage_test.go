@@ -25,11 +25,17 @@ func allFlows(b builder) []Flow {
 	return append(fs, b.peerFlows(testPeerC())...)
 }
 
-// gotoOf returns the table f's goto_table instruction names, if any.
+// gotoOf returns the table f's goto_table instruction names, or the table a ct action
+// continues in (recirculation), if any.
 func gotoOf(f Flow) (TableID, bool) {
 	for _, a := range f.Actions {
-		if g, ok := a.(GotoTable); ok {
-			return g.Table, true
+		switch a := a.(type) {
+		case GotoTable:
+			return a.Table, true
+		case CT:
+			if a.Table != 0 {
+				return a.Table, true
+			}
 		}
 	}
 	return 0, false
@@ -54,7 +60,8 @@ func reachable(fs []Flow) map[TableID]bool {
 // one of them sees that traffic. The others send packets to stages they name
 // (classifier → tunnel_ingress or spoof_guard, spoof_guard → service or arp, arp →
 // output), so a stage inserted after them is reached only by flows that name it.
-var continuesToNext = map[string]bool{"service": true, "l3_forwarding": true, "network_policy": true, "remote": true, "egress": true}
+var continuesToNext = map[string]bool{"service": true, "l3_forwarding": true, "conntrack_state": true, "egress_rules": true,
+	"ingress_rules": true, "conntrack_commit": true, "remote": true, "egress": true}
 
 // TestInsertedStage inserts a new stage that passes everything on (as a network policy
 // or conntrack stage starts) after each stage in turn and builds the node's, two pods'
@@ -66,6 +73,7 @@ var continuesToNext = map[string]bool{"service": true, "l3_forwarding": true, "n
 // new stage must be reached, with no flow jumping past it.
 func TestInsertedStage(t *testing.T) {
 	cfg := testConfig()
+	cfg.Policy = true // every stage in use (without policy, conntrack jumps to remote)
 	orig := allFlows(builder{p: std, cfg: cfg})
 	checkMissFlows(t, std, orig)
 	n := len(Tables())

@@ -63,6 +63,8 @@ func startSwitchNode(t *testing.T) *switchNode {
 		}
 		names[p.ofport] = p.name
 	}
+	// The deny-log meter policy flows name (the controller creates it, ensureDenyLogMeter).
+	ovs.Ofctl(t, "add-meter", ovs.MgmtSocket("br-int"), "meter=1,pktps,band=type=drop,rate=100")
 	return &switchNode{ovs: ovs, mgmt: ovs.MgmtSocket("br-int"), cfg: testConfig(),
 		podA: testPodA(), podB: testPodB(), names: names}
 }
@@ -270,13 +272,16 @@ var (
 // dropped) and the final flow (the packet's headers at output).
 func traceResult(t *testing.T, trace string) (uint32, string) {
 	t.Helper()
-	dp := traceDatapath.FindStringSubmatch(trace)
-	if dp == nil {
+	// With conntrack the trace has one part per recirculation (--ct-next); the last
+	// part's datapath actions and final flow are the packet's fate.
+	all := traceDatapath.FindAllStringSubmatch(trace, -1)
+	if all == nil {
 		t.Fatalf("no datapath actions in trace:\n%s", trace)
 	}
+	dp := all[len(all)-1]
 	final := ""
-	if m := traceFinalFlow.FindStringSubmatch(trace); m != nil {
-		final = m[1]
+	if m := traceFinalFlow.FindAllStringSubmatch(trace, -1); m != nil {
+		final = m[len(m)-1][1]
 	}
 	if dp[1] == "drop" {
 		return 0, final

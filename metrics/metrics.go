@@ -76,6 +76,23 @@ const (
 	Ready = "ofsdn_ready"
 	// BuildInfo is the usual constant-1 gauge with labels version, revision and goversion.
 	BuildInfo = "ofsdn_build_info"
+	// NetworkPolicies is a gauge: NetworkPolicies in the node's model of the API (absent
+	// when the node does not enforce NetworkPolicy).
+	NetworkPolicies = "ofsdn_network_policies"
+	// NetworkPolicyRules is a gauge: compiled rules (conjunctions) with flows on this node.
+	NetworkPolicyRules = "ofsdn_network_policy_rules"
+	// NetworkPolicyFlows is a gauge: rule flows on this node, label direction (ingress,
+	// egress).
+	NetworkPolicyFlows = "ofsdn_network_policy_flows"
+	// NetworkPolicyRealization is a histogram (seconds) from an API event (or a pod ADD)
+	// to the switch confirming the change's flows.
+	NetworkPolicyRealization = "ofsdn_network_policy_realization_duration_seconds"
+	// NetworkPolicyRealizationErrors is a counter: changes whose bundle failed (retried by
+	// a full resynchronisation).
+	NetworkPolicyRealizationErrors = "ofsdn_network_policy_realization_errors_total"
+	// NetworkPolicyDenied is a counter: packets (first packets of new connections) dropped
+	// by isolated pods' default-deny flows, label direction; from the flows' counters.
+	NetworkPolicyDenied = "ofsdn_network_policy_denied_packets_total"
 )
 
 // Label values of the event metrics, pre-created so that the set of series is fixed.
@@ -83,7 +100,9 @@ var (
 	// CNICommands are the command label's values (cni/server.Observer's set).
 	CNICommands = []string{"ADD", "DEL", "CHECK", "STATUS", "GC", "other"}
 	// AddSteps are the step label's values (controller.Hooks.AddStep's set).
-	AddSteps = []string{"ipam", "veth", "ovsdb", "openflow"}
+	AddSteps = []string{"policy", "ipam", "veth", "ovsdb", "openflow"}
+	// Directions are the direction label's values of the NetworkPolicy metrics.
+	Directions = []string{"ingress", "egress"}
 	// BatchKinds are the kind label's values (controller.Hooks.FlowOp's set).
 	BatchKinds = []string{"flow_mod", "bundle"}
 	// RepairKinds are the kind label's values of OpenFlowRepairs
@@ -129,6 +148,19 @@ type NodeStats struct {
 	Peers int
 	// Ready reports whether the daemon is ready (what /readyz says).
 	Ready bool
+	// Policy is the NetworkPolicy state; nil when the node does not enforce it.
+	Policy *PolicyStats
+}
+
+// PolicyStats is the NetworkPolicy part of a NodeStats sample.
+type PolicyStats struct {
+	// Policies and Rules are the model's policies and the compiled rules on this node.
+	Policies, Rules int
+	// Flows is the number of rule flows by direction ("ingress", "egress").
+	Flows map[string]int
+	// Denied is the number of packets dropped by default-deny flows by direction,
+	// monotonic.
+	Denied map[string]uint64
 }
 
 // Metrics is the daemon's registry and its instruments. Create it with New; all methods
@@ -143,6 +175,8 @@ type Metrics struct {
 	batchErrors   *prometheus.CounterVec
 	batchDuration *prometheus.HistogramVec
 	repairs       *prometheus.CounterVec
+	polRealize    prometheus.Histogram
+	polErrors     prometheus.Counter
 
 	mu     sync.Mutex
 	source func() NodeStats
@@ -183,6 +217,14 @@ func New() *Metrics {
 	for _, k := range RepairKinds {
 		m.repairs.WithLabelValues(k)
 	}
+	m.polRealize = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: NetworkPolicyRealization, Buckets: StepBuckets,
+		Help: "Time from a NetworkPolicy-relevant API event (or a pod ADD) to the switch confirming its flows.",
+	})
+	m.polErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: NetworkPolicyRealizationErrors,
+		Help: "NetworkPolicy changes whose bundle failed; a full resynchronisation retries them.",
+	})
 	for _, k := range BatchKinds {
 		m.batches.WithLabelValues(k)
 		m.flowMods.WithLabelValues(k)
@@ -200,7 +242,7 @@ func New() *Metrics {
 	buildInfo.WithLabelValues(version, revision, runtime.Version()).Set(1)
 
 	m.reg.MustRegister(m.cniDuration, m.addStep, m.batches, m.flowMods, m.batchErrors,
-		m.batchDuration, m.repairs, buildInfo, nodeCollector{m},
+		m.batchDuration, m.repairs, m.polRealize, m.polErrors, buildInfo, nodeCollector{m},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -250,6 +292,15 @@ func (m *Metrics) FlowRepair(kind string, n int) {
 	m.repairs.WithLabelValues(bounded(kind, RepairKinds)).Add(float64(n))
 }
 
+// PolicyRealize records one NetworkPolicy change reaching the switch (or failing to); it
+// is controller.Hooks.PolicyRealize.
+func (m *Metrics) PolicyRealize(d time.Duration, err error) {
+	m.polRealize.Observe(d.Seconds())
+	if err != nil {
+		m.polErrors.Inc()
+	}
+}
+
 // Sample reads the source once (the zero NodeStats without one); the collector calls it
 // at every scrape.
 func (m *Metrics) Sample() NodeStats {
@@ -276,7 +327,12 @@ var (
 	descOVSDBRecon = prometheus.NewDesc(OVSDBReconnects, "OVSDB sessions with ovsdb-server re-established after the first one.", nil, nil)
 	descPeers      = prometheus.NewDesc(Peers, "Peer nodes known to this node (0 until the overlay exists).", nil, nil)
 	descReady      = prometheus.NewDesc(Ready, "1 while the daemon is ready (/readyz answers 200), else 0.", nil, nil)
-	nodeCollectors = []*prometheus.Desc{descLocalPods, descPool, descAllocated, descFlows, descOFUp, descOVSDBUp, descOFRecon, descOVSDBRecon, descPeers, descReady}
+	descPolicies   = prometheus.NewDesc(NetworkPolicies, "NetworkPolicies in the node's model of the API.", nil, nil)
+	descPolRules   = prometheus.NewDesc(NetworkPolicyRules, "Compiled NetworkPolicy rules (conjunctions) with flows on this node.", nil, nil)
+	descPolFlows   = prometheus.NewDesc(NetworkPolicyFlows, "NetworkPolicy rule flows on this node, by direction.", []string{"direction"}, nil)
+	descPolDenied  = prometheus.NewDesc(NetworkPolicyDenied, "Packets (first packets of new connections) dropped by isolated pods' default-deny flows, by direction.", []string{"direction"}, nil)
+	nodeCollectors = []*prometheus.Desc{descLocalPods, descPool, descAllocated, descFlows, descOFUp, descOVSDBUp, descOFRecon, descOVSDBRecon, descPeers, descReady,
+		descPolicies, descPolRules, descPolFlows, descPolDenied}
 )
 
 func (c nodeCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -302,6 +358,14 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descOVSDBRecon, prometheus.CounterValue, float64(s.OVSDBReconnects))
 	gauge(descPeers, float64(s.Peers))
 	gauge(descReady, b2f(s.Ready))
+	if p := s.Policy; p != nil {
+		gauge(descPolicies, float64(p.Policies))
+		gauge(descPolRules, float64(p.Rules))
+		for _, d := range Directions {
+			gauge(descPolFlows, float64(p.Flows[d]), d)
+			ch <- prometheus.MustNewConstMetric(descPolDenied, prometheus.CounterValue, float64(p.Denied[d]), d)
+		}
+	}
 }
 
 // FlowsByStage turns per-table flow counts into per-stage counts: every stage of the

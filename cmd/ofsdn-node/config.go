@@ -100,6 +100,26 @@ type Config struct {
 	// PluginBinary is the plugin binary to install; default "ofsdn" next to this daemon's
 	// executable.
 	PluginBinary string `json:"pluginBinary"`
+
+	// NetworkPolicy enforces Kubernetes NetworkPolicy (networking.k8s.io/v1) in the
+	// pipeline; default true with topology "kubernetes" (it needs the API: get, list and
+	// watch on pods, namespaces and networkpolicies), and it cannot be on without it.
+	NetworkPolicy *bool `json:"networkPolicy"`
+	// PolicyDenyLog logs each denied new connection (one structured line: source,
+	// destination, protocol, port, direction), rate-limited in the switch; default false.
+	PolicyDenyLog bool `json:"policyDenyLog"`
+	// PolicyDenyLogRate is the deny log's limit in packets per second per node (the
+	// OpenFlow meter's rate); default 100.
+	PolicyDenyLogRate int `json:"policyDenyLogRate"`
+}
+
+// policyOn reports whether NetworkPolicy is enforced: networkPolicy, defaulting to the
+// Kubernetes topology.
+func (c Config) policyOn() bool {
+	if c.NetworkPolicy != nil {
+		return *c.NetworkPolicy
+	}
+	return c.Topology == "kubernetes"
 }
 
 func defaultConfig() Config {
@@ -120,8 +140,9 @@ func defaultConfig() Config {
 		FlowAuditInterval: "30s",
 		LogFormat:         "text",
 
-		MetricsAddress: metrics.DefaultAddress,
-		TunnelType:     "vxlan",
+		MetricsAddress:    metrics.DefaultAddress,
+		TunnelType:        "vxlan",
+		PolicyDenyLogRate: 100,
 	}
 }
 
@@ -163,6 +184,13 @@ func loadConfig(args []string) (Config, error) {
 	fs.StringVar(&cfg.CNIBinDir, "cni-bin-dir", cfg.CNIBinDir, "install the plugin binary here once ready (e.g. /opt/cni/bin)")
 	fs.StringVar(&cfg.CNIConfDir, "cni-conf-dir", cfg.CNIConfDir, "write the conflist here once ready (e.g. /etc/cni/net.d)")
 	fs.StringVar(&cfg.PluginBinary, "plugin-binary", cfg.PluginBinary, "plugin binary to install (default ofsdn next to this executable)")
+	fs.Func("network-policy", "enforce Kubernetes NetworkPolicy: true or false (default true with -topology kubernetes)", func(v string) error {
+		b, err := strconv.ParseBool(v)
+		cfg.NetworkPolicy = &b
+		return err
+	})
+	fs.BoolVar(&cfg.PolicyDenyLog, "policy-deny-log", cfg.PolicyDenyLog, "log each connection NetworkPolicy denies (rate-limited in the switch)")
+	fs.IntVar(&cfg.PolicyDenyLogRate, "policy-deny-log-rate", cfg.PolicyDenyLogRate, "deny log limit, packets per second per node")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -176,7 +204,7 @@ func loadConfig(args []string) (Config, error) {
 			return cfg, fmt.Errorf("config file %s: %w", *file, err)
 		}
 		if err := yaml.UnmarshalStrict(b, &fromFile); err != nil {
-			return cfg, fmt.Errorf("config file %s: %w (keys are: podSubnet, bridge, gateway, datapathType, ovsdb, ovsRunDir, socket, dataDir, mtu, startTimeout, addTimeout, flowAuditInterval, logLevel, logFormat, metricsAddress, ctlSocket, topology, topologyFile, nodeName, kubeconfig, clusterCIDR, serviceCIDR, nodeIP, tunnelType, tunnelPort, masquerade, cniBinDir, cniConfDir, pluginBinary)", *file, err)
+			return cfg, fmt.Errorf("config file %s: %w (keys are: podSubnet, bridge, gateway, datapathType, ovsdb, ovsRunDir, socket, dataDir, mtu, startTimeout, addTimeout, flowAuditInterval, logLevel, logFormat, metricsAddress, ctlSocket, topology, topologyFile, nodeName, kubeconfig, clusterCIDR, serviceCIDR, nodeIP, tunnelType, tunnelPort, masquerade, cniBinDir, cniConfDir, pluginBinary, networkPolicy, policyDenyLog, policyDenyLogRate)", *file, err)
 		}
 		// The flag variables point into cfg: parsing again re-applies only the flags given
 		// explicitly, over the file's values.
@@ -267,6 +295,12 @@ func (c Config) validate() error {
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		return fmt.Errorf("config logFormat %q: want text or json", c.LogFormat)
+	}
+	if c.policyOn() && c.Topology != "kubernetes" {
+		return fmt.Errorf("config networkPolicy: NetworkPolicy needs the Kubernetes API; set topology: kubernetes, or networkPolicy: false")
+	}
+	if c.PolicyDenyLogRate < 1 || c.PolicyDenyLogRate > 1000000 {
+		return fmt.Errorf("config policyDenyLogRate %d: want 1..1000000 packets per second", c.PolicyDenyLogRate)
 	}
 	return nil
 }

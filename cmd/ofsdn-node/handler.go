@@ -19,6 +19,7 @@ import (
 
 	"github.com/ofsdn/ofsdn/cni"
 	"github.com/ofsdn/ofsdn/controller"
+	"github.com/ofsdn/ofsdn/policy"
 )
 
 type handler struct {
@@ -86,6 +87,12 @@ func (h *handler) Add(ctx context.Context, req *cni.Request) (*current.Result, e
 	a, err := h.node.AddPod(ctx, pr)
 	h.logOutcome("ADD", pr, start, err)
 	if err != nil {
+		if errors.Is(err, policy.ErrPodUnknown) {
+			// NetworkPolicy needs the Pod before the pod gets any flow: the kubelet retries.
+			return nil, types.NewError(types.ErrTryAgainLater,
+				fmt.Sprintf("ADD of %s: NetworkPolicy is enforced and the Pod is not known to this node's informers within %s (addTimeout); nothing was created, try again later", pr, h.addTimeout),
+				err.Error())
+		}
 		if errors.Is(err, context.DeadlineExceeded) && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			step := "waiting for another operation on the same pod"
 			var se *controller.StepError

@@ -109,12 +109,17 @@ func run(args []string) error {
 		// node's first flow sync: a restart replaces the earlier run's flows in one bundle.
 		overlay = cl.overlayOptions(cfg)
 	}
+	// NetworkPolicy: informers synced before the node's first flow sync.
+	pol, err := startPolicy(sctx, ctx, cfg, log)
+	if err != nil {
+		return err
+	}
 	auditInterval, _ := time.ParseDuration(cfg.FlowAuditInterval) // checked by loadConfig
 	node, err := controller.StartNode(sctx, db, controller.NodeOptions{
 		Bridge: cfg.Bridge, Gateway: cfg.Gateway, DatapathType: cfg.DatapathType,
 		PodSubnet: subnet, MTU: mtu, OVSRunDir: cfg.OVSRunDir, DataDir: cfg.DataDir,
 		EchoInterval: 5 * time.Second, Logger: log, Hooks: obs.hooks(), Overlay: overlay,
-		FlowAuditInterval: auditInterval,
+		FlowAuditInterval: auditInterval, Policy: pol,
 	})
 	if err != nil {
 		return err

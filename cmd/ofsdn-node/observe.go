@@ -59,7 +59,8 @@ func startObserver(cfg Config, srv *server.Server, log *slog.Logger) (*observer,
 
 // hooks returns the node's observer hooks.
 func (o *observer) hooks() controller.Hooks {
-	return controller.Hooks{AddStep: o.metrics.AddStep, FlowOp: o.metrics.FlowOp, FlowRepair: o.metrics.FlowRepair}
+	return controller.Hooks{AddStep: o.metrics.AddStep, FlowOp: o.metrics.FlowOp, FlowRepair: o.metrics.FlowRepair,
+		PolicyRealize: o.metrics.PolicyRealize}
 }
 
 // setDB records the OVSDB client once connected and counts its reconnections.
@@ -125,6 +126,13 @@ func (o *observer) stats() metrics.NodeStats {
 		s.OpenFlowReconnects = n.Switch().Reconnects()
 		if ov := n.Overlay(); ov != nil {
 			s.Peers = len(ov.Peers())
+		}
+		if st := n.PolicyStatus(); st != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			denied, err := n.PolicyDenied(ctx) // the totals so far even on error
+			cancel()
+			_ = err
+			s.Policy = &metrics.PolicyStats{Policies: st.Policies, Rules: st.Conjunctions, Flows: st.RuleFlows, Denied: denied}
 		}
 		s.Ready = o.readiness() == nil
 	}

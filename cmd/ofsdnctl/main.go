@@ -104,8 +104,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		var peers []ctl.Peer
 		peers, err = c.Peers(ctx)
 		v, table = peers, func(w *tabwriter.Writer) { peerTable(w, peers) }
+	case "policies":
+		var rep ctl.PolicyReport
+		rep, err = c.Policies(ctx)
+		v, table = rep, func(w *tabwriter.Writer) { policyTable(w, rep) }
 	default:
-		fmt.Fprintf(stderr, "ofsdnctl: unknown command %q: want pods, flows or peers\n", cmd)
+		fmt.Fprintf(stderr, "ofsdnctl: unknown command %q: want pods, flows, peers or policies\n", cmd)
 		return 2
 	}
 	if err != nil {
@@ -142,10 +146,48 @@ func filterStage(stages []ctl.Stage, name string) ([]ctl.Stage, error) {
 }
 
 func podTable(w io.Writer, pods []ctl.Pod) {
-	fmt.Fprintln(w, "NAMESPACE/NAME\tCONTAINER ID\tIFNAME\tIP\tMAC\tOFPORT\tHOST VETH")
+	fmt.Fprintln(w, "NAMESPACE/NAME\tCONTAINER ID\tIFNAME\tIP\tMAC\tOFPORT\tHOST VETH\tISOLATION")
 	for _, p := range pods {
-		fmt.Fprintf(w, "%s/%s\t%s\t%s\t%s\t%s\t%d\t%s\n", dash(p.Namespace), dash(p.Name), p.ContainerID,
-			p.IfName, p.IP, p.MAC, p.OFPort, p.HostVeth)
+		fmt.Fprintf(w, "%s/%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", dash(p.Namespace), dash(p.Name), p.ContainerID,
+			p.IfName, p.IP, p.MAC, p.OFPort, p.HostVeth, dash(p.Isolation))
+	}
+}
+
+// policyTable prints the policy state, then per pod its isolation and policies, its
+// rules with the packets they allowed and their flows, and the packets denied.
+func policyTable(w io.Writer, r ctl.PolicyReport) {
+	if !r.Enabled {
+		fmt.Fprintln(w, "NetworkPolicy is not enforced on this node (networkPolicy: false, or no Kubernetes topology)")
+		return
+	}
+	state := "synced"
+	if !r.Synced {
+		state = "NOT SYNCED"
+	}
+	fmt.Fprintf(w, "NetworkPolicy: informers %s; %d policies, %d pods, %d namespaces in the model; %d rules on this node (%d ingress, %d egress flows)\n",
+		state, r.Policies, r.Pods, r.Namespaces, r.Rules, r.RuleFlows["ingress"], r.RuleFlows["egress"])
+	if r.Dirty {
+		fmt.Fprintf(w, "WARNING: the switch lags a change being retried: %s\n", r.LastError)
+	}
+	fmt.Fprintln(w, "POD\tISOLATED\tINGRESS POLICIES\tEGRESS POLICIES\tDENIED IN\tDENIED OUT")
+	for _, p := range r.PodPolicies {
+		iso := "none"
+		switch {
+		case p.IngressIsolated && p.EgressIsolated:
+			iso = "ingress+egress"
+		case p.IngressIsolated:
+			iso = "ingress"
+		case p.EgressIsolated:
+			iso = "egress"
+		}
+		fmt.Fprintf(w, "%s/%s\t%s\t%s\t%s\t%d\t%d\n", p.Namespace, p.Name, iso, dash(strings.Join(p.IngressPolicies, ",")),
+			dash(strings.Join(p.EgressPolicies, ",")), p.Denied["ingress"], p.Denied["egress"])
+		for _, rule := range p.Rules {
+			fmt.Fprintf(w, "  rule %s\tports %s\tconj %d\tallowed %d\t\t\n", rule.Rule, rule.Group, rule.ConjID, rule.Allowed)
+			for _, f := range rule.Flows {
+				fmt.Fprintf(w, "    %d packets\t%s\t\t\t\t\n", f.Packets, stripPrefix(f.Flow))
+			}
+		}
 	}
 }
 

@@ -15,7 +15,14 @@ type src struct{}
 
 func (src) Pods() ([]ctl.Pod, error) {
 	return []ctl.Pod{{ContainerID: "abc123", IfName: "eth0", Namespace: "default", Name: "web", IP: "10.128.0.2/24",
-		MAC: "0a:58:0a:80:00:02", OFPort: 2, HostVeth: "ofs0123456789ab"}}, nil
+		MAC: "0a:58:0a:80:00:02", OFPort: 2, HostVeth: "ofs0123456789ab", Isolation: "ingress"}}, nil
+}
+
+func (src) Policies(context.Context) (ctl.PolicyReport, error) {
+	return ctl.PolicyReport{Enabled: true, Synced: true, Policies: 1, Rules: 1, RuleFlows: map[string]int{"ingress": 3},
+		PodPolicies: []ctl.PodPolicy{{Namespace: "default", Name: "web", IngressIsolated: true, IngressPolicies: []string{"allow-b"},
+			Denied: map[string]uint64{"ingress": 4}, Rules: []ctl.PolicyRule{{Rule: "default/allow-b ingress[0]", Group: "*", ConjID: 7, Allowed: 2,
+				Flows: []ctl.Flow{{Packets: 2, Flow: `cookie=0x1, table="ingress_rules", priority=200,conj_id=7,ip actions=goto_table:"conntrack_commit"`}}}}}}}, nil
 }
 
 func (src) Flows(context.Context) ([]ctl.Stage, error) {
@@ -52,6 +59,16 @@ func TestCommands(t *testing.T) {
 	var pods []ctl.Pod
 	if code != 0 || json.Unmarshal([]byte(out), &pods) != nil || len(pods) != 1 || pods[0].OFPort != 2 {
 		t.Errorf("pods -o json (flags after the command): %d\n%s", code, out)
+	}
+	_, out, _ = ofsdnctl(t, "-socket", sock, "pods")
+	if !strings.Contains(strings.Split(out, "\n")[0], "ISOLATION") || !strings.Contains(out, "ingress") {
+		t.Errorf("pods table has no ISOLATION column:\n%s", out)
+	}
+	code, out, errs = ofsdnctl(t, "-socket", sock, "policies")
+	for _, want := range []string{"1 policies", "default/web", "allow-b", "rule default/allow-b ingress[0]", "conj 7", "allowed 2", "priority=200,conj_id=7,ip"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("policies lacks %q: %d\n%s%s", want, code, out, errs)
+		}
 	}
 	code, out, _ = ofsdnctl(t, "-socket", sock, "flows")
 	for _, want := range []string{"classifier", `priority=100,in_port=2 actions=goto_table:"spoof_guard"`, "(not ofsdn's) priority=5", "MISSING on the switch: priority=100,ip,nw_dst=10.128.0.2"} {

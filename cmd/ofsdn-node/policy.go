@@ -1,0 +1,38 @@
+package main
+
+// NetworkPolicy: the informers start before the node, and the node starts only once they
+// have synced, so that its first flow sync already holds every restored pod's policy.
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/ofsdn/ofsdn/controller"
+	"github.com/ofsdn/ofsdn/policy"
+)
+
+// startPolicy starts the policy informers (until runCtx ends) and waits, bounded by
+// waitCtx (startTimeout), for them to sync. Without policy (config networkPolicy) it
+// returns nil.
+func startPolicy(waitCtx, runCtx context.Context, cfg Config, log *slog.Logger) (*controller.PolicyOptions, error) {
+	if !cfg.policyOn() {
+		return nil, nil
+	}
+	client, err := kubeClient(cfg.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	agent := policy.NewAgent()
+	w := &policy.Watcher{Client: client, Agent: agent, Logger: log}
+	errc := make(chan error, 1)
+	go func() { errc <- w.Run(runCtx) }()
+	select {
+	case <-agent.Synced():
+	case err := <-errc:
+		return nil, fmt.Errorf("network policy informers: %w", err)
+	case <-waitCtx.Done():
+		return nil, fmt.Errorf("network policy: the Pod, Namespace and NetworkPolicy informers did not sync within startTimeout: check the API server and that the ClusterRole grants get, list and watch on pods, namespaces and networking.k8s.io networkpolicies (or set networkPolicy: false)")
+	}
+	return &controller.PolicyOptions{Agent: agent, DenyLog: cfg.PolicyDenyLog, DenyLogRate: uint32(cfg.PolicyDenyLogRate)}, nil
+}

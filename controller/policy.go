@@ -1,0 +1,573 @@
+package controller
+
+// NetworkPolicy on the node: the policy agent's changes become flows.
+//
+// The agent (package policy) computes, per event, the conjunctions whose clauses changed
+// and the local pods whose isolation changed, and hands them here under its lock, in
+// order. Conjunctions go into a flows.PolicyFlowSet (the rule flows, merged by match),
+// kept in the flow store under the owner "policy"; an isolation change rewrites that
+// pod's own flows (its forwarding flows plus its default-deny flows, owner the pod). Both
+// go to the switch in ONE bundle per event, so a new rule and the isolation it brings
+// appear together.
+//
+// A pod ADD attaches the pod to the agent under the same lock and installs its forwarding
+// flows, its default-deny flows and the rule flows it brings in one bundle: a pod is never
+// reachable before its policy applies. The ADD first waits (bounded by its context, the
+// daemon's addTimeout) until the informers have synced and the Pod is known.
+//
+// A failed bundle (switch gone, resynchronising) leaves the store at its previous state
+// while the flow set moved on; the realizer marks itself dirty and a background loop
+// retries a full resynchronisation of the policy owner and the attached pods every
+// second until it succeeds. Conjunction ids the engine released are freed only when the
+// switch is known to hold no flow with them (a successful change while not dirty, or a
+// successful resynchronisation).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/ofsdn/ofsdn/flows"
+	"github.com/ofsdn/ofsdn/policy"
+)
+
+// ownerPolicy is the flow store owner of every rule flow (kind OwnerPolicy, id 0; the
+// flows' cookies carry their conjunction ids, see flows.PolicyOwner).
+var ownerPolicy = flows.PolicyOwner(0)
+
+// PolicyOptions turns NetworkPolicy enforcement on for a node.
+type PolicyOptions struct {
+	// Agent is the policy agent, fed by a policy.Watcher. StartNode requires it to have
+	// synced (Agent.Synced closed), so the first flow sync holds every pod's policy.
+	Agent *policy.Agent
+	// DenyLog sends the first packet of each denied connection to the daemon (through
+	// meter flows.DenyLogMeter) to be logged.
+	DenyLog bool
+	// DenyLogRate is the meter's rate in packets per second (1..); 0 = 100.
+	DenyLogRate uint32
+	// RealizeTimeout bounds one event's bundle; 0 = 30 s.
+	RealizeTimeout time.Duration
+}
+
+// policyTables returns the egress_rules and ingress_rules table ids.
+func policyTables() (egress, ingress flows.TableID) {
+	egress, _ = flows.StageTable(flows.StageEgressRules)
+	ingress, _ = flows.StageTable(flows.StageIngressRules)
+	return egress, ingress
+}
+
+// policyRealizer turns the agent's changes into flows for one node.
+type policyRealizer struct {
+	n    *Node
+	opts PolicyOptions
+	ids  *policy.ConjIDs
+
+	mu       sync.Mutex
+	set      *flows.PolicyFlowSet
+	iso      map[string]policy.Isolation // pod ns/name → isolation
+	attached map[string]*Attachment      // pod ns/name → its attachment
+	dirty    bool                        // the store may lag set/iso: resynchronise
+	lastErr  error
+
+	deniedMu   sync.Mutex
+	deniedSeen map[string]uint64 // deny flow (cookie+match) → its last counter
+	denied     map[string]uint64 // direction → packets, monotonic
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+func newPolicyRealizer(n *Node, opts PolicyOptions) *policyRealizer {
+	if opts.DenyLogRate == 0 {
+		opts.DenyLogRate = 100
+	}
+	if opts.RealizeTimeout == 0 {
+		opts.RealizeTimeout = 30 * time.Second
+	}
+	p := &policyRealizer{
+		n: n, opts: opts, set: flows.NewPolicyFlowSet(n.config()),
+		iso: map[string]policy.Isolation{}, attached: map[string]*Attachment{},
+		deniedSeen: map[string]uint64{}, denied: map[string]uint64{"ingress": 0, "egress": 0},
+		stop: make(chan struct{}), done: make(chan struct{}),
+	}
+	opts.Agent.View(func(e *policy.Engine) { p.ids = e.ConjIDs() })
+	return p
+}
+
+func podKeyOf(a *Attachment) string { return a.PodNamespace + "/" + a.PodName }
+
+func localPodOf(a *Attachment) policy.LocalPod {
+	ip, _ := netip.AddrFromSlice(a.IP.IP.To4())
+	return policy.LocalPod{Namespace: a.PodNamespace, Name: a.PodName, IP: ip, OFPort: a.OFPort}
+}
+
+// load records the restored attachments in the engine and loads the whole policy state
+// into the store (installed by the node's first sync); then it starts receiving the
+// agent's changes. It runs before the first sync, after the informers synced.
+func (p *policyRealizer) load(restored []*Attachment) {
+	a := p.opts.Agent
+	for _, att := range restored {
+		if att.PodName == "" {
+			continue
+		}
+		lp := localPodOf(att)
+		a.Update(func(e *policy.Engine) policy.Changes { return e.SetLocalPod(lp) })
+	}
+	a.SetRealizer(p.realize, func(e *policy.Engine) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, c := range e.Conjunctions() {
+			p.set.Set(ruleOf(c))
+		}
+		for _, att := range restored {
+			if att.PodName == "" {
+				continue
+			}
+			k := podKeyOf(att)
+			p.attached[k] = att
+			p.iso[k] = e.Isolation(att.PodNamespace, att.PodName)
+		}
+		p.n.store.Load(ownerPolicy, p.set.Flows())
+		for _, att := range restored {
+			p.n.store.Load(att.owner(), p.podFlows(att))
+		}
+		// Nothing is installed with this run's ids yet.
+		p.ids.Free(p.ids.Pending()...)
+	})
+	go p.resyncLoop()
+}
+
+// podFlows returns an attachment's flows: forwarding and, by its isolation, default deny.
+// A pod without CNI_ARGS names gets no policy flows (it cannot be attached: ADD refuses
+// it while policy is on).
+func (p *policyRealizer) podFlows(a *Attachment) []flows.Flow {
+	cfg := p.n.config()
+	fs := flows.PodFlows(cfg, a.flowPod())
+	iso, ok := p.iso[podKeyOf(a)]
+	if !ok {
+		iso = policy.Isolation{Ingress: true, Egress: true} // not known: fail closed
+	}
+	return append(fs, flows.PodPolicyFlows(cfg, a.flowPod(), iso.Ingress, iso.Egress)...)
+}
+
+// ruleOf converts a compiled conjunction to the flows' terms.
+func ruleOf(c *policy.Conjunction) flows.PolicyRule {
+	r := flows.PolicyRule{ID: c.ID, Egress: c.Key.Direction == policy.Egress, AnyPeer: c.AnyPeer, AnyPort: c.AnyPort}
+	for _, lp := range c.Pods {
+		r.Pods = append(r.Pods, flows.Pod{OFPort: lp.OFPort, IP: net.IP(lp.IP.AsSlice())})
+	}
+	for _, pr := range c.Peers {
+		r.Peers = append(r.Peers, &net.IPNet{IP: net.IP(pr.Addr().AsSlice()), Mask: net.CIDRMask(pr.Bits(), 32)})
+	}
+	for _, pm := range c.Ports {
+		r.Ports = append(r.Ports, flows.PolicyPort{Proto: uint8(pm.Protocol), Port: pm.Value, Mask: pm.Mask})
+	}
+	return r
+}
+
+// applyLocked applies changes to the flow set and isolation map and returns the store
+// updates that realize them. p.mu is held.
+func (p *policyRealizer) applyLocked(ch policy.Changes) []OwnerUpdate {
+	changed := map[string]bool{}
+	for _, c := range ch.Conjunctions {
+		var keys []string
+		if c.New != nil {
+			keys = p.set.Set(ruleOf(c.New))
+		} else {
+			keys = p.set.Remove(c.Old.ID)
+		}
+		for _, k := range keys {
+			changed[k] = true
+		}
+	}
+	keys := make([]string, 0, len(changed))
+	for k := range changed {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	pol := OwnerUpdate{Owner: ownerPolicy}
+	for _, k := range keys {
+		if f, ok := p.set.Flow(k); ok {
+			pol.Flows = append(pol.Flows, f)
+		} else {
+			pol.Delete = append(pol.Delete, k)
+		}
+	}
+	var ups []OwnerUpdate
+	if len(pol.Flows)+len(pol.Delete) > 0 {
+		ups = append(ups, pol)
+	}
+	for _, ic := range ch.Isolation {
+		k := ic.Pod.Key()
+		p.iso[k] = ic.New
+		if a := p.attached[k]; a != nil {
+			ups = append(ups, OwnerUpdate{Owner: a.owner(), Replace: true, Flows: p.podFlows(a)})
+		}
+	}
+	return ups
+}
+
+// realize is the agent's Realizer: one bundle per event.
+func (p *policyRealizer) realize(ch policy.Changes, seen time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ups := p.applyLocked(ch)
+	ctx, cancel := context.WithTimeout(p.n.runCtx, p.opts.RealizeTimeout)
+	defer cancel()
+	err := p.n.store.Update(ctx, ups)
+	p.afterLocked(err)
+	if h := p.n.opts.Hooks.PolicyRealize; h != nil {
+		h(time.Since(seen), err)
+	}
+	if err != nil {
+		p.n.log.Warn("network policy change not on the switch yet; retrying with a full resynchronisation",
+			"conjunctions", len(ch.Conjunctions), "isolation_changes", len(ch.Isolation), "err", err)
+	}
+}
+
+// afterLocked records the outcome of a store change. p.mu is held.
+func (p *policyRealizer) afterLocked(err error) {
+	p.lastErr = err
+	if err != nil {
+		p.dirty = true
+		return
+	}
+	if !p.dirty {
+		p.ids.Free(p.ids.Pending()...)
+	}
+}
+
+// resyncLoop retries a full resynchronisation every second while dirty.
+func (p *policyRealizer) resyncLoop() {
+	defer close(p.done)
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-t.C:
+		}
+		p.mu.Lock()
+		if p.dirty {
+			ups := []OwnerUpdate{{Owner: ownerPolicy, Replace: true, Flows: p.set.Flows()}}
+			for _, a := range p.attached {
+				ups = append(ups, OwnerUpdate{Owner: a.owner(), Replace: true, Flows: p.podFlows(a)})
+			}
+			ctx, cancel := context.WithTimeout(p.n.runCtx, p.opts.RealizeTimeout)
+			err := p.n.store.Update(ctx, ups)
+			cancel()
+			if err == nil {
+				p.dirty = false
+				p.ids.Free(p.ids.Pending()...)
+				p.n.log.Info("network policy flows resynchronised", "rule_flows", p.set.Len(), "pods", len(p.attached))
+			}
+			p.lastErr = err
+		}
+		p.mu.Unlock()
+	}
+}
+
+// close stops delivery from the agent and the resynchronisation loop.
+func (p *policyRealizer) close() {
+	p.opts.Agent.SetRealizer(nil, nil)
+	select {
+	case <-p.stop:
+	default:
+		close(p.stop)
+	}
+	<-p.done
+}
+
+// errNoPodName is returned by ADD when policy is on and CNI_ARGS do not name the pod.
+var errNoPodName = errors.New("network policy is on: CNI_ARGS must name the pod (K8S_POD_NAMESPACE and K8S_POD_NAME), as the kubelet does")
+
+// waitPod waits (bounded by ctx) until the Pod of req is known to the informers.
+func (p *policyRealizer) waitPod(ctx context.Context, req PodRequest) error {
+	if req.PodNamespace == "" || req.PodName == "" {
+		return errNoPodName
+	}
+	return p.opts.Agent.WaitPod(ctx, req.PodNamespace, req.PodName)
+}
+
+// attach records a's pod in the agent and installs its forwarding flows, its default-deny
+// flows and the rule flows it brings, in one bundle. On error nothing of it is installed
+// and the agent has forgotten the pod.
+func (p *policyRealizer) attach(ctx context.Context, a *Attachment) error {
+	if a.PodNamespace == "" || a.PodName == "" {
+		return errNoPodName
+	}
+	k := podKeyOf(a)
+	return p.opts.Agent.Attach(ctx, localPodOf(a), func(ch policy.Changes) error {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.attached[k] = a
+		ups := p.applyLocked(ch)
+		own := false
+		for _, u := range ups {
+			own = own || u.Owner == a.owner()
+		}
+		if !own { // isolation unchanged (a pod of the same name attached before): still its flows
+			ups = append(ups, OwnerUpdate{Owner: a.owner(), Replace: true, Flows: p.podFlows(a)})
+		}
+		err := p.n.store.Update(ctx, ups)
+		if err != nil {
+			delete(p.attached, k)
+			delete(p.iso, k)
+			p.dirty = true // the set holds the attach until the agent's undo reaches it
+			p.lastErr = err
+			return err
+		}
+		p.afterLocked(nil)
+		return nil
+	})
+}
+
+// detach forgets a's pod in the agent (its rule flows go) before its own flows are
+// deleted; after it, no policy change rewrites the pod's flows.
+func (p *policyRealizer) detach(a *Attachment) {
+	if a.PodNamespace == "" || a.PodName == "" {
+		return
+	}
+	k := podKeyOf(a)
+	p.mu.Lock()
+	cur := p.attached[k]
+	p.mu.Unlock()
+	if cur != nil && cur != a && cur.key() != a.key() {
+		return // the pod's name now belongs to another attachment (a new sandbox)
+	}
+	p.opts.Agent.Detach(a.PodNamespace, a.PodName)
+	p.mu.Lock()
+	delete(p.attached, k)
+	delete(p.iso, k)
+	p.mu.Unlock()
+}
+
+// PolicyStatus describes the node's policy enforcement, for inspection and metrics.
+type PolicyStatus struct {
+	// Synced is true once the informers have synced.
+	Synced bool
+	// Pods, Namespaces, Policies are the model's sizes.
+	Pods, Namespaces, Policies int
+	// Conjunctions are the compiled rules (parts of rules) with local pods.
+	Conjunctions int
+	// RuleFlows is the number of rule flows by direction ("ingress", "egress").
+	RuleFlows map[string]int
+	// Versions is, per kind, the highest API resourceVersion realized (policy.Agent.Versions).
+	Versions map[string]uint64
+	// Dirty is true while the switch may lag (a failed change being retried).
+	Dirty bool
+	// LastError is the last realization error, "" if the last one succeeded.
+	LastError string
+}
+
+// PolicyStatus returns the node's policy state, or nil when policy is off.
+func (n *Node) PolicyStatus() *PolicyStatus {
+	p := n.policy
+	if p == nil {
+		return nil
+	}
+	st := &PolicyStatus{RuleFlows: map[string]int{"ingress": 0, "egress": 0}}
+	select {
+	case <-p.opts.Agent.Synced():
+		st.Synced = true
+	default:
+	}
+	p.opts.Agent.View(func(e *policy.Engine) {
+		st.Pods, st.Namespaces, st.Policies = e.Counts()
+		st.Conjunctions = len(e.Conjunctions())
+	})
+	st.Versions = p.opts.Agent.Versions()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ingress := policyTables()
+	for _, f := range p.set.Flows() {
+		if f.Table == ingress {
+			st.RuleFlows["ingress"]++
+		} else {
+			st.RuleFlows["egress"]++
+		}
+	}
+	st.Dirty = p.dirty
+	if p.lastErr != nil {
+		st.LastError = p.lastErr.Error()
+	}
+	return st
+}
+
+// PodPolicy is one local pod's policy view, for inspection.
+type PodPolicy struct {
+	// Namespace and Name identify the pod.
+	Namespace, Name string
+	// Ingress and Egress say whether it is isolated in each direction.
+	Ingress, Egress bool
+	// Policies are the policies selecting it.
+	Policies []policy.PolicyRef
+	// Rules are the compiled rules (conjunctions) that apply to it, with their flows.
+	Rules []PodRule
+	// Deny is the text (flows.Flow.String) of its default-deny flow by direction
+	// ("ingress", "egress"), for the directions it is isolated in.
+	Deny map[string]string
+}
+
+// PodRule is one conjunction applying to a pod, with the flows realizing it.
+type PodRule struct {
+	// Rule names the policy rule ("ns/policy ingress[0]") and Group its port group.
+	Rule, Group string
+	// ConjID is the conjunction id.
+	ConjID uint32
+	// Flows are the flows the rule contributes to (clauses and the conj_id flow).
+	Flows []flows.Flow
+	// Allow are the texts of the flows whose packets the rule let through: its conj_id
+	// flow, or for a rule on the pod alone its allow flow.
+	Allow []string
+}
+
+// PodPolicies returns the policy view of every attached pod, sorted; nil when policy is
+// off.
+func (n *Node) PodPolicies() []PodPolicy {
+	p := n.policy
+	if p == nil {
+		return nil
+	}
+	var out []PodPolicy
+	var conjs []*policy.Conjunction
+	refs := map[string][]policy.PolicyRef{}
+	p.opts.Agent.View(func(e *policy.Engine) {
+		conjs = e.Conjunctions()
+		for _, lp := range e.LocalPods() {
+			refs[lp.Key()] = e.SelectingPolicies(lp.Namespace, lp.Name)
+		}
+	})
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k, a := range p.attached {
+		iso := p.iso[k]
+		pp := PodPolicy{Namespace: a.PodNamespace, Name: a.PodName, Ingress: iso.Ingress, Egress: iso.Egress, Policies: refs[k]}
+		for _, c := range conjs {
+			for _, lp := range c.Pods {
+				if lp.Key() != k {
+					continue
+				}
+				r := PodRule{Rule: c.Key.RuleKey.String(), Group: c.Key.Group, ConjID: c.ID, Flows: p.set.RuleFlows(c.ID)}
+				for _, f := range r.Flows {
+					if _, isGoto := f.Actions[0].(flows.GotoTable); isGoto && len(f.Actions) == 1 {
+						r.Allow = append(r.Allow, f.String()) // the conj_id flow, or an allow flow
+					}
+				}
+				pp.Rules = append(pp.Rules, r)
+				break
+			}
+		}
+		pp.Deny = map[string]string{}
+		_, ingress := policyTables()
+		for _, f := range flows.PodPolicyFlows(p.n.config(), a.flowPod(), iso.Ingress, iso.Egress) {
+			dir := "egress"
+			if f.Table == ingress {
+				dir = "ingress"
+			}
+			pp.Deny[dir] = f.String()
+		}
+		out = append(out, pp)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].Namespace+"/"+out[i].Name < out[j].Namespace+"/"+out[j].Name
+	})
+	return out
+}
+
+// PodIsolation returns the NetworkPolicy isolation of the pod namespace/name and whether
+// the node enforces NetworkPolicy and has the pod attached.
+func (n *Node) PodIsolation(namespace, name string) (iso policy.Isolation, ok bool) {
+	p := n.policy
+	if p == nil {
+		return iso, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	k := namespace + "/" + name
+	if p.attached[k] == nil {
+		return iso, false
+	}
+	return p.iso[k], true
+}
+
+// PolicyCounters dumps the egress_rules and ingress_rules tables (OFPMP_FLOW, OpenFlow
+// 1.3.5 §7.3.5.2) and returns the packet counters of the daemon's desired flows there,
+// by the flow's text (flows.Flow.String()). Flows the switch lacks are absent.
+func (n *Node) PolicyCounters(ctx context.Context) (map[string]uint64, error) {
+	egress, ingress := policyTables()
+	desired := map[string]string{}
+	for _, f := range n.store.All() {
+		if f.Table == egress || f.Table == ingress {
+			desired[flowKey(uint8(f.Table), f.Priority, uint64(f.Cookie), f.FlowMod(0).Match)] = f.String()
+		}
+	}
+	out := map[string]uint64{}
+	for _, t := range []flows.TableID{egress, ingress} {
+		stats, err := n.sw.DumpFlows(ctx, uint8(t), 0, 0)
+		if err != nil {
+			return nil, fmt.Errorf("dump the %s flows: %w", t.Name(), err)
+		}
+		for _, s := range stats {
+			if text, ok := desired[flowKey(s.TableId, s.Priority, s.Cookie, s.Match)]; ok {
+				out[text] = s.PacketCount
+			}
+		}
+	}
+	return out, nil
+}
+
+// PolicyDenied returns the packets dropped by default-deny flows since the daemon started,
+// by direction ("ingress", "egress"), monotonic: it dumps the two rule stages and adds
+// each deny flow's counter growth since the last call (a flow seen again with a lower
+// counter was re-created: its whole counter counts). nil when policy is off. On a dump
+// error it returns the totals so far with the error.
+func (n *Node) PolicyDenied(ctx context.Context) (map[string]uint64, error) {
+	p := n.policy
+	if p == nil {
+		return nil, nil
+	}
+	p.deniedMu.Lock()
+	defer p.deniedMu.Unlock()
+	total := func() map[string]uint64 {
+		return map[string]uint64{"ingress": p.denied["ingress"], "egress": p.denied["egress"]}
+	}
+	egress, ingress := policyTables()
+	for _, t := range []flows.TableID{egress, ingress} {
+		stats, err := n.sw.DumpFlows(ctx, uint8(t), 0, 0)
+		if err != nil {
+			return total(), fmt.Errorf("dump the %s flows: %w", t.Name(), err)
+		}
+		dir := "egress"
+		if t == ingress {
+			dir = "ingress"
+		}
+		for _, s := range stats {
+			if s.Priority != flows.PriorityPolicyDeny || flows.Cookie(s.Cookie).Owner() != flows.OwnerPod {
+				continue
+			}
+			k := flowKey(s.TableId, s.Priority, s.Cookie, s.Match)
+			last := p.deniedSeen[k]
+			if s.PacketCount >= last {
+				p.denied[dir] += s.PacketCount - last
+			} else {
+				p.denied[dir] += s.PacketCount
+			}
+			p.deniedSeen[k] = s.PacketCount
+		}
+	}
+	return total(), nil
+}
+
+// String describes the realizer for logs.
+func (p *policyRealizer) String() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return fmt.Sprintf("network policy: %d rule flows, %d attached pods, dirty=%v", p.set.Len(), len(p.attached), p.dirty)
+}

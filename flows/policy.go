@@ -1,0 +1,469 @@
+package flows
+
+// NetworkPolicy in the pipeline: conntrack, the egress and ingress rule stages, commit.
+//
+// Design history. A NetworkPolicy rule allows (local pod × peer × port) combinations.
+// Expanding them gives N·M·K flows; OVS's conjunctive match (ovs-fields(7) "Conjunctive
+// Match Fields") gives N+M+K+1: one flow per value of each dimension with a
+// conjunction(id, k/n) action, and one flow matching conj_id=id that allows. A flow whose
+// match is a clause of several conjunctions carries all their conjunction actions, so the
+// flows of different rules share matches; PolicyFlowSet keeps, per match, which
+// conjunctions use it and rebuilds only the flows whose set changed (Antrea's
+// conjMatchFlowContext does the same).
+//
+// Stateful: only new connections are judged. Conntrack runs once per packet in a zone of
+// ofsdn's own (ConntrackZone); established and related packets (replies included) skip
+// the rule stages, so a reply passes whatever the other side's policy, and an ICMP error
+// of an allowed connection passes too. An allowed new connection is committed after both
+// the egress (source pod, on its node) and the ingress (destination pod, on its node)
+// stages let it through; across nodes each node judges the side it owns and commits in
+// its own conntrack.
+//
+// The node and its pods talk freely: the Kubernetes documentation makes traffic from a
+// pod's node always allowed (kubelet probes), and to it. Traffic from the gateway whose
+// source is the gateway's or the node's address, and traffic to those addresses, skips
+// conntrack and the rules. Traffic the host only routes (service traffic DNATed by
+// kube-proxy keeping the client pod's address, external clients) comes from the gateway
+// with other sources and is judged like any other.
+//
+// SCTP: the userspace datapath's conntrack (OVS 3.1) tracks SCTP without its ports (seen
+// here: dpctl/dump-conntrack shows sport=0,dport=0, and a new association to another port
+// between the same two addresses is +est). So SCTP packets in a connection's original
+// direction are judged by the rules every time (conntrack_state sends -new-rpl-inv+trk
+// SCTP back to egress_rules); only replies (+rpl) skip. Ports are then enforced; what
+// remains is that the peer of an allowed association can open associations back while the
+// address pair's conntrack entry lives.
+//
+// Deny: an isolated pod's default-deny flows are the pod's own (owner OwnerPod, built by
+// PodPolicyFlows), one per isolated direction, so their packet counters are that pod's
+// denied new connections, and they go with the pod's other flows.
+
+import (
+	"fmt"
+	"net"
+	"sort"
+)
+
+// ConntrackZone is the conntrack zone of every ct action ofsdn issues (0..65535): its
+// connections never mix with the host's (zone 0) or another controller's.
+const ConntrackZone uint16 = 0xff00
+
+// DenyLogMeter is the OpenFlow meter id the default-deny flows use when
+// NodeConfig.DenyLog is on: it limits the packet-ins of denied connections (the
+// controller creates it, OpenFlow 1.3.5 §7.3.4.4).
+const DenyLogMeter uint32 = 1
+
+// DenyLogMaxLen is how many bytes of a denied packet go to the controller: enough for
+// the IPv4, TCP/UDP/SCTP headers.
+const DenyLogMaxLen uint16 = 128
+
+// Priorities within the policy stages.
+const (
+	// PriorityNodeTraffic (200) in conntrack: node <-> pod traffic skips policy.
+	PriorityNodeTraffic uint16 = 200
+	// PrioritySCTPRecheck (210) in conntrack_state: SCTP in the original direction is
+	// judged again (conntrack here ignores SCTP ports).
+	PrioritySCTPRecheck uint16 = 210
+	// PriorityTracked (200) in conntrack_state: established or related skip the rules.
+	PriorityTracked uint16 = 200
+	// PriorityInvalid (190) in conntrack_state: invalid packets drop.
+	PriorityInvalid uint16 = 190
+	// PriorityServiceCIDR (220) in egress_rules: service traffic goes on (judged after
+	// the host's DNAT).
+	PriorityServiceCIDR uint16 = 220
+	// PriorityPolicyAllowAll (210): a rule that allows everything to or from a pod (a
+	// single clause) is a plain flow above the conjunctions.
+	PriorityPolicyAllowAll uint16 = 210
+	// PriorityPolicyRule (200): conjunction clause flows and conj_id flows.
+	PriorityPolicyRule uint16 = 200
+	// PriorityPolicyDeny (100): an isolated pod's default deny.
+	PriorityPolicyDeny uint16 = 100
+)
+
+// The policy stages' names (pipeline.go declares them).
+const (
+	// StageConntrack sends IP through conntrack; node <-> pod traffic skips policy.
+	StageConntrack = "conntrack"
+	// StageConntrackState lets established and related packets skip the rules.
+	StageConntrackState = "conntrack_state"
+	// StageEgressRules holds the egress rules and egress-isolated pods' default deny.
+	StageEgressRules = "egress_rules"
+	// StageIngressRules holds the ingress rules and ingress-isolated pods' default deny.
+	StageIngressRules = "ingress_rules"
+	// StageConntrackCommit commits the new connections that got through.
+	StageConntrackCommit = "conntrack_commit"
+)
+
+// PolicyOwner is the owner of the policy-rule flows of conjunction id (0 for flows shared
+// by several conjunctions' clauses).
+func PolicyOwner(id uint32) Owner { return Owner{Kind: OwnerPolicy, ID: id} }
+
+// conntrackNode: without policy everything goes on to remote; with it the node's own
+// addresses skip conntrack and the rules, and the rest goes through conntrack.
+//
+//	table=conntrack, priority=200,ip,reg0=0x1/0xf,nw_src=GWIP actions=goto_table:remote
+//	table=conntrack, priority=200,ip,nw_dst=GWIP actions=goto_table:remote
+//	table=conntrack, priority=1,ip actions=ct(table="conntrack_state",zone=65280)
+func conntrackNode(b builder) []Flow {
+	s := b.in(StageConntrack)
+	if !b.cfg.Policy {
+		return []Flow{s.flow(PipelineOwner, PriorityPass, Match{}, b.goTo("remote"))}
+	}
+	var fs []Flow
+	for _, a := range nodeAddresses(b.cfg) {
+		fs = append(fs,
+			s.flow(PipelineOwner, PriorityNodeTraffic, Match{EthType: EthTypeIPv4, Regs: []RegMark{FromGateway}, IPSrc: hostPrefix(a)}, b.goTo("remote")),
+			s.flow(PipelineOwner, PriorityNodeTraffic, Match{EthType: EthTypeIPv4, IPDst: hostPrefix(a)}, b.goTo("remote")),
+		)
+	}
+	return append(fs, s.flow(PipelineOwner, PriorityPass, Match{EthType: EthTypeIPv4}, CT{Zone: ConntrackZone, Table: b.goTo(StageConntrackState).Table}))
+}
+
+// conntrackStateNode: established and related go on to remote, SCTP in the original
+// direction is judged again, invalid drops; new connections are the stage's miss (on to
+// egress_rules).
+//
+//	table="conntrack_state", priority=210,ct_state=-new-rpl-inv+trk,sctp actions=goto_table:"egress_rules"
+//	table="conntrack_state", priority=200,ct_state=-new-inv+trk,ip actions=goto_table:remote
+//	table="conntrack_state", priority=190,ct_state=+inv+trk,ip actions=drop
+func conntrackStateNode(b builder) []Flow {
+	if !b.cfg.Policy {
+		return nil
+	}
+	s := b.in(StageConntrackState)
+	return []Flow{
+		s.flow(PipelineOwner, PrioritySCTPRecheck,
+			Match{EthType: EthTypeIPv4, IPProto: IPProtoSCTP, CTState: &CTState{Set: CTTrk, Clear: CTNew | CTRpl | CTInv}}, s.next()),
+		s.flow(PipelineOwner, PriorityTracked,
+			Match{EthType: EthTypeIPv4, CTState: &CTState{Set: CTTrk, Clear: CTNew | CTInv}}, b.goTo("remote")),
+		s.flow(PipelineOwner, PriorityInvalid,
+			Match{EthType: EthTypeIPv4, CTState: &CTState{Set: CTInv | CTTrk}}, Drop{}),
+	}
+}
+
+// egressRulesNode: traffic to the service CIDR goes on (judged after the host's DNAT,
+// when it comes back from the gateway with the backend's address).
+//
+//	table="egress_rules", priority=220,ip,nw_dst=SVC actions=goto_table:"ingress_rules"
+func egressRulesNode(b builder) []Flow {
+	if !b.cfg.Policy || b.cfg.ServiceCIDR == nil {
+		return nil
+	}
+	s := b.in(StageEgressRules)
+	return []Flow{s.flow(PipelineOwner, PriorityServiceCIDR, Match{EthType: EthTypeIPv4, IPDst: b.cfg.ServiceCIDR}, s.next())}
+}
+
+// conntrackCommitNode: new connections that got through are committed; the rest (SCTP
+// judged again) is the stage's miss, on to remote.
+//
+//	table="conntrack_commit", priority=100,ct_state=+new+trk,ip actions=ct(commit,zone=65280),goto_table:remote
+func conntrackCommitNode(b builder) []Flow {
+	if !b.cfg.Policy {
+		return nil
+	}
+	s := b.in(StageConntrackCommit)
+	return []Flow{s.flow(PipelineOwner, PriorityNormal,
+		Match{EthType: EthTypeIPv4, CTState: &CTState{Set: CTNew | CTTrk}}, CT{Commit: true, Zone: ConntrackZone}, s.next())}
+}
+
+// nodeAddresses returns the node's own IPv4 addresses as pods see them: the gateway IP
+// and, when set, the node IP.
+func nodeAddresses(cfg NodeConfig) []net.IP {
+	out := []net.IP{cfg.GatewayIP.To4()}
+	if ip := cfg.NodeIP.To4(); ip != nil && !ip.Equal(out[0]) {
+		out = append(out, ip)
+	}
+	return out
+}
+
+// PodPolicyFlows returns local pod's default-deny flows for the directions it is
+// isolated in (owner OwnerPod, so PodCookie deletes them with the pod): egress in
+// egress_rules by nw_src, ingress in ingress_rules by reg1 (its ofport). With
+// cfg.DenyLog the denied packet also goes to the controller through DenyLogMeter.
+// Nothing without cfg.Policy.
+//
+//	table="egress_rules", priority=100,ip,nw_src=IP actions=drop
+//	table="ingress_rules", priority=100,ip,reg1=P actions=drop
+func PodPolicyFlows(cfg NodeConfig, pod Pod, ingress, egress bool) []Flow {
+	if !cfg.Policy {
+		return nil
+	}
+	b := builder{p: std, cfg: cfg}
+	var fs []Flow
+	deny := func(stage string, m Match) Flow {
+		f := b.in(stage).flow(PodOwner(pod), PriorityPolicyDeny, m, Drop{})
+		if cfg.DenyLog {
+			f.Meter = DenyLogMeter
+			f.Actions = []Action{OutputController{MaxLen: DenyLogMaxLen}}
+		}
+		return f
+	}
+	if egress {
+		fs = append(fs, deny(StageEgressRules, Match{EthType: EthTypeIPv4, IPSrc: hostPrefix(pod.IP)}))
+	}
+	if ingress {
+		fs = append(fs, deny(StageIngressRules, Match{EthType: EthTypeIPv4, Regs: []RegMark{{Range: OutPortField, Value: pod.OFPort}}}))
+	}
+	return fs
+}
+
+// PolicyRule is one compiled conjunction of a NetworkPolicy rule (policy.Conjunction in
+// the flows' terms): traffic is allowed when the local pod, the peer and the port each
+// match one of their values.
+type PolicyRule struct {
+	// ID is the conjunction id (1..0xfffffffe), unique among live rules.
+	ID uint32
+	// Egress is true for an egress rule (local pods are sources, peers destinations),
+	// false for ingress.
+	Egress bool
+	// Pods are the local pods the rule applies to; at least one.
+	Pods []Pod
+	// AnyPeer: every peer address matches (no peer clause); else Peers (IPv4 prefixes).
+	AnyPeer bool
+	Peers   []*net.IPNet
+	// AnyPort: every protocol and port (no port clause); else Ports.
+	AnyPort bool
+	Ports   []PolicyPort
+}
+
+// PolicyPort is one port clause value: an IP protocol and a masked destination port
+// (Mask 0 = every port of Proto).
+type PolicyPort struct {
+	// Proto is IPProtoTCP, IPProtoUDP or IPProtoSCTP.
+	Proto uint8
+	// Port is the destination port under Mask.
+	Port uint16
+	// Mask is 0 (any port), 0xffff (exactly Port) or a prefix mask.
+	Mask uint16
+}
+
+// policyEntry is one flow of the set: its match (table, priority) and the contributions of
+// the rules that share it.
+type policyEntry struct {
+	flow  Flow                   // without actions
+	conj  map[uint32]Conjunction // conjunction id → this flow's clause of it
+	allow map[uint32]bool        // rules for which this flow alone allows (single clause)
+	id    uint32                 // conj id of a conj_id flow (its owner id)
+}
+
+// PolicyFlowSet holds the flows of every live policy rule, merged by match: a flow used
+// as a clause by several conjunctions carries all their conjunction actions. Set and
+// Remove return the match keys whose flow changed; Flow gives the flow now wanted for a
+// key (absent = delete it). It is pure (no I/O) and not safe for concurrent use.
+type PolicyFlowSet struct {
+	cfg     NodeConfig
+	entries map[string]*policyEntry // MatchKey → entry
+	rules   map[uint32][]string     // conj id → the keys it contributes to
+}
+
+// NewPolicyFlowSet returns an empty set building flows for cfg (its generation goes in
+// the cookies).
+func NewPolicyFlowSet(cfg NodeConfig) *PolicyFlowSet {
+	return &PolicyFlowSet{cfg: cfg, entries: map[string]*policyEntry{}, rules: map[uint32][]string{}}
+}
+
+// Set makes the set hold rule r's flows (replacing those of the rule with the same ID)
+// and returns the keys of the flows that changed, sorted. A rule with no pods, or with
+// no peers or ports and not Any, has no flows.
+func (s *PolicyFlowSet) Set(r PolicyRule) []string {
+	changed := map[string]bool{}
+	for _, k := range s.remove(r.ID) {
+		changed[k] = true
+	}
+	for _, c := range s.contributions(r) {
+		k := c.flow.MatchKey()
+		e := s.entries[k]
+		if e == nil {
+			e = &policyEntry{flow: c.flow, conj: map[uint32]Conjunction{}, allow: map[uint32]bool{}}
+			s.entries[k] = e
+		}
+		switch {
+		case c.conjID != 0:
+			e.id = c.conjID
+			e.allow[r.ID] = true
+		case c.allow:
+			e.allow[r.ID] = true
+		default:
+			e.conj[r.ID] = c.conj
+		}
+		s.rules[r.ID] = append(s.rules[r.ID], k)
+		changed[k] = true
+	}
+	return sortedKeys(changed)
+}
+
+// Remove drops rule id's flows and returns the keys of the flows that changed, sorted.
+func (s *PolicyFlowSet) Remove(id uint32) []string {
+	changed := map[string]bool{}
+	for _, k := range s.remove(id) {
+		changed[k] = true
+	}
+	return sortedKeys(changed)
+}
+
+func (s *PolicyFlowSet) remove(id uint32) []string {
+	keys := s.rules[id]
+	delete(s.rules, id)
+	for _, k := range keys {
+		e := s.entries[k]
+		if e == nil {
+			continue
+		}
+		delete(e.conj, id)
+		delete(e.allow, id)
+		if len(e.conj) == 0 && len(e.allow) == 0 {
+			delete(s.entries, k)
+		}
+	}
+	return keys
+}
+
+// Flow returns the flow wanted for key, and false if none is (delete it).
+func (s *PolicyFlowSet) Flow(key string) (Flow, bool) {
+	e := s.entries[key]
+	if e == nil {
+		return Flow{}, false
+	}
+	f := e.flow
+	b := builder{p: std, cfg: s.cfg}
+	switch {
+	case e.id != 0 || len(e.allow) > 0:
+		f.Actions = []Action{b.in(f.Table.Name()).next()} // allowed: on to the next stage
+	default:
+		ids := make([]uint32, 0, len(e.conj))
+		for id := range e.conj {
+			ids = append(ids, id)
+		}
+		sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+		for _, id := range ids {
+			f.Actions = append(f.Actions, e.conj[id])
+		}
+	}
+	stage, _ := f.Table.Stage()
+	o := PolicyOwner(e.id)
+	f.Cookie = NewCookie(s.cfg.Generation, o.Kind, stage, o.ID)
+	return f, true
+}
+
+// Flows returns every flow of the set, sorted by text.
+func (s *PolicyFlowSet) Flows() []Flow {
+	out := make([]Flow, 0, len(s.entries))
+	for k := range s.entries {
+		f, _ := s.Flow(k)
+		out = append(out, f)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
+	return out
+}
+
+// RuleFlows returns the flows rule id contributes to, sorted by text (for inspection).
+func (s *PolicyFlowSet) RuleFlows(id uint32) []Flow {
+	var out []Flow
+	for _, k := range s.rules[id] {
+		if f, ok := s.Flow(k); ok {
+			out = append(out, f)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
+	return out
+}
+
+// Len returns the number of flows in the set.
+func (s *PolicyFlowSet) Len() int { return len(s.entries) }
+
+type contribution struct {
+	flow   Flow // match, table, priority
+	conj   Conjunction
+	allow  bool   // a single-clause rule: this flow allows
+	conjID uint32 // the conj_id flow of conjunction conjID
+}
+
+// contributions lists rule r's flows: one per pod, peer and port (clauses) and the
+// conj_id flow; or, for a rule with only its pod dimension, one allow flow per pod.
+//
+//	egress:  table="egress_rules", priority=200,ip,nw_src=POD actions=conjunction(ID,1/3)
+//	         table="egress_rules", priority=200,ip,nw_dst=PEER actions=conjunction(ID,2/3)
+//	         table="egress_rules", priority=200,tcp,tp_dst=80 actions=conjunction(ID,3/3)
+//	         table="egress_rules", priority=200,conj_id=ID,ip actions=goto_table:"ingress_rules"
+//	ingress: the same in ingress_rules with reg1=POD's ofport and nw_src=PEER, then
+//	         goto_table:"conntrack_commit"
+func (s *PolicyFlowSet) contributions(r PolicyRule) []contribution {
+	if len(r.Pods) == 0 || !r.AnyPeer && len(r.Peers) == 0 || !r.AnyPort && len(r.Ports) == 0 {
+		return nil
+	}
+	t, _ := StageTable(StageIngressRules)
+	if r.Egress {
+		t, _ = StageTable(StageEgressRules)
+	}
+	n := uint8(1)
+	if !r.AnyPeer {
+		n++
+	}
+	if !r.AnyPort {
+		n++
+	}
+	var out []contribution
+	flow := func(prio uint16, m Match) Flow {
+		m.EthType = EthTypeIPv4
+		return Flow{Table: t, Priority: prio, Match: m}
+	}
+	podMatch := func(p Pod) Match {
+		if r.Egress {
+			return Match{IPSrc: hostPrefix(p.IP)}
+		}
+		return Match{Regs: []RegMark{{Range: OutPortField, Value: p.OFPort}}}
+	}
+	if n == 1 {
+		for _, p := range r.Pods {
+			out = append(out, contribution{flow: flow(PriorityPolicyAllowAll, podMatch(p)), allow: true})
+		}
+		return out
+	}
+	clause := uint8(1)
+	for _, p := range r.Pods {
+		out = append(out, contribution{flow: flow(PriorityPolicyRule, podMatch(p)), conj: Conjunction{ID: r.ID, Clause: clause, NClauses: n}})
+	}
+	if !r.AnyPeer {
+		clause++
+		for _, pr := range r.Peers {
+			m := Match{IPSrc: pr}
+			if r.Egress {
+				m = Match{IPDst: pr}
+			}
+			out = append(out, contribution{flow: flow(PriorityPolicyRule, m), conj: Conjunction{ID: r.ID, Clause: clause, NClauses: n}})
+		}
+	}
+	if !r.AnyPort {
+		clause++
+		for _, pp := range r.Ports {
+			m := Match{IPProto: pp.Proto, TPDst: pp.Port & pp.Mask, TPDstMask: pp.Mask}
+			out = append(out, contribution{flow: flow(PriorityPolicyRule, m), conj: Conjunction{ID: r.ID, Clause: clause, NClauses: n}})
+		}
+	}
+	out = append(out, contribution{flow: flow(PriorityPolicyRule, Match{ConjID: r.ID}), conjID: r.ID})
+	return dedupe(out)
+}
+
+// dedupe drops contributions with the same match and conjunction (two ports that encode
+// alike, a peer listed twice).
+func dedupe(cs []contribution) []contribution {
+	seen := map[string]bool{}
+	out := cs[:0]
+	for _, c := range cs {
+		k := fmt.Sprintf("%s|%d|%d", c.flow.MatchKey(), c.conj.Clause, c.conjID)
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,209 @@
+package policy
+
+// The agent: one lock around the engine, so events from the informers, attachments from
+// CNI ADD and detachments from CNI DEL are applied one at a time and their changes reach
+// the realizer (the controller, which turns them into flows) in the order they were
+// computed.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Realizer receives each event's changes, under the agent's lock, in order. seen is when
+// the event was received (for the realization-latency metric). It must not call back into
+// the agent.
+type Realizer func(ch Changes, seen time.Time)
+
+// Agent serialises the engine's events. Create it with NewAgent; a Watcher feeds it from
+// the API, the controller attaches local pods and sets the realizer.
+type Agent struct {
+	mu       sync.Mutex
+	eng      *Engine
+	realize  Realizer
+	synced   chan struct{}
+	isSynced bool
+	waiters  map[string][]chan struct{} // pod key → waiters for the pod to be known
+	versions map[string]uint64          // kind → highest resourceVersion realized
+}
+
+// NewAgent returns an agent with an empty engine that defers compilation until
+// MarkSynced (the informers' initial lists are loaded in bulk).
+func NewAgent() *Agent {
+	eng := NewEngine(nil)
+	eng.Defer()
+	return &Agent{eng: eng, synced: make(chan struct{}), waiters: map[string][]chan struct{}{}, versions: map[string]uint64{}}
+}
+
+// SetRealizer sets the function that receives every later event's changes, and calls
+// load with the engine (under the lock) so the caller can take the whole current state
+// first; nothing happens between load and the first change delivered. A nil realizer
+// stops delivery.
+func (a *Agent) SetRealizer(r Realizer, load func(*Engine)) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if load != nil {
+		load(a.eng)
+	}
+	a.realize = r
+}
+
+// Update applies one event to the engine (fn) and hands its changes to the realizer.
+func (a *Agent) Update(fn func(*Engine) Changes) {
+	seen := time.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ch := fn(a.eng)
+	a.wakeLocked()
+	if a.realize != nil && !ch.Empty() {
+		a.realize(ch, seen)
+	}
+}
+
+// Observed records that the event of an object of kind ("pods", "namespaces",
+// "networkpolicies") at resourceVersion rv has been applied and realized. Resource
+// versions that are not decimal numbers (the API calls them opaque; etcd's are numbers)
+// are ignored.
+func (a *Agent) Observed(kind, rv string) {
+	var v uint64
+	if _, err := fmt.Sscan(rv, &v); err != nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if v > a.versions[kind] {
+		a.versions[kind] = v
+	}
+}
+
+// Versions returns, per kind, the highest resourceVersion whose event has been realized
+// (Observed): an API write that returned version v has reached this node's switch once
+// its kind's version here is v or more.
+func (a *Agent) Versions() map[string]uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make(map[string]uint64, len(a.versions))
+	for k, v := range a.versions {
+		out[k] = v
+	}
+	return out
+}
+
+// View runs fn with the engine under the lock (read-only use: inspection, metrics).
+func (a *Agent) View(fn func(*Engine)) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	fn(a.eng)
+}
+
+// MarkSynced ends the initial load: every rule is compiled (Engine.Flush) and waiters for
+// pods are woken. Later calls do nothing.
+func (a *Agent) MarkSynced() {
+	seen := time.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.isSynced {
+		return
+	}
+	a.isSynced = true
+	ch := a.eng.Flush()
+	close(a.synced)
+	a.wakeLocked()
+	if a.realize != nil && !ch.Empty() {
+		a.realize(ch, seen)
+	}
+}
+
+// Synced is closed once the informers have synced (MarkSynced).
+func (a *Agent) Synced() <-chan struct{} { return a.synced }
+
+// wakeLocked wakes the waiters whose pod is now known.
+func (a *Agent) wakeLocked() {
+	if !a.isSynced {
+		return
+	}
+	for k, ws := range a.waiters {
+		ns, name, _ := cutKey(k)
+		if a.eng.HasPod(ns, name) {
+			for _, w := range ws {
+				close(w)
+			}
+			delete(a.waiters, k)
+		}
+	}
+}
+
+// ErrPodUnknown is matched by WaitPod's error when ctx ends before the pod is known.
+var ErrPodUnknown = errors.New("pod not known to the policy informers")
+
+// WaitPod waits until the informers have synced and pod namespace/name is in the model,
+// or ctx ends: then the error matches ErrPodUnknown (and ctx's error) and says which of
+// the two was missing.
+func (a *Agent) WaitPod(ctx context.Context, namespace, name string) error {
+	select {
+	case <-a.synced:
+	case <-ctx.Done():
+		return fmt.Errorf("%w: pod %s/%s: the NetworkPolicy, Pod and Namespace informers have not synced (is the API server reachable, and does the ClusterRole allow get/list/watch on pods, namespaces and networkpolicies?): %w",
+			ErrPodUnknown, namespace, name, ctx.Err())
+	}
+	k := nsKey(namespace, name)
+	a.mu.Lock()
+	if a.eng.HasPod(namespace, name) {
+		a.mu.Unlock()
+		return nil
+	}
+	w := make(chan struct{})
+	a.waiters[k] = append(a.waiters[k], w)
+	a.mu.Unlock()
+	select {
+	case <-w:
+		return nil
+	case <-ctx.Done():
+		a.mu.Lock()
+		ws := a.waiters[k]
+		for i, x := range ws {
+			if x == w {
+				a.waiters[k] = append(ws[:i], ws[i+1:]...)
+				break
+			}
+		}
+		if len(a.waiters[k]) == 0 {
+			delete(a.waiters, k)
+		}
+		a.mu.Unlock()
+		return fmt.Errorf("%w: pod %s/%s is not in the API server's Pod list seen by this node (CNI_ARGS K8S_POD_NAMESPACE/K8S_POD_NAME must name an existing Pod): %w",
+			ErrPodUnknown, namespace, name, ctx.Err())
+	}
+}
+
+// Attach records local pod lp (CNI ADD) once the pod is known (WaitPod), and hands the
+// changes to install, which must realize them (with the pod's own flows, in one bundle)
+// before returning. If install fails, the attachment is undone in the engine and the
+// undo's changes go to the realizer, and install's error is returned. The agent's lock is
+// held throughout, so no other event's changes interleave.
+func (a *Agent) Attach(ctx context.Context, lp LocalPod, install func(Changes) error) error {
+	if err := a.WaitPod(ctx, lp.Namespace, lp.Name); err != nil {
+		return err
+	}
+	seen := time.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ch := a.eng.SetLocalPod(lp)
+	if err := install(ch); err != nil {
+		undo := a.eng.DeleteLocalPod(lp.Namespace, lp.Name)
+		if a.realize != nil {
+			a.realize(undo, seen)
+		}
+		return err
+	}
+	return nil
+}
+
+// Detach forgets local pod namespace/name (CNI DEL) and hands the changes to the
+// realizer. Detaching a pod that is not attached does nothing.
+func (a *Agent) Detach(namespace, name string) {
+	a.Update(func(e *Engine) Changes { return e.DeleteLocalPod(namespace, name) })
+}

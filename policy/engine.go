@@ -1,0 +1,978 @@
+package policy
+
+// The incremental engine.
+//
+// State: every pod, namespace and policy the informers report (the model), the pods
+// attached to this node (local pods: address and ofport), and per rule the set of pods its
+// selector peers select (its members) and its compiled conjunctions.
+//
+// Each event re-evaluates only what it can change, then recompiles only the rules marked
+// dirty and diffs their conjunctions against the previous ones:
+//   - a pod (labels, IPs, ports, phase): one selector evaluation per rule to update
+//     membership; if the pod is local, the policies of its namespace re-evaluate whether
+//     they select it;
+//   - a namespace's labels: the rules with a namespace selector re-evaluate the pods of
+//     that namespace;
+//   - a policy: that policy's rules are rebuilt (a scan of the pods of the namespaces its
+//     peers can select) and diffed against its old rules;
+//   - a local pod attached or detached: as a pod change, plus the selection by the
+//     policies of its namespace.
+//
+// A conjunction keeps its id while it exists (same rule, same port group), so a change of
+// its clauses touches only the clause flows that differ.
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// Engine holds the model and the compiled rules of one node. It is not safe for
+// concurrent use: the Agent serialises events.
+type Engine struct {
+	ids        *ConjIDs
+	pods       map[string]*podState
+	byNS       map[string]map[string]*podState // namespace → pod key → pod
+	namespaces map[string]*Namespace
+	policies   map[string]*policyState            // policy key → state
+	polByNS    map[string]map[string]*policyState // namespace → policy key → state
+	local      map[string]LocalPod
+	iso        map[string]Isolation // local pod key → isolation last reported
+
+	// Rules with per-pod membership, indexed so that a pod event looks only at the rules
+	// that can select it: scoped[ns] holds rules whose peers are podSelectors of
+	// namespace ns; global holds rules with a namespace selector (or any address).
+	scoped map[string]map[*ruleState]*policyState
+	global map[*ruleState]*policyState
+
+	// deferred: compile nothing, only mark rules (the initial informer sync); Flush
+	// compiles them.
+	deferred bool
+	pending  map[*ruleState]*policyState
+}
+
+type podState struct {
+	pod     *Pod       // nil while only the attachment is known
+	localIP netip.Addr // the attachment's address (known before status.podIPs is)
+}
+
+// ips returns the pod's IPv4 addresses: status IPs plus the local attachment's.
+func (s *podState) ips() []netip.Addr {
+	var out []netip.Addr
+	if s.pod != nil {
+		out = append(out, s.pod.IPs...)
+	}
+	if s.localIP.IsValid() {
+		found := false
+		for _, a := range out {
+			found = found || a == s.localIP
+		}
+		if !found {
+			out = append(out, s.localIP)
+		}
+	}
+	return out
+}
+
+// peerEligible: a pod can be a peer when it is known to the API, not on the host network,
+// not terminated, and has an address.
+func (s *podState) peerEligible() bool {
+	return s != nil && s.pod != nil && !s.pod.HostNetwork && !s.pod.Terminal && len(s.ips()) > 0
+}
+
+type policyState struct {
+	p       *Policy
+	applied map[string]bool // local pod keys the policy selects
+	rules   []*ruleState
+}
+
+type ruleState struct {
+	ps   *policyState
+	key  RuleKey
+	rule *Rule
+	// selects is true when the rule needs per-pod membership: it has selector peers, or
+	// it is an egress rule with named ports and ipBlock peers or no peers (a named port
+	// resolves against the destination pod, so the pods inside those addresses are
+	// members).
+	selects bool
+	// namedEgress: an egress rule with named ports.
+	namedEgress bool
+	members     map[string]bool // pod key → member
+	conjs       map[string]*Conjunction
+}
+
+// NewEngine returns an empty engine allocating conjunction ids from ids (nil = a new
+// allocator).
+func NewEngine(ids *ConjIDs) *Engine {
+	if ids == nil {
+		ids = NewConjIDs()
+	}
+	return &Engine{
+		ids: ids, pods: map[string]*podState{}, byNS: map[string]map[string]*podState{},
+		namespaces: map[string]*Namespace{}, policies: map[string]*policyState{},
+		polByNS: map[string]map[string]*policyState{}, local: map[string]LocalPod{},
+		iso: map[string]Isolation{}, scoped: map[string]map[*ruleState]*policyState{},
+		global: map[*ruleState]*policyState{}, pending: map[*ruleState]*policyState{},
+	}
+}
+
+// Defer makes the engine record events without compiling rules until Flush: a bulk load
+// (the informers' initial lists) then costs one compilation per rule instead of one per
+// event. Changes returned meanwhile hold isolation only.
+func (e *Engine) Defer() { e.deferred = true }
+
+// Flush compiles every rule marked while deferred and ends deferral. It returns the
+// conjunctions that changed.
+func (e *Engine) Flush() Changes {
+	e.deferred = false
+	var ch Changes
+	for r, ps := range e.pending {
+		ch.Conjunctions = append(ch.Conjunctions, e.compile(ps, r)...)
+	}
+	e.pending = map[*ruleState]*policyState{}
+	sortChanges(ch.Conjunctions)
+	return ch
+}
+
+// ConjIDs returns the engine's conjunction id allocator.
+func (e *Engine) ConjIDs() *ConjIDs { return e.ids }
+
+func nsKey(ns, name string) string { return ns + "/" + name }
+
+// HasPod reports whether the API has reported pod namespace/name.
+func (e *Engine) HasPod(namespace, name string) bool {
+	s := e.pods[nsKey(namespace, name)]
+	return s != nil && s.pod != nil
+}
+
+// Pod returns the model's pod namespace/name, or nil.
+func (e *Engine) Pod(namespace, name string) *Pod {
+	if s := e.pods[nsKey(namespace, name)]; s != nil {
+		return s.pod
+	}
+	return nil
+}
+
+// Counts returns how many pods, namespaces and policies the model holds.
+func (e *Engine) Counts() (pods, namespaces, policies int) {
+	n := 0
+	for _, s := range e.pods {
+		if s.pod != nil {
+			n++
+		}
+	}
+	return n, len(e.namespaces), len(e.policies)
+}
+
+// UpsertPod records an added or updated Pod.
+func (e *Engine) UpsertPod(p *Pod) Changes {
+	k := p.Key()
+	old := e.pods[k]
+	st := &podState{pod: p}
+	if old != nil {
+		st.localIP = old.localIP
+	}
+	e.setPod(k, p.Namespace, st)
+	return e.podChanged(k, old, st)
+}
+
+// DeletePod records a deleted Pod. A local pod stays attached (it is isolated both ways
+// until it is detached: its labels are no longer known).
+func (e *Engine) DeletePod(namespace, name string) Changes {
+	k := nsKey(namespace, name)
+	old := e.pods[k]
+	if old == nil || old.pod == nil {
+		return Changes{}
+	}
+	var st *podState
+	if old.localIP.IsValid() {
+		st = &podState{localIP: old.localIP}
+	}
+	e.setPod(k, namespace, st)
+	return e.podChanged(k, old, st)
+}
+
+func (e *Engine) setPod(k, ns string, st *podState) {
+	if st == nil {
+		delete(e.pods, k)
+		if m := e.byNS[ns]; m != nil {
+			delete(m, k)
+			if len(m) == 0 {
+				delete(e.byNS, ns)
+			}
+		}
+		return
+	}
+	e.pods[k] = st
+	m := e.byNS[ns]
+	if m == nil {
+		m = map[string]*podState{}
+		e.byNS[ns] = m
+	}
+	m[k] = st
+}
+
+// SetLocalPod records that pod namespace/name is attached to this node with address ip
+// and bridge port ofport (an ADD, or a daemon restart finding the attachment). Its
+// address counts as the pod's even before the API reports it.
+func (e *Engine) SetLocalPod(lp LocalPod) Changes {
+	k := lp.Key()
+	prevLocal, wasLocal := e.local[k]
+	e.local[k] = lp
+	old := e.pods[k]
+	st := &podState{localIP: lp.IP}
+	if old != nil {
+		st.pod = old.pod
+	}
+	e.setPod(k, lp.Namespace, st)
+	dirty := map[*ruleState]bool{}
+	e.updateMembership(k, old, st, dirty)
+	for _, ps := range e.polByNS[lp.Namespace] {
+		sel := st.pod != nil && ps.p.PodSelector.Matches(labels.Set(st.pod.Labels))
+		if sel != ps.applied[k] || (sel && wasLocal && prevLocal != lp) {
+			e.setApplied(ps, k, sel)
+			markRules(ps, dirty)
+		}
+	}
+	ch := e.recompile(dirty)
+	ch.Isolation = e.isolationChanges([]string{k})
+	return ch
+}
+
+// DeleteLocalPod records that pod namespace/name is no longer attached to this node.
+func (e *Engine) DeleteLocalPod(namespace, name string) Changes {
+	k := nsKey(namespace, name)
+	if _, ok := e.local[k]; !ok {
+		return Changes{}
+	}
+	delete(e.local, k)
+	delete(e.iso, k)
+	old := e.pods[k]
+	var st *podState
+	if old != nil && old.pod != nil {
+		st = &podState{pod: old.pod}
+	}
+	e.setPod(k, namespace, st)
+	dirty := map[*ruleState]bool{}
+	e.updateMembership(k, old, st, dirty)
+	for _, ps := range e.polByNS[namespace] {
+		if ps.applied[k] {
+			e.setApplied(ps, k, false)
+			markRules(ps, dirty)
+		}
+	}
+	return e.recompile(dirty)
+}
+
+// LocalPods returns the attached pods, sorted by key.
+func (e *Engine) LocalPods() []LocalPod {
+	out := make([]LocalPod, 0, len(e.local))
+	for _, lp := range e.local {
+		out = append(out, lp)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key() < out[j].Key() })
+	return out
+}
+
+// podChanged handles a pod's new state (nil = gone) against its old one.
+func (e *Engine) podChanged(k string, old, st *podState) Changes {
+	dirty := map[*ruleState]bool{}
+	e.updateMembership(k, old, st, dirty)
+	if _, local := e.local[k]; local {
+		ns := ""
+		if st != nil && st.pod != nil {
+			ns = st.pod.Namespace
+		} else if old != nil && old.pod != nil {
+			ns = old.pod.Namespace
+		}
+		portsChanged := old == nil || st == nil || old.pod == nil || st.pod == nil || !samePorts(old.pod.Ports, st.pod.Ports)
+		for _, ps := range e.polByNS[ns] {
+			sel := st != nil && st.pod != nil && ps.p.PodSelector.Matches(labels.Set(st.pod.Labels))
+			if sel != ps.applied[k] {
+				e.setApplied(ps, k, sel)
+				markRules(ps, dirty)
+			} else if sel && portsChanged {
+				markRules(ps, dirty) // named ports resolve against the pod's ports
+			}
+		}
+	}
+	ch := e.recompile(dirty)
+	if _, local := e.local[k]; local {
+		ch.Isolation = e.isolationChanges([]string{k})
+	}
+	return ch
+}
+
+// updateMembership re-evaluates pod k as a peer of every selecting rule and marks the
+// rules whose members or members' addresses or ports changed.
+func (e *Engine) updateMembership(k string, old, st *podState, dirty map[*ruleState]bool) {
+	dataChanged := !samePeerData(old, st)
+	ns, _, _ := cutKey(k)
+	visit := func(r *ruleState, ps *policyState) {
+		in := e.matchesPeer(ps, r, st)
+		was := r.members[k]
+		switch {
+		case in && !was:
+			r.members[k] = true
+			dirty[r] = true
+		case !in && was:
+			delete(r.members, k)
+			dirty[r] = true
+		case in && dataChanged:
+			dirty[r] = true
+		}
+	}
+	for r, ps := range e.scoped[ns] {
+		visit(r, ps)
+	}
+	for r, ps := range e.global {
+		visit(r, ps)
+	}
+}
+
+// cutKey splits "namespace/name".
+func cutKey(k string) (ns, name string, ok bool) {
+	for i := 0; i < len(k); i++ {
+		if k[i] == '/' {
+			return k[:i], k[i+1:], true
+		}
+	}
+	return "", k, false
+}
+
+// indexRule adds (add=true) or removes rule r of ps in the membership indexes.
+func (e *Engine) indexRule(ps *policyState, r *ruleState, add bool) {
+	if !r.selects {
+		return
+	}
+	if selectsAnyNamespace(r) {
+		if add {
+			e.global[r] = ps
+		} else {
+			delete(e.global, r)
+		}
+		return
+	}
+	ns := ps.p.Namespace
+	m := e.scoped[ns]
+	if add {
+		if m == nil {
+			m = map[*ruleState]*policyState{}
+			e.scoped[ns] = m
+		}
+		m[r] = ps
+		return
+	}
+	delete(m, r)
+	if len(m) == 0 {
+		delete(e.scoped, ns)
+	}
+}
+
+// samePeerData reports whether two states of a pod give the same addresses and ports.
+func samePeerData(a, b *podState) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	ai, bi := a.ips(), b.ips()
+	if len(ai) != len(bi) {
+		return false
+	}
+	for i := range ai {
+		if ai[i] != bi[i] {
+			return false
+		}
+	}
+	var ap, bp []ContainerPort
+	if a.pod != nil {
+		ap = a.pod.Ports
+	}
+	if b.pod != nil {
+		bp = b.pod.Ports
+	}
+	return samePorts(ap, bp)
+}
+
+func samePorts(a, b []ContainerPort) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// matchesPeer reports whether pod st is selected by one of rule r's selector peers
+// (NetworkPolicyPeer: podSelector alone = pods of the policy's namespace; with
+// namespaceSelector = pods of the selected namespaces; namespaceSelector alone = every
+// pod of them).
+func (e *Engine) matchesPeer(ps *policyState, r *ruleState, st *podState) bool {
+	if !st.peerEligible() {
+		return false
+	}
+	if r.rule.AllPeers {
+		return true // egress to any address with named ports: every pod resolves its own
+	}
+	for _, peer := range r.rule.Peers {
+		if peer.IsIPBlock {
+			if r.namedEgress && blockHolds(peer.IPBlock, st.ips()) {
+				return true
+			}
+			continue
+		}
+		if peer.NamespaceSelector == nil {
+			if st.pod.Namespace != ps.p.Namespace {
+				continue
+			}
+		} else {
+			ns := e.namespaces[st.pod.Namespace]
+			if ns == nil || !peer.NamespaceSelector.Matches(labels.Set(ns.Labels)) {
+				continue
+			}
+		}
+		if peer.PodSelector != nil && !peer.PodSelector.Matches(labels.Set(st.pod.Labels)) {
+			continue
+		}
+		return true
+	}
+	return false
+}
+
+// blockHolds reports whether one of ips is in one of the block's prefixes.
+func blockHolds(block []netip.Prefix, ips []netip.Addr) bool {
+	for _, pr := range block {
+		for _, ip := range ips {
+			if pr.Contains(ip) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func markRules(ps *policyState, dirty map[*ruleState]bool) {
+	for _, r := range ps.rules {
+		dirty[r] = true
+	}
+}
+
+func (e *Engine) setApplied(ps *policyState, k string, sel bool) {
+	if sel {
+		ps.applied[k] = true
+	} else {
+		delete(ps.applied, k)
+	}
+}
+
+// UpsertNamespace records an added or updated Namespace.
+func (e *Engine) UpsertNamespace(n *Namespace) Changes {
+	e.namespaces[n.Name] = n
+	return e.namespaceChanged(n.Name)
+}
+
+// DeleteNamespace records a deleted Namespace: namespace selectors no longer select its
+// pods.
+func (e *Engine) DeleteNamespace(name string) Changes {
+	if _, ok := e.namespaces[name]; !ok {
+		return Changes{}
+	}
+	delete(e.namespaces, name)
+	return e.namespaceChanged(name)
+}
+
+func (e *Engine) namespaceChanged(name string) Changes {
+	dirty := map[*ruleState]bool{}
+	for r, ps := range e.global {
+		if !hasNamespaceSelector(r.rule) {
+			continue
+		}
+		for k, st := range e.byNS[name] {
+			in := e.matchesPeer(ps, r, st)
+			if in != r.members[k] {
+				if in {
+					r.members[k] = true
+				} else {
+					delete(r.members, k)
+				}
+				dirty[r] = true
+			}
+		}
+	}
+	return e.recompile(dirty)
+}
+
+func hasNamespaceSelector(r *Rule) bool {
+	for _, p := range r.Peers {
+		if p.NamespaceSelector != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// UpsertPolicy records an added or updated NetworkPolicy: its rules are rebuilt, each
+// conjunction keeping its id when its rule and port group stay.
+func (e *Engine) UpsertPolicy(p *Policy) Changes {
+	k := p.Key()
+	old := e.policies[k]
+	ps := &policyState{p: p, applied: map[string]bool{}}
+	for lk := range e.local {
+		st := e.pods[lk]
+		if st != nil && st.pod != nil && st.pod.Namespace == p.Namespace && p.PodSelector.Matches(labels.Set(st.pod.Labels)) {
+			ps.applied[lk] = true
+		}
+	}
+	oldRules := map[RuleKey]*ruleState{}
+	if old != nil {
+		for _, r := range old.rules {
+			oldRules[r.key] = r
+			e.indexRule(old, r, false)
+			delete(e.pending, r)
+		}
+	}
+	var ch Changes
+	build := func(dir Direction, rules []Rule) {
+		for i := range rules {
+			r := &ruleState{
+				ps:      ps,
+				key:     RuleKey{Namespace: p.Namespace, Policy: p.Name, Direction: dir, Index: i},
+				rule:    &rules[i],
+				members: map[string]bool{},
+				conjs:   map[string]*Conjunction{},
+			}
+			r.namedEgress = dir == Egress && hasNamedPort(r.rule)
+			r.selects = ruleSelects(r)
+			if r.selects {
+				e.scanMembers(ps, r)
+			}
+			if o := oldRules[r.key]; o != nil {
+				r.conjs = o.conjs // diffed (and ids reused) by compile
+				delete(oldRules, r.key)
+			}
+			ps.rules = append(ps.rules, r)
+			e.indexRule(ps, r, true)
+			ch.Conjunctions = append(ch.Conjunctions, e.compile(ps, r)...)
+		}
+	}
+	build(Ingress, p.Ingress)
+	build(Egress, p.Egress)
+	for _, r := range oldRules { // rules the new version no longer has
+		ch.Conjunctions = append(ch.Conjunctions, e.dropRule(r)...)
+	}
+	e.policies[k] = ps
+	m := e.polByNS[p.Namespace]
+	if m == nil {
+		m = map[string]*policyState{}
+		e.polByNS[p.Namespace] = m
+	}
+	m[k] = ps
+	ch.Isolation = e.isolationChanges(e.localKeysIn(p.Namespace))
+	sortChanges(ch.Conjunctions)
+	return ch
+}
+
+// DeletePolicy records a deleted NetworkPolicy: its conjunctions go, its pods' isolation
+// is recomputed.
+func (e *Engine) DeletePolicy(namespace, name string) Changes {
+	k := nsKey(namespace, name)
+	ps := e.policies[k]
+	if ps == nil {
+		return Changes{}
+	}
+	delete(e.policies, k)
+	delete(e.polByNS[namespace], k)
+	if len(e.polByNS[namespace]) == 0 {
+		delete(e.polByNS, namespace)
+	}
+	var ch Changes
+	for _, r := range ps.rules {
+		e.indexRule(ps, r, false)
+		delete(e.pending, r)
+		ch.Conjunctions = append(ch.Conjunctions, e.dropRule(r)...)
+	}
+	ch.Isolation = e.isolationChanges(e.localKeysIn(namespace))
+	sortChanges(ch.Conjunctions)
+	return ch
+}
+
+// hasNamedPort reports whether a rule lists a valid named port.
+func hasNamedPort(r *Rule) bool {
+	if r.AllPorts {
+		return false
+	}
+	for _, p := range r.Ports {
+		if p.Name != "" && !p.Invalid {
+			return true
+		}
+	}
+	return false
+}
+
+func hasIPBlock(r *Rule) bool {
+	for _, p := range r.Peers {
+		if p.IsIPBlock {
+			return true
+		}
+	}
+	return false
+}
+
+// ruleSelects reports whether a rule needs per-pod membership.
+func ruleSelects(r *ruleState) bool {
+	if r.namedEgress && (r.rule.AllPeers || hasIPBlock(r.rule)) {
+		return true
+	}
+	for _, p := range r.rule.Peers {
+		if !p.IsIPBlock {
+			return true
+		}
+	}
+	return false
+}
+
+// selectsAnyNamespace reports whether a rule's members can be in any namespace.
+func selectsAnyNamespace(r *ruleState) bool {
+	return r.rule.AllPeers || hasNamespaceSelector(r.rule) || r.namedEgress && hasIPBlock(r.rule)
+}
+
+// scanMembers fills r.members from the pods of the namespaces r's peers can select
+// (namespace selectors are evaluated against the namespaces first).
+func (e *Engine) scanMembers(ps *policyState, r *ruleState) {
+	nss := map[string]bool{}
+	if r.rule.AllPeers || r.namedEgress && hasIPBlock(r.rule) {
+		for ns := range e.byNS {
+			nss[ns] = true
+		}
+	}
+	for _, peer := range r.rule.Peers {
+		switch {
+		case peer.IsIPBlock:
+		case peer.NamespaceSelector == nil:
+			nss[ps.p.Namespace] = true
+		default:
+			for name, n := range e.namespaces {
+				if peer.NamespaceSelector.Matches(labels.Set(n.Labels)) {
+					nss[name] = true
+				}
+			}
+		}
+	}
+	for ns := range nss {
+		for k, st := range e.byNS[ns] {
+			if e.matchesPeer(ps, r, st) {
+				r.members[k] = true
+			}
+		}
+	}
+}
+
+func (e *Engine) dropRule(r *ruleState) []ConjChange {
+	var out []ConjChange
+	for _, c := range r.conjs {
+		e.ids.Release(c.ID)
+		out = append(out, ConjChange{Old: c})
+	}
+	r.conjs = map[string]*Conjunction{}
+	return out
+}
+
+func (e *Engine) localKeysIn(ns string) []string {
+	var out []string
+	for k, lp := range e.local {
+		if lp.Namespace == ns {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// recompile compiles the dirty rules and returns their changed conjunctions.
+func (e *Engine) recompile(dirty map[*ruleState]bool) Changes {
+	var ch Changes
+	for r := range dirty {
+		ch.Conjunctions = append(ch.Conjunctions, e.compile(r.ps, r)...)
+	}
+	sortChanges(ch.Conjunctions)
+	return ch
+}
+
+func sortChanges(cs []ConjChange) {
+	sort.Slice(cs, func(i, j int) bool {
+		a, b := changeKey(cs[i]), changeKey(cs[j])
+		if a.RuleKey != b.RuleKey {
+			return a.RuleKey.String() < b.RuleKey.String()
+		}
+		return a.Group < b.Group
+	})
+}
+
+// Isolation returns the isolation of local pod namespace/name: both directions when the
+// API does not know the pod (fail closed), else the directions of the policies that
+// select it.
+func (e *Engine) Isolation(namespace, name string) Isolation {
+	k := nsKey(namespace, name)
+	st := e.pods[k]
+	if st == nil || st.pod == nil {
+		return Isolation{Ingress: true, Egress: true}
+	}
+	var iso Isolation
+	for _, ps := range e.polByNS[namespace] {
+		if ps.p.PodSelector.Matches(labels.Set(st.pod.Labels)) {
+			iso.Ingress = iso.Ingress || ps.p.IngressType
+			iso.Egress = iso.Egress || ps.p.EgressType
+		}
+	}
+	return iso
+}
+
+// isolationChanges recomputes the isolation of the given local pods and returns those
+// that changed since last reported (a pod seen for the first time is reported).
+func (e *Engine) isolationChanges(keys []string) []IsolationChange {
+	var out []IsolationChange
+	for _, k := range keys {
+		lp, ok := e.local[k]
+		if !ok {
+			continue
+		}
+		now := e.Isolation(lp.Namespace, lp.Name)
+		was, seen := e.iso[k]
+		if seen && was == now {
+			continue
+		}
+		e.iso[k] = now
+		out = append(out, IsolationChange{Pod: lp, Old: was, New: now})
+	}
+	return out
+}
+
+// compile builds rule r's conjunctions from its policy's applied pods, its members and its
+// ports, and returns how they differ from r.conjs (which it replaces). Ids are kept for
+// unchanged groups, allocated for new ones and released for groups that are gone.
+func (e *Engine) compile(ps *policyState, r *ruleState) []ConjChange {
+	if e.deferred {
+		e.pending[r] = ps
+		return nil
+	}
+	want := e.build(ps, r)
+	var out []ConjChange
+	for g, c := range want {
+		if old := r.conjs[g]; old != nil {
+			c.ID = old.ID
+			if !c.Equal(old) {
+				out = append(out, ConjChange{Old: old, New: c})
+			}
+			continue
+		}
+		id, err := e.ids.Allocate()
+		if err != nil {
+			// Four billion live conjunctions: leave the rule out (its pods stay isolated).
+			delete(want, g)
+			continue
+		}
+		c.ID = id
+		out = append(out, ConjChange{New: c})
+	}
+	for g, old := range r.conjs {
+		if _, ok := want[g]; !ok {
+			e.ids.Release(old.ID)
+			out = append(out, ConjChange{Old: old})
+		}
+	}
+	r.conjs = want
+	return out
+}
+
+// build computes rule r's conjunctions by port group (ids unset).
+func (e *Engine) build(ps *policyState, r *ruleState) map[string]*Conjunction {
+	out := map[string]*Conjunction{}
+	var applied []LocalPod
+	for k := range ps.applied {
+		if lp, ok := e.local[k]; ok {
+			applied = append(applied, lp)
+		}
+	}
+	if len(applied) == 0 {
+		return out
+	}
+	sort.Slice(applied, func(i, j int) bool { return applied[i].IP.Less(applied[j].IP) })
+	rule := r.rule
+	var numeric []PortMatch
+	var named []Port
+	for _, p := range rule.Ports {
+		numeric = append(numeric, p.numericMatches()...)
+		if p.Name != "" && !p.Invalid {
+			named = append(named, p)
+		}
+	}
+	key := func(group string) ConjKey { return ConjKey{RuleKey: r.key, Group: group} }
+
+	// Peer addresses, each with the pod it belongs to (nil for ipBlocks).
+	type addr struct {
+		prefix netip.Prefix
+		pod    *podState
+	}
+	var addrs []addr
+	if !rule.AllPeers {
+		for _, p := range rule.Peers {
+			for _, pr := range p.IPBlock {
+				addrs = append(addrs, addr{prefix: pr})
+			}
+		}
+	}
+	members := make([]string, 0, len(r.members))
+	for k := range r.members {
+		members = append(members, k)
+	}
+	sort.Strings(members)
+	for _, k := range members {
+		st := e.pods[k]
+		if st == nil {
+			continue
+		}
+		for _, ip := range st.ips() {
+			addrs = append(addrs, addr{prefix: netip.PrefixFrom(ip, 32), pod: st})
+		}
+	}
+
+	if r.key.Direction == Ingress || rule.AllPorts {
+		// Ports resolve against the local pods (ingress) or are not needed.
+		var peers []netip.Prefix
+		for _, a := range addrs {
+			peers = append(peers, a.prefix)
+		}
+		peers = sortPrefixes(peers)
+		if !rule.AllPeers && len(peers) == 0 {
+			return out
+		}
+		groups := map[string][]LocalPod{}
+		groupPorts := map[string][]PortMatch{}
+		for _, lp := range applied {
+			g := "*"
+			var ports []PortMatch
+			if !rule.AllPorts {
+				ports = append(ports, numeric...)
+				if len(named) > 0 {
+					if st := e.pods[lp.Key()]; st != nil && st.pod != nil {
+						for _, n := range named {
+							if m, ok := n.resolve(st.pod.Ports); ok {
+								ports = append(ports, m)
+							}
+						}
+					}
+				}
+				if len(ports) == 0 {
+					continue // this pod has none of the rule's ports
+				}
+				ports = sortPorts(ports)
+				g = portSig(ports)
+			}
+			groups[g] = append(groups[g], lp)
+			groupPorts[g] = ports
+		}
+		for g, pods := range groups {
+			out[g] = &Conjunction{
+				Key: key(g), Pods: pods, AnyPeer: rule.AllPeers, Peers: peers,
+				AnyPort: rule.AllPorts, Ports: groupPorts[g],
+			}
+		}
+		return out
+	}
+
+	// Egress with ports: named ports resolve against each destination pod, so peers are
+	// grouped by their port set.
+	const anyAddr = "any"
+	byAddr := map[netip.Prefix][]PortMatch{}
+	var anyPorts []PortMatch
+	if rule.AllPeers {
+		anyPorts = numeric
+	}
+	for _, a := range addrs {
+		var ports []PortMatch
+		if !rule.AllPeers || a.pod == nil {
+			ports = append(ports, numeric...)
+		}
+		if a.pod != nil && a.pod.pod != nil {
+			for _, n := range named {
+				if m, ok := n.resolve(a.pod.pod.Ports); ok {
+					ports = append(ports, m)
+				}
+			}
+		}
+		byAddr[a.prefix] = append(byAddr[a.prefix], ports...)
+	}
+	groups := map[string][]netip.Prefix{}
+	groupPorts := map[string][]PortMatch{}
+	for pr, ports := range byAddr {
+		if len(ports) == 0 {
+			continue
+		}
+		ports = sortPorts(ports)
+		g := portSig(ports)
+		groups[g] = append(groups[g], pr)
+		groupPorts[g] = ports
+	}
+	for g, peers := range groups {
+		out[g] = &Conjunction{
+			Key: key(g), Pods: applied, Peers: sortPrefixes(peers), Ports: groupPorts[g],
+		}
+	}
+	if len(anyPorts) > 0 {
+		ports := sortPorts(append([]PortMatch(nil), anyPorts...))
+		g := anyAddr + ":" + portSig(ports)
+		out[g] = &Conjunction{Key: key(g), Pods: applied, AnyPeer: true, Ports: ports}
+	}
+	return out
+}
+
+// Conjunctions returns every compiled conjunction, sorted by rule and group.
+func (e *Engine) Conjunctions() []*Conjunction {
+	var out []*Conjunction
+	for _, ps := range e.policies {
+		for _, r := range ps.rules {
+			for _, c := range r.conjs {
+				out = append(out, c)
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Key.RuleKey != out[j].Key.RuleKey {
+			return out[i].Key.RuleKey.String() < out[j].Key.RuleKey.String()
+		}
+		return out[i].Key.Group < out[j].Key.Group
+	})
+	return out
+}
+
+// PolicyRef is a policy selecting a local pod, for inspection.
+type PolicyRef struct {
+	// Namespace and Name identify the policy.
+	Namespace, Name string
+	// Ingress and Egress are the policy's (defaulted) types.
+	Ingress, Egress bool
+}
+
+// SelectingPolicies returns the policies that select local pod namespace/name, sorted.
+func (e *Engine) SelectingPolicies(namespace, name string) []PolicyRef {
+	k := nsKey(namespace, name)
+	var out []PolicyRef
+	for _, ps := range e.polByNS[namespace] {
+		if ps.applied[k] {
+			out = append(out, PolicyRef{Namespace: ps.p.Namespace, Name: ps.p.Name, Ingress: ps.p.IngressType, Egress: ps.p.EgressType})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// String summarises the engine for logs.
+func (e *Engine) String() string {
+	p, n, pol := e.Counts()
+	return fmt.Sprintf("policy engine: %d pods, %d namespaces, %d policies, %d local pods, %d conjunction ids held",
+		p, n, pol, len(e.local), e.ids.InUse())
+}
