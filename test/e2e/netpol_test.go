@@ -212,13 +212,24 @@ func (c *npCluster) waitRealized(kind, rv string) {
 	c.revalidated()
 }
 
-// revalidated waits until every node's ovs-vswitchd has revalidated its datapath flows.
-// The switch confirms a change (bundle commit) once its flow tables hold it; packets
-// matching a datapath flow cached before the change follow the old tables until the
-// revalidator threads, woken by the change, have gone over the datapath flows. Without
-// this wait, a probe sent within that moment could pass under a rule just removed.
+// revalidated waits until every node's ovs-vswitchd has revalidated its datapath flows
+// against the tables as they are now. The switch confirms a change (bundle commit) once
+// its flow tables hold it; packets matching a datapath flow cached before the change
+// follow the old tables until a revalidation round that began after the change has gone
+// over the datapath flows. Without this wait, a probe sent within that moment could pass
+// under a rule just removed.
+//
+// revalidator/wait returns when the round in progress ends (OVS 3.1
+// ofproto/ofproto-dpif-upcall.c: it waits for the next change of dump_seq), and that round
+// may have begun before the change: it read reval_seq at its start and keeps the flows it
+// dumped as they were. The first wait lets that round end; the second ends a round that
+// began after it, so after the change. One wait was not enough: under load, a new TCP
+// connection to a port the step had just forbidden passed through a datapath flow cached
+// when everything was allowed (x/b → x/c TCP/81 in "multiple ingress policies ... allow-all
+// taking precedence").
 func (c *npCluster) revalidated() {
 	for _, cn := range c.nodes {
+		cn.OVS.Appctl(c.t, "revalidator/wait")
 		cn.OVS.Appctl(c.t, "revalidator/wait")
 	}
 }
