@@ -90,11 +90,39 @@ func (d *denyLog) close() {
 }
 
 // ensureMeter creates (or updates) the deny log's meter on c: before any flow using it.
+// The drops the meter counted so far (a reconnect to the same ovs-vswitchd) are added to
+// the total first, and the counter the meter then has becomes the new baseline, so the
+// total stays monotonic whether the switch kept, reset or lost the meter.
 func (d *denyLog) ensureMeter(ctx context.Context, c *openflow.Conn) error {
+	d.meterMu.Lock()
+	defer d.meterMu.Unlock()
+	if st, err := c.MeterStats(ctx, flows.DenyLogMeter); err == nil {
+		_ = d.foldLocked(st)
+	}
 	if err := c.SetDropMeter(ctx, flows.DenyLogMeter, d.rate, d.rate); err != nil {
 		return fmt.Errorf("network policy deny log: create meter %d (drop band %d packets/s, burst %d) before the default-deny flows that use it: %w (fix: a smaller policyDenyLogRate, or policyDenyLog: false)",
 			flows.DenyLogMeter, d.rate, d.rate, err)
 	}
+	d.meterSeen = 0
+	if st, err := c.MeterStats(ctx, flows.DenyLogMeter); err == nil && len(st) == 1 && len(st[0].Bands) == 1 {
+		d.meterSeen = st[0].Bands[0].Packets
+	}
+	return nil
+}
+
+// foldLocked adds the drop band's growth since the last sample to the total. d.meterMu
+// is held.
+func (d *denyLog) foldLocked(st []openflow.MeterStats) error {
+	if len(st) != 1 || len(st[0].Bands) != 1 {
+		return fmt.Errorf("meter %d: switch returned %d meters (want 1 with 1 band): was it deleted?", flows.DenyLogMeter, len(st))
+	}
+	c := st[0].Bands[0].Packets
+	if c >= d.meterSeen {
+		d.meterDropped += c - d.meterSeen
+	} else {
+		d.meterDropped += c // reset underneath us: all of it is new
+	}
+	d.meterSeen = c
 	return nil
 }
 
@@ -166,9 +194,8 @@ func (d *denyLog) handle(p openflow.PacketIn) {
 	d.log.Info(DenyLogMessage, attrs...)
 }
 
-// meterDrops samples the meter's drop band and returns the monotonic total: a counter
-// lower than the last one means the meter was created again (ovs-vswitchd restarted),
-// so all of it counts.
+// meterDrops samples the meter's drop band and returns the monotonic total of the
+// denied packets it dropped (see ensureMeter for how re-created meters are handled).
 func (d *denyLog) meterDrops(ctx context.Context, sw *openflow.Switch) (uint64, error) {
 	d.meterMu.Lock()
 	defer d.meterMu.Unlock()
@@ -176,17 +203,8 @@ func (d *denyLog) meterDrops(ctx context.Context, sw *openflow.Switch) (uint64, 
 	if err != nil {
 		return d.meterDropped, err
 	}
-	if len(st) != 1 || len(st[0].Bands) != 1 {
-		return d.meterDropped, fmt.Errorf("meter %d: switch returned %d meters (want 1 with 1 band): was it deleted?", flows.DenyLogMeter, len(st))
-	}
-	c := st[0].Bands[0].Packets
-	if c >= d.meterSeen {
-		d.meterDropped += c - d.meterSeen
-	} else {
-		d.meterDropped += c
-	}
-	d.meterSeen = c
-	return d.meterDropped, nil
+	err = d.foldLocked(st)
+	return d.meterDropped, err
 }
 
 // DenyLogStats counts the deny log's entries since the daemon started (monotonic).

@@ -185,8 +185,8 @@ type MeterBandStats struct {
 
 // MeterStats asks for meter id's statistics (OFPMP_METER multipart request, OpenFlow
 // 1.3.5 §7.3.5.12; id OFPM_ALL, 0xffffffff, for every meter). Errors: the switch's
-// OFPT_ERROR (an unknown meter is answered with an empty reply, not an error, by OVS),
-// a malformed reply, ErrDisconnected, ctx.
+// OFPT_ERROR (a meter that does not exist: OFPMMFC_UNKNOWN_METER, see IsUnknownMeter,
+// as OVS 3.1 answers), a malformed reply, ErrDisconnected, ctx.
 func (s *Conn) MeterStats(ctx context.Context, id uint32) ([]MeterStats, error) {
 	c := newCall()
 	c.final = s.nextXid()
