@@ -1,6 +1,7 @@
 // Package openflow is ofsdn's OpenFlow 1.3 connection to one Open vSwitch bridge: the
 // handshake (HELLO with a version bitmap, FEATURES_REQUEST), echo keep-alive, flow mods
-// confirmed by a barrier, atomic bundles (ONF EXT-230), flow statistics, OFPT_ERROR
+// confirmed by a barrier, atomic bundles (ONF EXT-230), flow statistics, meters (meter.go)
+// and packet-ins to a bounded queue (packetin.go), OFPT_ERROR
 // decoding in the specification's names, and a connection that re-dials by itself and
 // runs a hook on every new connection before publishing it (Switch), where the caller
 // replays its flows. It speaks the wire protocol only: it knows nothing of pods, IPAM,
