@@ -149,7 +149,8 @@ type Node struct {
 
 	overlay *Overlay // nil on a single node
 
-	policy *policyRealizer // nil without NetworkPolicy
+	policy  *policyRealizer // nil without NetworkPolicy
+	denyLog *denyLog        // nil without PolicyOptions.DenyLog
 
 	// rebuildPending: a rebuild's bundle failed; the next attempt runs it again even if
 	// the ports no longer differ from cfg. Used by the watchOVSDB goroutine only.
@@ -215,6 +216,7 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 		GatewayIP:     gwIP,
 		PodSubnet:     opts.PodSubnet,
 		Policy:        opts.Policy != nil,
+		DenyLog:       opts.Policy != nil && opts.Policy.DenyLog,
 	}
 	if ov := opts.Overlay; ov != nil {
 		n.cfg.TunnelOFPort = uint32(ports.tunnel)
@@ -245,6 +247,9 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 		n.cancelRun()
 		if n.policy != nil {
 			n.policy.close()
+		}
+		if n.denyLog != nil {
+			n.denyLog.close()
 		}
 		n.ipam.Close()
 		return nil, err
@@ -288,8 +293,18 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 	}
 
 	mgmt := filepath.Join(opts.OVSRunDir, opts.Bridge+".mgmt")
+	ofOpts := openflow.Options{EchoInterval: opts.EchoInterval, Logger: opts.Logger}
+	if n.cfg.DenyLog {
+		rate := opts.Policy.DenyLogRate
+		if rate == 0 {
+			rate = 100
+		}
+		n.denyLog = newDenyLog(n.log, rate, n.podName)
+		ofOpts.PacketIns = n.denyLog.q
+		go n.denyLog.run()
+	}
 	n.sw = openflow.NewSwitch(mgmt, openflow.SwitchOptions{
-		OF:         openflow.Options{EchoInterval: opts.EchoInterval, Logger: opts.Logger},
+		OF:         ofOpts,
 		MaxBackoff: opts.MaxReconnectBackoff,
 		Logger:     opts.Logger,
 	}, n.onConnect)
@@ -390,6 +405,13 @@ func (n *Node) onConnect(ctx context.Context, c *openflow.Conn, first bool) erro
 		// make sure it is up with its address (idempotent).
 		if _, err := podnet.ConfigureGateway(ctx, n.opts.Gateway, n.gwAddr, n.opts.MTU); err != nil {
 			n.log.Warn("gateway not reconfigured after reconnect", "gateway", n.opts.Gateway, "err", err)
+		}
+	}
+	if n.denyLog != nil {
+		// Before the replay: OVS refuses flows naming a meter it lacks (a restarted
+		// ovs-vswitchd has none).
+		if err := n.denyLog.ensureMeter(ctx, c); err != nil {
+			return err
 		}
 	}
 	start := time.Now()
@@ -554,6 +576,9 @@ func (n *Node) Close() error {
 	}
 	err := n.sw.Close()
 	n.wg.Wait()
+	if n.denyLog != nil {
+		n.denyLog.close()
+	}
 	return err
 }
 

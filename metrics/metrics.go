@@ -93,6 +93,14 @@ const (
 	// NetworkPolicyDenied is a counter: packets (first packets of new connections) dropped
 	// by isolated pods' default-deny flows, label direction; from the flows' counters.
 	NetworkPolicyDenied = "ofsdn_network_policy_denied_packets_total"
+	// NetworkPolicyDenyLogEntries is a counter: deny log lines logged (one per denied
+	// packet that passed the switch's meter; absent when policyDenyLog is off).
+	NetworkPolicyDenyLogEntries = "ofsdn_network_policy_deny_log_entries_total"
+	// NetworkPolicyDenyLogDropped is a counter: denied packets not logged, label reason:
+	// meter (the switch's meter dropped it over policyDenyLogRate, from the meter's drop
+	// band counter), queue (the daemon's packet-in queue was full), undecodable (not a
+	// default-deny flow's IPv4 packet).
+	NetworkPolicyDenyLogDropped = "ofsdn_network_policy_deny_log_dropped_total"
 )
 
 // Label values of the event metrics, pre-created so that the set of series is fixed.
@@ -103,6 +111,8 @@ var (
 	AddSteps = []string{"policy", "ipam", "veth", "ovsdb", "openflow"}
 	// Directions are the direction label's values of the NetworkPolicy metrics.
 	Directions = []string{"ingress", "egress"}
+	// DenyLogDropReasons are the reason label's values of NetworkPolicyDenyLogDropped.
+	DenyLogDropReasons = []string{"meter", "queue", "undecodable"}
 	// BatchKinds are the kind label's values (controller.Hooks.FlowOp's set).
 	BatchKinds = []string{"flow_mod", "bundle"}
 	// RepairKinds are the kind label's values of OpenFlowRepairs
@@ -161,6 +171,16 @@ type PolicyStats struct {
 	// Denied is the number of packets dropped by default-deny flows by direction,
 	// monotonic.
 	Denied map[string]uint64
+	// DenyLog is the deny log's counters; nil when policyDenyLog is off.
+	DenyLog *DenyLogStats
+}
+
+// DenyLogStats is the deny log part of a PolicyStats sample; every field is monotonic.
+type DenyLogStats struct {
+	// Logged is the number of deny log lines logged.
+	Logged uint64
+	// Dropped is the number of denied packets not logged, by reason (DenyLogDropReasons).
+	Dropped map[string]uint64
 }
 
 // Metrics is the daemon's registry and its instruments. Create it with New; all methods
@@ -331,8 +351,10 @@ var (
 	descPolRules   = prometheus.NewDesc(NetworkPolicyRules, "Compiled NetworkPolicy rules (conjunctions) with flows on this node.", nil, nil)
 	descPolFlows   = prometheus.NewDesc(NetworkPolicyFlows, "NetworkPolicy rule flows on this node, by direction.", []string{"direction"}, nil)
 	descPolDenied  = prometheus.NewDesc(NetworkPolicyDenied, "Packets (first packets of new connections) dropped by isolated pods' default-deny flows, by direction.", []string{"direction"}, nil)
+	descDenyLogged = prometheus.NewDesc(NetworkPolicyDenyLogEntries, "NetworkPolicy deny log lines logged (denied packets that passed the switch's rate-limiting meter).", nil, nil)
+	descDenyLogDrp = prometheus.NewDesc(NetworkPolicyDenyLogDropped, "Denied packets not logged, by reason: meter (over policyDenyLogRate, dropped in the switch), queue (daemon's queue full), undecodable.", []string{"reason"}, nil)
 	nodeCollectors = []*prometheus.Desc{descLocalPods, descPool, descAllocated, descFlows, descOFUp, descOVSDBUp, descOFRecon, descOVSDBRecon, descPeers, descReady,
-		descPolicies, descPolRules, descPolFlows, descPolDenied}
+		descPolicies, descPolRules, descPolFlows, descPolDenied, descDenyLogged, descDenyLogDrp}
 )
 
 func (c nodeCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -364,6 +386,12 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, d := range Directions {
 			gauge(descPolFlows, float64(p.Flows[d]), d)
 			ch <- prometheus.MustNewConstMetric(descPolDenied, prometheus.CounterValue, float64(p.Denied[d]), d)
+		}
+		if dl := p.DenyLog; dl != nil {
+			ch <- prometheus.MustNewConstMetric(descDenyLogged, prometheus.CounterValue, float64(dl.Logged))
+			for _, r := range DenyLogDropReasons {
+				ch <- prometheus.MustNewConstMetric(descDenyLogDrp, prometheus.CounterValue, float64(dl.Dropped[r]), r)
+			}
 		}
 	}
 }

@@ -352,3 +352,28 @@ func gaugeValue(t *testing.T, mfs []*dto.MetricFamily, name string, labels map[s
 func counterValue(t *testing.T, mfs []*dto.MetricFamily, name string, labels map[string]string) float64 {
 	return find(t, mfs, name, labels).GetCounter().GetValue()
 }
+
+func TestDenyLogCounters(t *testing.T) {
+	m := New()
+	f := newFake()
+	m.SetSource(f.get)
+	f.update(func(s *NodeStats) { s.Policy = &PolicyStats{Denied: map[string]uint64{"ingress": 200}} })
+	mfs, _ := m.Registry().Gather()
+	for _, mf := range mfs {
+		if n := mf.GetName(); n == NetworkPolicyDenyLogEntries || n == NetworkPolicyDenyLogDropped {
+			t.Errorf("%s exported with the deny log off", n)
+		}
+	}
+	f.update(func(s *NodeStats) {
+		s.Policy.DenyLog = &DenyLogStats{Logged: 11, Dropped: map[string]uint64{"meter": 189}}
+	})
+	mfs, _ = m.Registry().Gather()
+	if got := counterValue(t, mfs, NetworkPolicyDenyLogEntries, nil); got != 11 {
+		t.Errorf("%s = %v, want 11", NetworkPolicyDenyLogEntries, got)
+	}
+	for r, want := range map[string]float64{"meter": 189, "queue": 0, "undecodable": 0} {
+		if got := counterValue(t, mfs, NetworkPolicyDenyLogDropped, map[string]string{"reason": r}); got != want {
+			t.Errorf("%s{reason=%s} = %v, want %v", NetworkPolicyDenyLogDropped, r, got, want)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 // Package openflow is ofsdn's OpenFlow 1.3 connection to one Open vSwitch bridge: the
 // handshake (HELLO with a version bitmap, FEATURES_REQUEST), echo keep-alive, flow mods
-// confirmed by a barrier, atomic bundles (ONF EXT-230), flow statistics, OFPT_ERROR
+// confirmed by a barrier, atomic bundles (ONF EXT-230), flow statistics, meters (meter.go)
+// and packet-ins to a bounded queue (packetin.go), OFPT_ERROR
 // decoding in the specification's names, and a connection that re-dials by itself and
 // runs a hook on every new connection before publishing it (Switch), where the caller
 // replays its flows. It speaks the wire protocol only: it knows nothing of pods, IPAM,
@@ -111,6 +112,12 @@ type Options struct {
 	WriteTimeout time.Duration
 	// Logger receives connection events; nil means slog.Default().
 	Logger *slog.Logger
+	// PacketIns, when set, receives the switch's packet-ins (OFPT_PACKET_IN, OpenFlow
+	// 1.3.5 §7.4.1): Dial then sets miss_send_len with OFPT_SET_CONFIG (§7.3.2), without
+	// which OVS sends no asynchronous message to a .mgmt connection. The reader never
+	// blocks on the queue: a packet-in that does not fit is dropped and counted
+	// (PacketInQueue.Dropped). nil: packet-ins are discarded.
+	PacketIns *PacketInQueue
 }
 
 func (o Options) withDefaults() Options {
@@ -217,6 +224,15 @@ func Dial(ctx context.Context, socketPath string, opts Options) (*Conn, error) {
 	if err := s.handshake(ctx, br); err != nil {
 		conn.Close()
 		return nil, err
+	}
+	if opts.PacketIns != nil {
+		// Before the read loop: answered only by an error, which the loop logs.
+		conn.SetWriteDeadline(time.Now().Add(opts.WriteTimeout))
+		if _, err := conn.Write(setConfigMsg(s.nextXid(), packetInMissSendLen)); err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("OpenFlow handshake with bridge %s on %s: send SET_CONFIG (miss_send_len %d, for packet-ins): %w", bridge, socketPath, packetInMissSendLen, err)
+		}
+		conn.SetWriteDeadline(time.Time{})
 	}
 	s.log = s.log.With("dpid", fmt.Sprintf("%016x", s.dpid))
 	s.log.Info("OpenFlow 1.3 connection established", "tables", s.nTables)
@@ -755,7 +771,21 @@ func (s *Conn) dispatch(msg []byte) {
 		s.log.Debug("answering the switch's echo request", "xid", xid)
 		go func() { _ = s.write([][]byte{reply}) }()
 		return
-	case openflow13.Type_Hello, openflow13.Type_PortStatus, openflow13.Type_PacketIn, openflow13.Type_FlowRemoved:
+	case openflow13.Type_PacketIn:
+		q := s.opts.PacketIns
+		if q == nil {
+			s.log.Debug("ignoring packet-in (no packet-in queue)", "xid", xid)
+			return
+		}
+		p, err := decodePacketIn(msg)
+		if err != nil {
+			s.log.Warn("dropping undecodable packet-in", "err", err)
+			return
+		}
+		p.Data = append([]byte(nil), p.Data...) // msg is not reused, but keep Data independent
+		q.offer(p)
+		return
+	case openflow13.Type_Hello, openflow13.Type_PortStatus, openflow13.Type_FlowRemoved:
 		s.log.Debug("ignoring unsolicited message", "type", msgTypeName(typ), "xid", xid)
 		return
 	case openflow13.Type_Error:

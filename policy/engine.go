@@ -155,6 +155,29 @@ func (e *Engine) Pod(namespace, name string) *Pod {
 	return nil
 }
 
+// PodByIP returns the model's pod that has ip among its addresses (status.podIPs or its
+// local attachment's), preferring one that can be a peer (not host network, not
+// terminated), or nil. It scans every pod: O(pods), for occasional lookups (the
+// deny log, rate-limited by the switch), not per packet.
+func (e *Engine) PodByIP(ip netip.Addr) *Pod {
+	var fallback *Pod
+	for _, s := range e.pods {
+		if s.pod == nil {
+			continue
+		}
+		for _, a := range s.ips() {
+			if a != ip {
+				continue
+			}
+			if s.peerEligible() {
+				return s.pod
+			}
+			fallback = s.pod
+		}
+	}
+	return fallback
+}
+
 // Counts returns how many pods, namespaces and policies the model holds.
 func (e *Engine) Counts() (pods, namespaces, policies int) {
 	n := 0

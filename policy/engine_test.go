@@ -782,3 +782,19 @@ func TestChangesMerge(t *testing.T) {
 		t.Fatalf("add+remove = %+v, want nothing", m.Conjunctions)
 	}
 }
+
+func TestPodByIP(t *testing.T) {
+	e := NewEngine(nil)
+	ip := netip.MustParseAddr("10.244.2.7")
+	e.UpsertPod(&Pod{Namespace: "x", Name: "old", IPs: []netip.Addr{ip}, Terminal: true})
+	if p := e.PodByIP(ip); p == nil || p.Name != "old" {
+		t.Fatalf("PodByIP = %v, want the terminated pod when no other has the address", p)
+	}
+	e.UpsertPod(&Pod{Namespace: "y", Name: "new", IPs: []netip.Addr{ip}})
+	if p := e.PodByIP(ip); p == nil || p.Key() != "y/new" {
+		t.Fatalf("PodByIP = %v, want y/new (a running pod wins over a terminated one)", p)
+	}
+	if p := e.PodByIP(netip.MustParseAddr("10.244.2.8")); p != nil {
+		t.Fatalf("PodByIP of an unknown address = %v", p)
+	}
+}

@@ -130,9 +130,13 @@ func (o *observer) stats() metrics.NodeStats {
 		if st := n.PolicyStatus(); st != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			denied, err := n.PolicyDenied(ctx) // the totals so far even on error
-			cancel()
 			_ = err
 			s.Policy = &metrics.PolicyStats{Policies: st.Policies, Rules: st.Conjunctions, Flows: st.RuleFlows, Denied: denied}
+			if dl, _ := n.DenyLogStats(ctx); dl != nil { // the totals so far even on error
+				s.Policy.DenyLog = &metrics.DenyLogStats{Logged: dl.Logged, Dropped: map[string]uint64{
+					"meter": dl.MeterDropped, "queue": dl.QueueDropped, "undecodable": dl.Undecodable}}
+			}
+			cancel()
 		}
 		s.Ready = o.readiness() == nil
 	}
