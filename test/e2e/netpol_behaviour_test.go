@@ -7,10 +7,12 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"regexp"
 	"sort"
 	"strconv"
@@ -24,6 +26,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/ofsdn/ofsdn/controller"
 	"github.com/ofsdn/ofsdn/metrics"
 )
 
@@ -405,7 +408,26 @@ func testUnknownPod(t *testing.T, c *npCluster) {
 	}
 }
 
-// testDeniedShown: denied probes show in ofsdnctl policies and in the metrics.
+// denyLogLines returns the deny log lines in a node's log (JSON, one object a line).
+func denyLogLines(t *testing.T, cn *clusterNode) []map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(cn.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []map[string]any
+	for _, l := range strings.Split(string(b), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == controller.DenyLogMessage {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// testDeniedShown: denied probes show in ofsdnctl policies, in the metrics and in the
+// deny log; a burst of denied connections over the log's rate is logged up to the
+// meter's rate and burst, the rest counted as dropped by the meter.
 func testDeniedShown(t *testing.T, c *npCluster) {
 	created := map[string]*networkingv1.NetworkPolicy{}
 	defer c.reset(created, nil)
@@ -420,12 +442,29 @@ func testDeniedShown(t *testing.T, c *npCluster) {
 		}
 		return 0
 	}()
+	logBefore := len(denyLogLines(t, cn))
 	const probes = 5
 	for i := 0; i < probes; i++ {
 		if ok, _ := probe(c.servers["z/b"], c.servers[target], corev1.ProtocolUDP, 81, 300*time.Millisecond); ok {
 			t.Fatal("a denied probe went through")
 		}
 	}
+	// Each probe's first packet is a new connection denied by y/a's ingress isolation:
+	// one log line each, naming both pods, the protocol, the port and the direction.
+	src, dst := c.ips["z/b"], c.ips[target]
+	waitUntil(t, "deny log lines of the probes", 10*time.Second, func() error {
+		n := 0
+		for _, m := range denyLogLines(t, cn)[logBefore:] {
+			if m["direction"] == "ingress" && m["isolated_pod"] == target && m["src"] == "z/b" && m["src_ip"] == src &&
+				m["dst"] == target && m["dst_ip"] == dst && m["protocol"] == "UDP" && m["port"] == float64(81) {
+				n++
+			}
+		}
+		if n < probes {
+			return fmt.Errorf("%d matching lines, want at least %d", n, probes)
+		}
+		return nil
+	})
 	r := cn.policies(t)
 	var found bool
 	for _, pp := range r.PodPolicies {
@@ -455,4 +494,60 @@ func testDeniedShown(t *testing.T, c *npCluster) {
 	if n := samples(mfs, metrics.NetworkPolicies, nil); len(n) != 1 || n[0].GetGauge().GetValue() < 1 {
 		t.Errorf("%s = %v, want the policy counted", metrics.NetworkPolicies, n)
 	}
+
+	// The log's rate limit: a burst of denied new connections (one UDP datagram each,
+	// from a new source port) far over policyDenyLogRate. The meter lets through at most
+	// its burst (= the rate) plus the rate for the time the burst took, and drops the
+	// rest; every denied packet is either logged or counted as not logged.
+	counters := func() (logged, notLogged float64) {
+		mfs, _ := scrape(t, netnsHTTP(t, cn.OVS.NetnsPath()))
+		logged = value(t, mfs, metrics.NetworkPolicyDenyLogEntries, nil)
+		for _, m := range samples(mfs, metrics.NetworkPolicyDenyLogDropped, nil) {
+			notLogged += m.GetCounter().GetValue()
+		}
+		return logged, notLogged
+	}
+	// Start from counters that no longer move (the probes' packet-ins are handled).
+	logged0, dropped0 := counters()
+	waitUntil(t, "deny log counters settled", 15*time.Second, func() error {
+		time.Sleep(500 * time.Millisecond)
+		l, d := counters()
+		if l != logged0 || d != dropped0 {
+			logged0, dropped0 = l, d
+			return fmt.Errorf("still moving: %v logged, %v not logged", l, d)
+		}
+		return nil
+	})
+	const burst = 400
+	start := time.Now()
+	if err := inNS(c.servers["z/b"].netns, func() error {
+		for i := 0; i < burst; i++ {
+			u, err := net.Dial("udp4", net.JoinHostPort(dst, "81"))
+			if err != nil {
+				return err
+			}
+			_, _ = u.Write([]byte("denied"))
+			_ = u.Close()
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	var logged, dropped float64
+	waitUntil(t, "every packet of the burst logged or counted as dropped", 15*time.Second, func() error {
+		logged, dropped = counters()
+		if d := (logged - logged0) + (dropped - dropped0); d < burst {
+			return fmt.Errorf("%v logged + %v not logged of %d denied", logged-logged0, dropped-dropped0, burst)
+		}
+		return nil
+	})
+	if limit := npDenyLogRate + npDenyLogRate*(took.Seconds()+1); logged-logged0 > limit {
+		t.Errorf("a burst of %d denied connections in %v logged %v lines, over the meter's %d/s with burst %d (at most %.0f)",
+			burst, took, logged-logged0, npDenyLogRate, npDenyLogRate, limit)
+	}
+	if logged-logged0 < 1 || dropped-dropped0 < 1 {
+		t.Errorf("burst of %d: %v logged, %v dropped; want some of each", burst, logged-logged0, dropped-dropped0)
+	}
+	t.Logf("deny log burst: %d denied UDP connections in %v, %v logged, %v dropped (rate %d/s)", burst, took, logged-logged0, dropped-dropped0, npDenyLogRate)
 }

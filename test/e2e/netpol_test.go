@@ -30,6 +30,7 @@ import (
 
 	"github.com/ofsdn/ofsdn/ctl"
 	"github.com/ofsdn/ofsdn/flows"
+	"github.com/ofsdn/ofsdn/podnet"
 	"github.com/ofsdn/ofsdn/test/kapi"
 )
 
@@ -44,6 +45,9 @@ type npCluster struct {
 }
 
 const npAPIAddr = "172.30.0.50"
+
+// npDenyLogRate is the nodes' policyDenyLogRate, packets per second.
+const npDenyLogRate = 50
 
 // npNodeName is the Node a model pod runs on (the same spread as the engine check).
 func npNodeName(pod string) string { return fmt.Sprintf("np-node-%d", npModelNode(pod)) }
@@ -86,7 +90,10 @@ func startNPCluster(t *testing.T) *npCluster {
 	for name, cn := range c.nodes {
 		cn.StartDaemon(daemonBinary(t), 90*time.Second, "--log-level", "debug", "--topology", "kubernetes",
 			"--kubeconfig", kc, "--node-name", name, "--cluster-cidr", "10.244.0.0/16",
-			"--service-cidr", "10.96.0.0/12", "--mtu", "0", "--add-timeout", "15s")
+			"--service-cidr", "10.96.0.0/12", "--mtu", "0", "--add-timeout", "15s",
+			// Every case runs with the deny log on: denied packets go to the controller
+			// through the meter instead of a plain drop, and must still be refused.
+			"--log-format", "json", "--policy-deny-log", "--policy-deny-log-rate", fmt.Sprint(npDenyLogRate))
 	}
 	for _, ns := range npNamespaces {
 		if err := api.CreateNamespace(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
@@ -320,10 +327,66 @@ func (c *npCluster) checkTables(what string, want func(corev1.Protocol, int32) r
 		if d := diffTables(got[tb], want(tb.proto, tb.port)); d != "" {
 			t.Errorf("%s: %s/%d differs from the expected truth table:\n%s", what, tb.proto, tb.port, d)
 			failed = true
+			c.reprobe(tb.proto, tb.port, got[tb], want(tb.proto, tb.port))
 		}
 	}
 	if failed {
 		c.dumpPolicy()
+	}
+}
+
+// reprobe tells a lasting wrong verdict from a passing one: each pair that got through
+// where it should not is probed again at once, and again after two revalidation rounds,
+// with the destination node's datapath flows towards the destination logged in between.
+func (c *npCluster) reprobe(proto corev1.Protocol, port int32, got, want reach) {
+	t := c.t
+	if proto == corev1.ProtocolSCTP {
+		return
+	}
+	for _, f := range npPods() {
+		for _, to := range npPods() {
+			if f == to || !got[f][to] || want[f][to] {
+				continue
+			}
+			cn := c.nodes[npNodeName(to)]
+			pairCT := func() string {
+				var out []string
+				for _, l := range strings.Split(cn.OVS.Appctl(t, "dpctl/dump-conntrack", fmt.Sprintf("zone=%d", flows.ConntrackZone)), "\n") {
+					if strings.Contains(l, "src="+c.ips[f]+",dst="+c.ips[to]+",") || strings.Contains(l, "src="+c.ips[to]+",dst="+c.ips[f]+",") {
+						out = append(out, l)
+					}
+				}
+				return strings.Join(out, "\n")
+			}
+			ctBefore := pairCT()
+			inPort := "vxlan0"
+			if npNodeName(f) == npNodeName(to) {
+				inPort = podnet.HostVethName(c.pods[f].containerID, "eth0")
+			}
+			flow := fmt.Sprintf("in_port=%s,%s,nw_src=%s,nw_dst=%s,tp_dst=%d", inPort, strings.ToLower(string(proto)), c.ips[f], c.ips[to], port)
+			if inPort == "vxlan0" {
+				flow += ",tun_src=" + c.nodes[npNodeName(f)].ip
+			} else {
+				for _, i := range c.pods[f].result.Interfaces {
+					if i.Sandbox != "" {
+						flow += ",dl_src=" + i.Mac
+					}
+				}
+			}
+			trace := cn.OVS.Appctl(t, "ofproto/trace", "br-int", flow, "--ct-next", "trk,new")
+			now, _ := probe(c.servers[f], c.servers[to], proto, port, 1500*time.Millisecond)
+			t.Logf("%s -> %s: conntrack of the pair before probing again:\n%s\nafter:\n%s\ntrace of a new connection (%s):\n%s", f, to, ctBefore, pairCT(), flow, trace)
+			var dp []string
+			for _, l := range strings.Split(cn.OVS.Appctl(t, "dpctl/dump-flows"), "\n") {
+				if strings.Contains(l, "dst="+c.ips[to]) || strings.Contains(l, "recirc_id(0x") && !strings.Contains(l, "recirc_id(0)") {
+					dp = append(dp, l)
+				}
+			}
+			c.revalidated()
+			later, _ := probe(c.servers[f], c.servers[to], proto, port, 1500*time.Millisecond)
+			t.Logf("%s -> %s %s/%d: probed again at once: allowed=%v; after two revalidation rounds: allowed=%v; %s's datapath flows (to %s, and after recirculation):\n%s",
+				f, to, proto, port, now, later, npNodeName(to), c.ips[to], strings.Join(dp, "\n"))
+		}
 	}
 }
 
