@@ -388,6 +388,17 @@ func sortByText(fs []Flow) []Flow {
 // Len returns the number of flows in the set.
 func (s *PolicyFlowSet) Len() int { return len(s.entries) }
 
+// LenIn returns the number of flows of the set in table t (without building them).
+func (s *PolicyFlowSet) LenIn(t TableID) int {
+	n := 0
+	for _, e := range s.entries {
+		if e.flow.Table == t {
+			n++
+		}
+	}
+	return n
+}
+
 type contribution struct {
 	flow   Flow // match, table, priority
 	conj   Conjunction

@@ -133,13 +133,15 @@ func (n *scaleNode) report(t *testing.T) ctl.PolicyReport {
 }
 
 // waitVersion polls (every 20 ms) until kind's realized version reaches rv; it returns
-// the time that took.
+// the time since since. It polls the light status (ctl PolicyStatus): the full report
+// (Policies) formats every rule's flows and dumps the switch's counters, about a second
+// per call at this scale, which would both quantize the times and slow the daemon.
 func (n *scaleNode) waitVersion(t *testing.T, kind, rv string, since time.Time) time.Duration {
 	t.Helper()
 	want, _ := strconv.ParseUint(rv, 10, 64)
 	deadline := time.Now().Add(10 * time.Minute)
 	for time.Now().Before(deadline) {
-		if r, err := n.ctl.Policies(context.Background()); err == nil && r.Versions[kind] >= want && !r.Dirty {
+		if r, err := n.ctl.PolicyStatus(context.Background()); err == nil && r.Versions[kind] >= want && !r.Dirty {
 			return time.Since(since)
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -184,7 +186,9 @@ func TestPolicyScale(t *testing.T) {
 	n.OVS.Exec(t, "ip", "addr", "add", "172.31.0.1/24", "dev", "ul0")
 	n.OVS.Exec(t, "ip", "link", "set", "ul0", "up")
 	n.OVS.Exec(t, "ip", "link", "set", "ul1", "up")
-	n.api = kapi.Start(t, n.OVS.NetnsPath(), "127.0.0.1", "../../deploy/ofsdn.yaml")
+	// The API server on the underlay address: kube-apiserver refuses to advertise a
+	// loopback one.
+	n.api = kapi.Start(t, n.OVS.NetnsPath(), "172.31.0.1", "../../deploy/ofsdn.yaml")
 	n.kc = n.api.Kubeconfig(t)
 	n.ctl = ctl.NewClient(filepath.Join(filepath.Dir(n.Socket), "ctl.sock"), time.Minute)
 	admin := n.api.Admin
@@ -303,7 +307,12 @@ func TestPolicyScale(t *testing.T) {
 		onePolicy.Round(time.Microsecond), oneLabel.Round(time.Microsecond))
 
 	// Flows per rule: M pods + N peers + K ports + 1 (conj_id).
+	reportStart := time.Now()
 	rep = n.report(t)
+	reportTime := time.Since(reportStart)
+	total1001, byStage1001 := countFlows(t, n)
+	t.Logf("after them: %d rules, rule flows ingress %d egress %d; %d flows on the switch; RSS %.1f MiB; one full policy report (ofsdnctl policies) took %s",
+		rep.Rules, rep.RuleFlows["ingress"], rep.RuleFlows["egress"], total1001, rssMiB(t, pid), reportTime.Round(time.Millisecond))
 	type row struct {
 		rule          string
 		m, nn, k, tot int
@@ -350,17 +359,39 @@ func TestPolicyScale(t *testing.T) {
 	}
 	t.Logf("flows per rule (%d rules, all M+N+K+1):\n  %s", len(rows), strings.Join(sample, "\n  "))
 
-	// Restart: the daemon realizes everything in its first bundle.
+	// Restart: the daemon realizes everything in its first bundle, so once it is ready
+	// the switch holds exactly the flows it held before.
 	n.StopDaemon()
+	restartBegan := time.Now()
 	restart := n.start(t)
-	total2, _ := countFlows(t, n)
-	t.Logf("daemon restart with 1001 policies, 10,000 pods, %d local pods: ready (first bundle installed) in %s, %d flows; RSS %.1f MiB",
-		localPods, restart.Round(time.Millisecond), total2, rssMiB(t, n.Daemon.Process.Pid))
+	total2, byStage2 := countFlows(t, n)
+	st2, err := n.ctl.PolicyStatus(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("daemon restart with 1001 policies, 10,000 pods, %d local pods: ready in %s, %d flows %v, %d rules; RSS %.1f MiB",
+		localPods, restart.Round(time.Millisecond), total2, byStage2, st2.Rules, rssMiB(t, n.Daemon.Process.Pid))
+	if total2 != total1001 || st2.Rules != rep.Rules {
+		t.Errorf("after the restart the daemon was ready with %d flows and %d rules, before it %d flows and %d rules (by stage %v, before %v)",
+			total2, st2.Rules, total1001, rep.Rules, byStage2, byStage1001)
+		if b, err := os.ReadFile(n.LogPath); err == nil {
+			lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+			t.Logf("daemon log, last 40 lines:\n%s", strings.Join(lines[max(0, len(lines)-40):], "\n"))
+		}
+		// How long until the switch catches up, if it does.
+		for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
+			if tot, _ := countFlows(t, n); tot == total1001 {
+				t.Logf("the switch had the %d flows %s after the restart began", tot, time.Since(restartBegan).Round(time.Millisecond))
+				break
+			}
+		}
+	}
 
 	out := map[string]any{
 		"policies": namespaces*policiesPerN + 1, "pods": namespaces * podsPerNS, "localPods": localPods,
 		"rules": rep.Rules, "ruleFlowsIngress": rep.RuleFlows["ingress"], "ruleFlowsEgress": rep.RuleFlows["egress"],
-		"switchFlows": total, "realize1000Seconds": realized1000.Seconds(), "create1000Seconds": created1000.Seconds(),
+		"switchFlows": total, "switchFlows1001": total1001, "restartSwitchFlows": total2, "reportSeconds": reportTime.Seconds(),
+		"realize1000Seconds": realized1000.Seconds(), "create1000Seconds": created1000.Seconds(),
 		"onePolicySeconds": onePolicy.Seconds(), "oneLabelSeconds": oneLabel.Seconds(), "rssMiB": rss,
 		"restartReadySeconds": restart.Seconds(), "flowsPerRuleOK": bad == 0, "rulesChecked": len(rows),
 	}
