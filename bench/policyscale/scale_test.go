@@ -4,10 +4,13 @@
 // 10,000 Pods in a real kube-apiserver (API objects only, except 100 of them wired on the
 // node through the plugin), with the real ofsdn-node on a sandbox OVS. It reports the flows
 // installed, the time to realize the policies from none, a daemon restart (everything in
-// its first bundle), one new policy and one label change, the daemon's RSS, and, for a few
-// rules, that their flows are M pods + N peers + K ports + 1.
+// its first bundle), one new policy and one label change, the daemon's RSS, and, for
+// every rule, that its flows are M pods + N peers + K ports + 1; then, in a namespace of
+// its own with 8 more local pods, 27 rules of every M in {1,4,8}, N in {1,10,100} and K
+// in {1,3,10}, each checked to have exactly M+N+K+1 flows. Times are reported, never
+// asserted; flow counts (and the restart's flows equal to those before it) are.
 //
-// Run it with `make bench-policy` (about 5 minutes here); it is behind the build tag
+// Run it with `make bench-policy` (3 minutes on 2 busy cores, most of it filling the API); it is behind the build tag
 // policyscale so `go test ./...` does not build it. Results: bench/RESULTS.md.
 package policyscale
 
@@ -150,6 +153,57 @@ func (n *scaleNode) waitVersion(t *testing.T, kind, rv string, since time.Time) 
 	return 0
 }
 
+// wire ADDs the API pod ns/name on the node through the plugin (container id) and writes
+// its IP into the pod's status, as the kubelet would.
+func (n *scaleNode) wire(t *testing.T, ns, name, id string) error {
+	ctx := context.Background()
+	netns := harness.NewNetns(t, "ofsdn-scale-pod")
+	rt := &libcni.RuntimeConf{ContainerID: id, NetNS: netns, IfName: "eth0",
+		Args: [][2]string{{"K8S_POD_NAMESPACE", ns}, {"K8S_POD_NAME", name}}}
+	res, err := n.CNI.AddNetworkList(ctx, n.Netconf, rt)
+	if err != nil {
+		return fmt.Errorf("ADD %s/%s: %w", ns, name, err)
+	}
+	r, err := current.NewResultFromResult(res)
+	if err != nil {
+		return err
+	}
+	o, err := n.api.Admin.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	o.Status.Phase = corev1.PodRunning
+	o.Status.PodIPs = []corev1.PodIP{{IP: r.IPs[0].Address.IP.String()}}
+	_, err = n.api.Admin.CoreV1().Pods(ns).UpdateStatus(ctx, o, metav1.UpdateOptions{})
+	return err
+}
+
+// shapePolicy selects the first m of the shape namespace's local pods and lets n /32
+// ipBlock peers reach them on k TCP ports: one rule of M=m, N=n, K=k.
+func shapePolicy(m, n, k int) *networkingv1.NetworkPolicy {
+	var idx []string
+	for i := 0; i < m; i++ {
+		idx = append(idx, strconv.Itoa(i))
+	}
+	var peers []networkingv1.NetworkPolicyPeer
+	for i := 0; i < n; i++ {
+		peers = append(peers, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: fmt.Sprintf("192.168.%d.%d/32", i/250, 1+i%250)}})
+	}
+	tcp := corev1.ProtocolTCP
+	var ports []networkingv1.NetworkPolicyPort
+	for i := 0; i < k; i++ {
+		p := intstr.FromInt32(int32(9000 + i))
+		ports = append(ports, networkingv1.NetworkPolicyPort{Protocol: &tcp, Port: &p})
+	}
+	return &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shape", Name: fmt.Sprintf("m%d-n%d-k%d", m, n, k)},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "i", Operator: metav1.LabelSelectorOpIn, Values: idx}}},
+			Ingress:     []networkingv1.NetworkPolicyIngressRule{{From: peers, Ports: ports}},
+		},
+	}
+}
+
 func rssMiB(t *testing.T, pid int) float64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
@@ -235,27 +289,7 @@ func TestPolicyScale(t *testing.T) {
 
 	// 100 local pods, one per namespace (p-000), wired through the plugin.
 	start = time.Now()
-	parallel(t, localPods, func(i int) error {
-		netns := harness.NewNetns(t, "ofsdn-scale-pod")
-		rt := &libcni.RuntimeConf{ContainerID: fmt.Sprintf("scale-%03d", i), NetNS: netns, IfName: "eth0",
-			Args: [][2]string{{"K8S_POD_NAMESPACE", nsName(i)}, {"K8S_POD_NAME", podName(0)}}}
-		res, err := n.CNI.AddNetworkList(ctx, n.Netconf, rt)
-		if err != nil {
-			return fmt.Errorf("ADD %s/%s: %w", nsName(i), podName(0), err)
-		}
-		r, err := current.NewResultFromResult(res)
-		if err != nil {
-			return err
-		}
-		o, err := admin.CoreV1().Pods(nsName(i)).Get(ctx, podName(0), metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		o.Status.Phase = corev1.PodRunning
-		o.Status.PodIPs = []corev1.PodIP{{IP: r.IPs[0].Address.IP.String()}}
-		_, err = admin.CoreV1().Pods(nsName(i)).UpdateStatus(ctx, o, metav1.UpdateOptions{})
-		return err
-	})
+	parallel(t, localPods, func(i int) error { return n.wire(t, nsName(i), podName(0), fmt.Sprintf("scale-%03d", i)) })
 	t.Logf("%d local pods wired in %s", localPods, time.Since(start).Round(time.Millisecond))
 
 	// 1,000 policies, created as fast as the API takes them: time until all are realized.
@@ -387,13 +421,63 @@ func TestPolicyScale(t *testing.T) {
 		}
 	}
 
+	// Shape: in a namespace of its own with 8 local pods, one rule for each M in {1,4,8},
+	// N in {1,10,100}, K in {1,3,10}: its flows are M+N+K+1, never M*N*K.
+	const shapePods = 8
+	if err := n.api.CreateNamespace(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shape"}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < shapePods; i++ {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shape", Name: fmt.Sprintf("s-%d", i), Labels: map[string]string{"i": strconv.Itoa(i)}},
+			Spec: corev1.PodSpec{NodeName: nodeName, Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/none"}}}}
+		if _, err := admin.CoreV1().Pods("shape").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	parallel(t, shapePods, func(i int) error { return n.wire(t, "shape", fmt.Sprintf("s-%d", i), fmt.Sprintf("shape-%d", i)) })
+	type shape struct{ m, n, k int }
+	var shapes []shape
+	var shapeRV string
+	for _, m := range []int{1, 4, 8} {
+		for _, nn := range []int{1, 10, 100} {
+			for _, k := range []int{1, 3, 10} {
+				o, err := admin.NetworkingV1().NetworkPolicies("shape").Create(ctx, shapePolicy(m, nn, k), metav1.CreateOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				shapes = append(shapes, shape{m, nn, k})
+				shapeRV = o.ResourceVersion
+			}
+		}
+	}
+	n.waitVersion(t, "networkpolicies", shapeRV, time.Now())
+	flowsOf := map[string]int{}
+	for _, pp := range n.report(t).PodPolicies {
+		for _, r := range pp.Rules {
+			if strings.HasPrefix(r.Rule, "shape/") {
+				flowsOf[strings.Fields(strings.TrimPrefix(r.Rule, "shape/"))[0]] = len(r.Flows)
+			}
+		}
+	}
+	shapeTable := []string{"| M pods | N peers | K ports | flows | M+N+K+1 | M*N*K |", "|---:|---:|---:|---:|---:|---:|"}
+	shapeOK := true
+	for _, x := range shapes {
+		got, want := flowsOf[fmt.Sprintf("m%d-n%d-k%d", x.m, x.n, x.k)], x.m+x.n+x.k+1
+		if got != want {
+			shapeOK = false
+			t.Errorf("rule M=%d N=%d K=%d: %d flows, want M+N+K+1 = %d", x.m, x.n, x.k, got, want)
+		}
+		shapeTable = append(shapeTable, fmt.Sprintf("| %d | %d | %d | %d | %d | %d |", x.m, x.n, x.k, got, want, x.m*x.n*x.k))
+	}
+	t.Logf("flows per rule by shape (%d rules):\n%s", len(shapes), strings.Join(shapeTable, "\n"))
+
 	out := map[string]any{
 		"policies": namespaces*policiesPerN + 1, "pods": namespaces * podsPerNS, "localPods": localPods,
 		"rules": rep.Rules, "ruleFlowsIngress": rep.RuleFlows["ingress"], "ruleFlowsEgress": rep.RuleFlows["egress"],
 		"switchFlows": total, "switchFlows1001": total1001, "restartSwitchFlows": total2, "reportSeconds": reportTime.Seconds(),
 		"realize1000Seconds": realized1000.Seconds(), "create1000Seconds": created1000.Seconds(),
 		"onePolicySeconds": onePolicy.Seconds(), "oneLabelSeconds": oneLabel.Seconds(), "rssMiB": rss,
-		"restartReadySeconds": restart.Seconds(), "flowsPerRuleOK": bad == 0, "rulesChecked": len(rows),
+		"restartReadySeconds": restart.Seconds(), "flowsPerRuleOK": bad == 0, "shapeOK": shapeOK, "rulesChecked": len(rows),
 	}
 	b, _ := json.MarshalIndent(out, "", "  ")
 	if f := os.Getenv("POLICY_SCALE_OUT"); f != "" {
