@@ -48,6 +48,13 @@ const (
 	podSubnet    = "10.250.0.0/24"
 )
 
+// TestMain removes the binaries the test built once it is done.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	harness.RemoveBinaries()
+	os.Exit(code)
+}
+
 func podName(i int) string { return fmt.Sprintf("p-%03d", i) }
 func nsName(i int) string  { return fmt.Sprintf("ns-%03d", i) }
 
