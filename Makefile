@@ -94,7 +94,7 @@ bench-quick: deps build
 
 # NetworkPolicy at scale (bench/policyscale, results in bench/RESULTS.md "NetworkPolicy at
 # scale"): 1,000 policies over 10,000 pods in a real kube-apiserver, 100 of them wired on a
-# sandbox node; flows, realization times, RSS. About 5 minutes; needs test/k8s/build.sh's
+# sandbox node; flows, realization times, RSS. About 3 minutes on 2 busy cores; needs test/k8s/build.sh's
 # binaries. POLICY_SCALE_OUT=FILE writes the figures as JSON.
 bench-policy: deps build
 	$(GO) test -tags policyscale -count=1 -timeout 40m -v -run TestPolicyScale ./bench/policyscale

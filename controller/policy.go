@@ -385,14 +385,8 @@ func (n *Node) PolicyStatus() *PolicyStatus {
 	st.Versions = p.opts.Agent.Versions()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	_, ingress := policyTables()
-	for _, f := range p.set.Flows() {
-		if f.Table == ingress {
-			st.RuleFlows["ingress"]++
-		} else {
-			st.RuleFlows["egress"]++
-		}
-	}
+	egress, ingress := policyTables()
+	st.RuleFlows["ingress"], st.RuleFlows["egress"] = p.set.LenIn(ingress), p.set.LenIn(egress)
 	st.Dirty = p.dirty
 	if p.lastErr != nil {
 		st.LastError = p.lastErr.Error()

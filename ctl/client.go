@@ -65,6 +65,14 @@ func (c *Client) Policies(ctx context.Context) (PolicyReport, error) {
 	return r, err
 }
 
+// PolicyStatus reports the node's NetworkPolicy enforcement without the per-pod detail
+// (PathPolicyStatus): cheap enough to poll at scale.
+func (c *Client) PolicyStatus(ctx context.Context) (PolicyReport, error) {
+	var r PolicyReport
+	err := c.get(ctx, PathPolicyStatus, &r)
+	return r, err
+}
+
 func (c *Client) get(ctx context.Context, path string, v any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://ofsdn-node"+path, nil)
 	if err != nil {

@@ -38,6 +38,12 @@ func (f fakeSource) Policies(ctx context.Context) (PolicyReport, error) {
 		IngressIsolated: true, IngressPolicies: []string{"deny"}, Denied: map[string]uint64{"ingress": 3}}}}, nil
 }
 
+func (f fakeSource) PolicyStatus() (PolicyReport, error) {
+	r, err := f.Policies(context.Background())
+	r.PodPolicies = []PodPolicy{}
+	return r, err
+}
+
 func start(t *testing.T, src Source) (*Server, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "run", "ctl.sock")

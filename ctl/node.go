@@ -119,9 +119,8 @@ func isolationText(ingress, egress bool) string {
 	return "none"
 }
 
-// Policies reports the node's NetworkPolicy enforcement, with each local pod's rules and
-// their flows' packet counters from one dump of the two rule stages.
-func (s nodeSource) Policies(ctx context.Context) (PolicyReport, error) {
+// PolicyStatus reports the node's NetworkPolicy state without the per-pod detail.
+func (s nodeSource) PolicyStatus() (PolicyReport, error) {
 	n, err := s.get()
 	if err != nil {
 		return PolicyReport{}, err
@@ -130,13 +129,26 @@ func (s nodeSource) Policies(ctx context.Context) (PolicyReport, error) {
 	if st == nil {
 		return PolicyReport{Enabled: false, PodPolicies: []PodPolicy{}}, nil
 	}
+	return PolicyReport{Enabled: true, Synced: st.Synced, Pods: st.Pods, Namespaces: st.Namespaces,
+		Policies: st.Policies, Rules: st.Conjunctions, RuleFlows: st.RuleFlows, Versions: st.Versions,
+		Dirty: st.Dirty, LastError: st.LastError, PodPolicies: []PodPolicy{}}, nil
+}
+
+// Policies reports the node's NetworkPolicy enforcement, with each local pod's rules and
+// their flows' packet counters from one dump of the two rule stages.
+func (s nodeSource) Policies(ctx context.Context) (PolicyReport, error) {
+	n, err := s.get()
+	if err != nil {
+		return PolicyReport{}, err
+	}
+	rep, err := s.PolicyStatus()
+	if err != nil || !rep.Enabled {
+		return rep, err
+	}
 	counts, err := n.PolicyCounters(ctx)
 	if err != nil {
 		return PolicyReport{}, err
 	}
-	rep := PolicyReport{Enabled: true, Synced: st.Synced, Pods: st.Pods, Namespaces: st.Namespaces,
-		Policies: st.Policies, Rules: st.Conjunctions, RuleFlows: st.RuleFlows, Versions: st.Versions,
-		Dirty: st.Dirty, LastError: st.LastError, PodPolicies: []PodPolicy{}}
 	for _, pp := range n.PodPolicies() {
 		o := PodPolicy{Namespace: pp.Namespace, Name: pp.Name, IngressIsolated: pp.Ingress, EgressIsolated: pp.Egress,
 			IngressPolicies: []string{}, EgressPolicies: []string{}, Rules: []PolicyRule{}, Denied: map[string]uint64{}}

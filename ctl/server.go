@@ -32,6 +32,8 @@ type Source interface {
 	Peers() ([]Peer, error)
 	// Policies reports NetworkPolicy enforcement (with flow counters from the switch).
 	Policies(ctx context.Context) (PolicyReport, error)
+	// PolicyStatus is Policies without PodPolicies (and so without the switch's counters).
+	PolicyStatus() (PolicyReport, error)
 }
 
 // Server serves the inspection API on a unix socket. Create it with NewServer, then Start.
@@ -84,6 +86,10 @@ func (s *Server) Start() error {
 		ctx, cancel := context.WithTimeout(r.Context(), FlowDumpTimeout)
 		defer cancel()
 		rep, err := s.src.Policies(ctx)
+		s.answer(w, r, rep, err)
+	})
+	mux.HandleFunc(PathPolicyStatus, func(w http.ResponseWriter, r *http.Request) {
+		rep, err := s.src.PolicyStatus()
 		s.answer(w, r, rep, err)
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

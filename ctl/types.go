@@ -13,6 +13,9 @@
 //	/v1/policies → PolicyReport: NetworkPolicy state and, per local pod, its isolation,
 //	             the policies selecting it, each rule's flows with packet counts, and the
 //	             packets its default-deny flows dropped
+//	/v1/policies/status → PolicyReport without PodPolicies: the counts, the realized
+//	             versions and the error state only, cheap at any scale (no flow dump, no
+//	             flow text); for polling until a change is realized
 package ctl
 
 import "time"
@@ -31,6 +34,8 @@ const (
 	PathPeers = "/v1/peers"
 	// PathPolicies reports NetworkPolicy enforcement.
 	PathPolicies = "/v1/policies"
+	// PathPolicyStatus reports NetworkPolicy enforcement without the per-pod detail.
+	PathPolicyStatus = "/v1/policies/status"
 )
 
 // Pod is one pod interface attached on the node.

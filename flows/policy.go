@@ -352,8 +352,7 @@ func (s *PolicyFlowSet) Flows() []Flow {
 		f, _ := s.Flow(k)
 		out = append(out, f)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
-	return out
+	return sortByText(out)
 }
 
 // RuleFlows returns the flows rule id contributes to, sorted by text (for inspection).
@@ -364,12 +363,41 @@ func (s *PolicyFlowSet) RuleFlows(id uint32) []Flow {
 			out = append(out, f)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
+	return sortByText(out)
+}
+
+// sortByText sorts fs by String(), formatting each flow once (not once per comparison:
+// at scale Flows holds tens of thousands).
+func sortByText(fs []Flow) []Flow {
+	if len(fs) < 2 {
+		return fs
+	}
+	text := make([]string, len(fs))
+	idx := make([]int, len(fs))
+	for i, f := range fs {
+		text[i], idx[i] = f.String(), i
+	}
+	sort.Slice(idx, func(a, b int) bool { return text[idx[a]] < text[idx[b]] })
+	out := make([]Flow, len(fs))
+	for i, j := range idx {
+		out[i] = fs[j]
+	}
 	return out
 }
 
 // Len returns the number of flows in the set.
 func (s *PolicyFlowSet) Len() int { return len(s.entries) }
+
+// LenIn returns the number of flows of the set in table t (without building them).
+func (s *PolicyFlowSet) LenIn(t TableID) int {
+	n := 0
+	for _, e := range s.entries {
+		if e.flow.Table == t {
+			n++
+		}
+	}
+	return n
+}
 
 type contribution struct {
 	flow   Flow // match, table, priority

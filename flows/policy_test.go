@@ -210,17 +210,31 @@ func TestPolicyFlowSetChangedKeys(t *testing.T) {
 	}
 	s := NewPolicyFlowSet(policyConfig())
 	live := map[uint32]PolicyRule{}
-	for step := 0; step < 2000; step++ {
+	steps := 2000
+	if raceEnabled || testing.Short() {
+		steps = 300
+	}
+	ops := map[string]int{}
+	for step := 0; step < steps; step++ {
 		before := snap(s)
 		id := uint32(1 + r.Intn(6))
 		var changed []string
+		_, had := live[id]
 		if r.Intn(3) == 0 {
 			delete(live, id)
 			changed = s.Remove(id)
+			ops[map[bool]string{true: "remove", false: "remove absent"}[had]]++
 		} else {
 			rule := randomRule(id)
 			live[id] = rule
 			changed = s.Set(rule)
+			ops[map[bool]string{true: "replace", false: "add"}[had]]++
+		}
+		for _, f := range s.Flows() {
+			if n := strings.Count(f.String(), "conjunction("); n > 1 {
+				ops["shared clause flow"]++
+				break
+			}
 		}
 		after := snap(s)
 		var diff []string
@@ -261,6 +275,13 @@ func TestPolicyFlowSetChangedKeys(t *testing.T) {
 			}
 		}
 	}
+	// Guard against a degenerate walk: every kind of step happened.
+	for _, k := range []string{"add", "replace", "remove", "remove absent", "shared clause flow"} {
+		if ops[k] == 0 {
+			t.Errorf("%d steps: no %q step; the random walk is degenerate", steps, k)
+		}
+	}
+	t.Logf("%d steps: %v", steps, ops)
 }
 
 // TestPolicyOnSwitch installs a policy and traces packets (ofproto/trace, conntrack state

@@ -963,9 +963,16 @@ func (e *Engine) Conjunctions() []*Conjunction {
 			}
 		}
 	}
+	// Each rule key formatted once, not once per comparison.
+	text := make(map[RuleKey]string, len(out))
+	for _, c := range out {
+		if _, ok := text[c.Key.RuleKey]; !ok {
+			text[c.Key.RuleKey] = c.Key.RuleKey.String()
+		}
+	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Key.RuleKey != out[j].Key.RuleKey {
-			return out[i].Key.RuleKey.String() < out[j].Key.RuleKey.String()
+			return text[out[i].Key.RuleKey] < text[out[j].Key.RuleKey]
 		}
 		return out[i].Key.Group < out[j].Key.Group
 	})

@@ -438,7 +438,7 @@ func randomizeLabels(r *rand.Rand, w *world) {
 func TestRandomPoliciesMatchTheAPI(t *testing.T) {
 	r := rand.New(rand.NewSource(42))
 	iters := 300
-	if testing.Short() {
+	if raceEnabled || testing.Short() {
 		iters = 60
 	}
 	allowedTotal, cells := 0, 0
@@ -502,7 +502,7 @@ func diffSnapshots(a, b map[ConjKey]string) []string {
 func TestIncrementalEqualsFromScratch(t *testing.T) {
 	r := rand.New(rand.NewSource(99))
 	steps := 1500
-	if testing.Short() {
+	if raceEnabled || testing.Short() {
 		steps = 300
 	}
 	w := newWorld()

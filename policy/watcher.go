@@ -57,7 +57,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	nps := factory.Networking().V1().NetworkPolicies().Informer()
 	a := w.Agent
 
-	if _, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	podsReg, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if p, ok := obj.(*corev1.Pod); ok {
 				mp := ConvertPod(p)
@@ -86,10 +86,11 @@ func (w *Watcher) Run(ctx context.Context) error {
 				a.Observed("pods", p.ResourceVersion)
 			}
 		},
-	}); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("policy: Pod informer: %w", err)
 	}
-	if _, err := nss.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	nssReg, err := nss.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if n, ok := obj.(*corev1.Namespace); ok {
 				mn := ConvertNamespace(n)
@@ -117,10 +118,11 @@ func (w *Watcher) Run(ctx context.Context) error {
 				a.Observed("namespaces", n.ResourceVersion)
 			}
 		},
-	}); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("policy: Namespace informer: %w", err)
 	}
-	if _, err := nps.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	npsReg, err := nps.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if np, ok := obj.(*networkingv1.NetworkPolicy); ok {
 				mp := ConvertPolicy(np)
@@ -149,7 +151,8 @@ func (w *Watcher) Run(ctx context.Context) error {
 				a.Observed("networkpolicies", np.ResourceVersion)
 			}
 		},
-	}); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("policy: NetworkPolicy informer: %w", err)
 	}
 
@@ -159,7 +162,11 @@ func (w *Watcher) Run(ctx context.Context) error {
 	factory.Start(ictx.Done())
 	defer factory.Shutdown()
 	defer cancel()
-	if !cache.WaitForCacheSync(ictx.Done(), pods.HasSynced, nss.HasSynced, nps.HasSynced) {
+	// The registrations' HasSynced, not the informers': an informer has synced once its
+	// store holds the initial list, while its handlers may still be far behind (with
+	// 10,000 pods, a few hundred delivered); marking the agent synced then would compile
+	// and install the rules against a partial model, and realize the rest event by event.
+	if !cache.WaitForCacheSync(ictx.Done(), podsReg.HasSynced, nssReg.HasSynced, npsReg.HasSynced) {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
