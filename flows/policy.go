@@ -178,20 +178,12 @@ func nodeAddresses(cfg NodeConfig) []net.IP {
 
 // PodPolicyFlows returns local pod's default-deny flows for the directions it is
 // isolated in (owner OwnerPod, so PodCookie deletes them with the pod): egress in
-// egress_rules by in_port (its ofport), ingress in ingress_rules by nw_dst (its IP). With
+// egress_rules by nw_src, ingress in ingress_rules by reg1 (its ofport). With
 // cfg.DenyLog the denied packet also goes to the controller through DenyLogMeter.
 // Nothing without cfg.Policy.
 //
-// The deny flows never share their match with a rule flow: the rules' local-pod clauses
-// match the pod by nw_src (egress) and reg1 (ingress), the deny flows by in_port and
-// nw_dst. OVS keeps flows of one table with the same match but different priorities in
-// one classifier entry, highest priority first; with a conjunction clause at the head and
-// the deny under it, new connections the rules did not allow were, now and then, let
-// through (the upstream e2e cases after an allow-all policy, in about one full run of
-// two; see docs/pipeline.md).
-//
-//	table="egress_rules", priority=100,ip,in_port=P actions=drop
-//	table="ingress_rules", priority=100,ip,nw_dst=IP actions=drop
+//	table="egress_rules", priority=100,ip,nw_src=IP actions=drop
+//	table="ingress_rules", priority=100,ip,reg1=P actions=drop
 func PodPolicyFlows(cfg NodeConfig, pod Pod, ingress, egress bool) []Flow {
 	if !cfg.Policy {
 		return nil
@@ -207,10 +199,10 @@ func PodPolicyFlows(cfg NodeConfig, pod Pod, ingress, egress bool) []Flow {
 		return f
 	}
 	if egress {
-		fs = append(fs, deny(StageEgressRules, Match{InPort: pod.OFPort, EthType: EthTypeIPv4}))
+		fs = append(fs, deny(StageEgressRules, Match{EthType: EthTypeIPv4, IPSrc: hostPrefix(pod.IP)}))
 	}
 	if ingress {
-		fs = append(fs, deny(StageIngressRules, Match{EthType: EthTypeIPv4, IPDst: hostPrefix(pod.IP)}))
+		fs = append(fs, deny(StageIngressRules, Match{EthType: EthTypeIPv4, Regs: []RegMark{{Range: OutPortField, Value: pod.OFPort}}}))
 	}
 	return fs
 }

@@ -65,15 +65,15 @@ func TestPolicyPipelineGolden(t *testing.T) {
 func TestPodPolicyFlowsGolden(t *testing.T) {
 	cfg := policyConfig()
 	compareLines(t, "deny flows", lines(PodPolicyFlows(cfg, testPodA(), true, true), nil), []string{
-		`cookie=0x30007280af40105, table="egress_rules", priority=100,ip,in_port=3 actions=drop`,
-		`cookie=0x30007290af40105, table="ingress_rules", priority=100,ip,nw_dst=10.244.1.5 actions=drop`,
+		`cookie=0x30007280af40105, table="egress_rules", priority=100,ip,nw_src=10.244.1.5 actions=drop`,
+		`cookie=0x30007290af40105, table="ingress_rules", priority=100,ip,reg1=0x3 actions=drop`,
 	})
 	compareLines(t, "ingress only", lines(PodPolicyFlows(cfg, testPodA(), true, false), nil), []string{
-		`cookie=0x30007290af40105, table="ingress_rules", priority=100,ip,nw_dst=10.244.1.5 actions=drop`,
+		`cookie=0x30007290af40105, table="ingress_rules", priority=100,ip,reg1=0x3 actions=drop`,
 	})
 	cfg.DenyLog = true
 	compareLines(t, "deny flows with the log", lines(PodPolicyFlows(cfg, testPodA(), false, true), nil), []string{
-		`cookie=0x30007280af40105, table="egress_rules", priority=100,ip,in_port=3 actions=meter:1,CONTROLLER:128`,
+		`cookie=0x30007280af40105, table="egress_rules", priority=100,ip,nw_src=10.244.1.5 actions=meter:1,CONTROLLER:128`,
 	})
 	if fs := PodPolicyFlows(testConfig(), testPodA(), true, true); len(fs) != 0 {
 		t.Errorf("policy off: %d deny flows", len(fs))

@@ -97,7 +97,9 @@ type Result struct {
 // namespace in the daemon; tests run it inside ns.Do of a test namespace).
 //
 // Steps: validate the spec; create the veth pair with the peer born in the
-// pod namespace with its MAC and MTU; bring the host end up; in the pod
+// pod namespace with its MAC and MTU; keep the host's IP stack off the host end
+// (isolateHostEnd: no ARP answers, no forwarding, strict reverse-path filter, no
+// IPv6); bring the host end up; in the pod
 // namespace turn off TX checksum offload (if asked), bring the interface up,
 // add the address and the default route via Gateway. Calling Setup again
 // with the same spec after a success or a partial failure is a retry and
@@ -131,6 +133,9 @@ func Setup(spec Spec) (res Result, err error) {
 			}
 		}
 	}()
+	if err = isolateHostEnd(spec.HostVeth); err != nil {
+		return Result{}, err
+	}
 	if err = netlink.LinkSetUp(host); err != nil {
 		return Result{}, fmt.Errorf("podnet: set host veth %s up: %w", spec.HostVeth, err)
 	}

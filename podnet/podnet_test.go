@@ -535,3 +535,45 @@ func run(t *testing.T, name string, args ...string) string {
 	}
 	return string(out)
 }
+
+// TestHostEndIgnoredByHostIPStack: the host's kernel never answers a pod's ARP on the
+// host end, even for an address that is local to the host (as the gateway address is),
+// so nothing a pod sends reaches the host's IP stack except through the bridge; and the
+// host end's sysctls say so.
+func TestHostEndIgnoredByHostIPStack(t *testing.T) {
+	host, pod := newNS(t), newNS(t)
+	spec := testSpec(t, pod, "container-arp")
+	in(t, host, func() error {
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		if err := netlink.LinkSetUp(lo); err != nil {
+			return err
+		}
+		// The pod's gateway address, local to the host.
+		return netlink.AddrAdd(lo, &netlink.Addr{IPNet: cidr(t, "10.200.0.1/32")})
+	})
+	res, err := setupIn(t, host, spec)
+	if err != nil {
+		t.Fatalf("Setup: %v", err)
+	}
+	podName := filepath.Base(pod.Path())
+	// The pod tries to reach its gateway: it ARPs for 10.200.0.1 on eth0.
+	_, _ = exec.Command("ip", "netns", "exec", podName, "ping", "-c", "2", "-W", "1", "10.200.0.1").CombinedOutput()
+	neigh := run(t, "ip", "-n", podName, "neigh", "show", "10.200.0.1")
+	if strings.Contains(neigh, "lladdr") {
+		t.Errorf("the host answered the pod's ARP for a host address on the host end (%s): %s", res.HostMAC, neigh)
+	}
+	hostName := filepath.Base(host.Path())
+	for key, want := range map[string]string{
+		"net.ipv4.conf." + spec.HostVeth + ".arp_ignore":   "8",
+		"net.ipv4.conf." + spec.HostVeth + ".forwarding":   "0",
+		"net.ipv4.conf." + spec.HostVeth + ".rp_filter":    "1",
+		"net.ipv6.conf." + spec.HostVeth + ".disable_ipv6": "1",
+	} {
+		if got := strings.TrimSpace(run(t, "ip", "netns", "exec", hostName, "sysctl", "-n", key)); got != want {
+			t.Errorf("%s = %s, want %s", key, got, want)
+		}
+	}
+}

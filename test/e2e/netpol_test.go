@@ -231,10 +231,7 @@ func (c *npCluster) waitRealized(kind, rv string) {
 // ofproto/ofproto-dpif-upcall.c: it waits for the next change of dump_seq), and that round
 // may have begun before the change: it read reval_seq at its start and keeps the flows it
 // dumped as they were. The first wait lets that round end; the second ends a round that
-// began after it, so after the change. One wait was not enough: under load, a new TCP
-// connection to a port the step had just forbidden passed through a datapath flow cached
-// when everything was allowed (x/b → x/c TCP/81 in "multiple ingress policies ... allow-all
-// taking precedence").
+// began after it, so after the change.
 func (c *npCluster) revalidated() {
 	for _, cn := range c.nodes {
 		cn.OVS.Appctl(c.t, "revalidator/wait")
