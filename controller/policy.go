@@ -52,6 +52,14 @@ type PolicyOptions struct {
 	DenyLogRate uint32
 	// RealizeTimeout bounds one event's bundle; 0 = 30 s.
 	RealizeTimeout time.Duration
+	// PurgeDatapath, when set, runs after every policy change the switch confirmed
+	// (bundle or resynchronisation), before the change counts as realized: it drops the
+	// datapath's cached flows so that no packet keeps an old verdict. The userspace
+	// datapath needs it (OVS 3.1: datapath flows after a conntrack recirculation kept
+	// their old actions through revalidation, docs/design.md); cmd/ofsdn-node sets it to
+	// ovs-vswitchd's revalidator/purge on netdev bridges. An error is logged; the
+	// change stays realized in the tables.
+	PurgeDatapath func(context.Context) error
 }
 
 // policyTables returns the egress_rules and ingress_rules table ids.
@@ -221,12 +229,25 @@ func (p *policyRealizer) realize(ch policy.Changes, seen time.Time) {
 	defer cancel()
 	err := p.n.store.Update(ctx, ups)
 	p.afterLocked(err)
+	if err == nil {
+		p.purgeLocked(ctx)
+	}
 	if h := p.n.opts.Hooks.PolicyRealize; h != nil {
 		h(time.Since(seen), err)
 	}
 	if err != nil {
 		p.n.log.Warn("network policy change not on the switch yet; retrying with a full resynchronisation",
 			"conjunctions", len(ch.Conjunctions), "isolation_changes", len(ch.Isolation), "err", err)
+	}
+}
+
+// purgeLocked runs opts.PurgeDatapath after a confirmed change. p.mu is held.
+func (p *policyRealizer) purgeLocked(ctx context.Context) {
+	if p.opts.PurgeDatapath == nil {
+		return
+	}
+	if err := p.opts.PurgeDatapath(ctx); err != nil {
+		p.n.log.Warn("network policy: datapath flows not purged after a change; cached flows may keep their old verdict until they idle out", "err", err)
 	}
 }
 
@@ -265,6 +286,7 @@ func (p *policyRealizer) resyncLoop() {
 			if err == nil {
 				p.dirty = false
 				p.ids.Free(p.ids.Pending()...)
+				p.purgeLocked(p.n.runCtx)
 				p.n.log.Info("network policy flows resynchronised", "rule_flows", p.set.Len(), "pods", len(p.attached))
 			}
 			p.lastErr = err

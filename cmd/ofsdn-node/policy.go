@@ -9,6 +9,7 @@ import (
 	"log/slog"
 
 	"github.com/ofsdn/ofsdn/controller"
+	"github.com/ofsdn/ofsdn/internal/unixctl"
 	"github.com/ofsdn/ofsdn/policy"
 )
 
@@ -34,5 +35,23 @@ func startPolicy(waitCtx, runCtx context.Context, cfg Config, log *slog.Logger) 
 	case <-waitCtx.Done():
 		return nil, fmt.Errorf("network policy: the Pod, Namespace and NetworkPolicy informers did not sync within startTimeout: check the API server and that the ClusterRole grants get, list and watch on pods, namespaces and networking.k8s.io networkpolicies (or set networkPolicy: false)")
 	}
-	return &controller.PolicyOptions{Agent: agent, DenyLog: cfg.PolicyDenyLog, DenyLogRate: uint32(cfg.PolicyDenyLogRate)}, nil
+	opts := &controller.PolicyOptions{Agent: agent, DenyLog: cfg.PolicyDenyLog, DenyLogRate: uint32(cfg.PolicyDenyLogRate)}
+	if cfg.DatapathType == "netdev" {
+		opts.PurgeDatapath = purgeDatapath(cfg.OVSRunDir)
+	}
+	return opts, nil
+}
+
+// purgeDatapath returns a function that empties ovs-vswitchd's datapath flow cache
+// (revalidator/purge over its control socket in runDir, package internal/unixctl), for
+// the userspace datapath after each NetworkPolicy change.
+func purgeDatapath(runDir string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		path, err := unixctl.SocketPath(runDir)
+		if err != nil {
+			return err
+		}
+		_, err = unixctl.Call(ctx, path, "revalidator/purge")
+		return err
+	}
 }

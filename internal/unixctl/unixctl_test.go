@@ -1,0 +1,54 @@
+package unixctl
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestCallRealVswitchd calls a real ovs-vswitchd (a private sandbox) and compares with
+// what ovs-appctl prints for the same command.
+func TestCallRealVswitchd(t *testing.T) {
+	if _, err := exec.LookPath("ovs-vswitchd"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("ovs-vswitchd not installed")
+		}
+		t.Skip("needs Open vSwitch (make deps)")
+	}
+	dir := t.TempDir()
+	ns := "ofsdn-uctl-" + filepath.Base(dir)
+	sb, _ := filepath.Abs("../../test/sandbox.sh")
+	if out, err := exec.Command(sb, "start", dir, ns).CombinedOutput(); err != nil {
+		t.Fatalf("sandbox: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command(sb, "stop", dir).Run() })
+
+	path, err := SocketPath(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Call(context.Background(), path, "version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := exec.Command("ovs-appctl", "-t", path, "version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(got) != strings.TrimSpace(string(want)) || !strings.Contains(got, "ovs-vswitchd") {
+		t.Errorf("version = %q, ovs-appctl says %q", got, want)
+	}
+	if _, err := Call(context.Background(), path, "revalidator/purge"); err != nil {
+		t.Errorf("revalidator/purge: %v", err)
+	}
+	if _, err := Call(context.Background(), path, "no/such-command"); !errors.Is(err, ErrCommand) {
+		t.Errorf("unknown command: err = %v, want ErrCommand", err)
+	}
+	if _, err := SocketPath(t.TempDir()); err == nil || !strings.Contains(err.Error(), "ovs-vswitchd.pid") {
+		t.Errorf("SocketPath of an empty dir: %v", err)
+	}
+}
