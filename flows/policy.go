@@ -22,9 +22,11 @@ package flows
 // The node and its pods talk freely: the Kubernetes documentation makes traffic from a
 // pod's node always allowed (kubelet probes), and to it. Traffic from the gateway whose
 // source is the gateway's or the node's address, and traffic to those addresses, skips
-// conntrack and the rules. Traffic the host only routes (service traffic DNATed by
-// kube-proxy keeping the client pod's address, external clients) comes from the gateway
-// with other sources and is judged like any other.
+// conntrack and the rules. Traffic the host only routes (external clients) comes from
+// the gateway with other sources and is judged like any other. Service traffic is not:
+// the host masquerades pod traffic kube-proxy DNATed to the gateway address (package
+// masq, the service return path), so it enters from the gateway as node traffic and skips
+// the rules in both directions (a known limit, README "NetworkPolicy").
 //
 // SCTP: the userspace datapath's conntrack (OVS 3.1) tracks SCTP without its ports (seen
 // here: dpctl/dump-conntrack shows sport=0,dport=0, and a new association to another port
@@ -141,8 +143,9 @@ func conntrackStateNode(b builder) []Flow {
 	}
 }
 
-// egressRulesNode: traffic to the service CIDR goes on (judged after the host's DNAT,
-// when it comes back from the gateway with the backend's address).
+// egressRulesNode: traffic to the service CIDR goes on to the host (kube-proxy). After
+// the host's DNAT it comes back from the gateway masqueraded to the gateway address, as
+// node traffic, which policy does not judge (a known limit, README "NetworkPolicy").
 //
 //	table="egress_rules", priority=220,ip,nw_dst=SVC actions=goto_table:"ingress_rules"
 func egressRulesNode(b builder) []Flow {

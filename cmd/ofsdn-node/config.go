@@ -3,10 +3,12 @@ package main
 import (
 	"flag"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"sigs.k8s.io/yaml"
@@ -301,6 +303,13 @@ func (c Config) validate() error {
 	}
 	if c.PolicyDenyLogRate < 1 || c.PolicyDenyLogRate > 1000000 {
 		return fmt.Errorf("config policyDenyLogRate %d: want 1..1000000 packets per second", c.PolicyDenyLogRate)
+	}
+	if c.PolicyDenyLog && !c.policyOn() {
+		return fmt.Errorf("config policyDenyLog: the deny log needs NetworkPolicy enforcement (topology: kubernetes with networkPolicy on); turn policyDenyLog off or enable NetworkPolicy")
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(strings.ToUpper(c.LogLevel))); err != nil {
+		return fmt.Errorf("config logLevel %q: want debug, info, warn or error", c.LogLevel)
 	}
 	return nil
 }

@@ -47,19 +47,22 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		file string
 		want string
 	}{
-		"bad subnet":        {args: []string{"-pod-subnet", "10.0.0.0"}, want: "podSubnet"},
-		"ipv6 subnet":       {args: []string{"-pod-subnet", "fd00::/64"}, want: "podSubnet"},
-		"tiny subnet":       {args: []string{"-pod-subnet", "10.0.0.0/31"}, want: "podSubnet"},
-		"bad datapath":      {args: []string{"-datapath-type", "dpdk"}, want: "datapathType"},
-		"bad mtu":           {args: []string{"-mtu", "100"}, want: "mtu"},
-		"long gateway":      {args: []string{"-gateway", "a-very-long-gateway-name"}, want: "gateway"},
-		"unknown file key":  {file: "podSubnet: 10.1.0.0/24\nbirdge: x\n", want: "birdge"},
-		"JSON file":         {file: `{"mtu": 70000}`, want: "mtu"},
-		"missing file":      {args: []string{"-config", filepath.Join(dir, "absent.yaml")}, want: "absent.yaml"},
-		"bad start timeout": {args: []string{"-start-timeout", "soon"}, want: "startTimeout"},
-		"stray argument":    {args: []string{"-bridge", "br-x", "extra"}, want: `unexpected argument "extra"`},
-		"bad audit period":  {args: []string{"-flow-audit-interval", "often"}, want: "flowAuditInterval"},
-		"tiny audit period": {args: []string{"-flow-audit-interval", "1ms"}, want: "flowAuditInterval"},
+		"bad subnet":          {args: []string{"-pod-subnet", "10.0.0.0"}, want: "podSubnet"},
+		"ipv6 subnet":         {args: []string{"-pod-subnet", "fd00::/64"}, want: "podSubnet"},
+		"tiny subnet":         {args: []string{"-pod-subnet", "10.0.0.0/31"}, want: "podSubnet"},
+		"bad datapath":        {args: []string{"-datapath-type", "dpdk"}, want: "datapathType"},
+		"bad mtu":             {args: []string{"-mtu", "100"}, want: "mtu"},
+		"long gateway":        {args: []string{"-gateway", "a-very-long-gateway-name"}, want: "gateway"},
+		"unknown file key":    {file: "podSubnet: 10.1.0.0/24\nbirdge: x\n", want: "birdge"},
+		"JSON file":           {file: `{"mtu": 70000}`, want: "mtu"},
+		"missing file":        {args: []string{"-config", filepath.Join(dir, "absent.yaml")}, want: "absent.yaml"},
+		"bad start timeout":   {args: []string{"-start-timeout", "soon"}, want: "startTimeout"},
+		"stray argument":      {args: []string{"-bridge", "br-x", "extra"}, want: `unexpected argument "extra"`},
+		"bad audit period":    {args: []string{"-flow-audit-interval", "often"}, want: "flowAuditInterval"},
+		"tiny audit period":   {args: []string{"-flow-audit-interval", "1ms"}, want: "flowAuditInterval"},
+		"bad log level":       {args: []string{"-log-level", "bogus"}, want: "logLevel"},
+		"deny log, no policy": {args: []string{"-policy-deny-log"}, want: "policyDenyLog"},
+		"deny log rate 0":     {args: []string{"-policy-deny-log-rate", "0"}, want: "policyDenyLogRate"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -36,6 +36,8 @@ commands:
   flows   dump the installed flows grouped by pipeline stage, with packet and byte counts
           (-stage NAME: only that stage)
   peers   list the peer nodes this node knows
+  policies  NetworkPolicy per local pod: the policies isolating it per direction, each
+          rule's flows with packet counts, and the packets its default deny refused
 
 flags (before or after the command):
 `
