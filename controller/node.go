@@ -635,6 +635,13 @@ func (n *Node) restorePods(ctx context.Context) {
 		a.Gateway, a.MTU = cfg.GatewayIP, n.opts.MTU
 		n.store.Load(a.owner(), flows.PodFlows(cfg, a.flowPod()))
 		n.pods[a.key()] = a
+		// A pod wired by an ofsdn that left the host's IP stack on its host end gets the
+		// same isolation as a new one (podnet.IsolateHostEnd; idempotent).
+		if n.netns.HostVethExists(a.HostVeth) {
+			if err := n.netns.IsolateHostEnd(a.HostVeth); err != nil {
+				n.log.Warn("restored pod: host veth not isolated from the host's IP stack; DEL and ADD the pod to fix", "port", a.HostVeth, "container_id", a.ContainerID, "err", err)
+			}
+		}
 	}
 }
 

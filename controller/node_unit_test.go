@@ -230,6 +230,8 @@ func (w *world) HostVethExists(name string) bool {
 	return w.veths[name]
 }
 
+func (w *world) IsolateHostEnd(name string) error { return w.do("podnet.IsolateHostEnd", name) }
+
 func (w *world) Check(netnsPath, ifName string, addr *net.IPNet, gw net.IP, mac net.HardwareAddr) error {
 	return nil
 }

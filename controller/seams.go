@@ -70,6 +70,9 @@ type podPlumbing interface {
 	Teardown(hostVeth, netnsPath, ifName string) error
 	// HostVethExists reports whether the host end called name exists.
 	HostVethExists(name string) bool
+	// IsolateHostEnd keeps the host's IP stack off the host end called name
+	// (podnet.IsolateHostEnd), for pods restored from a daemon that did not.
+	IsolateHostEnd(name string) error
 	// Check verifies the pod interface's address, default route and MAC (podnet.Check).
 	Check(netnsPath, ifName string, addr *net.IPNet, gw net.IP, mac net.HardwareAddr) error
 }
@@ -82,6 +85,7 @@ func (netlinkPlumbing) Teardown(hostVeth, netnsPath, ifName string) error {
 	return podnet.Teardown(hostVeth, netnsPath, ifName)
 }
 func (netlinkPlumbing) HostVethExists(name string) bool { return podnet.HostVethExists(name) }
+func (netlinkPlumbing) IsolateHostEnd(name string) error { return podnet.IsolateHostEnd(name) }
 func (netlinkPlumbing) Check(netnsPath, ifName string, addr *net.IPNet, gw net.IP, mac net.HardwareAddr) error {
 	return podnet.Check(netnsPath, ifName, addr, gw, mac)
 }

@@ -28,10 +28,12 @@ var hostEndSysctls = []struct{ key, value string }{
 	{"net/ipv6/conf/%s/disable_ipv6", "1"},
 }
 
-// isolateHostEnd applies hostEndSysctls to the host end name, in the calling thread's
-// network namespace, before the link is up. Errors name the sysctl and the fix (the
-// daemon needs a writable /proc/sys in its network namespace: a privileged container).
-func isolateHostEnd(name string) error {
+// IsolateHostEnd applies hostEndSysctls to the host end name, in the calling thread's
+// network namespace (Setup does it before the link is up; the daemon again for pods it
+// restores at start, as one wired by an older ofsdn lacks them). Idempotent. Errors
+// name the sysctl and the fix (the daemon needs a writable /proc/sys in its network
+// namespace: a privileged container).
+func IsolateHostEnd(name string) error {
 	for _, s := range hostEndSysctls {
 		key := fmt.Sprintf(s.key, name)
 		if _, err := sysctl.Sysctl(key, s.value); err != nil {

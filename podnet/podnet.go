@@ -98,7 +98,7 @@ type Result struct {
 //
 // Steps: validate the spec; create the veth pair with the peer born in the
 // pod namespace with its MAC and MTU; keep the host's IP stack off the host end
-// (isolateHostEnd: no ARP answers, no forwarding, strict reverse-path filter, no
+// (IsolateHostEnd: no ARP answers, no forwarding, strict reverse-path filter, no
 // IPv6); bring the host end up; in the pod
 // namespace turn off TX checksum offload (if asked), bring the interface up,
 // add the address and the default route via Gateway. Calling Setup again
@@ -133,7 +133,7 @@ func Setup(spec Spec) (res Result, err error) {
 			}
 		}
 	}()
-	if err = isolateHostEnd(spec.HostVeth); err != nil {
+	if err = IsolateHostEnd(spec.HostVeth); err != nil {
 		return Result{}, err
 	}
 	if err = netlink.LinkSetUp(host); err != nil {

@@ -210,7 +210,25 @@ func TestDaemonCrash(t *testing.T) {
 	ghost := "ghost-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	n.addLeases(t, map[string]string{"10.142.0.200": fake, "10.142.0.201": ghost})
 
+	// A pod's host end as an ofsdn before the host-end isolation left it: the restarted
+	// daemon isolates it again (podnet.IsolateHostEnd on restore).
+	aHost := a.result.Interfaces[0].Name
+	sysctls := map[string][2]string{ // key: {as left by an older ofsdn, as now}
+		"net.ipv4.conf." + aHost + ".arp_ignore":   {"0", "8"},
+		"net.ipv4.conf." + aHost + ".rp_filter":    {"0", "1"},
+		"net.ipv6.conf." + aHost + ".disable_ipv6": {"0", "1"},
+	}
+	for k, v := range sysctls {
+		n.OVS.Exec(t, "sysctl", "-w", k+"="+v[0])
+	}
+
 	n.startDaemon()
+
+	for k, v := range sysctls {
+		if got := strings.TrimSpace(n.OVS.Exec(t, "sysctl", "-n", k)); got != v[1] {
+			t.Errorf("after the restart, restored pod's %s = %s, want %s", k, got, v[1])
+		}
+	}
 
 	gen2 := n.generation(t)
 	if gen2 == gen1 {
