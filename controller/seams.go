@@ -84,7 +84,7 @@ func (netlinkPlumbing) Setup(spec podnet.Spec) (podnet.Result, error) { return p
 func (netlinkPlumbing) Teardown(hostVeth, netnsPath, ifName string) error {
 	return podnet.Teardown(hostVeth, netnsPath, ifName)
 }
-func (netlinkPlumbing) HostVethExists(name string) bool { return podnet.HostVethExists(name) }
+func (netlinkPlumbing) HostVethExists(name string) bool  { return podnet.HostVethExists(name) }
 func (netlinkPlumbing) IsolateHostEnd(name string) error { return podnet.IsolateHostEnd(name) }
 func (netlinkPlumbing) Check(netnsPath, ifName string, addr *net.IPNet, gw net.IP, mac net.HardwareAddr) error {
 	return podnet.Check(netnsPath, ifName, addr, gw, mac)
