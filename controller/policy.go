@@ -52,8 +52,9 @@ type PolicyOptions struct {
 	DenyLogRate uint32
 	// RealizeTimeout bounds one event's bundle; 0 = 30 s.
 	RealizeTimeout time.Duration
-	// PurgeDatapath, when set, runs after every policy change the switch confirmed
-	// (bundle or resynchronisation), before the change counts as realized: it drops the
+	// PurgeDatapath, when set, runs after every policy event the switch confirmed
+	// (an event's bundle or a resynchronisation; not a pod's ADD, which only brings
+	// flows for a new port), before the event counts as realized: it drops the
 	// datapath's cached flows so that no packet keeps an old verdict. The userspace
 	// datapath needs it (OVS 3.1: datapath flows after a conntrack recirculation kept
 	// their old actions through revalidation, docs/design.md); cmd/ofsdn-node sets it to

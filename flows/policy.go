@@ -70,8 +70,8 @@ const (
 	PriorityTracked uint16 = 200
 	// PriorityInvalid (190) in conntrack_state: invalid packets drop.
 	PriorityInvalid uint16 = 190
-	// PriorityServiceCIDR (220) in egress_rules: service traffic goes on (judged after
-	// the host's DNAT).
+	// PriorityServiceCIDR (220) in egress_rules: service traffic goes on to the host
+	// (kube-proxy); see egressRulesNode for why policy does not judge it afterwards.
 	PriorityServiceCIDR uint16 = 220
 	// PriorityPolicyAllowAll (210): a rule that allows everything to or from a pod (a
 	// single clause) is a plain flow above the conjunctions.

@@ -15,7 +15,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -371,10 +370,10 @@ func (c *npCluster) reprobe(proto corev1.Protocol, port int32, got, want reach) 
 					}
 				}
 			}
-			trace := appctlOut(cn, "ofproto/trace", "br-int", flow, "--ct-next", "trk,new")
+			trace := cn.OVS.AppctlOutput("ofproto/trace", "br-int", flow, "--ct-next", "trk,new")
 			// Every datapath flow of the pair that commits a new connection, traced as the
 			// datapath would translate it again.
-			for _, l := range strings.Split(appctlOut(cn, "dpctl/dump-flows"), "\n") {
+			for _, l := range strings.Split(cn.OVS.AppctlOutput("dpctl/dump-flows"), "\n") {
 				key, _, _ := strings.Cut(strings.TrimSpace(l), ", packets:")
 				if strings.Contains(l, "src="+c.ips[f]+",") && strings.Contains(l, "dst="+c.ips[to]) && strings.Contains(l, "+new") && strings.Contains(l, "ct(commit") {
 					// A tunnel key needs its TTL to be traced.
@@ -383,9 +382,9 @@ func (c *npCluster) reprobe(proto corev1.Protocol, port int32, got, want reach) 
 					if i := strings.Index(key, "recirc_id("); i >= 0 {
 						rid, _, _ = strings.Cut(key[i+len("recirc_id("):], ")")
 					}
-					trace += "\n--- datapath flow " + l + "\n" + appctlOut(cn, "ofproto/trace", key)
+					trace += "\n--- datapath flow " + l + "\n" + cn.OVS.AppctlOutput("ofproto/trace", key)
 					// The flows that recirculate into it.
-					for _, m := range strings.Split(appctlOut(cn, "dpctl/dump-flows"), "\n") {
+					for _, m := range strings.Split(cn.OVS.AppctlOutput("dpctl/dump-flows"), "\n") {
 						if rid != "" && strings.Contains(m, "recirc("+rid+")") {
 							trace += "\n--- recirculates into it: " + m
 						}
@@ -402,22 +401,13 @@ func (c *npCluster) reprobe(proto corev1.Protocol, port int32, got, want reach) 
 			}
 			c.revalidated()
 			later, _ := probe(c.servers[f], c.servers[to], proto, port, 1500*time.Millisecond)
-			appctlOut(cn, "revalidator/purge")
+			cn.OVS.AppctlOutput("revalidator/purge")
 			purged, _ := probe(c.servers[f], c.servers[to], proto, port, 1500*time.Millisecond)
 			t.Logf("%s -> %s %s/%d: after revalidator/purge: allowed=%v", f, to, proto, port, purged)
 			t.Logf("%s -> %s %s/%d: probed again at once: allowed=%v; after two revalidation rounds: allowed=%v; %s's datapath flows (to %s, and after recirculation):\n%s",
 				f, to, proto, port, now, later, npNodeName(to), c.ips[to], strings.Join(dp, "\n"))
 		}
 	}
-}
-
-// appctlOut runs ovs-appctl on a node's ovs-vswitchd and returns its output, or the error.
-func appctlOut(cn *clusterNode, args ...string) string {
-	out, err := exec.Command("ovs-appctl", append([]string{"-t", filepath.Join(cn.OVS.Dir, "ovs-vswitchd.ctl")}, args...)...).CombinedOutput()
-	if err != nil {
-		return fmt.Sprintf("%s: %v", out, err)
-	}
-	return string(out)
 }
 
 // dumpPolicy logs every node's policy stages (with counters) and conntrack zone.

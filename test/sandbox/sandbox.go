@@ -10,6 +10,7 @@ package sandbox
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -93,6 +94,17 @@ func (o *OVS) Ofctl(t testing.TB, args ...string) string {
 func (o *OVS) Appctl(t testing.TB, args ...string) string {
 	t.Helper()
 	return o.run(t, "ovs-appctl", append([]string{"-t", filepath.Join(o.Dir, "ovs-vswitchd.ctl")}, args...)...)
+}
+
+// AppctlOutput runs ovs-appctl like Appctl but never fails the test: it returns the
+// output, followed by the error when the command failed (for diagnostics gathered after a
+// test has already failed).
+func (o *OVS) AppctlOutput(args ...string) string {
+	out, err := exec.Command("ovs-appctl", append([]string{"-t", filepath.Join(o.Dir, "ovs-vswitchd.ctl")}, args...)...).CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("%s: %v", out, err)
+	}
+	return string(out)
 }
 
 // Exec runs a command inside the sandbox's network namespace and returns its output.
