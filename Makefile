@@ -8,8 +8,11 @@ export PATH := /usr/local/go/bin:$(PATH)
 
 all: build
 
+# The plugin is exec'd once per CNI operation: built without cgo it is a static binary,
+# with no dynamic loader or libc start-up (bare exec 2.9 -> 2.0 ms, CPU 3.0 -> 1.6 ms per
+# exec here, bench/RESULTS.md). It needs nothing of cgo: it only dials a unix socket.
 build:
-	$(GO) build $(GOFLAGS) -o $(BIN)/ofsdn ./cmd/ofsdn
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS) -o $(BIN)/ofsdn ./cmd/ofsdn
 	$(GO) build $(GOFLAGS) -o $(BIN)/ofsdn-node ./cmd/ofsdn-node
 	$(GO) build $(GOFLAGS) -o $(BIN)/ofsdnctl ./cmd/ofsdnctl
 

@@ -53,7 +53,11 @@ func build() (string, error) {
 		return "", err
 	}
 	for _, c := range []string{"ofsdn", "ofsdn-node"} {
-		out, err := exec.Command("go", "build", "-o", filepath.Join(dir, c), "github.com/ofsdn/ofsdn/cmd/"+c).CombinedOutput()
+		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, c), "github.com/ofsdn/ofsdn/cmd/"+c)
+		if c == "ofsdn" {
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // static, as make build and the image build it
+		}
+		out, err := cmd.CombinedOutput()
 		if err != nil {
 			return dir, fmt.Errorf("go build %s: %v\n%s", c, err, out)
 		}
