@@ -72,7 +72,7 @@ func Quick() Config {
 // pass FillLevels 10,100,1000 (ofsdn-bench -fill) for that, about 10 minutes in all.
 func Full() Config {
 	return Config{Name: "full", SeqRounds: 10, SeqBatch: 10, Conc: []int{8, 32}, ConcPods: []int{64, 100}, ConcRounds: 2,
-		FillLevels: []int{10, 100, 500}, FillRounds: 4, FillBatch: 5, FillConc: 8, FillConcPods: 32, FillConcRounds: 2,
+		FillLevels: []int{10, 100, 500}, FillRounds: 4, FillBatch: 5, FillConc: 8, FillConcPods: 32, FillConcRounds: 6,
 		ProfileOps: 200, PluginExecs: 30,
 		ScalePods: 10000, ScalePeers: 1000}
 }

@@ -37,6 +37,8 @@ type world struct {
 	fail map[string]error
 	// addPortCommits makes a failing AddPort leave its row (committed, ofport not seen).
 	addPortCommits bool
+	// ofportTaken makes AddPortWithOFPort give another ofport than the one asked for.
+	ofportTaken bool
 
 	ports  map[string]ovsdb.PortInfo
 	veths  map[string]bool
@@ -46,6 +48,7 @@ type world struct {
 	subnet     *net.IPNet
 	nextIP     uint32 // next host number to lease
 	nextOFPort int
+	nextChosen int // ReserveOFPort's count
 }
 
 func newWorld() *world {
@@ -64,7 +67,20 @@ var errInjected = errors.New("injected failure")
 
 // portDB
 
-func (w *world) AddPort(ctx context.Context, bridge, name string, ext map[string]string) (int, error) {
+// ReserveOFPort hands out 32768, 32769, ... (a choice, not a change: not journalled).
+func (w *world) ReserveOFPort(name string) (int, func(), error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.fail["ovsdb.ReserveOFPort"]; err != nil {
+		return 0, func() {}, err
+	}
+	w.nextChosen++
+	return ovsdb.MinChosenOFPort - 1 + w.nextChosen, func() {}, nil
+}
+
+// AddPortWithOFPort gives the port the ofport asked for, or, with ofportTaken, the
+// next one of its own (another interface holds the number asked for).
+func (w *world) AddPortWithOFPort(ctx context.Context, bridge, name string, ofportRequest int, ext map[string]string) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := w.do("ovsdb.AddPort", name); err != nil {
@@ -73,9 +89,13 @@ func (w *world) AddPort(ctx context.Context, bridge, name string, ext map[string
 		}
 		return 0, err
 	}
-	w.nextOFPort++
-	w.ports[name] = ovsdb.PortInfo{Name: name, Bridge: bridge, OFPort: w.nextOFPort, ExternalIDs: ext}
-	return w.nextOFPort, nil
+	ofport := ofportRequest
+	if w.ofportTaken || ofport == 0 {
+		w.nextOFPort++
+		ofport = w.nextOFPort
+	}
+	w.ports[name] = ovsdb.PortInfo{Name: name, Bridge: bridge, OFPort: ofport, ExternalIDs: ext}
+	return ofport, nil
 }
 
 func (w *world) DeletePort(ctx context.Context, bridge, name string) error {
@@ -236,12 +256,25 @@ func (w *world) Check(netnsPath, ifName string, addr *net.IPNet, gw net.IP, mac 
 	return nil
 }
 
-// log returns the journal and clears it.
+// concurrentPairs are the operations that ADD and DEL run at once, each pair in the order
+// log reports them: the port insert with the pod's flows (ADD), the port delete with the
+// veth's (DEL).
+var concurrentPairs = [][2]string{{"ovsdb.AddPort", "flows.SetOwner"}, {"ovsdb.DeletePort", "podnet.Teardown"}}
+
+// log returns the journal and clears it. Two adjacent entries of a concurrent pair are
+// reported in the pair's order, whichever ran first; everything else keeps its order.
 func (w *world) log() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	j := w.journal
 	w.journal = nil
+	for i := 0; i+1 < len(j); i++ {
+		for _, p := range concurrentPairs {
+			if strings.HasPrefix(j[i], p[1]+" ") && strings.HasPrefix(j[i+1], p[0]+" ") {
+				j[i], j[i+1] = j[i+1], j[i]
+			}
+		}
+	}
 	return j
 }
 
@@ -311,13 +344,20 @@ func TestAddPodUndoesInReverse(t *testing.T) {
 		{"veth and lease write fail", "podnet.Setup,ipam.Durable", false, "veth", []string{
 			"ipam.Reserve c1/eth0", "podnet.Setup " + veth, "ipam.Durable c1/eth0",
 			"ipam.Release c1/eth0"}},
+		{"no ofport to choose", "ovsdb.ReserveOFPort", false, "ovsdb", []string{
+			"ipam.Reserve c1/eth0", "podnet.Setup " + veth, "ipam.Durable c1/eth0",
+			"podnet.Teardown " + veth, "ipam.Release c1/eth0"}},
 		// The port's undo runs even when the transaction failed: it may have committed.
+		// The flows went in meanwhile (on the chosen ofport) and go first.
 		{"ovsdb fails", "ovsdb.AddPort", false, "ovsdb", []string{
-			"ipam.Reserve c1/eth0", "podnet.Setup " + veth, "ipam.Durable c1/eth0", "ovsdb.AddPort " + veth,
-			"ovsdb.DeletePort " + veth, "podnet.Teardown " + veth, "ipam.Release c1/eth0"}},
+			"ipam.Reserve c1/eth0", "podnet.Setup " + veth, "ipam.Durable c1/eth0", "ovsdb.AddPort " + veth, "flows.SetOwner " + pod,
+			"flows.DeleteOwner " + pod, "ovsdb.DeletePort " + veth, "podnet.Teardown " + veth, "ipam.Release c1/eth0"}},
 		{"ovsdb fails after commit", "ovsdb.AddPort", true, "ovsdb", []string{
-			"ipam.Reserve c1/eth0", "podnet.Setup " + veth, "ipam.Durable c1/eth0", "ovsdb.AddPort " + veth,
-			"ovsdb.DeletePort " + veth, "podnet.Teardown " + veth, "ipam.Release c1/eth0"}},
+			"ipam.Reserve c1/eth0", "podnet.Setup " + veth, "ipam.Durable c1/eth0", "ovsdb.AddPort " + veth, "flows.SetOwner " + pod,
+			"flows.DeleteOwner " + pod, "ovsdb.DeletePort " + veth, "podnet.Teardown " + veth, "ipam.Release c1/eth0"}},
+		{"ovsdb and openflow fail", "ovsdb.AddPort,flows.SetOwner", false, "ovsdb", []string{
+			"ipam.Reserve c1/eth0", "podnet.Setup " + veth, "ipam.Durable c1/eth0", "ovsdb.AddPort " + veth, "flows.SetOwner " + pod,
+			"flows.DeleteOwner " + pod, "ovsdb.DeletePort " + veth, "podnet.Teardown " + veth, "ipam.Release c1/eth0"}},
 		{"openflow fails", "flows.SetOwner", false, "openflow", []string{
 			"ipam.Reserve c1/eth0", "podnet.Setup " + veth, "ipam.Durable c1/eth0", "ovsdb.AddPort " + veth, "flows.SetOwner " + pod,
 			"flows.DeleteOwner " + pod, "ovsdb.DeletePort " + veth, "podnet.Teardown " + veth, "ipam.Release c1/eth0"}},
@@ -358,11 +398,31 @@ func TestAddPodUndoesInReverse(t *testing.T) {
 	if got := w.log(); !reflect.DeepEqual(got, want) {
 		t.Errorf("journal of a good ADD: %v, want %v", got, want)
 	}
-	if a.IP.String() != "10.128.0.2/24" || a.OFPort != 11 || len(n.Pods()) != 1 {
-		t.Errorf("attachment %+v, %d recorded; want 10.128.0.2/24 on ofport 11, recorded", a, len(n.Pods()))
+	if a.IP.String() != "10.128.0.2/24" || a.OFPort != ovsdb.MinChosenOFPort || len(n.Pods()) != 1 {
+		t.Errorf("attachment %+v, %d recorded; want 10.128.0.2/24 on the chosen ofport %d, recorded", a, len(n.Pods()), ovsdb.MinChosenOFPort)
 	}
-	if fs, _ := w.Owner(a.owner()); len(fs) != len(flows.PodFlows(n.cfg, a.flowPod())) {
-		t.Errorf("pod owner holds %d flows, want the pod's %d", len(fs), len(flows.PodFlows(n.cfg, a.flowPod())))
+	if fs, _ := w.Owner(a.owner()); !reflect.DeepEqual(fs, flows.PodFlows(n.cfg, a.flowPod())) {
+		t.Errorf("pod owner holds %v, want the pod's flows on ofport %d", fs, a.OFPort)
+	}
+
+	// ovs-vswitchd gives another ofport than the one asked for (another controller holds
+	// it): the flows are redone for the port's own ofport before ADD succeeds.
+	w = newWorld()
+	w.ofportTaken = true
+	n = testNode(w)
+	a, err = n.AddPod(context.Background(), podReq("c1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, "flows.SetOwner "+pod)
+	if got := w.log(); !reflect.DeepEqual(got, want) {
+		t.Errorf("journal of an ADD whose ofport request was not honoured: %v, want %v", got, want)
+	}
+	if p, _ := w.GetPort(veth); a.OFPort != uint32(p.OFPort) || p.OFPort == ovsdb.MinChosenOFPort {
+		t.Errorf("attachment on ofport %d, port on %d; want both on the port's own (not %d)", a.OFPort, p.OFPort, ovsdb.MinChosenOFPort)
+	}
+	if fs, _ := w.Owner(a.owner()); !reflect.DeepEqual(fs, flows.PodFlows(n.cfg, a.flowPod())) {
+		t.Errorf("pod owner holds %v, want the pod's flows on ofport %d", fs, a.OFPort)
 	}
 }
 

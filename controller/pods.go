@@ -6,13 +6,15 @@ package controller
 // veth pair with the pod end born in the pod's netns (no link is moved between
 // namespaces) → wait until the lease is durable (before anything can be seen outside the
 // node, so a crash never hands one address out twice) → OVS port in one OVSDB
-// transaction, ofport from the monitor cache → the pod's flows as one batch confirmed by
-// a barrier. Each step registers its undo; on any failure the undos run in reverse, so a
-// failed ADD leaves nothing behind.
+// transaction with an ofport chosen here (ofport_request), and at the same time the pod's
+// flows on that ofport as one batch confirmed by a barrier; ADD succeeds once both are
+// done and the port got the ofport asked for. Each step registers its undo; on any
+// failure the undos run in reverse, so a failed ADD leaves nothing behind.
 //
 // DEL runs the other way round: flows first (so nothing is forwarded to a port that is
-// going away), then the port, the veth and last the lease. Every step treats "already
-// gone" as done, so DEL is idempotent and works without the netns.
+// going away), then the port and the veth at once, and last the lease (so an address is
+// never handed out while a device holding it exists). Every step treats "already gone"
+// as done, so DEL is idempotent and works without the netns.
 //
 // Everything is keyed on container ID + interface name, never on the pod's name: a new
 // sandbox for the same pod must not be touched by the old sandbox's DEL. Each attachment
@@ -231,43 +233,62 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 	a.HostMAC = res.HostMAC
 	a.ContainerIfIndex = res.ContainerIfIndex
 
-	// 4. OVS port, one transaction; ofport from the monitor cache. The undo is
-	// registered first: a transaction that committed but whose ofport wait
-	// ran out of time (vswitchd stuck) still leaves a row to remove.
+	// 4. OVS port and the pod's flows at once. The ofport is chosen here
+	// (ofport_request, from the half of the range ovs-vswitchd never assigns itself:
+	// ovsdb.ReserveOFPort), so the flows go to the switch while ovs-vswitchd adds the
+	// port instead of after it: with hundreds of ports on a userspace bridge that saves a
+	// whole main-loop iteration of ovs-vswitchd (bench/RESULTS.md). Flows naming a port
+	// that does not exist yet forward nothing. ADD succeeds only once the port has the
+	// ofport asked for (or the flows were redone for the one it got) and the flows are
+	// confirmed by a barrier.
+	//
+	// Both undos are registered before either step starts: a transaction that committed
+	// but whose ofport wait ran out of time (vswitchd stuck) still leaves a row to remove,
+	// and flows confirmed for a port that failed must go. The flows' undo runs first, as in
+	// DEL; its delete is queued on the OpenFlow connection behind the adds, so a switch
+	// that resumes applies both in order even when the wait for its confirmation runs out.
+	ofreq, release, err := n.ports.ReserveOFPort(a.HostVeth)
+	if err != nil {
+		step("ovsdb")
+		return nil, stepErr("ovsdb", fmt.Errorf("%s: port %s on bridge %s: %w", req, a.HostVeth, n.opts.Bridge, err))
+	}
+	defer release()
+	a.OFPort = uint32(ofreq)
 	undo = append(undo, func() {
 		uctx, cancel := undoContext(ctx)
 		defer cancel()
 		if err := n.ports.DeletePort(uctx, n.opts.Bridge, a.HostVeth); err != nil {
 			n.log.Warn("failed ADD: cannot remove its OVS port; reconciliation will", "port", a.HostVeth, "container_id", req.ContainerID, "error", err)
 		}
+	}, func() {
+		if n.policy != nil {
+			n.policy.detach(a) // its rule flows too; nothing if the attach was undone already
+		}
+		uctx, cancel := undoContext(ctx)
+		defer cancel()
+		if err := n.deletePodFlows(uctx, a); err != nil {
+			n.log.Warn("failed ADD: removal of its flows not confirmed", "container_id", req.ContainerID, "error", err)
+		}
 	})
-	ofport, err := n.ports.AddPort(ctx, n.opts.Bridge, a.HostVeth, a.externalIDs())
+	flowsDone := make(chan error, 1)
+	go func() { flowsDone <- n.installPodFlows(ctx, a) }()
+	ofport, portErr := n.ports.AddPortWithOFPort(ctx, n.opts.Bridge, a.HostVeth, ofreq, a.externalIDs())
 	step("ovsdb")
-	if err != nil {
-		return nil, stepErr("ovsdb", fmt.Errorf("%s: add port %s to bridge %s: %w", req, a.HostVeth, n.opts.Bridge, err))
-	}
-	a.OFPort = uint32(ofport)
-
-	// 5. The pod's flows, one batch confirmed by a barrier.
-	if n.policy != nil {
-		// Forwarding, default-deny and the rule flows the pod brings: one bundle.
-		err = n.policy.attach(ctx, a)
-	} else {
-		err = n.owners.SetOwner(ctx, a.owner(), flows.PodFlows(n.config(), a.flowPod()))
-	}
+	flowsErr := <-flowsDone
 	step("openflow")
-	if err != nil {
-		// Runs before the port's undo. The delete is queued on the OpenFlow
-		// connection behind the adds, so a switch that resumes applies both
-		// in order even when the wait for its confirmation runs out.
-		undo = append(undo, func() {
-			uctx, cancel := undoContext(ctx)
-			defer cancel()
-			if err := n.deletePodFlows(uctx, a); err != nil {
-				n.log.Warn("failed ADD: removal of its flows not confirmed", "container_id", req.ContainerID, "error", err)
-			}
-		})
-		return nil, stepErr("openflow", fmt.Errorf("%s: %w", req, err))
+	if portErr != nil {
+		return nil, stepErr("ovsdb", fmt.Errorf("%s: add port %s to bridge %s: %w", req, a.HostVeth, n.opts.Bridge, portErr))
+	}
+	if flowsErr == nil && ofport != ofreq {
+		// Another controller holds the number: the flows are redone for the port's own.
+		n.log.Warn("ovs-vswitchd did not give the pod's port the ofport asked for (another interface holds it?); its flows are reinstalled for the one it got",
+			"port", a.HostVeth, "ofport_request", ofreq, "ofport", ofport, "container_id", req.ContainerID)
+		a.OFPort = uint32(ofport)
+		flowsErr = n.installPodFlows(ctx, a)
+		step("openflow")
+	}
+	if flowsErr != nil {
+		return nil, stepErr("openflow", fmt.Errorf("%s: %w", req, flowsErr))
 	}
 
 	n.mu.Lock()
@@ -332,13 +353,24 @@ func (n *Node) DelPod(ctx context.Context, req PodRequest) error {
 			return stepErr("openflow", fmt.Errorf("%s: %w", req, err))
 		}
 	}
-	if hostVeth != "" {
-		if err := n.ports.DeletePort(ctx, n.opts.Bridge, hostVeth); err != nil {
-			return stepErr("ovsdb", fmt.Errorf("%s: delete port %s: %w", req, hostVeth, err))
+	// The port and the veth go at once: the kernel's unregistering of the veth pair is most
+	// of a DEL (bench/RESULTS.md), and the OVSDB delete need not wait for it, nor it for
+	// the delete. DEL returns only once both are gone; a failure of either is returned
+	// (the port's first) and a retry finishes what is left.
+	portDone := make(chan error, 1)
+	go func() {
+		if hostVeth == "" {
+			portDone <- nil
+			return
 		}
+		portDone <- n.ports.DeletePort(ctx, n.opts.Bridge, hostVeth)
+	}()
+	vethErr := n.netns.Teardown(hostVeth, req.Netns, req.IfName)
+	if err := <-portDone; err != nil {
+		return stepErr("ovsdb", fmt.Errorf("%s: delete port %s: %w", req, hostVeth, err))
 	}
-	if err := n.netns.Teardown(hostVeth, req.Netns, req.IfName); err != nil {
-		return stepErr("veth", fmt.Errorf("%s: %w", req, err))
+	if vethErr != nil {
+		return stepErr("veth", fmt.Errorf("%s: %w", req, vethErr))
 	}
 	if err := n.leases.Release(req.ContainerID, req.IfName); err != nil {
 		return stepErr("ipam", fmt.Errorf("%s: %w", req, err))
@@ -422,6 +454,16 @@ func attachmentNetwork(a *Attachment) string {
 }
 
 // deletePodFlows removes the attachment's flows, by its owner's cookie.
+// installPodFlows installs a's flows on its ofport, confirmed by a barrier: with network
+// policy, its forwarding, default-deny and the rule flows it brings in one bundle
+// (policyRealizer.attach); without, its forwarding flows (flows.PodFlows).
+func (n *Node) installPodFlows(ctx context.Context, a *Attachment) error {
+	if n.policy != nil {
+		return n.policy.attach(ctx, a)
+	}
+	return n.owners.SetOwner(ctx, a.owner(), flows.PodFlows(n.config(), a.flowPod()))
+}
+
 func (n *Node) deletePodFlows(ctx context.Context, a *Attachment) error {
 	return n.owners.DeleteOwner(ctx, a.owner())
 }

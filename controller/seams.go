@@ -19,10 +19,15 @@ import (
 
 // portDB holds the OVS ports of pod attachments: *ovsdb.Client.
 type portDB interface {
-	// AddPort adds port name to bridge with the attachment's Interface external_ids in one
-	// transaction and returns its ofport (ovsdb.Client.AddPort). On error the row may
-	// exist (committed, ofport not seen in time): the caller removes it.
-	AddPort(ctx context.Context, bridge, name string, externalIDs map[string]string) (int, error)
+	// ReserveOFPort chooses the ofport to ask for for interface name and holds it until
+	// release (ovsdb.Client.ReserveOFPort).
+	ReserveOFPort(name string) (ofport int, release func(), err error)
+	// AddPortWithOFPort adds port name to bridge with the attachment's Interface
+	// external_ids and ofport_request in one transaction and returns the ofport
+	// ovs-vswitchd assigned, which may differ from the request
+	// (ovsdb.Client.AddPortWithOFPort). On error the row may exist (committed, ofport
+	// not seen in time): the caller removes it.
+	AddPortWithOFPort(ctx context.Context, bridge, name string, ofportRequest int, externalIDs map[string]string) (int, error)
 	// DeletePort removes port name from bridge; a missing port is not an error.
 	DeletePort(ctx context.Context, bridge, name string) error
 	// GetPort returns the port called name from the monitor cache.

@@ -125,6 +125,10 @@ type Client struct {
 	mu          sync.Mutex
 	waiters     map[string]map[chan struct{}]struct{} // key: "Table/name" (see waitKey)
 	reconnectCh []chan struct{}                       // see Reconnected
+
+	ofportMu   sync.Mutex     // guards the chosen-ofport state (ofport.go)
+	ofportHeld map[int]string // ofport → interface name, held by ReserveOFPort; nil until first use
+	ofportNext int            // the last ofport ReserveOFPort handed out
 }
 
 // Connect dials ovsdb-server at endpoint ("unix:/path/db.sock" or "tcp:host:port"),

@@ -99,6 +99,14 @@ func (c *Client) AddPort(ctx context.Context, bridge, name string, externalIDs m
 	return c.EnsurePort(ctx, PortSpec{Bridge: bridge, Name: name, Type: TypeSystem, ExternalIDs: externalIDs})
 }
 
+// AddPortWithOFPort is AddPort asking ovs-vswitchd for ofport ofportRequest
+// (1..MaxOFPortRequest, Interface ofport_request; 0 lets it choose), e.g. one chosen with
+// ReserveOFPort. It returns the ofport ovs-vswitchd assigned, which differs from the
+// request when another interface holds that number: the caller must compare them.
+func (c *Client) AddPortWithOFPort(ctx context.Context, bridge, name string, ofportRequest int, externalIDs map[string]string) (int, error) {
+	return c.EnsurePort(ctx, PortSpec{Bridge: bridge, Name: name, Type: TypeSystem, ExternalIDs: externalIDs, OFPortRequest: ofportRequest})
+}
+
 // EnsureInternalPort makes sure bridge has an internal port name (ovs-vswitchd creates
 // its network device; on the userspace datapath a tap device) with externalIDs on its
 // Interface, and returns its ofport (1..65279, or 65534 for the bridge's own local port).

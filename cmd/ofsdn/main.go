@@ -42,6 +42,14 @@
 // The plugin delegates to no other plugin (SPEC.md "Section 4: Plugin
 // Delegation"): IPAM is done inside the daemon, so there is no "ipam" key to
 // forward GC or STATUS to.
+//
+// The plugin runs on one P (main sets GOMAXPROCS 1) and for milliseconds: the runtime's
+// reading of cgroup CPU limits at start (Go 1.25 containermaxprocs, a walk of
+// /proc/self/mountinfo and the cgroup files) and its periodic GOMAXPROCS updates are
+// work that decides nothing here.
+//
+//go:debug containermaxprocs=0
+//go:debug updatemaxprocs=0
 package main
 
 import (
