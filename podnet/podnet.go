@@ -133,7 +133,7 @@ func Setup(spec Spec) (res Result, err error) {
 			}
 		}
 	}()
-	if err = IsolateHostEnd(spec.HostVeth); err != nil {
+	if err = isolateHostLink(host.Attrs().Index, spec.HostVeth); err != nil {
 		return Result{}, err
 	}
 	if err = netlink.LinkSetUp(host); err != nil {

@@ -554,6 +554,9 @@ func TestHostEndIgnoredByHostIPStack(t *testing.T) {
 		// The pod's gateway address, local to the host.
 		return netlink.AddrAdd(lo, &netlink.Addr{IPNet: cidr(t, "10.200.0.1/32")})
 	})
+	hostName := filepath.Base(host.Path())
+	// A routing host: new links inherit forwarding 1, so the host end's 0 below is ours.
+	run(t, "ip", "netns", "exec", hostName, "sysctl", "-q", "-w", "net.ipv4.conf.all.forwarding=1", "net.ipv4.conf.default.forwarding=1")
 	res, err := setupIn(t, host, spec)
 	if err != nil {
 		t.Fatalf("Setup: %v", err)
@@ -565,7 +568,6 @@ func TestHostEndIgnoredByHostIPStack(t *testing.T) {
 	if strings.Contains(neigh, "lladdr") {
 		t.Errorf("the host answered the pod's ARP for a host address on the host end (%s): %s", res.HostMAC, neigh)
 	}
-	hostName := filepath.Base(host.Path())
 	for key, want := range map[string]string{
 		"net.ipv4.conf." + spec.HostVeth + ".arp_ignore":   "8",
 		"net.ipv4.conf." + spec.HostVeth + ".forwarding":   "0",
