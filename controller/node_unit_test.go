@@ -37,8 +37,11 @@ type world struct {
 	fail map[string]error
 	// addPortCommits makes a failing AddPort leave its row (committed, ofport not seen).
 	addPortCommits bool
-	// ofportTaken makes AddPortWithOFPort give another ofport than the one asked for.
+	// ofportTaken makes AddPortWithOFPort give another ofport than the one asked for
+	// (a request for the ofport a port already has is always honoured).
 	ofportTaken bool
+	// requests is the last ofport_request asked for each port.
+	requests map[string]int
 
 	ports  map[string]ovsdb.PortInfo
 	veths  map[string]bool
@@ -53,7 +56,7 @@ type world struct {
 
 func newWorld() *world {
 	_, subnet, _ := net.ParseCIDR("10.128.0.0/24")
-	return &world{fail: map[string]error{}, ports: map[string]ovsdb.PortInfo{}, veths: map[string]bool{},
+	return &world{fail: map[string]error{}, ports: map[string]ovsdb.PortInfo{}, veths: map[string]bool{}, requests: map[string]int{},
 		leases: map[string]ipam.Lease{}, flows: map[flows.Owner][]flows.Flow{}, subnet: subnet, nextIP: 2, nextOFPort: 10}
 }
 
@@ -88,6 +91,10 @@ func (w *world) AddPortWithOFPort(ctx context.Context, bridge, name string, ofpo
 			w.ports[name] = ovsdb.PortInfo{Name: name, Bridge: bridge, ExternalIDs: ext}
 		}
 		return 0, err
+	}
+	w.requests[name] = ofportRequest
+	if p, ok := w.ports[name]; ok && p.OFPort == ofportRequest {
+		return p.OFPort, nil // a request for the ofport it has: it keeps it
 	}
 	ofport := ofportRequest
 	if w.ofportTaken || ofport == 0 {
@@ -273,6 +280,10 @@ func (w *world) log() []string {
 			if strings.HasPrefix(j[i], p[1]+" ") && strings.HasPrefix(j[i+1], p[0]+" ") {
 				j[i], j[i+1] = j[i+1], j[i]
 			}
+			if strings.HasPrefix(j[i], p[0]+" ") && strings.HasPrefix(j[i+1], p[1]+" ") {
+				i++ // a pair: its second entry starts no other
+				break
+			}
 		}
 	}
 	return j
@@ -406,7 +417,9 @@ func TestAddPodUndoesInReverse(t *testing.T) {
 	}
 
 	// ovs-vswitchd gives another ofport than the one asked for (another controller holds
-	// it): the flows are redone for the port's own ofport before ADD succeeds.
+	// it): the port's ofport_request is pinned to the one it got (else it would move there
+	// once the number came free, under flows naming the old one), and the flows are redone
+	// for it before ADD succeeds.
 	w = newWorld()
 	w.ofportTaken = true
 	n = testNode(w)
@@ -414,12 +427,12 @@ func TestAddPodUndoesInReverse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = append(want, "flows.SetOwner "+pod)
+	want = append(want, "ovsdb.AddPort "+veth, "flows.SetOwner "+pod)
 	if got := w.log(); !reflect.DeepEqual(got, want) {
 		t.Errorf("journal of an ADD whose ofport request was not honoured: %v, want %v", got, want)
 	}
-	if p, _ := w.GetPort(veth); a.OFPort != uint32(p.OFPort) || p.OFPort == ovsdb.MinChosenOFPort {
-		t.Errorf("attachment on ofport %d, port on %d; want both on the port's own (not %d)", a.OFPort, p.OFPort, ovsdb.MinChosenOFPort)
+	if p, _ := w.GetPort(veth); a.OFPort != uint32(p.OFPort) || p.OFPort == ovsdb.MinChosenOFPort || w.requests[veth] != p.OFPort {
+		t.Errorf("attachment on ofport %d, port on %d with ofport_request %d; want all three on the port's own (not %d)", a.OFPort, p.OFPort, w.requests[veth], ovsdb.MinChosenOFPort)
 	}
 	if fs, _ := w.Owner(a.owner()); !reflect.DeepEqual(fs, flows.PodFlows(n.cfg, a.flowPod())) {
 		t.Errorf("pod owner holds %v, want the pod's flows on ofport %d", fs, a.OFPort)

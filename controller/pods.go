@@ -280,9 +280,16 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 		return nil, stepErr("ovsdb", fmt.Errorf("%s: add port %s to bridge %s: %w", req, a.HostVeth, n.opts.Bridge, portErr))
 	}
 	if flowsErr == nil && ofport != ofreq {
-		// Another controller holds the number: the flows are redone for the port's own.
-		n.log.Warn("ovs-vswitchd did not give the pod's port the ofport asked for (another interface holds it?); its flows are reinstalled for the one it got",
+		// Another interface holds the number. The port's ofport_request is pinned to the
+		// ofport it got, else ovs-vswitchd would move the port to the number asked for as
+		// soon as the other interface goes, under flows naming the old one; then the flows
+		// are redone for it.
+		n.log.Warn("ovs-vswitchd did not give the pod's port the ofport asked for (another interface holds it); its ofport_request is set to the one it got and its flows are reinstalled for it",
 			"port", a.HostVeth, "ofport_request", ofreq, "ofport", ofport, "container_id", req.ContainerID)
+		if ofport, portErr = n.pinOFPort(ctx, a, ofport); portErr != nil {
+			step("ovsdb")
+			return nil, stepErr("ovsdb", fmt.Errorf("%s: port %s on bridge %s: %w", req, a.HostVeth, n.opts.Bridge, portErr))
+		}
 		a.OFPort = uint32(ofport)
 		flowsErr = n.installPodFlows(ctx, a)
 		step("openflow")
@@ -454,6 +461,24 @@ func attachmentNetwork(a *Attachment) string {
 }
 
 // deletePodFlows removes the attachment's flows, by its owner's cookie.
+// pinOFPort sets the ofport_request of a's port to ofport, the number ovs-vswitchd gave
+// it instead of the one asked for, and returns the port's ofport once it holds its
+// request. If the port moves meanwhile (the number asked for came free), it pins the new
+// one, up to three times; then the error says the ofport keeps changing.
+func (n *Node) pinOFPort(ctx context.Context, a *Attachment, ofport int) (int, error) {
+	for range 3 {
+		got, err := n.ports.AddPortWithOFPort(ctx, n.opts.Bridge, a.HostVeth, ofport, a.externalIDs())
+		if err != nil {
+			return 0, err
+		}
+		if got == ofport {
+			return got, nil
+		}
+		ofport = got
+	}
+	return 0, fmt.Errorf("its ofport keeps changing (last %d): another controller is requesting ofports in %d..%d on this bridge; ADD again", ofport, ovsdb.MinChosenOFPort, ovsdb.MaxOFPortRequest)
+}
+
 // installPodFlows installs a's flows on its ofport, confirmed by a barrier: with network
 // policy, its forwarding, default-deny and the rule flows it brings in one bundle
 // (policyRealizer.attach); without, its forwarding flows (flows.PodFlows).
