@@ -460,7 +460,6 @@ func attachmentNetwork(a *Attachment) string {
 	return a.Network
 }
 
-// deletePodFlows removes the attachment's flows, by its owner's cookie.
 // pinOFPort sets the ofport_request of a's port to ofport, the number ovs-vswitchd gave
 // it instead of the one asked for, and returns the port's ofport once it holds its
 // request. If the port moves meanwhile (the number asked for came free), it pins the new
@@ -489,6 +488,7 @@ func (n *Node) installPodFlows(ctx context.Context, a *Attachment) error {
 	return n.owners.SetOwner(ctx, a.owner(), flows.PodFlows(n.config(), a.flowPod()))
 }
 
+// deletePodFlows removes the attachment's flows, by its owner's cookie.
 func (n *Node) deletePodFlows(ctx context.Context, a *Attachment) error {
 	return n.owners.DeleteOwner(ctx, a.owner())
 }

@@ -123,7 +123,7 @@ type lease struct {
 	owner     string
 	network   string
 	allocated time.Time
-	// entry is the lease's leases.json entry, encoded on its first write (Store.snapshot);
+	// entry is the lease's leases.json entry, encoded on its first write (Store.encodeState);
 	// the fields above never change while the lease lives. Guarded by Store.mu.
 	entry []byte
 	// pending is the batch whose write will make this lease durable; nil

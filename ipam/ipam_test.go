@@ -891,7 +891,7 @@ func BenchmarkSnapshot(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		s.mu.Lock()
-		data, err := s.snapshot()
+		data, err := s.encodeState()
 		s.mu.Unlock()
 		if err != nil || len(data) == 0 {
 			b.Fatal(err)

@@ -115,12 +115,12 @@ func parsePoolIP(s string, first, last uint32) (uint32, error) {
 	return u, nil
 }
 
-// snapshot renders the in-memory state as leases.json (the fileState layout, compact,
+// encodeState renders the in-memory state as leases.json (the fileState layout, compact,
 // leases in address order). Each lease's entry is encoded once, when first written, and
 // kept (a lease does not change while it lives), so a write of N leases costs copying N
 // entries rather than encoding them: at 500 leases the re-encoding with MarshalIndent on
 // every ADD and DEL was a fifth of the daemon's CPU (bench/RESULTS.md). Caller holds s.mu.
-func (s *Store) snapshot() ([]byte, error) {
+func (s *Store) encodeState() ([]byte, error) {
 	head, err := json.Marshal(struct {
 		Version       int    `json:"version"`
 		Subnet        string `json:"subnet"`
@@ -174,9 +174,6 @@ func (l *lease) encode() ([]byte, error) {
 	return append(append(k, ':'), v...), nil
 }
 
-// encodeState renders the in-memory state as leases.json. Caller holds s.mu.
-func (s *Store) encodeState() ([]byte, error) { return s.snapshot() }
-
 // join returns the pending batch, creating it and starting the flusher
 // goroutine if needed. Caller holds s.mu and must add its change to the
 // batch before releasing s.mu.
@@ -203,7 +200,7 @@ func (s *Store) flush() {
 	for s.pending != nil {
 		b := s.pending
 		s.pending = nil
-		data, err := s.snapshot()
+		data, err := s.encodeState()
 		s.mu.Unlock()
 		if err == nil {
 			err = s.write(data)
@@ -261,7 +258,7 @@ func (s *Store) finish(b *batch, err error) {
 	close(b.done)
 }
 
-// write stores data (snapshot) durably: temp file in the same directory, fsync, rename
+// write stores data (encodeState) durably: temp file in the same directory, fsync, rename
 // over leases.json, fsync of the directory (so the rename itself survives a
 // power loss). It does not touch the Store's in-memory state and runs without
 // s.mu, from the flusher only. On error the old leases.json is untouched and

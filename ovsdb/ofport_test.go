@@ -1,7 +1,6 @@
 package ovsdb_test
 
 import (
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -33,10 +32,7 @@ func TestReserveOFPort(t *testing.T) {
 	})
 
 	const n = 8
-	devs := make([]string, n)
-	for i := range devs {
-		devs[i] = veth(t, o, fmt.Sprintf("ofs-r%d", i))
-	}
+	devs := veths(t, o, "ofs-r", n)
 	chosen := make([]int, n)
 	got := make([]int, n)
 	errs := make([]error, n)

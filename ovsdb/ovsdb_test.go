@@ -84,6 +84,16 @@ func veth(t *testing.T, o *sandbox.OVS, name string) string {
 	return name
 }
 
+// veths makes n veth pairs in the sandbox's netns, host ends prefix0..prefixN-1.
+func veths(t *testing.T, o *sandbox.OVS, prefix string, n int) []string {
+	t.Helper()
+	devs := make([]string, n)
+	for i := range devs {
+		devs[i] = veth(t, o, fmt.Sprintf("%s%d", prefix, i))
+	}
+	return devs
+}
+
 func vsctlInt(t *testing.T, o *sandbox.OVS, args ...string) int {
 	t.Helper()
 	s := o.Vsctl(t, args...)
@@ -335,10 +345,7 @@ func TestConcurrentAddPorts(t *testing.T) {
 	t.Parallel()
 	o, c := setup(t)
 	const n = 16
-	devs := make([]string, n)
-	for i := range devs {
-		devs[i] = veth(t, o, fmt.Sprintf("ofs-c%d", i))
-	}
+	devs := veths(t, o, "ofs-c", n)
 	ofports := make([]int, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -645,10 +652,7 @@ func TestGroupCommitConcurrentPortChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 12
-	devs := make([]string, n)
-	for i := range devs {
-		devs[i] = veth(t, o, fmt.Sprintf("ofs-g%d", i))
-	}
+	devs := veths(t, o, "ofs-g", n)
 	logTransactions(t, o)
 	o.StopVswitchd(t)
 	ofports := make([]int, n)

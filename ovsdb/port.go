@@ -96,7 +96,7 @@ func (e *InterfaceError) Error() string {
 // and the errors. It is idempotent: for a port already on bridge it only updates the
 // external_ids and returns the ofport.
 func (c *Client) AddPort(ctx context.Context, bridge, name string, externalIDs map[string]string) (int, error) {
-	return c.EnsurePort(ctx, PortSpec{Bridge: bridge, Name: name, Type: TypeSystem, ExternalIDs: externalIDs})
+	return c.AddPortWithOFPort(ctx, bridge, name, 0, externalIDs)
 }
 
 // AddPortWithOFPort is AddPort asking ovs-vswitchd for ofport ofportRequest

@@ -44,12 +44,11 @@ const (
 // hostEndIPv4Conf is the IPv4 part: devconf index → value.
 var hostEndIPv4Conf = []struct {
 	index int
-	name  string
 	value uint32
 }{
-	{ipv4DevconfARPIgnore, "arp_ignore", 8},
-	{ipv4DevconfForwarding, "forwarding", 0},
-	{ipv4DevconfRPFilter, "rp_filter", 1},
+	{ipv4DevconfARPIgnore, 8},
+	{ipv4DevconfForwarding, 0},
+	{ipv4DevconfRPFilter, 1},
 }
 
 // hostEndIPv6Sysctl is the IPv6 part, a sysctl.
