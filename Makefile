@@ -4,7 +4,7 @@ BIN     := bin
 GOFLAGS ?=
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: all build deps test unit e2e demo bench bench-quick bench-policy lint clean image k8s-build e2e-k8s
+.PHONY: all build deps test unit demo bench bench-quick bench-policy lint clean image k8s-build e2e-k8s
 
 all: build
 
@@ -44,12 +44,19 @@ e2e-k8s: deps k8s-build
 	$(GO) test -count=1 -timeout 30m -v ./test/k8s/...
 	$(GO) test -count=1 -timeout 10m -v -run RealAPIServer ./topology/
 
-# Packages whose tests need no OVS: run once more under the race detector (the tests on
-# real OVS are skipped there; they run in the full pass below).
-RACE_PKGS := ./flows ./controller ./policy ./ipam ./cni ./cni/server ./ctl ./metrics ./internal/... ./topology
-RACE_SKIP := OnSwitch|TestSwitchReconnect|TestFlowStoreAuditRepairs
+# Test tiers, by one rule (test/testenv): a test that needs root (network namespaces,
+# netlink, nftables, a private Open vSwitch, a real Kubernetes) calls testenv.Privileged,
+# or its package's TestMain calls testenv.PrivilegedMain. With OFSDN_TEST_TIER=unit those
+# skip and everything else runs anywhere, without root: `make unit`. make test runs every
+# test (a privileged one fails without root, never skips), after the unit tier once more
+# under the race detector.
+UNIT := OFSDN_TEST_TIER=unit
 
-# The whole suite: the unit packages under -race, then unit tests, tests against real OVS
+# The unit tier: no root, no OVS, no Kubernetes build needed (a laptop's go is enough).
+unit:
+	$(UNIT) $(GO) test -count=1 ./...
+
+# The whole suite: the unit tier under -race, then every test: unit tests, tests against real OVS
 # sandboxes, end-to-end tests through libcni and the plugin binary, the real-cluster tests
 # (test/k8s, after k8s-build builds Kubernetes once into its cache), the runtime
 # compatibility test (./test/compat, part of ./...: it builds the libcni-v1.1/-v1.2/-v1.3
@@ -59,7 +66,7 @@ RACE_SKIP := OnSwitch|TestSwitchReconnect|TestFlowStoreAuditRepairs
 # golang/go#75804).
 COMPAT_MODULES := $(wildcard test/compat/libcni-v*)
 test: deps build lint k8s-build
-	$(GO) test -count=1 -race -skip '$(RACE_SKIP)' $(RACE_PKGS)
+	$(UNIT) $(GO) test -count=1 -race ./...
 	$(GO) test -count=1 -timeout 40m ./...
 	$(GO) test -count=1 -run '^$$' -fuzz FuzzParseArgs -fuzztime 20000x ./cni/
 	$(GO) test -count=1 -run '^$$' -fuzz FuzzLoadNetConf -fuzztime 20000x ./cni/

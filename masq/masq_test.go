@@ -9,11 +9,14 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
+
+	"github.com/ofsdn/ofsdn/test/testenv"
 )
 
 // newNetns makes a network namespace for the test, so the rules never touch the host's.
 func newNetns(t *testing.T) (string, ns.NetNS) {
 	t.Helper()
+	testenv.Privileged(t)
 	name := fmt.Sprintf("ofsdn-masq-%d", time.Now().UnixNano()%1e9)
 	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns add: %v\n%s", err, out)

@@ -13,6 +13,8 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
+
+	"github.com/ofsdn/ofsdn/test/testenv"
 )
 
 // newTap returns a persistent tap link (like an OVS userspace internal port)
@@ -27,6 +29,7 @@ func newTap(name string) *netlink.Tuntap {
 // namespace: the "host" side is a namespace of its own too.
 func newNS(t *testing.T) ns.NetNS {
 	t.Helper()
+	testenv.Privileged(t)
 	n, err := testutils.NewNS()
 	if err != nil {
 		t.Fatalf("create netns: %v", err)

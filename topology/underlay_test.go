@@ -9,12 +9,15 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
+
+	"github.com/ofsdn/ofsdn/test/testenv"
 )
 
 // TestFindUnderlay builds, in a network namespace of its own, a link with MTU 1400 and the
 // node IP, and a default route through it; the underlay found by address and by default
 // route is that link, and the pod MTU is 1400 − 50.
 func TestFindUnderlay(t *testing.T) {
+	testenv.Privileged(t)
 	name := fmt.Sprintf("ofsdn-ul-%d", time.Now().UnixNano()%1e9)
 	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns add: %v\n%s", err, out)

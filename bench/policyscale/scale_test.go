@@ -37,6 +37,8 @@ import (
 	"github.com/ofsdn/ofsdn/ctl"
 	"github.com/ofsdn/ofsdn/test/harness"
 	"github.com/ofsdn/ofsdn/test/kapi"
+
+	"github.com/ofsdn/ofsdn/test/testenv"
 )
 
 const (
@@ -50,6 +52,7 @@ const (
 
 // TestMain removes the binaries the test built once it is done.
 func TestMain(m *testing.M) {
+	testenv.PrivilegedMain(m)
 	code := m.Run()
 	harness.RemoveBinaries()
 	os.Exit(code)

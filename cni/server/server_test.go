@@ -24,6 +24,8 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/ofsdn/ofsdn/cni"
+
+	"github.com/ofsdn/ofsdn/test/testenv"
 )
 
 // fakeHandler records the requests it gets and answers with canned values.
@@ -472,6 +474,7 @@ func TestMain(m *testing.M) {
 // directory and file permissions are loosened by the test so that only the
 // SO_PEERCRED check stands between that client and the handler.
 func TestNonRootCallerRefused(t *testing.T) {
+	testenv.Privileged(t)
 	h := &fakeHandler{}
 	base, err := os.MkdirTemp("", "ofsdn-peercred-")
 	if err != nil {

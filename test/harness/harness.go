@@ -21,6 +21,8 @@ import (
 	"github.com/containernetworking/cni/libcni"
 
 	"github.com/ofsdn/ofsdn/test/sandbox"
+
+	"github.com/ofsdn/ofsdn/test/testenv"
 )
 
 var (
@@ -102,6 +104,7 @@ type Node struct {
 // test failed, its log and br-int's flows are logged.
 func NewNode(t *testing.T, subnet, netName string) *Node {
 	t.Helper()
+	testenv.Privileged(t)
 	bin := BuildBinaries(t)
 	o := sandbox.Start(t)
 	n := &Node{T: t, OVS: o, Name: "ofsdn-node", Dir: o.Dir, Socket: filepath.Join(o.Dir, "cni", "cni.sock"),

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
+
+	"github.com/ofsdn/ofsdn/test/testenv"
 )
 
 // NewNetns creates a network namespace named name plus a suffix (`ip netns add`), brings
@@ -16,6 +18,7 @@ import (
 // /var/run/netns.
 func NewNetns(t testing.TB, name string) string {
 	t.Helper()
+	testenv.Privileged(t)
 	full := fmt.Sprintf("%s-%d", name, time.Now().UnixNano()%1e6)
 	if out, err := exec.Command("ip", "netns", "add", full).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns add %s: %v\n%s", full, err, out)

@@ -17,6 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ofsdn/ofsdn/test/sandbox"
+
+	"github.com/ofsdn/ofsdn/test/testenv"
 )
 
 // The test cluster's address plan. ClusterCIDR and ServiceCIDR are also in
@@ -79,6 +81,7 @@ var clusterSeq int
 // cgroup, mount, process, changed host sysctl) fails the test.
 func StartCluster(t *testing.T, cfg ClusterConfig) *Cluster {
 	t.Helper()
+	testenv.Privileged(t)
 	if os.Geteuid() != 0 {
 		t.Fatal("a test cluster needs root (network, mount and PID namespaces, cgroups)")
 	}

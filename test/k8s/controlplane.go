@@ -15,6 +15,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/ofsdn/ofsdn/test/testenv"
 )
 
 // ControlPlaneConfig says where and how the control plane runs.
@@ -70,6 +72,7 @@ const (
 // test failed.
 func StartControlPlane(t testing.TB, cfg ControlPlaneConfig) *ControlPlane {
 	t.Helper()
+	testenv.Privileged(t)
 	etcd, apiserver := Bin(t, "etcd"), Bin(t, "kube-apiserver")
 	if cfg.Dir == "" {
 		cfg.Dir = t.TempDir()

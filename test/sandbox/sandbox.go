@@ -17,6 +17,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/ofsdn/ofsdn/test/testenv"
 )
 
 // OVS is one running private Open vSwitch instance.
@@ -39,6 +41,7 @@ func Script() string {
 // Open vSwitch is not installed or the daemons do not start.
 func Start(t testing.TB) *OVS {
 	t.Helper()
+	testenv.Privileged(t)
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	ns := "ofsdn-t-" + hex.EncodeToString(b)
