@@ -7,20 +7,28 @@ package controller
 // order. Conjunctions go into a flows.PolicyFlowSet (the rule flows, merged by match),
 // kept in the flow store under the owner "policy"; an isolation change rewrites that
 // pod's own flows (its forwarding flows plus its default-deny flows, owner the pod). Both
-// go to the switch in ONE bundle per event, so a new rule and the isolation it brings
-// appear together.
+// go to the switch in one bundle (per runner round, see below), so a new rule and the
+// isolation it brings appear together.
 //
 // A pod ADD attaches the pod to the agent under the same lock and installs its forwarding
 // flows, its default-deny flows and the rule flows it brings in one bundle: a pod is never
 // reachable before its policy applies. The ADD first waits (bounded by its context, the
 // daemon's addTimeout) until the informers have synced and the Pod is known.
 //
+// Realization is off the agent's lock (issue 21): the agent computes each event's changes
+// under its lock and queues them (policyRealizer.enqueue); one runner goroutine (run)
+// takes whatever is queued, applies it in order and sends the difference as one bundle.
+// A burst of API events costs one bundle; concurrent ADDs share one instead of queueing
+// behind each other's switch round trips (an ADD waits for at most the bundle in flight
+// and its own); inspection (ofsdnctl policies) takes the realizer's lock only between
+// bundles, never across one.
+//
 // A failed bundle (switch gone, resynchronising) leaves the store at its previous state
-// while the flow set moved on; the realizer marks itself dirty and a background loop
-// retries a full resynchronisation of the policy owner and the attached pods every
-// second until it succeeds. Conjunction ids the engine released are freed only when the
-// switch is known to hold no flow with them (a successful change while not dirty, or a
-// successful resynchronisation).
+// while the flow set moved on; the realizer marks itself dirty and the runner
+// resynchronises the policy owner and the attached pods in full, at its next round and
+// every second, until it succeeds. Conjunction ids the engine released are freed only
+// when the switch is known to hold no flow with them: after a confirmed bundle, the ids
+// released when its last item was queued.
 
 import (
 	"context"
@@ -76,12 +84,19 @@ type policyRealizer struct {
 	opts PolicyOptions
 	ids  *policy.ConjIDs
 
+	// mu guards the realization state below. The runner holds it only while it applies
+	// queued changes (CPU work), never across a switch round trip; inspection reads under it.
 	mu       sync.Mutex
 	set      *flows.PolicyFlowSet
 	iso      map[string]policy.Isolation // pod ns/name → isolation
 	attached map[string]*Attachment      // pod ns/name → its attachment
 	dirty    bool                        // the store may lag set/iso: resynchronise
 	lastErr  error
+
+	// The runner's queue (see run): items in the order the agent computed them.
+	qmu   sync.Mutex
+	queue []*policyItem
+	wake  chan struct{} // 1-buffered: the queue is not empty
 
 	deniedMu   sync.Mutex
 	deniedSeen map[string]uint64 // deny flow (cookie+match) → its last counter
@@ -102,7 +117,7 @@ func newPolicyRealizer(n *Node, opts PolicyOptions) *policyRealizer {
 		n: n, opts: opts, set: flows.NewPolicyFlowSet(n.config()),
 		iso: map[string]policy.Isolation{}, attached: map[string]*Attachment{},
 		deniedSeen: map[string]uint64{}, denied: map[string]uint64{"ingress": 0, "egress": 0},
-		stop: make(chan struct{}), done: make(chan struct{}),
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	opts.Agent.View(func(e *policy.Engine) { p.ids = e.ConjIDs() })
 	return p
@@ -148,7 +163,7 @@ func (p *policyRealizer) load(restored []*Attachment) {
 		// Nothing is installed with this run's ids yet.
 		p.ids.Free(p.ids.Pending()...)
 	})
-	go p.resyncLoop()
+	go p.run()
 }
 
 // podFlows returns an attachment's flows: forwarding and, by its isolation, default deny.
@@ -179,10 +194,44 @@ func ruleOf(c *policy.Conjunction) flows.PolicyRule {
 	return r
 }
 
-// applyLocked applies changes to the flow set and isolation map and returns the store
-// updates that realize them. p.mu is held.
-func (p *policyRealizer) applyLocked(ch policy.Changes) []OwnerUpdate {
-	changed := map[string]bool{}
+// policyItem is one unit of the runner's work, queued in the agent's order: an event's
+// changes, a pod's attach (CNI ADD: its changes, and its flows installed with them) or a
+// pod's detach (CNI DEL: from then on no change rewrites its flows).
+type policyItem struct {
+	ch     policy.Changes
+	seen   time.Time   // when the event was received (realization latency); zero: not an API event
+	attach *Attachment // recorded as attached before ch applies
+	detach *Attachment // forgotten after ch applies
+	done   chan error  // attach and detach: the outcome of the bundle that carried the item (1-buffered)
+	// released are the conjunction ids the engine had released when the item was queued
+	// (ConjIDs.Pending, read under the agent's lock): once a bundle carrying this item and
+	// every earlier one is confirmed, no flow on the switch uses them.
+	released []uint32
+}
+
+// enqueue appends it to the runner's queue and wakes the runner. It never waits on the
+// switch: the agent calls it under its lock.
+func (p *policyRealizer) enqueue(it *policyItem) {
+	it.released = p.ids.Pending()
+	p.qmu.Lock()
+	p.queue = append(p.queue, it)
+	p.qmu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// batch is what one run of the runner collected: the rule-flow match keys and the
+// attached pods whose flows changed.
+type batch struct {
+	keys map[string]bool
+	pods map[string]bool
+}
+
+// applyLocked applies changes to the flow set and isolation map and records in b what
+// changed. p.mu is held.
+func (p *policyRealizer) applyLocked(ch policy.Changes, b batch) {
 	for _, c := range ch.Conjunctions {
 		var keys []string
 		if c.New != nil {
@@ -191,11 +240,37 @@ func (p *policyRealizer) applyLocked(ch policy.Changes) []OwnerUpdate {
 			keys = p.set.Remove(c.Old.ID)
 		}
 		for _, k := range keys {
-			changed[k] = true
+			b.keys[k] = true
 		}
 	}
-	keys := make([]string, 0, len(changed))
-	for k := range changed {
+	for _, ic := range ch.Isolation {
+		k := ic.Pod.Key()
+		p.iso[k] = ic.New
+		b.pods[k] = true
+	}
+}
+
+// updatesLocked returns the store updates that realize b: one for the rule flows whose
+// keys changed (added, replaced or deleted, as the set holds them now) and, per attached
+// pod in b, its whole flows. With full, every rule flow and every attached pod instead
+// (a resynchronisation). p.mu is held.
+func (p *policyRealizer) updatesLocked(b batch, full bool) []OwnerUpdate {
+	var ups []OwnerUpdate
+	if full {
+		ups = append(ups, OwnerUpdate{Owner: ownerPolicy, Replace: true, Flows: p.set.Flows()})
+		keys := make([]string, 0, len(p.attached))
+		for k := range p.attached {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			a := p.attached[k]
+			ups = append(ups, OwnerUpdate{Owner: a.owner(), Replace: true, Flows: p.podFlows(a)})
+		}
+		return ups
+	}
+	keys := make([]string, 0, len(b.keys))
+	for k := range b.keys {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
@@ -207,13 +282,15 @@ func (p *policyRealizer) applyLocked(ch policy.Changes) []OwnerUpdate {
 			pol.Delete = append(pol.Delete, k)
 		}
 	}
-	var ups []OwnerUpdate
 	if len(pol.Flows)+len(pol.Delete) > 0 {
 		ups = append(ups, pol)
 	}
-	for _, ic := range ch.Isolation {
-		k := ic.Pod.Key()
-		p.iso[k] = ic.New
+	pods := make([]string, 0, len(b.pods))
+	for k := range b.pods {
+		pods = append(pods, k)
+	}
+	sort.Strings(pods)
+	for _, k := range pods {
 		if a := p.attached[k]; a != nil {
 			ups = append(ups, OwnerUpdate{Owner: a.owner(), Replace: true, Flows: p.podFlows(a)})
 		}
@@ -221,29 +298,129 @@ func (p *policyRealizer) applyLocked(ch policy.Changes) []OwnerUpdate {
 	return ups
 }
 
-// realize is the agent's Realizer: one bundle per event.
+// realize is the agent's Realizer: it queues the event's changes for the runner.
 func (p *policyRealizer) realize(ch policy.Changes, seen time.Time) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	ups := p.applyLocked(ch)
-	ctx, cancel := context.WithTimeout(p.n.runCtx, p.opts.RealizeTimeout)
-	defer cancel()
-	err := p.n.store.Update(ctx, ups)
-	p.afterLocked(err)
-	if err == nil {
-		p.purgeLocked(ctx)
-	}
-	if h := p.n.opts.Hooks.PolicyRealize; h != nil {
-		h(time.Since(seen), err)
-	}
-	if err != nil {
-		p.n.log.Warn("network policy change not on the switch yet; retrying with a full resynchronisation",
-			"conjunctions", len(ch.Conjunctions), "isolation_changes", len(ch.Isolation), "err", err)
+	p.enqueue(&policyItem{ch: ch, seen: seen})
+}
+
+// maxPolicyBatch bounds how many queued items one bundle carries.
+const maxPolicyBatch = 256
+
+// run is the runner: the one goroutine that realizes policy. Each round takes what is
+// queued (up to maxPolicyBatch items, in order), applies it to the flow set under p.mu,
+// and sends the difference as ONE bundle (FlowStore.Update), outside the lock. So API
+// events are coalesced (a burst of N events costs one bundle, not N) and concurrent ADDs
+// share a bundle instead of queueing behind each other's switch round trips; a change
+// waits for at most the bundle in flight. A failed bundle marks the realizer dirty; while
+// dirty, each round (and a tick every second) resynchronises the whole policy state.
+func (p *policyRealizer) run() {
+	defer close(p.done)
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			p.failQueued(ovsUnavailable(errors.New("network policy: the node is closing")))
+			return
+		case <-p.wake:
+		case <-t.C:
+		}
+		for p.round() {
+		}
 	}
 }
 
-// purgeLocked runs opts.PurgeDatapath after a confirmed change. p.mu is held.
-func (p *policyRealizer) purgeLocked(ctx context.Context) {
+// round runs one round of the runner; it reports whether items are still queued.
+func (p *policyRealizer) round() bool {
+	p.qmu.Lock()
+	items := p.queue
+	if len(items) > maxPolicyBatch {
+		items = items[:maxPolicyBatch]
+	}
+	p.queue = p.queue[len(items):]
+	more := len(p.queue) > 0
+	p.qmu.Unlock()
+
+	p.mu.Lock()
+	full := p.dirty
+	if len(items) == 0 && !full {
+		p.mu.Unlock()
+		return false
+	}
+	b := batch{keys: map[string]bool{}, pods: map[string]bool{}}
+	events := false
+	for _, it := range items {
+		if a := it.attach; a != nil {
+			k := podKeyOf(a)
+			p.attached[k] = a
+			b.pods[k] = true // its flows go with the changes it brings
+		}
+		p.applyLocked(it.ch, b)
+		if a := it.detach; a != nil {
+			k := podKeyOf(a)
+			if cur := p.attached[k]; cur == a || (cur != nil && cur.key() == a.key()) {
+				delete(p.attached, k)
+				delete(p.iso, k)
+				delete(b.pods, k) // its own flows are DEL's to delete
+			}
+		}
+		events = events || !it.seen.IsZero()
+	}
+	ups := p.updatesLocked(b, full)
+	p.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(p.n.runCtx, p.opts.RealizeTimeout)
+	err := p.n.store.Update(ctx, ups)
+	if err == nil && (events || full) {
+		p.purge(ctx)
+	}
+	cancel()
+
+	p.mu.Lock()
+	p.lastErr = err
+	if err != nil {
+		p.dirty = true
+	} else {
+		p.dirty = false
+		// Ids released by items still queued may still be on the switch: free only what
+		// was released when the last item of this bundle was queued.
+		if len(items) > 0 {
+			p.ids.Free(items[len(items)-1].released...)
+		}
+	}
+	p.mu.Unlock()
+	if err != nil {
+		p.n.log.Warn("network policy changes not on the switch yet; retrying with a full resynchronisation",
+			"items", len(items), "err", err)
+	} else if full {
+		p.n.log.Info("network policy flows resynchronised", "rule_flows", p.set.Len(), "pods", len(p.attached))
+	}
+	for _, it := range items {
+		if h := p.n.opts.Hooks.PolicyRealize; h != nil && !it.seen.IsZero() {
+			h(time.Since(it.seen), err)
+		}
+		if it.done != nil {
+			it.done <- err
+		}
+	}
+	return more
+}
+
+// failQueued completes every queued attach and detach with err (the node closes).
+func (p *policyRealizer) failQueued(err error) {
+	p.qmu.Lock()
+	items := p.queue
+	p.queue = nil
+	p.qmu.Unlock()
+	for _, it := range items {
+		if it.done != nil {
+			it.done <- err
+		}
+	}
+}
+
+// purge runs opts.PurgeDatapath after a confirmed change (the runner only).
+func (p *policyRealizer) purge(ctx context.Context) {
 	if p.opts.PurgeDatapath == nil {
 		return
 	}
@@ -252,51 +429,7 @@ func (p *policyRealizer) purgeLocked(ctx context.Context) {
 	}
 }
 
-// afterLocked records the outcome of a store change. p.mu is held.
-func (p *policyRealizer) afterLocked(err error) {
-	p.lastErr = err
-	if err != nil {
-		p.dirty = true
-		return
-	}
-	if !p.dirty {
-		p.ids.Free(p.ids.Pending()...)
-	}
-}
-
-// resyncLoop retries a full resynchronisation every second while dirty.
-func (p *policyRealizer) resyncLoop() {
-	defer close(p.done)
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-p.stop:
-			return
-		case <-t.C:
-		}
-		p.mu.Lock()
-		if p.dirty {
-			ups := []OwnerUpdate{{Owner: ownerPolicy, Replace: true, Flows: p.set.Flows()}}
-			for _, a := range p.attached {
-				ups = append(ups, OwnerUpdate{Owner: a.owner(), Replace: true, Flows: p.podFlows(a)})
-			}
-			ctx, cancel := context.WithTimeout(p.n.runCtx, p.opts.RealizeTimeout)
-			err := p.n.store.Update(ctx, ups)
-			cancel()
-			if err == nil {
-				p.dirty = false
-				p.ids.Free(p.ids.Pending()...)
-				p.purgeLocked(p.n.runCtx)
-				p.n.log.Info("network policy flows resynchronised", "rule_flows", p.set.Len(), "pods", len(p.attached))
-			}
-			p.lastErr = err
-		}
-		p.mu.Unlock()
-	}
-}
-
-// close stops delivery from the agent and the resynchronisation loop.
+// close stops delivery from the agent and the runner; queued attaches and detaches fail.
 func (p *policyRealizer) close() {
 	p.opts.Agent.SetRealizer(nil, nil)
 	select {
@@ -319,40 +452,34 @@ func (p *policyRealizer) waitPod(ctx context.Context, req PodRequest) error {
 }
 
 // attach records a's pod in the agent and installs its forwarding flows, its default-deny
-// flows and the rule flows it brings, in one bundle. On error nothing of it is installed
-// and the agent has forgotten the pod.
+// flows and the rule flows it brings, in one bundle (the runner's, shared with whatever
+// else is queued). It returns once that bundle is confirmed, or with its error, or when
+// ctx ends; on error nothing of it is installed for good and the agent has forgotten the
+// pod (the caller's undo still detaches it, which removes any flows the runner put in).
 func (p *policyRealizer) attach(ctx context.Context, a *Attachment) error {
 	if a.PodNamespace == "" || a.PodName == "" {
 		return errNoPodName
 	}
-	k := podKeyOf(a)
-	return p.opts.Agent.Attach(ctx, localPodOf(a), func(ch policy.Changes) error {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		p.attached[k] = a
-		ups := p.applyLocked(ch)
-		own := false
-		for _, u := range ups {
-			own = own || u.Owner == a.owner()
+	return p.opts.Agent.Attach(ctx, localPodOf(a), func(ch policy.Changes) func() error {
+		it := &policyItem{ch: ch, attach: a, done: make(chan error, 1)}
+		p.enqueue(it)
+		return func() error {
+			select {
+			case err := <-it.done:
+				return err
+			case <-p.done:
+				return ovsUnavailable(errors.New("network policy: the node is closing"))
+			case <-ctx.Done():
+				return fmt.Errorf("network policy flows of pod %s/%s not confirmed by the switch: %w", a.PodNamespace, a.PodName, ctx.Err())
+			}
 		}
-		if !own { // isolation unchanged (a pod of the same name attached before): still its flows
-			ups = append(ups, OwnerUpdate{Owner: a.owner(), Replace: true, Flows: p.podFlows(a)})
-		}
-		err := p.n.store.Update(ctx, ups)
-		if err != nil {
-			delete(p.attached, k)
-			delete(p.iso, k)
-			p.dirty = true // the set holds the attach until the agent's undo reaches it
-			p.lastErr = err
-			return err
-		}
-		p.afterLocked(nil)
-		return nil
 	})
 }
 
-// detach forgets a's pod in the agent (its rule flows go) before its own flows are
-// deleted; after it, no policy change rewrites the pod's flows.
+// detach forgets a's pod in the agent (its rule flows go) and waits until the runner has
+// forgotten it, so that no later policy change rewrites its flows: DEL deletes them
+// next. The wait is bounded by RealizeTimeout; a failed bundle still forgets the pod (the
+// realizer resynchronises the rule flows).
 func (p *policyRealizer) detach(a *Attachment) {
 	if a.PodNamespace == "" || a.PodName == "" {
 		return
@@ -364,11 +491,18 @@ func (p *policyRealizer) detach(a *Attachment) {
 	if cur != nil && cur != a && cur.key() != a.key() {
 		return // the pod's name now belongs to another attachment (a new sandbox)
 	}
-	p.opts.Agent.Detach(a.PodNamespace, a.PodName)
-	p.mu.Lock()
-	delete(p.attached, k)
-	delete(p.iso, k)
-	p.mu.Unlock()
+	it := &policyItem{detach: a, done: make(chan error, 1)}
+	p.opts.Agent.Update(func(e *policy.Engine) policy.Changes {
+		it.ch = e.DeleteLocalPod(a.PodNamespace, a.PodName)
+		p.enqueue(it) // under the agent's lock: in order with every other change
+		return policy.Changes{}
+	})
+	select {
+	case <-it.done:
+	case <-p.done: // the runner has stopped: nothing rewrites the pod's flows any more
+	case <-time.After(p.opts.RealizeTimeout):
+		p.n.log.Warn("network policy: detaching a pod waited past realizeTimeout; its flows are deleted anyway", "pod", k)
+	}
 }
 
 // PolicyStatus describes the node's policy enforcement, for inspection and metrics.
@@ -453,10 +587,14 @@ func (n *Node) PodPolicies() []PodPolicy {
 		return nil
 	}
 	var out []PodPolicy
-	var conjs []*policy.Conjunction
+	byPod := map[string][]*policy.Conjunction{} // local pod key → the conjunctions naming it
 	refs := map[string][]policy.PolicyRef{}
 	p.opts.Agent.View(func(e *policy.Engine) {
-		conjs = e.Conjunctions()
+		for _, c := range e.Conjunctions() {
+			for _, lp := range c.Pods {
+				byPod[lp.Key()] = append(byPod[lp.Key()], c)
+			}
+		}
 		for _, lp := range e.LocalPods() {
 			refs[lp.Key()] = e.SelectingPolicies(lp.Namespace, lp.Name)
 		}
@@ -466,20 +604,14 @@ func (n *Node) PodPolicies() []PodPolicy {
 	for k, a := range p.attached {
 		iso := p.iso[k]
 		pp := PodPolicy{Namespace: a.PodNamespace, Name: a.PodName, Ingress: iso.Ingress, Egress: iso.Egress, Policies: refs[k]}
-		for _, c := range conjs {
-			for _, lp := range c.Pods {
-				if lp.Key() != k {
-					continue
+		for _, c := range byPod[k] {
+			r := PodRule{Rule: c.Key.RuleKey.String(), Group: c.Key.Group, ConjID: c.ID, Flows: p.set.RuleFlows(c.ID)}
+			for _, f := range r.Flows {
+				if _, isGoto := f.Actions[0].(flows.GotoTable); isGoto && len(f.Actions) == 1 {
+					r.Allow = append(r.Allow, f.String()) // the conj_id flow, or an allow flow
 				}
-				r := PodRule{Rule: c.Key.RuleKey.String(), Group: c.Key.Group, ConjID: c.ID, Flows: p.set.RuleFlows(c.ID)}
-				for _, f := range r.Flows {
-					if _, isGoto := f.Actions[0].(flows.GotoTable); isGoto && len(f.Actions) == 1 {
-						r.Allow = append(r.Allow, f.String()) // the conj_id flow, or an allow flow
-					}
-				}
-				pp.Rules = append(pp.Rules, r)
-				break
 			}
+			pp.Rules = append(pp.Rules, r)
 		}
 		pp.Deny = map[string]string{}
 		_, ingress := policyTables()

@@ -3,7 +3,9 @@ package policy
 // The agent: one lock around the engine, so events from the informers, attachments from
 // CNI ADD and detachments from CNI DEL are applied one at a time and their changes reach
 // the realizer (the controller, which turns them into flows) in the order they were
-// computed.
+// computed. The lock is held only while the engine computes (CPU work): the realizer
+// queues the changes and realizes them elsewhere, so no event, attach or inspection waits
+// for a switch round trip under it.
 
 import (
 	"context"
@@ -15,7 +17,8 @@ import (
 
 // Realizer receives each event's changes, under the agent's lock, in order. seen is when
 // the event was received (for the realization-latency metric). It must not call back into
-// the agent.
+// the agent, and must not wait on the switch (queue the changes instead): every event,
+// attach and inspection waits for the lock it runs under.
 type Realizer func(ch Changes, seen time.Time)
 
 // Agent serialises the engine's events. Create it with NewAgent; a Watcher feeds it from
@@ -179,27 +182,39 @@ func (a *Agent) WaitPod(ctx context.Context, namespace, name string) error {
 	}
 }
 
-// Attach records local pod lp (CNI ADD) once the pod is known (WaitPod), and hands the
-// changes to install, which must realize them (with the pod's own flows, in one bundle)
-// before returning. If install fails, the attachment is undone in the engine and the
-// undo's changes go to the realizer, and install's error is returned. The agent's lock is
-// held throughout, so no other event's changes interleave.
-func (a *Agent) Attach(ctx context.Context, lp LocalPod, install func(Changes) error) error {
+// Attach records local pod lp (CNI ADD) once the pod is known (WaitPod) and hands the
+// changes to install under the agent's lock, so they take their place in the order of
+// every event's changes. install must not wait on the switch: it queues the changes for
+// realization and returns a function that waits (outside the lock, so other events and
+// attaches go on meanwhile) until they are realized, with the pod's own flows, in one
+// bundle. If the wait fails, the attachment is undone in the engine (unless lp is no
+// longer the attached pod of its name) and the undo's changes go to the realizer; the
+// wait's error is returned.
+func (a *Agent) Attach(ctx context.Context, lp LocalPod, install func(Changes) (wait func() error)) error {
 	if err := a.WaitPod(ctx, lp.Namespace, lp.Name); err != nil {
 		return err
+	}
+	a.mu.Lock()
+	ch := a.eng.SetLocalPod(lp)
+	wait := install(ch)
+	a.mu.Unlock()
+	err := wait()
+	if err == nil {
+		return nil
 	}
 	seen := time.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	ch := a.eng.SetLocalPod(lp)
-	if err := install(ch); err != nil {
-		undo := a.eng.DeleteLocalPod(lp.Namespace, lp.Name)
-		if a.realize != nil {
-			a.realize(undo, seen)
+	for _, cur := range a.eng.LocalPods() {
+		if cur.Key() == lp.Key() && cur != lp {
+			return err // the name belongs to a newer attachment now
 		}
-		return err
 	}
-	return nil
+	undo := a.eng.DeleteLocalPod(lp.Namespace, lp.Name)
+	if a.realize != nil && !undo.Empty() {
+		a.realize(undo, seen)
+	}
+	return err
 }
 
 // Detach forgets local pod namespace/name (CNI DEL) and hands the changes to the

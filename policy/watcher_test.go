@@ -94,7 +94,7 @@ func TestWatcherFeedsTheEngine(t *testing.T) {
 	// Attach x/a (on this node) once known: the initial load already isolates it.
 	xa := LocalPod{Namespace: "x", Name: "a", IP: podIP("x", "a"), OFPort: 5}
 	var attached Changes
-	if err := a.Attach(ctx, xa, func(ch Changes) error { attached = ch; return nil }); err != nil {
+	if err := a.Attach(ctx, xa, func(ch Changes) func() error { attached = ch; return func() error { return nil } }); err != nil {
 		t.Fatal(err)
 	}
 	if len(attached.Isolation) != 1 || !attached.Isolation[0].New.Ingress || attached.Isolation[0].New.Egress {
@@ -191,7 +191,7 @@ func TestWaitPod(t *testing.T) {
 
 	// Attach whose install fails is undone: the pod is not local afterwards.
 	boom := errors.New("bundle refused")
-	err = a.Attach(ctx, LocalPod{Namespace: "x", Name: "late", IP: netip.MustParseAddr("10.244.1.9"), OFPort: 9}, func(Changes) error { return boom })
+	err = a.Attach(ctx, LocalPod{Namespace: "x", Name: "late", IP: netip.MustParseAddr("10.244.1.9"), OFPort: 9}, func(Changes) func() error { return func() error { return boom } })
 	if !errors.Is(err, boom) {
 		t.Fatalf("Attach = %v, want the install error", err)
 	}

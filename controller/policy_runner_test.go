@@ -1,0 +1,167 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/ofsdn/ofsdn/flows"
+	"github.com/ofsdn/ofsdn/openflow"
+	"github.com/ofsdn/ofsdn/policy"
+)
+
+// TestPolicyRealizationOffTheAgentLock, against a real OVS whose ovs-vswitchd is frozen
+// (SIGSTOP) while a pod's policy bundle is in flight: an API event, 15 more pod ADDs and
+// `ofsdnctl policies` (PodPolicies) all go on instead of waiting behind that bundle (they
+// waited on the agent's or the realizer's lock for the whole switch round trip before);
+// once the switch runs again the 15 ADDs share ONE bundle, and every pod's flows, rule
+// flows included, are on the switch.
+func TestPolicyRealizationOffTheAgentLock(t *testing.T) {
+	ovs, sw := ofTestBridge(t, openflow.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	_, subnet, _ := net.ParseCIDR("10.244.1.0/24")
+	gwMAC, _ := net.ParseMAC("0a:58:0a:f4:01:01")
+	n := &Node{log: slog.Default(), runCtx: ctx, store: NewFlowStore(),
+		cfg: flows.NodeConfig{GatewayOFPort: 2, GatewayMAC: gwMAC, GatewayIP: net.ParseIP("10.244.1.1").To4(),
+			PodSubnet: subnet, Generation: 3, Policy: true}}
+	var bundles atomic.Int32
+	n.store.observe = func(kind string, _ int, _ time.Duration, _ error) {
+		if kind == "bundle" {
+			bundles.Add(1)
+		}
+	}
+	if err := n.store.Sync(ctx, sw, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	bundles.Store(0)
+
+	const pods = 16
+	a := policy.NewAgent()
+	a.Update(func(e *policy.Engine) policy.Changes { return e.UpsertNamespace(&policy.Namespace{Name: "x"}) })
+	atts := make([]*Attachment, pods)
+	for i := range pods {
+		ip := net.IPv4(10, 244, 1, byte(10+i)).To4()
+		name := fmt.Sprintf("p%02d", i)
+		a.Update(func(e *policy.Engine) policy.Changes {
+			return e.UpsertPod(&policy.Pod{Namespace: "x", Name: name, Labels: map[string]string{"app": "a"},
+				IPs: []netip.Addr{netip.AddrFrom4([4]byte(ip))}, NodeName: "n1"})
+		})
+		mac := net.HardwareAddr{0x0a, 0x58, 10, 244, 1, byte(10 + i)}
+		atts[i] = &Attachment{ContainerID: "c" + name, IfName: "eth0", PodNamespace: "x", PodName: name,
+			HostVeth: "veth" + name, OFPort: uint32(100 + i), IP: &net.IPNet{IP: ip, Mask: subnet.Mask}, MAC: mac}
+	}
+	a.Update(func(e *policy.Engine) policy.Changes {
+		return e.UpsertPolicy(&policy.Policy{Namespace: "x", Name: "from-a", PodSelector: labels.SelectorFromSet(labels.Set{"app": "a"}),
+			IngressType: true, Ingress: []policy.Rule{{AllPorts: true, Peers: []policy.Peer{{PodSelector: labels.SelectorFromSet(labels.Set{"app": "a"})}}}}})
+	})
+	a.MarkSynced()
+	p := newPolicyRealizer(n, PolicyOptions{Agent: a, RealizeTimeout: 30 * time.Second})
+	n.policy = p
+	p.load(nil)
+	defer p.close()
+
+	queued := func() int {
+		p.qmu.Lock()
+		defer p.qmu.Unlock()
+		return len(p.queue)
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("not within 20 s: %s", what)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+
+	ovs.StopVswitchd(t)
+	frozen := true
+	defer func() {
+		if frozen {
+			ovs.ContVswitchd(t)
+		}
+	}()
+	errs := make([]error, pods)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); errs[0] = p.attach(ctx, atts[0]) }()
+	waitFor("the first pod's bundle in flight (the runner took its item)", func() bool { return bundles.Load() == 0 && queued() == 0 && p.mu.TryLock() && unlockTrue(&p.mu) })
+	time.Sleep(50 * time.Millisecond) // the runner is now inside store.Update, on the frozen switch
+
+	// While that bundle waits on the frozen switch: an API event returns, ...
+	evDone := make(chan struct{})
+	go func() {
+		a.Update(func(e *policy.Engine) policy.Changes {
+			return e.UpsertPod(&policy.Pod{Namespace: "x", Name: "remote", Labels: map[string]string{"app": "a"},
+				IPs: []netip.Addr{netip.MustParseAddr("10.244.2.7")}, NodeName: "n2"})
+		})
+		close(evDone)
+	}()
+	select {
+	case <-evDone:
+	case <-time.After(20 * time.Second):
+		t.Fatal("an API event waited for the bundle in flight on the frozen switch")
+	}
+	// ... inspection answers, ...
+	insp := make(chan []PodPolicy, 1)
+	go func() { insp <- n.PodPolicies() }()
+	select {
+	case <-insp:
+	case <-time.After(20 * time.Second):
+		t.Fatal("PodPolicies (ofsdnctl policies) waited for the bundle in flight on the frozen switch")
+	}
+	// ... and the other ADDs queue their changes instead of waiting for the agent's lock.
+	for i := 1; i < pods; i++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = p.attach(ctx, atts[i]) }()
+	}
+	waitFor("15 ADDs and the API event queued behind the bundle in flight", func() bool { return queued() == pods })
+	if b := bundles.Load(); b != 0 {
+		t.Fatalf("%d bundles completed while the switch was frozen", b)
+	}
+
+	ovs.ContVswitchd(t)
+	frozen = false
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("attach of pod %d: %v", i, err)
+		}
+	}
+	if b := bundles.Load(); b != 2 {
+		t.Errorf("%d bundles for 16 ADDs and one API event, want 2 (the one in flight, then one for everything queued behind it)", b)
+	}
+
+	// Every pod's flows and the rule flows naming it are on the switch.
+	dump := ovs.Ofctl(t, "dump-flows", ovs.MgmtSocket("br-int"))
+	for _, att := range atts {
+		cookie, mask := att.owner().Cookie()
+		got := ovs.Ofctl(t, "dump-flows", ovs.MgmtSocket("br-int"), fmt.Sprintf("cookie=%#x/%#x", cookie, mask))
+		want, _ := n.store.Owner(att.owner())
+		if c := strings.Count(got, "cookie="); c != len(want) || c == 0 {
+			t.Errorf("pod %s: %d flows on the switch, the store wants %d", att.PodName, c, len(want))
+		}
+		if !strings.Contains(dump, "reg1=0x"+fmt.Sprintf("%x", att.OFPort)) && !strings.Contains(dump, fmt.Sprintf("nw_src=%s", att.IP.IP)) {
+			t.Errorf("no rule flow names pod %s (ofport %d, %s)", att.PodName, att.OFPort, att.IP.IP)
+		}
+	}
+	if rules, _ := n.store.Owner(ownerPolicy); len(rules) == 0 {
+		t.Error("no rule flows in the store")
+	}
+}
+
+// unlockTrue unlocks mu and returns true (for a TryLock probe in a condition).
+func unlockTrue(mu *sync.Mutex) bool { mu.Unlock(); return true }
