@@ -234,7 +234,7 @@ func (n *Node) auditFlows(interval time.Duration) {
 		}
 		cfg := n.config()
 		prefixMask := flows.CookieVersionMask | flows.CookieGenerationMask
-		prefix := uint64(flows.NewCookie(cfg.Generation, 0, 0, 0)) & prefixMask
+		prefix := uint64(flows.NewCookie(cfg.Generation, 0, 0)) & prefixMask
 		ctx, cancel := context.WithTimeout(n.runCtx, max(interval, 10*time.Second))
 		res, err := n.store.Audit(ctx, prefix, prefixMask)
 		cancel()

@@ -38,7 +38,7 @@ func stageTable(t *testing.T, name string) flows.TableID {
 // auditPrefix is generation 7's cookie prefix (pipeline version and generation).
 func auditPrefix() (uint64, uint64) {
 	mask := flows.CookieVersionMask | flows.CookieGenerationMask
-	return uint64(flows.NewCookie(7, 0, 0, 0)) & mask, mask
+	return uint64(flows.NewCookie(7, 0, 0)) & mask, mask
 }
 
 // statsOf is the flow-stats entry the switch reports for f.
@@ -81,7 +81,7 @@ func TestPlanAudit(t *testing.T) {
 	foreign := openflow13.NewFlowStats()
 	foreign.TableId, foreign.Priority, foreign.Cookie = 0, 7, 0
 	oldGen := statsOf(pod[0])
-	oldGen.Cookie = uint64(flows.NewCookie(6, flows.OwnerPod, 0, 0x0a980002))
+	oldGen.Cookie = uint64(flows.NewCookie(6, flows.OwnerPod, 0x0a980002))
 	stats = append(stats, stale, gone, foreign, oldGen)
 
 	p := planAudit(desired, stats, prefix, mask)

@@ -160,9 +160,8 @@ var (
 //	bits 63..56  pipeline version  (8 bits)  PipelineVersion when the flow was built
 //	bits 55..40  generation        (16 bits) NodeConfig.Generation: bumped at each daemon
 //	                                          start so a restart can delete old flows
-//	bits 39..36  owner kind        (4 bits)  OwnerPipeline (1), OwnerPod (2), OwnerPeer (3),
+//	bits 39..32  owner kind        (8 bits)  OwnerPipeline (1), OwnerPod (2), OwnerPeer (3),
 //	                                          OwnerPolicy (4)
-//	bits 35..32  stage             (4 bits)  index of the flow's table in Tables() (0..15)
 //	bits 31..0   owner id          (32 bits) pod: its IPv4 address as a big-endian
 //	                                          uint32 (unique among live pods of a node);
 //	                                          peer: the network address of its pod subnet
@@ -172,9 +171,16 @@ var (
 //
 // Match cookies with a mask (OpenFlow 1.3.5 §7.3.4.1 cookie_mask; §7.3.5.2 flow stats):
 // Owner.Cookie (PodCookie, PeerCookie), GenerationCookie.
+//
+// Design history: until PipelineVersion 3, bits 35..32 held the flow's stage (the index
+// of its table), which no code read (the table id says it) and which capped the pipeline
+// at 16 stages; the owner kind had 4 bits. Version 4 gives the owner kind those 8 bits.
+// The version and generation fields kept their places, so a daemon of version 4 still
+// finds and deletes the flows an older daemon left (GenerationCookie) and replaces them in
+// one bundle at start, as at every restart.
 type Cookie uint64
 
-// OwnerKind says what a flow belongs to (cookie bits 39..36).
+// OwnerKind says what a flow belongs to (cookie bits 39..32).
 type OwnerKind uint8
 
 // Owner kinds.
@@ -196,27 +202,23 @@ const (
 const (
 	cookieVersionShift    = 56
 	cookieGenerationShift = 40
-	cookieOwnerShift      = 36
-	cookieStageShift      = 32
+	cookieOwnerShift      = 32
 
 	// CookieVersionMask selects the pipeline version bits (63..56) of a cookie.
 	CookieVersionMask uint64 = 0xff << cookieVersionShift
 	// CookieGenerationMask selects the generation bits (55..40) of a cookie.
 	CookieGenerationMask uint64 = 0xffff << cookieGenerationShift
-	// CookieOwnerKindMask selects the owner kind bits (39..36) of a cookie.
-	CookieOwnerKindMask uint64 = 0xf << cookieOwnerShift
-	// CookieStageMask selects the stage bits (35..32) of a cookie.
-	CookieStageMask uint64 = 0xf << cookieStageShift
+	// CookieOwnerKindMask selects the owner kind bits (39..32) of a cookie.
+	CookieOwnerKindMask uint64 = 0xff << cookieOwnerShift
 	// CookieOwnerIDMask selects the owner id bits (31..0) of a cookie.
 	CookieOwnerIDMask uint64 = 0xffffffff
 )
 
 // NewCookie builds the cookie of a flow of this PipelineVersion.
-func NewCookie(generation uint16, owner OwnerKind, stage uint8, ownerID uint32) Cookie {
+func NewCookie(generation uint16, owner OwnerKind, ownerID uint32) Cookie {
 	return Cookie(uint64(PipelineVersion)<<cookieVersionShift |
 		uint64(generation)<<cookieGenerationShift |
-		uint64(owner&0xf)<<cookieOwnerShift |
-		uint64(stage&0xf)<<cookieStageShift |
+		uint64(owner)<<cookieOwnerShift |
 		uint64(ownerID))
 }
 
@@ -227,10 +229,7 @@ func (c Cookie) Version() uint8 { return uint8(uint64(c) >> cookieVersionShift) 
 func (c Cookie) Generation() uint16 { return uint16(uint64(c) >> cookieGenerationShift) }
 
 // Owner returns the owner kind.
-func (c Cookie) Owner() OwnerKind { return OwnerKind(uint64(c)>>cookieOwnerShift) & 0xf }
-
-// Stage returns the index of the flow's table in Tables().
-func (c Cookie) Stage() uint8 { return uint8(uint64(c)>>cookieStageShift) & 0xf }
+func (c Cookie) Owner() OwnerKind { return OwnerKind(uint64(c) >> cookieOwnerShift) }
 
 // OwnerID returns the owner id (a pod's IPv4 address or a peer's pod subnet address as
 // uint32, 0 for the pipeline).
@@ -244,7 +243,7 @@ func (c Cookie) String() string { return fmt.Sprintf("%#x", uint64(c)) }
 // and, through Cookie, the cookie and mask that select exactly those flows on the switch,
 // so the two cannot disagree. Owner is comparable (a map key).
 type Owner struct {
-	// Kind is the owner kind (cookie bits 39..36).
+	// Kind is the owner kind (cookie bits 39..32).
 	Kind OwnerKind
 	// ID is the owner id (cookie bits 31..0): see Cookie.
 	ID uint32
@@ -262,10 +261,10 @@ func PodOwner(p Pod) Owner { return Owner{Kind: OwnerPod, ID: ipv4ToUint32(p.IP)
 func PeerOwner(p Peer) Owner { return Owner{Kind: OwnerPeer, ID: PeerID(p)} }
 
 // Cookie returns the cookie and mask that select exactly o's flows: owner kind and owner
-// id, whatever their stage, pipeline version and generation. Use them in an OFPFC_DELETE
+// id, whatever their table, pipeline version and generation. Use them in an OFPFC_DELETE
 // flow mod (DeleteByCookie) or a flow stats request (OpenFlow 1.3.5 §7.3.4.1, §7.3.5.2).
 func (o Owner) Cookie() (cookie, mask uint64) {
-	return uint64(o.Kind&0xf)<<cookieOwnerShift | uint64(o.ID), CookieOwnerKindMask | CookieOwnerIDMask
+	return uint64(o.Kind)<<cookieOwnerShift | uint64(o.ID), CookieOwnerKindMask | CookieOwnerIDMask
 }
 
 // String names the owner for logs and errors: "pipeline", "pod 10.244.1.5",
@@ -295,7 +294,7 @@ func PodCookie(pod Pod) (cookie, mask uint64) { return PodOwner(pod).Cookie() }
 func PeerCookie(p Peer) (cookie, mask uint64) { return PeerOwner(p).Cookie() }
 
 // GenerationCookie returns the cookie and mask that select every flow of one daemon
-// generation, whatever its owner, stage or pipeline version. After a restart with
+// generation, whatever its owner, table or pipeline version. After a restart with
 // generation g, the daemon deletes generation g-1 (and older) with DeleteByCookie.
 func GenerationCookie(generation uint16) (cookie, mask uint64) {
 	return uint64(generation) << cookieGenerationShift, CookieGenerationMask

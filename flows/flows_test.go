@@ -105,50 +105,50 @@ func compareLines(t *testing.T, what string, got, want []string) {
 // goldenPipeline is PipelineFlows(testConfig()) as ovs-ofctl dump-flows --names prints it
 // (ports by number: the golden config's ports have no names).
 var goldenPipeline = []string{
-	`cookie=0x300071000000000, table=classifier, priority=100,in_port=1 actions=load:0x3->NXM_NX_REG0[0..3],goto_table:"tunnel_ingress"`,
-	`cookie=0x300071000000000, table=classifier, priority=100,in_port=2 actions=load:0x1->NXM_NX_REG0[0..3],goto_table:"spoof_guard"`,
-	`cookie=0x300071000000000, table=classifier, priority=0 actions=drop`,
-	`cookie=0x300071100000000, table="tunnel_ingress", priority=0 actions=drop`,
-	`cookie=0x300071200000000, table="spoof_guard", priority=100,ip,reg0=0x1/0xf actions=goto_table:service`,
-	`cookie=0x300071200000000, table="spoof_guard", priority=100,arp,reg0=0x1/0xf actions=goto_table:arp`,
-	`cookie=0x300071200000000, table="spoof_guard", priority=0 actions=drop`,
-	`cookie=0x300071300000000, table=arp, priority=100,arp,arp_tpa=10.244.1.1 actions=load:0x2->NXM_NX_REG1[],goto_table:output`,
-	`cookie=0x300071300000000, table=arp, priority=0 actions=drop`,
-	`cookie=0x300071400000000, table=service, priority=100,ip,reg0=0x2/0xf,nw_dst=10.96.0.0/12 actions=set_field:0a:58:0a:f4:01:01->eth_dst,load:0x2->NXM_NX_REG1[],goto_table:output`,
-	`cookie=0x300071400000000, table=service, priority=1 actions=goto_table:"l3_forwarding"`,
-	`cookie=0x300071400000000, table=service, priority=0 actions=drop`,
-	`cookie=0x300071500000000, table="l3_forwarding", priority=100,ip,nw_dst=10.244.1.1 actions=set_field:0a:58:0a:f4:01:01->eth_dst,load:0x2->NXM_NX_REG1[],goto_table:conntrack`,
-	`cookie=0x300071500000000, table="l3_forwarding", priority=10,ip,nw_dst=10.244.1.0/24 actions=drop`,
-	`cookie=0x300071500000000, table="l3_forwarding", priority=1,ip actions=goto_table:conntrack`,
-	`cookie=0x300071500000000, table="l3_forwarding", priority=0 actions=drop`,
-	`cookie=0x300071600000000, table=conntrack, priority=1 actions=goto_table:remote`,
-	`cookie=0x300071600000000, table=conntrack, priority=0 actions=drop`,
-	`cookie=0x300071700000000, table="conntrack_state", priority=1 actions=goto_table:"egress_rules"`,
-	`cookie=0x300071700000000, table="conntrack_state", priority=0 actions=drop`,
-	`cookie=0x300071800000000, table="egress_rules", priority=1 actions=goto_table:"ingress_rules"`,
-	`cookie=0x300071800000000, table="egress_rules", priority=0 actions=drop`,
-	`cookie=0x300071900000000, table="ingress_rules", priority=1 actions=goto_table:"conntrack_commit"`,
-	`cookie=0x300071900000000, table="ingress_rules", priority=0 actions=drop`,
-	`cookie=0x300071a00000000, table="conntrack_commit", priority=1 actions=goto_table:remote`,
-	`cookie=0x300071a00000000, table="conntrack_commit", priority=0 actions=drop`,
-	`cookie=0x300071b00000000, table=remote, priority=10,ip,reg1=0,nw_dst=10.244.0.0/16 actions=drop`,
-	`cookie=0x300071b00000000, table=remote, priority=1 actions=goto_table:egress`,
-	`cookie=0x300071b00000000, table=remote, priority=0 actions=drop`,
-	`cookie=0x300071c00000000, table=egress, priority=100,ip,reg0=0x2/0xf,reg1=0 actions=set_field:0a:58:0a:f4:01:01->eth_dst,load:0x2->NXM_NX_REG1[],goto_table:output`,
-	`cookie=0x300071c00000000, table=egress, priority=50,reg1=0 actions=drop`,
-	`cookie=0x300071c00000000, table=egress, priority=1 actions=goto_table:output`,
-	`cookie=0x300071c00000000, table=egress, priority=0 actions=drop`,
-	`cookie=0x300071d00000000, table=output, priority=1 actions=output:NXM_NX_REG1[]`,
-	`cookie=0x300071d00000000, table=output, priority=0 actions=drop`,
+	`cookie=0x400070100000000, table=classifier, priority=100,in_port=1 actions=load:0x3->NXM_NX_REG0[0..3],goto_table:"tunnel_ingress"`,
+	`cookie=0x400070100000000, table=classifier, priority=100,in_port=2 actions=load:0x1->NXM_NX_REG0[0..3],goto_table:"spoof_guard"`,
+	`cookie=0x400070100000000, table=classifier, priority=0 actions=drop`,
+	`cookie=0x400070100000000, table="tunnel_ingress", priority=0 actions=drop`,
+	`cookie=0x400070100000000, table="spoof_guard", priority=100,ip,reg0=0x1/0xf actions=goto_table:service`,
+	`cookie=0x400070100000000, table="spoof_guard", priority=100,arp,reg0=0x1/0xf actions=goto_table:arp`,
+	`cookie=0x400070100000000, table="spoof_guard", priority=0 actions=drop`,
+	`cookie=0x400070100000000, table=arp, priority=100,arp,arp_tpa=10.244.1.1 actions=load:0x2->NXM_NX_REG1[],goto_table:output`,
+	`cookie=0x400070100000000, table=arp, priority=0 actions=drop`,
+	`cookie=0x400070100000000, table=service, priority=100,ip,reg0=0x2/0xf,nw_dst=10.96.0.0/12 actions=set_field:0a:58:0a:f4:01:01->eth_dst,load:0x2->NXM_NX_REG1[],goto_table:output`,
+	`cookie=0x400070100000000, table=service, priority=1 actions=goto_table:"l3_forwarding"`,
+	`cookie=0x400070100000000, table=service, priority=0 actions=drop`,
+	`cookie=0x400070100000000, table="l3_forwarding", priority=100,ip,nw_dst=10.244.1.1 actions=set_field:0a:58:0a:f4:01:01->eth_dst,load:0x2->NXM_NX_REG1[],goto_table:conntrack`,
+	`cookie=0x400070100000000, table="l3_forwarding", priority=10,ip,nw_dst=10.244.1.0/24 actions=drop`,
+	`cookie=0x400070100000000, table="l3_forwarding", priority=1,ip actions=goto_table:conntrack`,
+	`cookie=0x400070100000000, table="l3_forwarding", priority=0 actions=drop`,
+	`cookie=0x400070100000000, table=conntrack, priority=1 actions=goto_table:remote`,
+	`cookie=0x400070100000000, table=conntrack, priority=0 actions=drop`,
+	`cookie=0x400070100000000, table="conntrack_state", priority=1 actions=goto_table:"egress_rules"`,
+	`cookie=0x400070100000000, table="conntrack_state", priority=0 actions=drop`,
+	`cookie=0x400070100000000, table="egress_rules", priority=1 actions=goto_table:"ingress_rules"`,
+	`cookie=0x400070100000000, table="egress_rules", priority=0 actions=drop`,
+	`cookie=0x400070100000000, table="ingress_rules", priority=1 actions=goto_table:"conntrack_commit"`,
+	`cookie=0x400070100000000, table="ingress_rules", priority=0 actions=drop`,
+	`cookie=0x400070100000000, table="conntrack_commit", priority=1 actions=goto_table:remote`,
+	`cookie=0x400070100000000, table="conntrack_commit", priority=0 actions=drop`,
+	`cookie=0x400070100000000, table=remote, priority=10,ip,reg1=0,nw_dst=10.244.0.0/16 actions=drop`,
+	`cookie=0x400070100000000, table=remote, priority=1 actions=goto_table:egress`,
+	`cookie=0x400070100000000, table=remote, priority=0 actions=drop`,
+	`cookie=0x400070100000000, table=egress, priority=100,ip,reg0=0x2/0xf,reg1=0 actions=set_field:0a:58:0a:f4:01:01->eth_dst,load:0x2->NXM_NX_REG1[],goto_table:output`,
+	`cookie=0x400070100000000, table=egress, priority=50,reg1=0 actions=drop`,
+	`cookie=0x400070100000000, table=egress, priority=1 actions=goto_table:output`,
+	`cookie=0x400070100000000, table=egress, priority=0 actions=drop`,
+	`cookie=0x400070100000000, table=output, priority=1 actions=output:NXM_NX_REG1[]`,
+	`cookie=0x400070100000000, table=output, priority=0 actions=drop`,
 }
 
 // goldenPodA is PodFlows(testConfig(), testPodA()); 0x0af40105 in the cookie is 10.244.1.5.
 var goldenPodA = []string{
-	`cookie=0x30007200af40105, table=classifier, priority=100,in_port=3 actions=load:0x2->NXM_NX_REG0[0..3],goto_table:"spoof_guard"`,
-	`cookie=0x30007220af40105, table="spoof_guard", priority=100,ip,in_port=3,dl_src=0a:58:0a:f4:01:05,nw_src=10.244.1.5 actions=goto_table:service`,
-	`cookie=0x30007220af40105, table="spoof_guard", priority=100,arp,in_port=3,dl_src=0a:58:0a:f4:01:05,arp_spa=10.244.1.5,arp_sha=0a:58:0a:f4:01:05 actions=goto_table:arp`,
-	`cookie=0x30007230af40105, table=arp, priority=100,arp,arp_tpa=10.244.1.5 actions=load:0x3->NXM_NX_REG1[],goto_table:output`,
-	`cookie=0x30007250af40105, table="l3_forwarding", priority=100,ip,nw_dst=10.244.1.5 actions=set_field:0a:58:0a:f4:01:05->eth_dst,load:0x3->NXM_NX_REG1[],goto_table:conntrack`,
+	`cookie=0x40007020af40105, table=classifier, priority=100,in_port=3 actions=load:0x2->NXM_NX_REG0[0..3],goto_table:"spoof_guard"`,
+	`cookie=0x40007020af40105, table="spoof_guard", priority=100,ip,in_port=3,dl_src=0a:58:0a:f4:01:05,nw_src=10.244.1.5 actions=goto_table:service`,
+	`cookie=0x40007020af40105, table="spoof_guard", priority=100,arp,in_port=3,dl_src=0a:58:0a:f4:01:05,arp_spa=10.244.1.5,arp_sha=0a:58:0a:f4:01:05 actions=goto_table:arp`,
+	`cookie=0x40007020af40105, table=arp, priority=100,arp,arp_tpa=10.244.1.5 actions=load:0x3->NXM_NX_REG1[],goto_table:output`,
+	`cookie=0x40007020af40105, table="l3_forwarding", priority=100,ip,nw_dst=10.244.1.5 actions=set_field:0a:58:0a:f4:01:05->eth_dst,load:0x3->NXM_NX_REG1[],goto_table:conntrack`,
 }
 
 func TestPipelineFlowsGolden(t *testing.T) {
@@ -162,7 +162,7 @@ func TestPodFlowsGolden(t *testing.T) {
 func TestFormatNamesPorts(t *testing.T) {
 	names := PortNames{2: "gw0", 3: "ofs-3a9f"}
 	got := PodFlows(testConfig(), testPodA())[0].Format(names)
-	want := `cookie=0x30007200af40105, table=classifier, priority=100,in_port="ofs-3a9f" actions=load:0x2->NXM_NX_REG0[0..3],goto_table:"spoof_guard"`
+	want := `cookie=0x40007020af40105, table=classifier, priority=100,in_port="ofs-3a9f" actions=load:0x2->NXM_NX_REG0[0..3],goto_table:"spoof_guard"`
 	if got != want {
 		t.Fatalf("got  %s\nwant %s", got, want)
 	}
@@ -332,7 +332,7 @@ func TestConfigAndPodValidate(t *testing.T) {
 var pipelineGolden = struct {
 	version uint8
 	hash    string
-}{3, "525414581cabf99ce649a80219c0f0f97ab6ab4a8c94bf054c457e6add5ced84"}
+}{4, "b5f35d9c1d6558a65d94de859e9d0eb42c7193a13731a55af720f02b29f4ce49"}
 
 func TestPipelineVersion(t *testing.T) {
 	cfg := testConfig()
@@ -356,15 +356,15 @@ func TestPipelineVersion(t *testing.T) {
 }
 
 func TestCookieLayout(t *testing.T) {
-	c := NewCookie(0xbeef, OwnerPod, 9, 0x0af40105)
-	if c.Version() != PipelineVersion || c.Generation() != 0xbeef || c.Owner() != OwnerPod || c.Stage() != 9 || c.OwnerID() != 0x0af40105 {
-		t.Fatalf("cookie %s decodes to version %d generation %#x owner %d stage %d id %#x",
-			c, c.Version(), c.Generation(), c.Owner(), c.Stage(), c.OwnerID())
+	c := NewCookie(0xbeef, OwnerKind(0xa7), 0x0af40105)
+	if c.Version() != PipelineVersion || c.Generation() != 0xbeef || c.Owner() != 0xa7 || c.OwnerID() != 0x0af40105 {
+		t.Fatalf("cookie %s decodes to version %d generation %#x owner %d id %#x",
+			c, c.Version(), c.Generation(), c.Owner(), c.OwnerID())
 	}
-	if uint64(c) != uint64(PipelineVersion)<<56|0xbeef<<40|2<<36|9<<32|0x0af40105 {
+	if uint64(c) != uint64(PipelineVersion)<<56|0xbeef<<40|0xa7<<32|0x0af40105 {
 		t.Fatalf("cookie %s has the wrong layout", c)
 	}
-	masks := []uint64{CookieVersionMask, CookieGenerationMask, CookieOwnerKindMask, CookieStageMask, CookieOwnerIDMask}
+	masks := []uint64{CookieVersionMask, CookieGenerationMask, CookieOwnerKindMask, CookieOwnerIDMask}
 	var all uint64
 	for _, m := range masks {
 		if all&m != 0 {
@@ -405,7 +405,7 @@ func TestPodCookieSelectsOnlyThatPod(t *testing.T) {
 		}
 	}
 	// A pod whose address equals a peer's owner id must not match peer flows.
-	peer := Flow{Cookie: NewCookie(7, OwnerPeer, 7, ipv4ToUint32(a.IP))}
+	peer := Flow{Cookie: NewCookie(7, OwnerPeer, ipv4ToUint32(a.IP))}
 	if selects(peer, cookie, mask) {
 		t.Error("PodCookie(a) selects a peer flow with the same owner id")
 	}
@@ -432,7 +432,7 @@ func TestMatchKey(t *testing.T) {
 	cfg := testConfig()
 	f := PodFlows(cfg, testPodA())[4]
 	g := f
-	g.Cookie = NewCookie(99, OwnerPod, 5, 1)
+	g.Cookie = NewCookie(99, OwnerPod, 1)
 	g.Actions = []Action{Drop{}}
 	if f.MatchKey() != g.MatchKey() {
 		t.Errorf("match key depends on cookie or actions: %s vs %s", f.MatchKey(), g.MatchKey())

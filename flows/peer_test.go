@@ -12,9 +12,9 @@ import (
 // goldenPeerB is PeerFlows(testConfig(), testPeerB()); 0x0af40200 in the cookie is
 // 10.244.2.0, the peer's pod subnet.
 var goldenPeerB = []string{
-	`cookie=0x30007310af40200, table="tunnel_ingress", priority=100,ip,tun_src=172.16.0.2,nw_src=10.244.2.0/24 actions=goto_table:service`,
-	`cookie=0x30007330af40200, table=arp, priority=100,arp,reg0=0x1/0xf,arp_tpa=10.244.2.0/24,arp_op=1 actions=move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[],set_field:aa:bb:cc:dd:ee:ff->eth_src,set_field:2->arp_op,move:NXM_NX_ARP_SHA[]->NXM_NX_ARP_THA[],set_field:aa:bb:cc:dd:ee:ff->arp_sha,move:NXM_OF_ARP_TPA[]->NXM_NX_REG2[],move:NXM_OF_ARP_SPA[]->NXM_OF_ARP_TPA[],move:NXM_NX_REG2[]->NXM_OF_ARP_SPA[],IN_PORT`,
-	`cookie=0x300073b0af40200, table=remote, priority=100,ip,nw_dst=10.244.2.0/24 actions=set_field:172.16.0.2->tun_dst,load:0x1->NXM_NX_REG1[],goto_table:egress`,
+	`cookie=0x40007030af40200, table="tunnel_ingress", priority=100,ip,tun_src=172.16.0.2,nw_src=10.244.2.0/24 actions=goto_table:service`,
+	`cookie=0x40007030af40200, table=arp, priority=100,arp,reg0=0x1/0xf,arp_tpa=10.244.2.0/24,arp_op=1 actions=move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[],set_field:aa:bb:cc:dd:ee:ff->eth_src,set_field:2->arp_op,move:NXM_NX_ARP_SHA[]->NXM_NX_ARP_THA[],set_field:aa:bb:cc:dd:ee:ff->arp_sha,move:NXM_OF_ARP_TPA[]->NXM_NX_REG2[],move:NXM_OF_ARP_SPA[]->NXM_OF_ARP_TPA[],move:NXM_NX_REG2[]->NXM_OF_ARP_SPA[],IN_PORT`,
+	`cookie=0x40007030af40200, table=remote, priority=100,ip,nw_dst=10.244.2.0/24 actions=set_field:172.16.0.2->tun_dst,load:0x1->NXM_NX_REG1[],goto_table:egress`,
 }
 
 func TestPeerFlowsGolden(t *testing.T) {

@@ -20,13 +20,13 @@
 //
 // Registers (fields.go): reg0[0..3] source class (1 gateway, 2 pod, 3 tunnel), reg1 output
 // ofport (0 = undecided), reg2 scratch within one action list (ARP responder). Cookies
-// (fields.go): pipeline version, generation, owner kind, stage, owner id; an Owner (kind +
+// (fields.go): pipeline version, generation, owner kind, owner id; an Owner (kind +
 // id) selects one owner's flows (PodCookie, PeerCookie).
 //
 // Adding a stage: one entry in `stages` (with its node flows, if any), builders that
-// reach it by name or as the next stage of the stage before it, a new PipelineVersion
-// (the stage field of every later stage's cookies moves), and the goldens and
-// docs/pipeline.md that the tests then ask for.
+// reach it by name or as the next stage of the stage before it, a new PipelineVersion,
+// and the goldens and docs/pipeline.md that the tests then ask for. No other stage's
+// flows change: cookies do not name stages.
 //
 // # Design history
 //
@@ -69,7 +69,7 @@ import (
 // PipelineVersion is the version of the flows this package builds (cookie bits 63..56,
 // 1..255). Bump it whenever any builder's output changes; TestPipelineVersion fails until
 // you do (after OpenShift SDN's TestRuleVersion).
-const PipelineVersion uint8 = 3
+const PipelineVersion uint8 = 4
 
 // TableID is an OpenFlow table id (OpenFlow 1.3.5 §7.3.4.1 ofp_flow_mod.table_id, 0..254).
 type TableID uint8
@@ -111,8 +111,7 @@ type Stage struct {
 	node func(b builder) []Flow
 }
 
-// stages is the pipeline, in order: the one place a stage is declared. A stage's index
-// here is its cookie stage field (4 bits: at most 16 stages).
+// stages is the pipeline, in order: the one place a stage is declared.
 var stages = []Stage{
 	// 0: sorts by in_port: the gateway port → reg0[0..3]=1, a pod's port → 2 (both then
 	// spoof_guard), the tunnel port → 3 (then tunnel_ingress). Unknown ports drop.
@@ -187,12 +186,12 @@ type pipeline struct {
 // std is the pipeline this package builds (stages).
 var std = mustPipeline(stages)
 
-// newPipeline checks a list of stages: 1..16 stages (the cookie's 4-bit stage field),
+// newPipeline checks a list of stages: at least one (at most 255, one per table id 0..254),
 // unique non-empty names, table ids ascending and at most 254, a last stage that does
 // not pass on, and a known miss behaviour.
 func newPipeline(ss []Stage) (*pipeline, error) {
-	if len(ss) == 0 || len(ss) > 16 {
-		return nil, fmt.Errorf("flows: %d stages: the cookie's 4-bit stage field holds 1..16", len(ss))
+	if len(ss) == 0 || len(ss) > 255 {
+		return nil, fmt.Errorf("flows: %d stages: a pipeline has 1..255 (one table each, ids 0..254)", len(ss))
 	}
 	p := &pipeline{stages: append([]Stage(nil), ss...), byName: make(map[string]int, len(ss))}
 	for i, s := range ss {
@@ -314,13 +313,13 @@ type inStage struct {
 }
 
 // flow is the one flow constructor: a flow of owner o in this stage with the given
-// priority, match and actions; its cookie carries the node's generation, o and the
-// stage's index (NewCookie).
+// priority, match and actions; its cookie carries the node's generation and o
+// (NewCookie).
 func (s inStage) flow(o Owner, priority uint16, m Match, actions ...Action) Flow {
 	return Flow{
 		Table:    TableID(s.b.p.stages[s.i].ID),
 		Priority: priority,
-		Cookie:   NewCookie(s.b.cfg.Generation, o.Kind, uint8(s.i), o.ID),
+		Cookie:   NewCookie(s.b.cfg.Generation, o.Kind, o.ID),
 		Match:    m,
 		Actions:  actions,
 	}

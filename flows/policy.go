@@ -342,9 +342,8 @@ func (s *PolicyFlowSet) Flow(key string) (Flow, bool) {
 			f.Actions = append(f.Actions, e.conj[id])
 		}
 	}
-	stage, _ := f.Table.Stage()
 	o := PolicyOwner(e.id)
-	f.Cookie = NewCookie(s.cfg.Generation, o.Kind, stage, o.ID)
+	f.Cookie = NewCookie(s.cfg.Generation, o.Kind, o.ID)
 	return f, true
 }
 

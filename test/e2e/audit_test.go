@@ -90,7 +90,7 @@ func TestFlowAuditHealsTable(t *testing.T) {
 	if !ok {
 		t.Fatal("no output stage in the pipeline")
 	}
-	stray := flows.NewCookie(gen, flows.OwnerPod, 0, 0x0a9900fe) // a pod this node never had
+	stray := flows.NewCookie(gen, flows.OwnerPod, 0x0a9900fe) // a pod this node never had
 	t.Run("deleted flows come back, the stray one goes, the operator's stays", func(t *testing.T) {
 		n.OVS.Ofctl(t, "del-flows", n.mgmt(), fmt.Sprintf("cookie=%#x/%#x", cookie, mask))
 		n.OVS.Ofctl(t, "del-flows", "--strict", n.mgmt(), fmt.Sprintf("table=%d,priority=1", outputTable))
