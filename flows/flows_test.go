@@ -586,7 +586,8 @@ func (m Match) fieldCount() int {
 	for _, set := range []bool{m.InPort != 0, m.EthType != 0, m.EthSrc != nil, m.EthDst != nil, m.TunSrc != nil,
 		m.TunDst != nil, m.IPSrc != nil, m.IPDst != nil, m.ARPOp != 0, m.ARPSpa != nil, m.ARPTpa != nil,
 		m.ARPTpaPrefix != nil, m.ARPSha != nil, m.ARPTha != nil, m.ConjID != 0, m.CTState != nil,
-		m.IPProto != 0, m.TPDstMask != 0} {
+		m.IPProto != 0, m.TPDstMask != 0, m.IPv6Src != nil, m.IPv6Dst != nil, m.IPv6LabelMask != 0,
+		m.ICMPv6Type != nil, m.ICMPv6Code != nil, m.NDTarget != nil, m.NDSLL != nil, m.NDTLL != nil} {
 		if set {
 			n++
 		}
