@@ -365,6 +365,32 @@ type CT struct {
 	// Table is where the tracked packet continues, 0 = none (no recirculation; table 0
 	// is never a ct target here).
 	Table TableID
+	// NAT, if set, adds the nat part (NXAST_NAT inside the ct action's actions), printed
+	// "ct(...,nat(dst=[fd00::1]-[fd00::2]:80))". See CTNAT.
+	NAT *CTNAT
+}
+
+// CTNAT is the nat part of a CT action (ovs-actions(7) "The ct action", nat): with SNAT or
+// DNAT and an address range it sets up the translation of a connection being committed;
+// with neither ("nat" alone) it applies the translation a committed connection already
+// has (for its later and reply packets). Ranges are IPv4 or IPv6, the family of the
+// flow's EthType (OVS refuses a mismatch). Printed as OVS's format_NAT: "nat",
+// "nat(src=10.0.0.1-10.0.0.9:1000-2000)", "nat(dst=fd00::1)" or, with ports, the IPv6
+// addresses bracketed: "nat(dst=[fd00::1]-[fd00::2]:80)".
+type CTNAT struct {
+	// SNAT translates the source (nat(src=...)); not with DNAT.
+	SNAT bool
+	// DNAT translates the destination (nat(dst=...)); not with SNAT.
+	DNAT bool
+	// MinIP is the first address of the range, nil = no range (only with SNAT or DNAT).
+	MinIP net.IP
+	// MaxIP is the last address of the range, nil = MinIP alone; same family as MinIP and
+	// not below it.
+	MaxIP net.IP
+	// MinPort is the first port of the range (1..65535), 0 = no port range; needs MinIP.
+	MinPort uint16
+	// MaxPort is the last port of the range, 0 = MinPort alone; not below MinPort.
+	MaxPort uint16
 }
 
 // OutputController sends the packet to the controller as a packet-in (OFPAT_OUTPUT to
@@ -563,6 +589,11 @@ func (f Flow) Validate() error {
 			}
 			if m.EthType != EthTypeIPv4 && m.EthType != EthTypeIPv6 {
 				return fail("ct needs a match on EthType %#04x (ip) or %#04x (ipv6)", EthTypeIPv4, EthTypeIPv6)
+			}
+			if a.NAT != nil {
+				if problem := a.NAT.check(m.EthType, a.Commit); problem != "" {
+					return fail("action %d: %s", i, problem)
+				}
 			}
 		}
 	}
@@ -897,7 +928,12 @@ func (a CT) format(b *strings.Builder, _ PortNames) {
 		formatTable(b, a.Table)
 		b.WriteByte(',')
 	}
-	fmt.Fprintf(b, "zone=%d)", a.Zone)
+	fmt.Fprintf(b, "zone=%d", a.Zone)
+	if a.NAT != nil {
+		b.WriteByte(',')
+		a.NAT.format(b)
+	}
+	b.WriteByte(')')
 }
 
 func (a OutputController) format(b *strings.Builder, _ PortNames) {
@@ -1163,6 +1199,9 @@ func (a CT) ofAction() openflow13.Action {
 	}
 	if a.Table != 0 {
 		ct.Table(uint8(a.Table))
+	}
+	if a.NAT != nil {
+		ct.AddAction(a.NAT.ofAction())
 	}
 	return ct
 }
