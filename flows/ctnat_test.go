@@ -29,6 +29,9 @@ func ctNATSink() []Flow {
 			NAT: &CTNAT{SNAT: true, MinIP: ip("172.16.0.1"), MaxIP: ip("172.16.0.2"), MinPort: 1024, MaxPort: 65535}}, Output{Port: 2}}},
 		{Table: 215, Priority: 7, Match: v6(0), Actions: []Action{CT{Zone: 65280, Table: 216, NAT: &CTNAT{}}}},
 		{Table: 215, Priority: 8, Match: v4(0), Actions: []Action{CT{Zone: 65280, Table: 216, NAT: &CTNAT{}}}},
+		// Zone 0 is not printed.
+		{Table: 215, Priority: 9, Match: v6(0), Actions: []Action{CT{Table: 216, NAT: &CTNAT{}}}},
+		{Table: 215, Priority: 10, Match: v4(0), Actions: []Action{CT{Commit: true}, Output{Port: 2}}},
 	}
 }
 
@@ -42,6 +45,8 @@ var goldenCTNAT = []string{
 	`table=215, priority=6,tcp actions=ct(commit,zone=65280,nat(src=172.16.0.1-172.16.0.2:1024-65535)),output:2`,
 	`table=215, priority=7,ipv6 actions=ct(table=216,zone=65280,nat)`,
 	`table=215, priority=8,ip actions=ct(table=216,zone=65280,nat)`,
+	`table=215, priority=9,ipv6 actions=ct(table=216,nat)`,
+	`table=215, priority=10,ip actions=ct(commit),output:2`,
 }
 
 func TestCTNATGolden(t *testing.T) {

@@ -353,7 +353,7 @@ type Conjunction struct {
 }
 
 // CT sends the packet through the connection tracker (NXAST_CT), printed
-// "ct(commit,table=T,zone=Z)" with the parts that are set (ovs-actions(7) "The ct
+// "ct(commit,table=T,zone=Z,nat(...))" with the parts that are set (zone 0 is not printed) (ovs-actions(7) "The ct
 // action"). With a Table the packet is tracked and continues in that table with ct_state
 // set (recirculation): the CT action must then be the flow's last action. Without one it
 // only commits (Commit) and the action list goes on with the packet as it was.
@@ -919,21 +919,26 @@ func (a Conjunction) format(b *strings.Builder, _ PortNames) {
 }
 
 func (a CT) format(b *strings.Builder, _ PortNames) {
-	b.WriteString("ct(")
+	// As OVS's format_CT: each part that is set, comma-separated; zone 0 is not printed.
+	var parts []string
 	if a.Commit {
-		b.WriteString("commit,")
+		parts = append(parts, "commit")
 	}
 	if a.Table != 0 {
-		b.WriteString("table=")
-		formatTable(b, a.Table)
-		b.WriteByte(',')
+		var t strings.Builder
+		t.WriteString("table=")
+		formatTable(&t, a.Table)
+		parts = append(parts, t.String())
 	}
-	fmt.Fprintf(b, "zone=%d", a.Zone)
+	if a.Zone != 0 {
+		parts = append(parts, fmt.Sprintf("zone=%d", a.Zone))
+	}
 	if a.NAT != nil {
-		b.WriteByte(',')
-		a.NAT.format(b)
+		var n strings.Builder
+		a.NAT.format(&n)
+		parts = append(parts, n.String())
 	}
-	b.WriteByte(')')
+	b.WriteString("ct(" + strings.Join(parts, ",") + ")")
 }
 
 func (a OutputController) format(b *strings.Builder, _ PortNames) {
