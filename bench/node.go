@@ -136,7 +136,7 @@ func (n *plainNode) wire(ctx context.Context, p Pod, ip *net.IPNet, step func(st
 	if err != nil {
 		return flows.Pod{}, err
 	}
-	fp := flows.Pod{OFPort: uint32(ofport), MAC: mac, IP: ip.IP.To4()}
+	fp := flows.Pod{OFPort: uint32(ofport), MAC: mac, IPs: []net.IP{ip.IP.To4()}}
 	err = n.sw.Apply(ctx, addOps("pod "+p.ContainerID, flows.PodFlows(n.cfg, fp)))
 	step("openflow")
 	return fp, err
@@ -146,7 +146,7 @@ func (n *plainNode) wire(ctx context.Context, p Pod, ip *net.IPNet, step func(st
 // (+ barrier), one OVSDB transaction removing the port, one netlink message deleting the
 // veth pair.
 func (n *plainNode) unwire(ctx context.Context, p Pod, ip net.IP, step func(string)) error {
-	cookie, mask := flows.PodCookie(flows.Pod{IP: ip})
+	cookie, mask := flows.PodCookie(flows.Pod{IPs: []net.IP{ip}})
 	if err := n.sw.Apply(ctx, []openflow.FlowModOp{{Mod: flows.DeleteByCookie(cookie, mask), Name: "delete pod " + p.ContainerID}}); err != nil {
 		return err
 	}

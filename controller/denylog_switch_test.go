@@ -154,8 +154,8 @@ func TestDenyLogRealPacketsRateLimited(t *testing.T) {
 	gwMAC, _ := net.ParseMAC("0a:58:0a:f4:01:01")
 	cfg := flows.NodeConfig{GatewayOFPort: 2, GatewayMAC: gwMAC, GatewayIP: net.ParseIP("10.244.1.1").To4(), PodSubnet: subnet,
 		Generation: 5, Policy: true, DenyLog: true}
-	a := flows.Pod{OFPort: 3, MAC: macA, IP: net.ParseIP("10.244.1.5").To4()}
-	b := flows.Pod{OFPort: 4, MAC: macB, IP: net.ParseIP("10.244.1.6").To4()}
+	a := flows.Pod{OFPort: 3, MAC: macA, IPs: []net.IP{net.ParseIP("10.244.1.5").To4()}}
+	b := flows.Pod{OFPort: 4, MAC: macB, IPs: []net.IP{net.ParseIP("10.244.1.6").To4()}}
 	want := append(flows.PipelineFlows(cfg), flows.PodFlows(cfg, a)...)
 	want = append(want, flows.PodFlows(cfg, b)...)
 	deny := flows.PodPolicyFlows(cfg, b, true, false)
@@ -185,7 +185,7 @@ func TestDenyLogRealPacketsRateLimited(t *testing.T) {
 	// it returns the logged and meter-dropped counts of this burst and the send time.
 	var logged0, dropped0 uint64
 	burst := func(base int) (logged, dropped uint64, took time.Duration) {
-		took = sendSYNs(t, podA, a.IP, b.IP, 80, base, sent)
+		took = sendSYNs(t, podA, a.IPv4(), b.IPv4(), 80, base, sent)
 		deadline := time.Now().Add(30 * time.Second)
 		for {
 			st, err := sw.MeterStats(ctx, flows.DenyLogMeter)

@@ -75,7 +75,7 @@ func TestDenyLogDecodeAndLine(t *testing.T) {
 	names := map[netip.Addr]string{netip.MustParseAddr("10.244.1.5"): "x/a"}
 	d := newDenyLog(slog.New(slog.NewJSONHandler(&buf, nil)), 100, func(ip netip.Addr) string { return names[ip] })
 	egress, ingress := policyTables()
-	pod := flows.Pod{IP: net.ParseIP("10.244.1.5")}
+	pod := flows.Pod{IPs: []net.IP{net.ParseIP("10.244.1.5")}}
 	ck, _ := flows.PodCookie(pod)
 	ck |= uint64(flows.NewCookie(7, flows.OwnerPod, 0)) // version and generation bits as on the switch
 	frame := ipv4Frame(0, 5, 6, 0, "10.244.9.9", "10.244.1.5", ports(40001, 81))

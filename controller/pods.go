@@ -112,7 +112,7 @@ func (a *Attachment) key() string { return attachmentKey(a.ContainerID, a.IfName
 // owner is the attachment's flow owner: its flows' store key and cookie (flows.PodOwner).
 func (a *Attachment) owner() flows.Owner { return flows.PodOwner(a.flowPod()) }
 func (a *Attachment) flowPod() flows.Pod {
-	return flows.Pod{OFPort: a.OFPort, MAC: a.MAC, IP: a.IP.IP.To4()}
+	return flows.Pod{OFPort: a.OFPort, MAC: a.MAC, IPs: []net.IP{a.IP.IP.To4()}}
 }
 
 func attachmentKey(containerID, ifName string) string { return containerID + "/" + ifName }

@@ -183,7 +183,7 @@ func (p *policyRealizer) podFlows(a *Attachment) []flows.Flow {
 func ruleOf(c *policy.Conjunction) flows.PolicyRule {
 	r := flows.PolicyRule{ID: c.ID, Egress: c.Key.Direction == policy.Egress, AnyPeer: c.AnyPeer, AnyPort: c.AnyPort}
 	for _, lp := range c.Pods {
-		r.Pods = append(r.Pods, flows.Pod{OFPort: lp.OFPort, IP: net.IP(lp.IP.AsSlice())})
+		r.Pods = append(r.Pods, flows.Pod{OFPort: lp.OFPort, IPs: []net.IP{net.IP(lp.IP.AsSlice())}})
 	}
 	for _, pr := range c.Peers {
 		r.Peers = append(r.Peers, &net.IPNet{IP: net.IP(pr.Addr().AsSlice()), Mask: net.CIDRMask(pr.Bits(), 32)})

@@ -24,7 +24,7 @@ func TestPolicyFlowsPairAfterDump(t *testing.T) {
 	cfg := flows.NodeConfig{GatewayOFPort: 2, GatewayMAC: mac, GatewayIP: net.ParseIP("10.244.1.1"), PodSubnet: subnet,
 		Generation: 3, Policy: true, DenyLog: true, NodeIP: net.ParseIP("172.16.0.1"), TunnelOFPort: 1,
 		ServiceCIDR: &net.IPNet{IP: net.ParseIP("10.96.0.0").To4(), Mask: net.CIDRMask(12, 32)}}
-	pod := flows.Pod{OFPort: 3, MAC: mac, IP: net.ParseIP("10.244.1.5")}
+	pod := flows.Pod{OFPort: 3, MAC: mac, IPs: []net.IP{net.ParseIP("10.244.1.5")}}
 	set := flows.NewPolicyFlowSet(cfg)
 	_, peer, _ := net.ParseCIDR("10.244.2.0/24")
 	set.Set(flows.PolicyRule{ID: 9, Egress: false, Pods: []flows.Pod{pod}, Peers: []*net.IPNet{peer},

@@ -254,7 +254,7 @@ var PipelineOwner = Owner{Kind: OwnerPipeline}
 
 // PodOwner returns the owner of a local pod's flows (PodFlows): kind OwnerPod, id = the
 // pod's IPv4 address, unique among the node's live pods.
-func PodOwner(p Pod) Owner { return Owner{Kind: OwnerPod, ID: ipv4ToUint32(p.IP)} }
+func PodOwner(p Pod) Owner { return Owner{Kind: OwnerPod, ID: ipv4ToUint32(p.IPv4())} }
 
 // PeerOwner returns the owner of a peer's flows (PeerFlows): kind OwnerPeer, id =
 // PeerID(p), the network address of its pod subnet, unique among peers.

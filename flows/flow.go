@@ -27,6 +27,9 @@ const (
 	EthTypeIPv4 uint16 = 0x0800
 	// EthTypeARP is ARP (0x0806), printed as "arp".
 	EthTypeARP uint16 = 0x0806
+	// EthTypeIPv6 is IPv6 (0x86dd), printed as "ipv6" (or tcp6, udp6, sctp6, icmp6 with
+	// Match.IPProto).
+	EthTypeIPv6 uint16 = 0x86dd
 )
 
 // ARP opcodes (RFC 826), matched by Match.ARPOp and set by SetARPOp.
@@ -58,12 +61,15 @@ type Flow struct {
 }
 
 // Match is a flow match (OpenFlow 1.3.5 §7.2.3 flow match fields). Zero values match
-// anything: InPort 0 (not a valid ofport), EthType 0, nil addresses, ARPOp 0.
+// anything: InPort 0 (not a valid ofport), EthType 0, nil addresses and pointers, ARPOp 0,
+// masks 0. The IP family is the EthType: IPv4 fields (IPSrc, IPDst, ARP*) and IPv6 fields
+// (IPv6Src, IPv6Dst, IPv6Label, ICMPv6Type, ICMPv6Code, ND*) each need theirs, and
+// Flow.Validate names the field and the missing prerequisite (§7.2.3.6).
 type Match struct {
 	// InPort is the ingress ofport (OXM_OF_IN_PORT), 0 = any.
 	InPort uint32
-	// EthType is the Ethernet type (EthTypeIPv4, EthTypeARP), 0 = any. IP and ARP fields
-	// below need the matching EthType (§7.2.3.6 prerequisites).
+	// EthType is the Ethernet type (EthTypeIPv4, EthTypeIPv6, EthTypeARP), 0 = any. IP,
+	// IPv6 and ARP fields below need the matching EthType (§7.2.3.6 prerequisites).
 	EthType uint16
 	// EthSrc is the Ethernet source address (dl_src), nil = any.
 	EthSrc net.HardwareAddr
@@ -101,8 +107,9 @@ type Match struct {
 	// CTState matches connection-tracking state flags (NXM_NX_CT_STATE), nil = any. Only
 	// meaningful after a CT action with a Table (ct_state is set on recirculation).
 	CTState *CTState
-	// IPProto is the IPv4 protocol (OXM_OF_IP_PROTO: IPProtoTCP, IPProtoUDP,
-	// IPProtoSCTP, ...), 0 = any; needs EthTypeIPv4.
+	// IPProto is the IPv4 protocol or IPv6 next header (OXM_OF_IP_PROTO: IPProtoTCP,
+	// IPProtoUDP, IPProtoSCTP, IPProtoICMPv6, ...), 0 = any; needs EthTypeIPv4 or
+	// EthTypeIPv6.
 	IPProto uint8
 	// TPDst is the transport destination port (tp_dst: OXM_OF_TCP_DST, UDP_DST or
 	// SCTP_DST by IPProto) under TPDstMask; needs IPProto TCP, UDP or SCTP.
@@ -110,18 +117,71 @@ type Match struct {
 	// TPDstMask selects the bits of TPDst compared: 0 = no port match, 0xffff = the
 	// exact port, else a prefix mask (a block of ports, e.g. 0xfff8 = 8 ports).
 	TPDstMask uint16
+
+	// IPv6Src is the IPv6 source address under its mask (ipv6_src, OXM_OF_IPV6_SRC), nil
+	// = any; needs EthTypeIPv6. The mask may be any bit mask (OVS stores the masked
+	// address; a CIDR mask prints as /LEN, /128 not at all, another as an address).
+	// IPv4 and IPv4-mapped addresses are refused.
+	IPv6Src *net.IPNet
+	// IPv6Dst is the IPv6 destination address under its mask (ipv6_dst,
+	// OXM_OF_IPV6_DST), nil = any; needs EthTypeIPv6; masks as IPv6Src.
+	IPv6Dst *net.IPNet
+	// IPv6Label is the 20-bit IPv6 flow label (ipv6_label, OXM_OF_IPV6_FLABEL,
+	// 0..0xfffff) under IPv6LabelMask; needs EthTypeIPv6.
+	IPv6Label uint32
+	// IPv6LabelMask selects the bits of IPv6Label compared: 0 = no label match, 0xfffff =
+	// the exact label, else any mask within 20 bits.
+	IPv6LabelMask uint32
+	// ICMPv6Type is the ICMPv6 type (icmpv6_type, OXM_OF_ICMPV6_TYPE; ICMPv6EchoRequest,
+	// ICMPv6NeighborSolicit, ...), nil = any; needs EthTypeIPv6 and IPProtoICMPv6.
+	// Printed by OVS as icmp_type. Write it new(ICMPv6NeighborSolicit).
+	ICMPv6Type *uint8
+	// ICMPv6Code is the ICMPv6 code (icmpv6_code, OXM_OF_ICMPV6_CODE), nil = any; needs
+	// EthTypeIPv6 and IPProtoICMPv6. Printed by OVS as icmp_code.
+	ICMPv6Code *uint8
+	// NDTarget is the neighbor discovery target address (nd_target,
+	// OXM_OF_IPV6_ND_TARGET, RFC 4861 §4.3/§4.4), nil = any; needs ICMPv6Type
+	// ICMPv6NeighborSolicit or ICMPv6NeighborAdvert (and ICMPv6Code nil or 0, which OVS
+	// also requires of every ND field).
+	NDTarget net.IP
+	// NDSLL is the source link-layer address option of a neighbor solicitation (nd_sll,
+	// OXM_OF_IPV6_ND_SLL), nil = any; needs ICMPv6Type ICMPv6NeighborSolicit.
+	NDSLL net.HardwareAddr
+	// NDTLL is the target link-layer address option of a neighbor advertisement (nd_tll,
+	// OXM_OF_IPV6_ND_TLL), nil = any; needs ICMPv6Type ICMPv6NeighborAdvert.
+	NDTLL net.HardwareAddr
 }
 
 // IP protocol numbers matched by Match.IPProto (IANA).
 const (
 	// IPProtoICMP is ICMP (1), printed "icmp".
 	IPProtoICMP uint8 = 1
-	// IPProtoTCP is TCP (6), printed "tcp".
+	// IPProtoTCP is TCP (6), printed "tcp" ("tcp6" with EthTypeIPv6).
 	IPProtoTCP uint8 = 6
-	// IPProtoUDP is UDP (17), printed "udp".
+	// IPProtoUDP is UDP (17), printed "udp" ("udp6" with EthTypeIPv6).
 	IPProtoUDP uint8 = 17
-	// IPProtoSCTP is SCTP (132), printed "sctp".
+	// IPProtoSCTP is SCTP (132), printed "sctp" ("sctp6" with EthTypeIPv6).
 	IPProtoSCTP uint8 = 132
+	// IPProtoICMPv6 is ICMPv6 (58, RFC 4443), printed "icmp6" with EthTypeIPv6.
+	IPProtoICMPv6 uint8 = 58
+)
+
+// ICMPv6 types (RFC 4443 §2.1, RFC 4861 §4) matched by Match.ICMPv6Type.
+const (
+	// ICMPv6EchoRequest is type 128 (RFC 4443 §4.1).
+	ICMPv6EchoRequest uint8 = 128
+	// ICMPv6EchoReply is type 129 (RFC 4443 §4.2).
+	ICMPv6EchoReply uint8 = 129
+	// ICMPv6RouterSolicit is type 133 (RFC 4861 §4.1).
+	ICMPv6RouterSolicit uint8 = 133
+	// ICMPv6RouterAdvert is type 134 (RFC 4861 §4.2).
+	ICMPv6RouterAdvert uint8 = 134
+	// ICMPv6NeighborSolicit is type 135 (RFC 4861 §4.3), the prerequisite of NDTarget
+	// and NDSLL.
+	ICMPv6NeighborSolicit uint8 = 135
+	// ICMPv6NeighborAdvert is type 136 (RFC 4861 §4.4), the prerequisite of NDTarget
+	// and NDTLL.
+	ICMPv6NeighborAdvert uint8 = 136
 )
 
 // Connection-tracking state flags (ovs-fields(7) ct_state), bits of CTState.Set/Clear.
@@ -293,7 +353,7 @@ type Conjunction struct {
 }
 
 // CT sends the packet through the connection tracker (NXAST_CT), printed
-// "ct(commit,table=T,zone=Z)" with the parts that are set (ovs-actions(7) "The ct
+// "ct(commit,table=T,zone=Z,nat(...))" with the parts that are set (zone 0 is not printed) (ovs-actions(7) "The ct
 // action"). With a Table the packet is tracked and continues in that table with ct_state
 // set (recirculation): the CT action must then be the flow's last action. Without one it
 // only commits (Commit) and the action list goes on with the packet as it was.
@@ -305,6 +365,32 @@ type CT struct {
 	// Table is where the tracked packet continues, 0 = none (no recirculation; table 0
 	// is never a ct target here).
 	Table TableID
+	// NAT, if set, adds the nat part (NXAST_NAT inside the ct action's actions), printed
+	// "ct(...,nat(dst=[fd00::1]-[fd00::2]:80))". See CTNAT.
+	NAT *CTNAT
+}
+
+// CTNAT is the nat part of a CT action (ovs-actions(7) "The ct action", nat): with SNAT or
+// DNAT and an address range it sets up the translation of a connection being committed;
+// with neither ("nat" alone) it applies the translation a committed connection already
+// has (for its later and reply packets). Ranges are IPv4 or IPv6, the family of the
+// flow's EthType (OVS refuses a mismatch). Printed as OVS's format_NAT: "nat",
+// "nat(src=10.0.0.1-10.0.0.9:1000-2000)", "nat(dst=fd00::1)" or, with ports, the IPv6
+// addresses bracketed: "nat(dst=[fd00::1]-[fd00::2]:80)".
+type CTNAT struct {
+	// SNAT translates the source (nat(src=...)); not with DNAT.
+	SNAT bool
+	// DNAT translates the destination (nat(dst=...)); not with SNAT.
+	DNAT bool
+	// MinIP is the first address of the range, nil = no range (only with SNAT or DNAT).
+	MinIP net.IP
+	// MaxIP is the last address of the range, nil = MinIP alone; same family as MinIP and
+	// not below it.
+	MaxIP net.IP
+	// MinPort is the first port of the range (1..65535), 0 = no port range; needs MinIP.
+	MinPort uint16
+	// MaxPort is the last port of the range, 0 = MinPort alone; not below MinPort.
+	MaxPort uint16
 }
 
 // OutputController sends the packet to the controller as a packet-in (OFPAT_OUTPUT to
@@ -371,9 +457,11 @@ func (f Flow) MatchKey() string {
 }
 
 // Validate checks what the switch would refuse or silently change: field prerequisites
-// (§7.2.3.6), register values that overflow their range, GotoTable not last or not
-// forward, Drop mixed with other actions, non-IPv4 addresses. It returns an error naming
-// the flow and the problem.
+// (§7.2.3.6: ipv6_src needs EthTypeIPv6, icmpv6_type needs IPProtoICMPv6, nd_sll needs
+// icmpv6_type 135, ...), register values that overflow their range, GotoTable not last or
+// not forward, Drop mixed with other actions, addresses of the wrong family (an IPv6
+// address in an IPv4 field, an IPv4 or IPv4-mapped one in an IPv6 field). It returns an
+// error naming the flow, the field and the missing prerequisite or the problem.
 func (f Flow) Validate() error {
 	fail := func(format string, a ...any) error {
 		return fmt.Errorf("flow %q: %s", f.String(), fmt.Sprintf(format, a...))
@@ -395,8 +483,11 @@ func (f Flow) Validate() error {
 	if m.ARPTpa != nil && m.ARPTpaPrefix != nil {
 		return fail("ARPTpa and ARPTpaPrefix both set: use one")
 	}
-	if m.IPProto != 0 && m.EthType != EthTypeIPv4 {
-		return fail("nw_proto needs EthType %#04x (ip)", EthTypeIPv4)
+	if problem := m.checkIPv6(); problem != "" {
+		return fail("%s", problem)
+	}
+	if m.IPProto != 0 && m.EthType != EthTypeIPv4 && m.EthType != EthTypeIPv6 {
+		return fail("nw_proto needs EthType %#04x (ip) or %#04x (ipv6)", EthTypeIPv4, EthTypeIPv6)
 	}
 	if m.TPDstMask != 0 {
 		if m.IPProto != IPProtoTCP && m.IPProto != IPProtoUDP && m.IPProto != IPProtoSCTP {
@@ -496,8 +587,13 @@ func (f Flow) Validate() error {
 					return fail("ct(table=%d) does not go forward from table %d", a.Table, f.Table)
 				}
 			}
-			if m.EthType != EthTypeIPv4 {
-				return fail("ct needs a match on EthType %#04x (ip)", EthTypeIPv4)
+			if m.EthType != EthTypeIPv4 && m.EthType != EthTypeIPv6 {
+				return fail("ct needs a match on EthType %#04x (ip) or %#04x (ipv6)", EthTypeIPv4, EthTypeIPv6)
+			}
+			if a.NAT != nil {
+				if problem := a.NAT.check(m.EthType, a.Commit); problem != "" {
+					return fail("action %d: %s", i, problem)
+				}
 			}
 		}
 	}
@@ -613,6 +709,22 @@ func (m Match) format(ports PortNames) string {
 			add("ip")
 		}
 		shorthand = true
+	case EthTypeIPv6:
+		protoShort = true
+		switch m.IPProto {
+		case IPProtoTCP:
+			add("tcp6")
+		case IPProtoUDP:
+			add("udp6")
+		case IPProtoSCTP:
+			add("sctp6")
+		case IPProtoICMPv6:
+			add("icmp6")
+		default:
+			add("ipv6")
+			protoShort = false
+		}
+		shorthand = true
 	case EthTypeARP:
 		add("arp")
 		shorthand = true
@@ -669,15 +781,19 @@ func (m Match) format(ports PortNames) string {
 			add("arp_tha=%s", m.ARPTha)
 		}
 	default:
+		// A valid match has the fields of one family only (Validate), so printing each
+		// that is set gives OVS's order for either; an invalid one shows all it has.
 		if m.IPSrc != nil {
 			add("nw_src=%s", formatPrefix(m.IPSrc))
 		}
 		if m.IPDst != nil {
 			add("nw_dst=%s", formatPrefix(m.IPDst))
 		}
+		m.formatIPv6Addrs(add)
 		if m.IPProto != 0 && !protoShort {
 			add("nw_proto=%d", m.IPProto)
 		}
+		m.formatICMPv6(add)
 		switch {
 		case m.TPDstMask == 0xffff:
 			add("tp_dst=%d", m.TPDst)
@@ -803,16 +919,26 @@ func (a Conjunction) format(b *strings.Builder, _ PortNames) {
 }
 
 func (a CT) format(b *strings.Builder, _ PortNames) {
-	b.WriteString("ct(")
+	// As OVS's format_CT: each part that is set, comma-separated; zone 0 is not printed.
+	var parts []string
 	if a.Commit {
-		b.WriteString("commit,")
+		parts = append(parts, "commit")
 	}
 	if a.Table != 0 {
-		b.WriteString("table=")
-		formatTable(b, a.Table)
-		b.WriteByte(',')
+		var t strings.Builder
+		t.WriteString("table=")
+		formatTable(&t, a.Table)
+		parts = append(parts, t.String())
 	}
-	fmt.Fprintf(b, "zone=%d)", a.Zone)
+	if a.Zone != 0 {
+		parts = append(parts, fmt.Sprintf("zone=%d", a.Zone))
+	}
+	if a.NAT != nil {
+		var n strings.Builder
+		a.NAT.format(&n)
+		parts = append(parts, n.String())
+	}
+	b.WriteString("ct(" + strings.Join(parts, ",") + ")")
 }
 
 func (a OutputController) format(b *strings.Builder, _ PortNames) {
@@ -937,9 +1063,11 @@ func (m Match) ofMatch() openflow13.Match {
 	if m.IPProto != 0 {
 		om.AddField(*openflow13.NewIpProtoField(m.IPProto))
 	}
+	m.addICMPv6Fields(om)
 	if m.TPDstMask != 0 {
 		om.AddField(tpDstField(m.IPProto, m.TPDst, m.TPDstMask))
 	}
+	m.addIPv6Fields(om)
 	if m.IPSrc != nil {
 		ip, mask := prefixField(m.IPSrc)
 		om.AddField(*openflow13.NewIpv4SrcField(ip, mask))
@@ -1076,6 +1204,9 @@ func (a CT) ofAction() openflow13.Action {
 	}
 	if a.Table != 0 {
 		ct.Table(uint8(a.Table))
+	}
+	if a.NAT != nil {
+		ct.AddAction(a.NAT.ofAction())
 	}
 	return ct
 }

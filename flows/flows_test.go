@@ -40,11 +40,11 @@ func testPeerC() Peer {
 }
 
 func testPodA() Pod {
-	return Pod{OFPort: 3, MAC: mustMAC("0a:58:0a:f4:01:05"), IP: net.ParseIP("10.244.1.5")}
+	return Pod{OFPort: 3, MAC: mustMAC("0a:58:0a:f4:01:05"), IPs: []net.IP{net.ParseIP("10.244.1.5")}}
 }
 
 func testPodB() Pod {
-	return Pod{OFPort: 4, MAC: mustMAC("0a:58:0a:f4:01:06"), IP: net.ParseIP("10.244.1.6")}
+	return Pod{OFPort: 4, MAC: mustMAC("0a:58:0a:f4:01:06"), IPs: []net.IP{net.ParseIP("10.244.1.6")}}
 }
 
 func mustMAC(s string) net.HardwareAddr {
@@ -311,11 +311,11 @@ func TestConfigAndPodValidate(t *testing.T) {
 		}
 	}
 	for _, p := range []Pod{
-		{OFPort: 2, MAC: testPodA().MAC, IP: testPodA().IP},                      // the gateway's port
-		{OFPort: 3, MAC: testPodA().MAC, IP: net.ParseIP("10.244.1.1")},          // the gateway IP
-		{OFPort: 3, MAC: testPodA().MAC, IP: net.ParseIP("10.244.2.5")},          // outside the subnet
-		{OFPort: 3, MAC: mustMAC("ff:ff:ff:ff:ff:ff"), IP: testPodA().IP},        // broadcast MAC
-		{OFPort: 0xfffffffe, MAC: testPodA().MAC, IP: net.ParseIP("10.244.1.7")}, // LOCAL
+		{OFPort: 2, MAC: testPodA().MAC, IPs: testPodA().IPs},                               // the gateway's port
+		{OFPort: 3, MAC: testPodA().MAC, IPs: []net.IP{net.ParseIP("10.244.1.1")}},          // the gateway IP
+		{OFPort: 3, MAC: testPodA().MAC, IPs: []net.IP{net.ParseIP("10.244.2.5")}},          // outside the subnet
+		{OFPort: 3, MAC: mustMAC("ff:ff:ff:ff:ff:ff"), IPs: testPodA().IPs},                 // broadcast MAC
+		{OFPort: 0xfffffffe, MAC: testPodA().MAC, IPs: []net.IP{net.ParseIP("10.244.1.7")}}, // LOCAL
 	} {
 		if err := p.Validate(cfg); err == nil {
 			t.Errorf("Pod.Validate accepted %+v", p)
@@ -405,7 +405,7 @@ func TestPodCookieSelectsOnlyThatPod(t *testing.T) {
 		}
 	}
 	// A pod whose address equals a peer's owner id must not match peer flows.
-	peer := Flow{Cookie: NewCookie(7, OwnerPeer, ipv4ToUint32(a.IP))}
+	peer := Flow{Cookie: NewCookie(7, OwnerPeer, ipv4ToUint32(a.IPv4()))}
 	if selects(peer, cookie, mask) {
 		t.Error("PodCookie(a) selects a peer flow with the same owner id")
 	}
@@ -586,7 +586,8 @@ func (m Match) fieldCount() int {
 	for _, set := range []bool{m.InPort != 0, m.EthType != 0, m.EthSrc != nil, m.EthDst != nil, m.TunSrc != nil,
 		m.TunDst != nil, m.IPSrc != nil, m.IPDst != nil, m.ARPOp != 0, m.ARPSpa != nil, m.ARPTpa != nil,
 		m.ARPTpaPrefix != nil, m.ARPSha != nil, m.ARPTha != nil, m.ConjID != 0, m.CTState != nil,
-		m.IPProto != 0, m.TPDstMask != 0} {
+		m.IPProto != 0, m.TPDstMask != 0, m.IPv6Src != nil, m.IPv6Dst != nil, m.IPv6LabelMask != 0,
+		m.ICMPv6Type != nil, m.ICMPv6Code != nil, m.NDTarget != nil, m.NDSLL != nil, m.NDTLL != nil} {
 		if set {
 			n++
 		}

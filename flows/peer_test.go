@@ -58,7 +58,7 @@ func TestPeerCookieSelectsOnlyThatPeer(t *testing.T) {
 	others := append(PipelineFlows(cfg), PodFlows(cfg, testPodA())...)
 	others = append(others, PeerFlows(cfg, c)...)
 	// A pod whose IP equals B's subnet address must not collide (owner kind differs).
-	others = append(others, PodFlows(cfg, Pod{OFPort: 9, MAC: testPodA().MAC, IP: net.ParseIP("10.244.2.0")})...)
+	others = append(others, PodFlows(cfg, Pod{OFPort: 9, MAC: testPodA().MAC, IPs: []net.IP{net.ParseIP("10.244.2.0")}})...)
 	for _, f := range others {
 		if selects(f, cookie, mask) {
 			t.Errorf("B's cookie selects %s", f)

@@ -16,23 +16,53 @@ type Pod struct {
 	// MAC is the MAC address of the pod's interface (inside the pod), the only one it may
 	// send from.
 	MAC net.HardwareAddr
-	// IP is the pod's IPv4 address in the node's pod subnet, the only one it may send
-	// from; unique among the node's live pods (it is the cookie's owner id).
-	IP net.IP
+	// IPs are the pod's addresses, the only ones it may send from; each unique among the
+	// node's live pods. Until dual-stack lands this is exactly one IPv4 address in the
+	// node's pod subnet (its IPv4 address is the cookie's owner id); Validate refuses an
+	// IPv6 address or a second IPv4 one.
+	IPs []net.IP
+}
+
+// IPv4 returns the pod's IPv4 address (4 bytes), the first of IPs that is one; nil if it
+// has none.
+func (p Pod) IPv4() net.IP {
+	for _, ip := range p.IPs {
+		if ip4 := ip.To4(); ip4 != nil {
+			return ip4
+		}
+	}
+	return nil
+}
+
+// String names the pod for error messages: its addresses, or its ofport if it has none.
+func (p Pod) String() string {
+	if len(p.IPs) == 0 {
+		return fmt.Sprintf("on ofport %d", p.OFPort)
+	}
+	return fmt.Sprint(p.IPs)
 }
 
 // Validate checks that pod can have flows on the node described by cfg: a valid ofport
-// other than the gateway's, a unicast 48-bit MAC, an IPv4 address in the pod subnet
-// other than the gateway IP.
+// other than the gateway's, a unicast 48-bit MAC, exactly one address, IPv4, in the pod
+// subnet and not the gateway IP. An IPv6 address is refused (dual-stack is not built yet).
 func (p Pod) Validate(cfg NodeConfig) error {
 	if p.OFPort == 0 || p.OFPort >= 0xffffff00 || p.OFPort == cfg.GatewayOFPort {
-		return fmt.Errorf("pod %v: ofport %d is not a valid pod port (1..0xfffffeff, not the gateway's %d): read it from the pod Interface's ofport column", p.IP, p.OFPort, cfg.GatewayOFPort)
+		return fmt.Errorf("pod %v: ofport %d is not a valid pod port (1..0xfffffeff, not the gateway's %d): read it from the pod Interface's ofport column", p, p.OFPort, cfg.GatewayOFPort)
 	}
 	if len(p.MAC) != 6 || p.MAC[0]&1 != 0 {
-		return fmt.Errorf("pod %v: MAC %q is not a unicast Ethernet address: use the pod interface's address", p.IP, p.MAC)
+		return fmt.Errorf("pod %v: MAC %q is not a unicast Ethernet address: use the pod interface's address", p, p.MAC)
 	}
-	if p.IP.To4() == nil || cfg.PodSubnet == nil || !cfg.PodSubnet.Contains(p.IP) || p.IP.Equal(cfg.GatewayIP) {
-		return fmt.Errorf("pod %v: address is not an IPv4 address of pod subnet %v other than the gateway %v: allocate it from the node's IPAM", p.IP, cfg.PodSubnet, cfg.GatewayIP)
+	for _, ip := range p.IPs {
+		if ip.To4() == nil && len(ip) == net.IPv6len {
+			return fmt.Errorf("pod %v: address %s is IPv6, and IPv6 pod addresses are not supported yet (dual-stack, issue 21): give the pod IPv4 addresses only", p, ip)
+		}
+	}
+	if len(p.IPs) != 1 {
+		return fmt.Errorf("pod %v: has %d addresses, want exactly one IPv4 address: allocate one from the node's IPAM", p, len(p.IPs))
+	}
+	ip := p.IPs[0]
+	if ip.To4() == nil || cfg.PodSubnet == nil || !cfg.PodSubnet.Contains(ip) || ip.Equal(cfg.GatewayIP) {
+		return fmt.Errorf("pod %v: address is not an IPv4 address of pod subnet %v other than the gateway %v: allocate it from the node's IPAM", p, cfg.PodSubnet, cfg.GatewayIP)
 	}
 	return nil
 }
@@ -68,7 +98,7 @@ func classifierPod(b builder, pod Pod) Flow {
 //	table="spoof_guard", priority=100,ip,in_port=P,dl_src=MAC,nw_src=IP actions=goto_table:service
 func spoofGuardPodIP(b builder, pod Pod) Flow {
 	return b.in("spoof_guard").flow(PodOwner(pod), PriorityNormal,
-		Match{EthType: EthTypeIPv4, InPort: pod.OFPort, EthSrc: pod.MAC, IPSrc: hostPrefix(pod.IP)},
+		Match{EthType: EthTypeIPv4, InPort: pod.OFPort, EthSrc: pod.MAC, IPSrc: hostPrefix(pod.IPv4())},
 		b.goTo("service"))
 }
 
@@ -78,7 +108,7 @@ func spoofGuardPodIP(b builder, pod Pod) Flow {
 //	table="spoof_guard", priority=100,arp,in_port=P,dl_src=MAC,arp_spa=IP,arp_sha=MAC actions=goto_table:arp
 func spoofGuardPodARP(b builder, pod Pod) Flow {
 	return b.in("spoof_guard").flow(PodOwner(pod), PriorityNormal,
-		Match{EthType: EthTypeARP, InPort: pod.OFPort, EthSrc: pod.MAC, ARPSpa: pod.IP, ARPSha: pod.MAC},
+		Match{EthType: EthTypeARP, InPort: pod.OFPort, EthSrc: pod.MAC, ARPSpa: pod.IPv4(), ARPSha: pod.MAC},
 		b.goTo("arp"))
 }
 
@@ -88,7 +118,7 @@ func spoofGuardPodARP(b builder, pod Pod) Flow {
 //	table=arp, priority=100,arp,arp_tpa=IP actions=load:P->NXM_NX_REG1[],goto_table:output
 func arpToPod(b builder, pod Pod) Flow {
 	return b.in("arp").flow(PodOwner(pod), PriorityNormal,
-		Match{EthType: EthTypeARP, ARPTpa: pod.IP},
+		Match{EthType: EthTypeARP, ARPTpa: pod.IPv4()},
 		Load{Dst: OutPortField, Value: uint64(pod.OFPort)}, b.goTo("output"))
 }
 
@@ -99,7 +129,7 @@ func arpToPod(b builder, pod Pod) Flow {
 func l3ToPod(b builder, pod Pod) Flow {
 	s := b.in("l3_forwarding")
 	return s.flow(PodOwner(pod), PriorityNormal,
-		Match{EthType: EthTypeIPv4, IPDst: hostPrefix(pod.IP)},
+		Match{EthType: EthTypeIPv4, IPDst: hostPrefix(pod.IPv4())},
 		SetEthDst{pod.MAC}, Load{Dst: OutPortField, Value: uint64(pod.OFPort)},
 		s.next())
 }

@@ -202,7 +202,7 @@ func PodPolicyFlows(cfg NodeConfig, pod Pod, ingress, egress bool) []Flow {
 		return f
 	}
 	if egress {
-		fs = append(fs, deny(StageEgressRules, Match{EthType: EthTypeIPv4, IPSrc: hostPrefix(pod.IP)}))
+		fs = append(fs, deny(StageEgressRules, Match{EthType: EthTypeIPv4, IPSrc: hostPrefix(pod.IPv4())}))
 	}
 	if ingress {
 		fs = append(fs, deny(StageIngressRules, Match{EthType: EthTypeIPv4, Regs: []RegMark{{Range: OutPortField, Value: pod.OFPort}}}))
@@ -439,7 +439,7 @@ func (s *PolicyFlowSet) contributions(r PolicyRule) []contribution {
 	}
 	podMatch := func(p Pod) Match {
 		if r.Egress {
-			return Match{IPSrc: hostPrefix(p.IP)}
+			return Match{IPSrc: hostPrefix(p.IPv4())}
 		}
 		return Match{Regs: []RegMark{{Range: OutPortField, Value: p.OFPort}}}
 	}

@@ -137,7 +137,7 @@ func TestPolicyFlowsGrowAsSum(t *testing.T) {
 			for _, k := range []int{1, 2, 10} {
 				var pods []Pod
 				for i := 0; i < m; i++ {
-					pods = append(pods, Pod{OFPort: uint32(3 + i), IP: net.IPv4(10, 244, 1, byte(10+i))})
+					pods = append(pods, Pod{OFPort: uint32(3 + i), IPs: []net.IP{net.IPv4(10, 244, 1, byte(10+i))}})
 				}
 				var peers []string
 				for i := 0; i < n; i++ {
@@ -164,7 +164,7 @@ func TestPolicyFlowsGrowAsSum(t *testing.T) {
 // different), and that the set always equals one built from scratch from the live rules.
 func TestPolicyFlowSetChangedKeys(t *testing.T) {
 	r := rand.New(rand.NewSource(3))
-	pods := []Pod{testPodA(), testPodB(), {OFPort: 9, IP: net.ParseIP("10.244.1.9")}}
+	pods := []Pod{testPodA(), testPodB(), {OFPort: 9, IPs: []net.IP{net.ParseIP("10.244.1.9")}}}
 	peerPool := []string{"10.244.2.7/32", "10.244.2.8/32", "10.244.0.0/16", "192.0.2.0/24"}
 	portPool := []PolicyPort{{IPProtoTCP, 80, 0xffff}, {IPProtoTCP, 81, 0xffff}, {IPProtoUDP, 80, 0xffff}, {IPProtoSCTP, 0, 0}, {IPProtoTCP, 1000, 0xfff8}}
 	randomRule := func(id uint32) PolicyRule {
@@ -315,10 +315,10 @@ func TestPolicyOnSwitch(t *testing.T) {
 	gw := n.cfg
 	tun := func(packet string) string { return "tun_src=172.16.0.2,tun_dst=172.16.0.1," + packet }
 	aPkt := func(proto, dst string, port int) string {
-		return fmt.Sprintf("in_port=%d,%s,dl_src=%s,dl_dst=%s,nw_src=%s,nw_dst=%s,nw_ttl=64,tp_dst=%d", a.OFPort, proto, a.MAC, b.MAC, a.IP, dst, port)
+		return fmt.Sprintf("in_port=%d,%s,dl_src=%s,dl_dst=%s,nw_src=%s,nw_dst=%s,nw_ttl=64,tp_dst=%d", a.OFPort, proto, a.MAC, b.MAC, a.IPv4(), dst, port)
 	}
 	bPkt := func(proto, dst string, port int) string {
-		return fmt.Sprintf("in_port=%d,%s,dl_src=%s,dl_dst=%s,nw_src=%s,nw_dst=%s,nw_ttl=64,tp_dst=%d", b.OFPort, proto, b.MAC, a.MAC, b.IP, dst, port)
+		return fmt.Sprintf("in_port=%d,%s,dl_src=%s,dl_dst=%s,nw_src=%s,nw_dst=%s,nw_ttl=64,tp_dst=%d", b.OFPort, proto, b.MAC, a.MAC, b.IPv4(), dst, port)
 	}
 	for _, c := range []struct {
 		name   string
@@ -331,10 +331,10 @@ func TestPolicyOnSwitch(t *testing.T) {
 		{"A to B TCP 81 established: passes", aPkt("tcp", "10.244.1.6", 81), "trk,est", b.OFPort},
 		{"A to B related (ICMP error of an allowed connection)", aPkt("tcp", "10.244.1.6", 81), "trk,rel", b.OFPort},
 		{"A to B invalid: dropped", aPkt("tcp", "10.244.1.6", 80), "trk,inv", 0},
-		{"A to the world UDP 53: allowed", fmt.Sprintf("in_port=%d,udp,dl_src=%s,dl_dst=%s,nw_src=%s,nw_dst=192.0.2.9,nw_ttl=64,tp_dst=53", a.OFPort, a.MAC, gw.GatewayMAC, a.IP), "trk,new", gw.GatewayOFPort},
-		{"A to the world UDP 54: A's egress refuses", fmt.Sprintf("in_port=%d,udp,dl_src=%s,dl_dst=%s,nw_src=%s,nw_dst=192.0.2.9,nw_ttl=64,tp_dst=54", a.OFPort, a.MAC, gw.GatewayMAC, a.IP), "trk,new", 0},
+		{"A to the world UDP 53: allowed", fmt.Sprintf("in_port=%d,udp,dl_src=%s,dl_dst=%s,nw_src=%s,nw_dst=192.0.2.9,nw_ttl=64,tp_dst=53", a.OFPort, a.MAC, gw.GatewayMAC, a.IPv4()), "trk,new", gw.GatewayOFPort},
+		{"A to the world UDP 54: A's egress refuses", fmt.Sprintf("in_port=%d,udp,dl_src=%s,dl_dst=%s,nw_src=%s,nw_dst=192.0.2.9,nw_ttl=64,tp_dst=54", a.OFPort, a.MAC, gw.GatewayMAC, a.IPv4()), "trk,new", 0},
 		{"A to the gateway (its node): always", aPkt("tcp", "10.244.1.1", 22), "", gw.GatewayOFPort},
-		{"A to the node IP: always", fmt.Sprintf("in_port=%d,tcp,dl_src=%s,dl_dst=%s,nw_src=%s,nw_dst=172.16.0.1,nw_ttl=64,tp_dst=22", a.OFPort, a.MAC, gw.GatewayMAC, a.IP), "", gw.GatewayOFPort},
+		{"A to the node IP: always", fmt.Sprintf("in_port=%d,tcp,dl_src=%s,dl_dst=%s,nw_src=%s,nw_dst=172.16.0.1,nw_ttl=64,tp_dst=22", a.OFPort, a.MAC, gw.GatewayMAC, a.IPv4()), "", gw.GatewayOFPort},
 		{"A to a service: on to the gateway (judged after DNAT)", aPkt("tcp", "10.96.0.10", 443), "trk,new", gw.GatewayOFPort},
 		{"B to A new: A is not ingress-isolated, B not egress-isolated", bPkt("tcp", "10.244.1.5", 80), "trk,new", a.OFPort},
 		{"host (gateway address) to B TCP 81: always", fmt.Sprintf("in_port=%d,tcp,dl_src=%s,dl_dst=%s,nw_src=10.244.1.1,nw_dst=10.244.1.6,nw_ttl=64,tp_dst=81", gw.GatewayOFPort, gw.GatewayMAC, b.MAC), "", b.OFPort},

@@ -303,6 +303,15 @@ func traceResult(t *testing.T, trace string) (uint32, string) {
 // depend on the controller's.
 func sendFlowMods(t *testing.T, mgmt string, mods ...*openflow13.FlowMod) {
 	t.Helper()
+	if err := trySendFlowMods(t, mgmt, mods...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// trySendFlowMods is sendFlowMods returning the switch's first OFPT_ERROR as an error
+// (*switchError) instead of failing the test; connection problems still fail it.
+func trySendFlowMods(t *testing.T, mgmt string, mods ...*openflow13.FlowMod) error {
+	t.Helper()
 	conn, err := net.DialTimeout("unix", mgmt, 5*time.Second)
 	if err != nil {
 		t.Fatalf("dial %s: %v", mgmt, err)
@@ -358,15 +367,24 @@ func sendFlowMods(t *testing.T, mgmt string, mods ...*openflow13.FlowMod) {
 			errType, errCode := binary.BigEndian.Uint16(body[0:]), binary.BigEndian.Uint16(body[2:])
 			if ok {
 				m := mods[i]
-				t.Fatalf("switch refused flow mod %d (table %d priority %d cookie %#x command %d): error type %d code %d", i, m.TableId, m.Priority, m.Cookie, m.Command, errType, errCode)
+				return &switchError{Type: errType, Code: errCode, msg: fmt.Sprintf("switch refused flow mod %d (table %d priority %d cookie %#x command %d): error type %d code %d", i, m.TableId, m.Priority, m.Cookie, m.Command, errType, errCode)}
 			}
-			t.Fatalf("switch error xid %d type %d code %d", xid, errType, errCode)
+			return &switchError{Type: errType, Code: errCode, msg: fmt.Sprintf("switch error xid %d type %d code %d", xid, errType, errCode)}
 		case openflow13.Type_EchoRequest:
 			_, _ = conn.Write(append(header(openflow13.Type_EchoReply, 8+len(body), xid), body...))
 		case openflow13.Type_BarrierReply:
 			if xid == barrierXid {
-				return
+				return nil
 			}
 		}
 	}
 }
+
+// switchError is an OFPT_ERROR the switch answered a flow mod with (OpenFlow 1.3.5
+// §7.4.4: type and code).
+type switchError struct {
+	Type, Code uint16
+	msg        string
+}
+
+func (e *switchError) Error() string { return e.msg }

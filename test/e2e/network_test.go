@@ -101,7 +101,7 @@ func (n *testNode) assertAlive(t *testing.T, p *testPod, network string, gw net.
 	} else if got := strings.Trim(n.OVS.Vsctl(t, "--if-exists", "get", "Interface", host, "external_ids:ofsdn-network"), `"`); got != network {
 		t.Errorf("%s: port %s external_ids:ofsdn-network = %q, want %q", p.name, host, got, network)
 	}
-	cookie, mask := flows.PodCookie(flows.Pod{IP: p.ip().To4()})
+	cookie, mask := flows.PodCookie(flows.Pod{IPs: []net.IP{p.ip().To4()}})
 	dump := n.OVS.Ofctl(t, "dump-flows", "--no-stats", n.mgmt(), fmt.Sprintf("cookie=%#x/%#x", cookie, mask))
 	if got := len(flowLines(dump)); got != podFlowCount {
 		t.Errorf("%s: %d flows with its cookie, want %d:\n%s", p.name, got, podFlowCount, dump)
