@@ -78,7 +78,9 @@ func (c *Client) SocketPath() string { return c.socketPath }
 //     names the socket path and says the ofsdn-node daemon must be running),
 //     or when the daemon does not answer within the client's timeout;
 //   - 5 (ErrIOFailure) when the connection fails mid-request;
-//   - 6 (ErrDecodingFailure) when the daemon's answer is not a Response.
+//   - 6 (ErrDecodingFailure) when the daemon's answer is not a Response;
+//   - 999 (ErrInternal) when an ADD's answer has no result. Whether the result is
+//     a valid one is ResultForVersion's check.
 func (c *Client) Do(ctx context.Context, req *Request) (json.RawMessage, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
@@ -132,8 +134,8 @@ func (c *Client) Do(ctx context.Context, req *Request) (json.RawMessage, error) 
 			fmt.Sprintf("the ofsdn-node daemon on %s answered HTTP %d without a CNI error", c.socketPath, resp.StatusCode), "")
 	}
 	if req.Command == CmdAdd && len(r.Result) == 0 {
-		return nil, types.NewError(types.ErrDecodingFailure,
-			fmt.Sprintf("the ofsdn-node daemon on %s answered ADD without a result", c.socketPath), "")
+		return nil, types.NewError(types.ErrInternal,
+			fmt.Sprintf("the ofsdn-node daemon on %s answered ADD without a result: a successful ADD must return the pod's interfaces and IP addresses; the ADD is refused, see the daemon's log", c.socketPath), "")
 	}
 	return r.Result, nil
 }

@@ -35,11 +35,14 @@ func LinkMAC(name string) (net.HardwareAddr, error) {
 // datapath), in the calling thread's network namespace: it waits until the
 // link exists (watching RTNLGRP_LINK, bounded by ctx), sets its MTU (bytes;
 // mtu <= 0 leaves it unchanged), adds addr (the gateway IP with the pod
-// subnet prefix, e.g. 10.128.0.1/24; already present is fine), sets it up,
-// and returns its MAC. It is idempotent.
+// subnet prefix, e.g. 10.128.0.1/24; already present is fine), turns its IPv4
+// ICMP redirects off (send_redirects 0, and net.ipv4.conf.all.send_redirects 0
+// with every other interface kept sending them by its own setting: see
+// redirects.go), sets it up, and returns its MAC. It is idempotent.
 //
 // Errors: ctx ends before the link appears (names the link and the likely
-// fix); addr is not IPv4 or mtu is out of range; a netlink failure.
+// fix); addr is not IPv4 or mtu is out of range; a netlink failure; the
+// redirect settings cannot be written (CAP_NET_ADMIN, a writable /proc/sys).
 func ConfigureGateway(ctx context.Context, name string, addr *net.IPNet, mtu int) (net.HardwareAddr, error) {
 	if err := validIfName(name); err != nil {
 		return nil, fmt.Errorf("podnet: gateway: %w", err)
@@ -62,6 +65,9 @@ func ConfigureGateway(ctx context.Context, name string, addr *net.IPNet, mtu int
 	}
 	if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: a}); err != nil && !errors.Is(err, unix.EEXIST) {
 		return nil, fmt.Errorf("podnet: add address %v to gateway %s: %w", a, name, err)
+	}
+	if _, err := disableGatewayRedirects(link.Attrs().Index, name); err != nil {
+		return nil, err
 	}
 	if err := netlink.LinkSetUp(link); err != nil {
 		return nil, fmt.Errorf("podnet: set gateway %s up: %w", name, err)

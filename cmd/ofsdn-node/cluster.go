@@ -36,6 +36,7 @@ type cluster struct {
 	clusterCIDR *net.IPNet
 	serviceCIDR *net.IPNet
 	nodeIP      net.IP
+	nodeIPFixed bool   // nodeIP is the config's: the topology's changes of it are ignored
 	underlay    string // the interface holding nodeIP
 	mtu         int
 	masquerade  bool
@@ -120,6 +121,7 @@ func prepareCluster(waitCtx, runCtx context.Context, cfg Config, log *slog.Logge
 	c.nodeIP = local.NodeIP
 	if cfg.NodeIP != "" {
 		c.nodeIP = net.ParseIP(cfg.NodeIP).To4()
+		c.nodeIPFixed = true
 	}
 	var underlay topology.Underlay
 	var err error
@@ -276,8 +278,9 @@ func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
 // join completes the cluster membership of a node started with overlayOptions (tunnel
 // port, pipeline and initial peers' flows, cluster route are in place): IP forwarding and
 // the NAT rules (service return path; egress masquerade if on), a gratuitous ARP for the
-// node IP (again whenever its interface's MAC changes, topology.KeepAnnounced), then it
-// follows the topology's peer events in the background until ctx ends.
+// node IP (again whenever its interface's MAC changes, topology.KeepAnnounced, and for
+// the new address whenever the topology changes this node's IP, unless the config fixes
+// nodeIP), then it follows the topology's peer events in the background until ctx ends.
 func (c *cluster) join(ctx context.Context, node *controller.Node, log *slog.Logger) error {
 	ov := node.Overlay()
 	if ov == nil {
@@ -293,11 +296,46 @@ func (c *cluster) join(ctx context.Context, node *controller.Node, log *slog.Log
 	}
 	// Peers' tunnel neighbour caches learn this node's underlay MAC now, not when their
 	// entry for a previous MAC (a replaced node) ages out.
-	if err := topology.KeepAnnounced(ctx, log, c.underlay, c.nodeIP); err != nil {
+	announcer, err := topology.KeepAnnounced(ctx, log, c.underlay, c.nodeIP)
+	if err != nil {
 		log.Warn("node IP not announced", "interface", c.underlay, "node_ip", c.nodeIP, "err", err)
 	}
-	go ov.Follow(ctx, c.src.Events())
+	events := c.src.Events()
+	if announcer != nil && !c.nodeIPFixed {
+		events = followNodeIP(ctx, events, announcer)
+	}
+	go ov.Follow(ctx, events)
 	return nil
+}
+
+// followNodeIP passes every event of events on to the returned channel, in order, and
+// hands the node IP of each EventLocal that names one to the announcer, so that a node IP
+// changed in the topology at run time is the one announced from then on (issue 20). The
+// returned channel is closed when events is; it stops when ctx ends.
+func followNodeIP(ctx context.Context, events <-chan topology.Event, a *topology.Announcer) <-chan topology.Event {
+	out := make(chan topology.Event)
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-events:
+				if !ok {
+					return
+				}
+				if e.Kind == topology.EventLocal && e.Local.NodeIP != nil {
+					a.SetNodeIP(e.Local.NodeIP)
+				}
+				select {
+				case out <- e:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return out
 }
 
 // tunnelPortName is the tunnel port's name for a tunnel type: vxlan0 or geneve0.

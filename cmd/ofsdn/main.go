@@ -9,9 +9,11 @@
 //     environment variables and the netconf from stdin; pkg/skel parses and
 //     checks them (code 4 for missing variables, 1 for an unsupported
 //     cniVersion) before this code runs.
-//   - ADD: the daemon answers a CNI 1.1.0 result, which is converted to the
-//     netconf's cniVersion and printed on stdout (SPEC.md "Section 5: Result
-//     Types", "ADD Success"; "Version").
+//   - ADD: the daemon answers a CNI 1.1.0 result, which is checked
+//     (cni.ResultForVersion: code 999 naming the fault if it is not a valid
+//     result for the netconf's version), converted to the netconf's
+//     cniVersion and printed on stdout (SPEC.md "Section 5: Result Types",
+//     "ADD Success"; "Version").
 //   - DEL, CHECK, GC, STATUS: no output on success. The whole netconf,
 //     including prevResult and "cni.dev/valid-attachments", is forwarded
 //     so the daemon can use them.
@@ -54,7 +56,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -66,7 +67,6 @@ import (
 	"github.com/containernetworking/cni/pkg/ns"
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
-	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/utils"
 	"github.com/containernetworking/cni/pkg/version"
 
@@ -220,7 +220,11 @@ func forward(command string, args *skel.CmdArgs) (*cni.NetConf, []byte, error) {
 }
 
 // cmdAdd forwards ADD and prints the daemon's result converted from CNI
-// 1.1.0 to the netconf's cniVersion (SPEC.md "Section 5: Result Types").
+// 1.1.0 to the netconf's cniVersion (SPEC.md "Section 5: Result Types"),
+// once cni.ResultForVersion has found it valid for that version: a result
+// that is not (null, no IPv4 address, an interface index outside
+// interfaces, ...) is refused with code 999 naming what is wrong, and the
+// pod's ADD fails instead of starting it without a network.
 func cmdAdd(args *skel.CmdArgs) error {
 	// skel makes this check only after cmdAdd returns, when the daemon would
 	// already have wired the plugin's own namespace.
@@ -234,18 +238,11 @@ func cmdAdd(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	result := &current.Result{}
-	if err := json.Unmarshal(raw, result); err != nil {
-		return types.NewError(types.ErrDecodingFailure, "cannot decode the ADD result of the ofsdn-node daemon", err.Error())
-	}
-	if result.CNIVersion == "" {
-		result.CNIVersion = current.ImplementedSpecVersion
-	}
-	converted, err := result.GetAsVersion(conf.CNIVersion)
+	converted, err := cni.ResultForVersion(raw, conf.CNIVersion, args.IfName, args.Netns)
 	if err != nil {
-		return types.NewError(types.ErrIncompatibleCNIVersion,
-			fmt.Sprintf("cannot convert the ADD result from CNI %s to the netconf's cniVersion %s", result.CNIVersion, conf.CNIVersion),
-			err.Error())
+		logger.Error("ofsdn-node's ADD result refused", "containerID", args.ContainerID, "ifName", args.IfName,
+			"socket", conf.Socket, "err", err, "result", string(raw))
+		return err
 	}
 	if err := converted.Print(); err != nil {
 		return types.NewError(types.ErrIOFailure, "cannot write the ADD result to stdout", err.Error())
