@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ofsdn/ofsdn/test/testenv"
 )
 
 type fakeSource struct {
@@ -46,6 +48,7 @@ func (f fakeSource) PolicyStatus() (PolicyReport, error) {
 
 func start(t *testing.T, src Source) (*Server, string) {
 	t.Helper()
+	testenv.Privileged(t)
 	path := filepath.Join(t.TempDir(), "run", "ctl.sock")
 	s := NewServer(path, src, nil)
 	if err := s.Start(); err != nil {

@@ -30,6 +30,8 @@ import (
 
 	"github.com/ofsdn/ofsdn/cni"
 	"github.com/ofsdn/ofsdn/cni/server"
+
+	"github.com/ofsdn/ofsdn/test/testenv"
 )
 
 // binDir holds the plugin binary "ofsdn", built once by TestMain.
@@ -124,6 +126,7 @@ func (w tWriter) Write(p []byte) (int, error) {
 // startDaemon runs a ready CNI server with a fake handler on a fresh socket.
 func startDaemon(t *testing.T) (*fakeHandler, *server.Server) {
 	t.Helper()
+	testenv.Privileged(t)
 	h := &fakeHandler{}
 	s := server.New(filepath.Join(t.TempDir(), "run", "cni.sock"), h,
 		slog.New(slog.NewTextHandler(tWriter{t}, nil)))

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/ofsdn/ofsdn/ctl"
+
+	"github.com/ofsdn/ofsdn/test/testenv"
 )
 
 type src struct{}
@@ -50,6 +52,7 @@ func ofsdnctl(t *testing.T, args ...string) (int, string, string) {
 }
 
 func TestCommands(t *testing.T) {
+	testenv.Privileged(t)
 	sock := filepath.Join(t.TempDir(), "ctl.sock")
 	s := ctl.NewServer(sock, src{}, nil)
 	if err := s.Start(); err != nil {

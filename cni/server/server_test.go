@@ -96,6 +96,7 @@ func (w tWriter) Write(p []byte) (int, error) {
 // directory and returns it; it is shut down when the test ends.
 func startServer(t *testing.T, h Handler) *Server {
 	t.Helper()
+	testenv.Privileged(t)
 	sock := filepath.Join(t.TempDir(), "run", "ofsdn", "cni.sock")
 	s := New(sock, h, testLogger(t))
 	if err := s.Start(); err != nil {
@@ -352,6 +353,7 @@ func TestOversizedBody(t *testing.T) {
 }
 
 func TestSocketPermissions(t *testing.T) {
+	testenv.Privileged(t)
 	// A missing directory is created 0700 root:root.
 	dir := filepath.Join(t.TempDir(), "ofsdn")
 	sock := filepath.Join(dir, "cni.sock")
@@ -378,6 +380,7 @@ func TestSocketPermissions(t *testing.T) {
 }
 
 func TestStaleSocket(t *testing.T) {
+	testenv.Privileged(t)
 	dir := filepath.Join(t.TempDir(), "ofsdn")
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
@@ -426,6 +429,7 @@ func TestStaleSocket(t *testing.T) {
 }
 
 func TestServeUntilCancelled(t *testing.T) {
+	testenv.Privileged(t)
 	sock := filepath.Join(t.TempDir(), "ofsdn", "cni.sock")
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
@@ -598,6 +602,7 @@ func reqJSON(t *testing.T, r *cni.Request) string {
 // is disconnected, one that goes away mid-body costs nothing; none of them
 // reach the handler, and the server keeps serving.
 func TestSlowAndVanishingClients(t *testing.T) {
+	testenv.Privileged(t)
 	h := &fakeHandler{result: cannedResult()}
 	sock := filepath.Join(t.TempDir(), "run", "cni.sock")
 	s := New(sock, h, testLogger(t))

@@ -12,9 +12,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ofsdn/ofsdn/test/testenv"
 )
 
 func TestListenCreatesRootOnlyDirectory(t *testing.T) {
+	testenv.Privileged(t)
 	dir := filepath.Join(t.TempDir(), "a", "b")
 	l, err := Listen(filepath.Join(dir, "x.sock"), "test socket")
 	if err != nil {
@@ -123,6 +126,7 @@ func TestRemove(t *testing.T) {
 // the caller's credentials (this test runs as root: uid 0, our pid), and Shutdown stops
 // serving and removes the socket.
 func TestServeLifecycle(t *testing.T) {
+	testenv.Privileged(t)
 	path := filepath.Join(t.TempDir(), "run", "x.sock")
 	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		cred, err := PeerCredFrom(r.Context())
