@@ -1,43 +1,105 @@
-package controller
+package switchstate
 
-// Changes to several owners in one atomic bundle (network policy: a rule's flows and the
+// Changes to several owners as one change (network policy: a rule's flows and the
 // default-deny flows of the pods it isolates, or a new pod's forwarding flows with the
-// policy flows that let it talk, must reach the switch together).
+// policy flows that let it talk, must reach the switch together; a Service's group with
+// the flows that use it).
 
 import (
 	"context"
 	"fmt"
-	"sort"
 	"time"
 
-	"github.com/contiv/libOpenflow/openflow13"
-
 	"github.com/ofsdn/ofsdn/flows"
-	"github.com/ofsdn/ofsdn/openflow"
 )
 
-// OwnerUpdate is one owner's part of FlowStore.Update.
+// OwnerUpdate is one owner's part of Store.Update.
 type OwnerUpdate struct {
-	// Owner is the flow store owner.
+	// Owner is the store owner.
 	Owner flows.Owner
-	// Replace: Flows is the owner's whole desired set (as SetOwner); flows it had and
-	// Flows lacks are deleted. Otherwise Flows are added or replaced (by MatchKey) and
-	// Delete names the MatchKeys to remove; the owner's other flows stay.
+	// Replace: Flows, Groups and Meters are the owner's whole desired state (as Set);
+	// what it had and they lack is deleted. Otherwise they are added or replaced (flows
+	// by MatchKey, groups and meters by id), Delete, DeleteGroups and DeleteMeters name
+	// what to remove, and the owner's other flows, groups and meters stay.
 	Replace bool
 	// Flows are the flows wanted.
 	Flows []flows.Flow
 	// Delete are MatchKeys of flows to remove (without Replace); unknown keys are ignored.
 	Delete []string
+	// Groups are the groups wanted (ids flows.GroupIDMin..GroupIDMax).
+	Groups []flows.Group
+	// DeleteGroups are ids of groups to remove (without Replace); unknown ids are ignored.
+	DeleteGroups []uint32
+	// Meters are the meters wanted (ids flows.MeterIDMin..MeterIDMax).
+	Meters []flows.Meter
+	// DeleteMeters are ids of meters to remove (without Replace); unknown ids are ignored.
+	DeleteMeters []uint32
 }
 
-// Update applies the owners' changes as ONE atomic bundle (ONF EXT-230 bundles for
-// OpenFlow 1.3: OVS commits all of it or nothing), sending only what differs from the
-// store's current state: OFPFC_ADD for new or changed flows, OFPFC_DELETE_STRICT for
-// removed ones. The store records the new state only after the commit succeeded; on error
-// it keeps the previous state, so a retry sends the difference again. Owners not known yet
-// are created. Like SetOwner it fails at once (ErrOVSUnavailable) while the switch is
-// disconnected or being resynchronised, and waits for a running audit.
-func (s *FlowStore) Update(ctx context.Context, ups []OwnerUpdate) error {
+// apply returns have (nil: nothing) with u applied.
+func (u OwnerUpdate) apply(have *state) (*state, error) {
+	if have == nil {
+		have = &state{}
+	}
+	d := Desired{}
+	if !u.Replace {
+		del := map[string]bool{}
+		for _, k := range u.Delete {
+			del[k] = true
+		}
+		for k, f := range have.flows {
+			if !del[k] {
+				d.Flows = append(d.Flows, f)
+			}
+		}
+		delG := map[uint32]bool{}
+		for _, id := range u.DeleteGroups {
+			delG[id] = true
+		}
+		for _, g := range u.Groups {
+			delG[g.ID] = true // replaced below
+		}
+		for id, g := range have.groups {
+			if !delG[id] {
+				d.Groups = append(d.Groups, g)
+			}
+		}
+		delM := map[uint32]bool{}
+		for _, id := range u.DeleteMeters {
+			delM[id] = true
+		}
+		for _, m := range u.Meters {
+			delM[m.ID] = true
+		}
+		for id, m := range have.meters {
+			if !delM[id] {
+				d.Meters = append(d.Meters, m)
+			}
+		}
+	}
+	d.Flows = append(d.Flows, u.Flows...) // later entries with the same MatchKey win
+	d.Groups = append(d.Groups, u.Groups...)
+	d.Meters = append(d.Meters, u.Meters...)
+	return newState(u.Owner, d)
+}
+
+// Update applies the owners' changes as ONE change, sending only what differs from the
+// store's current state: first the new and changed meters (OFPMC_ADD/OFPMC_MODIFY, one
+// batch with a barrier: OVS takes no meter mods in bundles), then ONE atomic bundle (ONF
+// EXT-230 bundles for OpenFlow 1.3: OVS commits all of it or nothing) of the new and
+// changed groups (ADD_OR_MOD), new and changed flows (OFPFC_ADD), removed flows
+// (OFPFC_DELETE_STRICT) and removed groups (OFPGC_DELETE), last the removed meters
+// (OFPMC_DELETE). The store records the new state only after the bundle committed; on
+// error it keeps the previous state, so a retry sends the difference again (meters it
+// added before a failed bundle are modified by the retry, or deleted by the audit as
+// stale). A failed delete of a removed meter is no error: it is reported to the observer
+// and the audit deletes it. Owners not known yet are created.
+//
+// Errors: a group or meter that is invalid, outside ofsdn's id ranges or held by another
+// owner (nothing is sent); those of Apply and ApplyBundle. Like SetOwner it fails at once
+// (matching openflow.ErrDisconnected) while the switch is disconnected or being
+// resynchronised, and waits for a running audit.
+func (s *Store) Update(ctx context.Context, ups []OwnerUpdate) error {
 	if len(ups) == 0 {
 		return nil
 	}
@@ -51,66 +113,65 @@ func (s *FlowStore) Update(ctx context.Context, ups []OwnerUpdate) error {
 	defer s.sync.RUnlock()
 	c, err := s.conn()
 	if err != nil {
-		return fmt.Errorf("flows of %s: %w", name, err)
+		return fmt.Errorf("switch state of %s: %w", name, err)
 	}
 	s.changes.RLock()
 	defer s.changes.RUnlock()
 
 	s.mu.Lock()
-	next := make(map[flows.Owner]map[string]flows.Flow, len(ups))
-	var ops []openflow.FlowModOp
+	next := make(map[flows.Owner]*state, len(ups))
+	var order []flows.Owner
 	for _, u := range ups {
-		have := s.owners[u.Owner]
-		if prev, ok := next[u.Owner]; ok {
-			have = prev // an owner named twice: the later part applies on top
+		have, seen := next[u.Owner] // an owner named twice: the later part applies on top
+		if !seen {
+			have = s.owners[u.Owner]
+			order = append(order, u.Owner)
 		}
-		want := make(map[string]flows.Flow, len(have)+len(u.Flows))
-		if !u.Replace {
-			for k, f := range have {
-				want[k] = f
-			}
-			for _, k := range u.Delete {
-				delete(want, k)
-			}
-		}
-		for _, f := range u.Flows {
-			want[f.MatchKey()] = f
-		}
-		keys := make([]string, 0, len(want))
-		for k := range want {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			f := want[k]
-			if old, ok := have[k]; ok && old.String() == f.String() {
-				continue
-			}
-			ops = append(ops, openflow.FlowModOp{Mod: f.FlowMod(openflow13.FC_ADD), Name: u.Owner.String() + ": " + f.String()})
-		}
-		for k, f := range have {
-			if _, ok := want[k]; !ok {
-				ops = append(ops, openflow.FlowModOp{Mod: f.FlowMod(openflow13.FC_DELETE_STRICT), Name: u.Owner.String() + ": delete " + f.String()})
-			}
+		want, err := u.apply(have)
+		if err != nil {
+			s.mu.Unlock()
+			return fmt.Errorf("switch state of %s: %w", name, err)
 		}
 		next[u.Owner] = want
 	}
+	if err := s.conflictLocked(next); err != nil {
+		s.mu.Unlock()
+		return fmt.Errorf("switch state of %s: %w", name, err)
+	}
+	var ops changeOps
+	for _, o := range order {
+		diffOps(&ops, o, s.owners[o], next[o])
+	}
 	s.mu.Unlock()
 
-	if len(ops) > 0 {
+	if ops.empty() {
+		s.record(next)
+		return nil
+	}
+	if err := s.applyMeters(ctx, c, ops.meters); err != nil {
+		return fmt.Errorf("meters of %s: %w", name, err)
+	}
+	if len(ops.bundle) > 0 {
 		start := time.Now()
-		err := c.ApplyBundle(ctx, ops)
-		if s.observe != nil {
-			s.observe("bundle", len(ops), time.Since(start), err)
-		}
+		err := c.ApplyBundle(ctx, ops.bundle)
+		s.report("bundle", len(ops.bundle), start, err)
 		if err != nil {
-			return fmt.Errorf("flows of %s: %w", name, err)
+			return fmt.Errorf("switch state of %s: %w", name, err)
 		}
 	}
+	s.record(next)
+	if len(ops.meterDeletes) > 0 {
+		start := time.Now()
+		s.report("meter_mod", len(ops.meterDeletes), start, c.Apply(ctx, ops.meterDeletes))
+	}
+	return nil
+}
+
+// record stores next's owners.
+func (s *Store) record(next map[flows.Owner]*state) {
 	s.mu.Lock()
-	for o, m := range next {
-		s.owners[o] = m
+	for o, st := range next {
+		s.owners[o] = st
 	}
 	s.mu.Unlock()
-	return nil
 }
