@@ -165,6 +165,12 @@ func newState(owner flows.Owner, d Desired) (*state, error) {
 		if _, dup := st.groups[g.ID]; dup {
 			return nil, fmt.Errorf("%s: group %d given twice", owner, g.ID)
 		}
+		// A copy: the caller may change its buckets afterwards (the diff compares them).
+		bs := make([]flows.Bucket, len(g.Buckets))
+		for i, b := range g.Buckets {
+			bs[i] = flows.Bucket{Weight: b.Weight, Actions: append([]flows.Action(nil), b.Actions...)}
+		}
+		g.Buckets = bs
 		st.groups[g.ID] = g
 	}
 	for _, m := range d.Meters {
