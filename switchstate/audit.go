@@ -371,24 +371,23 @@ func (s *Store) Audit(ctx context.Context, prefix, prefixMask uint64) (AuditResu
 	if err != nil {
 		return AuditResult{}, fmt.Errorf("audit: dump flows: %w", err)
 	}
-	groups, err := c.DumpGroups(ctx)
+	s.mu.Lock()
+	desired := make(map[flows.Owner]*state, len(s.owners))
+	needMeters, needGroups := false, false
+	for o, st := range s.owners {
+		desired[o] = st // owners' states are replaced, never changed in place
+		needMeters = needMeters || len(st.meters) > 0
+		needGroups = needGroups || len(st.groups) > 0
+	}
+	s.mu.Unlock()
+	groups, err := listGroups(ctx, c, needGroups)
 	if err != nil {
 		return AuditResult{}, fmt.Errorf("audit: dump groups: %w", err)
 	}
-	ms, err := c.MeterStats(ctx, MeterAll)
+	meters, err := listMeters(ctx, c, needMeters)
 	if err != nil {
 		return AuditResult{}, fmt.Errorf("audit: list meters: %w", err)
 	}
-	meters := make([]uint32, 0, len(ms))
-	for _, m := range ms {
-		meters = append(meters, m.ID)
-	}
-	s.mu.Lock()
-	desired := make(map[flows.Owner]*state, len(s.owners))
-	for o, st := range s.owners {
-		desired[o] = st // owners' states are replaced, never changed in place
-	}
-	s.mu.Unlock()
 	p := planAudit(desired, stats, groups, meters, prefix, prefixMask)
 	var res AuditResult
 	for _, m := range p.Missing {

@@ -475,8 +475,9 @@ func (s *Store) applyMeters(ctx context.Context, c Conn, ops []openflow.FlowModO
 // in the same commit.
 //
 // Sync waits for changes in flight to end (they are on the old, dead connection and fail
-// fast) and makes new ones fail fast until it returns. Errors: those of MeterStats,
-// DumpGroups, Apply and ApplyBundle; the store is then still attached to its previous
+// fast) and makes new ones fail fast until it returns. Errors: those of MeterStats and
+// DumpGroups (only when the store wants meters, resp. groups: see listMeters), Apply and
+// ApplyBundle; the store is then still attached to its previous
 // connection. A failed delete of a stale meter is no error (reported to the observer; the
 // audit deletes it).
 func (s *Store) Sync(ctx context.Context, c Conn, pre, post []openflow.FlowModOp) error {
@@ -493,16 +494,21 @@ func (s *Store) syncLocked(ctx context.Context, c Conn, pre, post []openflow.Flo
 		owners[o] = st
 	}
 	s.mu.Unlock()
-	ms, err := c.MeterStats(ctx, MeterAll)
+	needMeters, needGroups := false, false
+	for _, st := range owners {
+		needMeters = needMeters || len(st.meters) > 0
+		needGroups = needGroups || len(st.groups) > 0
+	}
+	meterIDs, err := listMeters(ctx, c, needMeters)
 	if err != nil {
 		return fmt.Errorf("synchronise the switch: list its meters: %w", err)
 	}
 	haveMeters := map[uint32]bool{}
-	for _, m := range ms {
-		haveMeters[m.ID] = true
+	for _, id := range meterIDs {
+		haveMeters[id] = true
 	}
 	var haveGroups []uint32
-	gs, err := c.DumpGroups(ctx)
+	gs, err := listGroups(ctx, c, needGroups)
 	if err != nil {
 		return fmt.Errorf("synchronise the switch: list its groups: %w", err)
 	}
@@ -565,6 +571,35 @@ func (s *Store) syncLocked(ctx context.Context, c Conn, pre, post []openflow.Flo
 		s.report("meter_mod", len(meterDeletes), start, c.Apply(ctx, meterDeletes))
 	}
 	return nil
+}
+
+// listMeters returns the ids of the switch's meters (OFPMP_METER for OFPM_ALL). When the
+// store wants no meter (need false) a failed request counts as none, so a switch without
+// meter support still gets its flows; stale meters of ofsdn's range are then left for the
+// audit.
+func listMeters(ctx context.Context, c Conn, need bool) ([]uint32, error) {
+	ms, err := c.MeterStats(ctx, MeterAll)
+	if err != nil {
+		if !need && !errors.Is(err, openflow.ErrDisconnected) && ctx.Err() == nil {
+			return nil, nil
+		}
+		return nil, err
+	}
+	ids := make([]uint32, 0, len(ms))
+	for _, m := range ms {
+		ids = append(ids, m.ID)
+	}
+	return ids, nil
+}
+
+// listGroups returns the switch's groups (OFPMP_GROUP_DESC); as listMeters, a failed
+// request counts as none when the store wants no group.
+func listGroups(ctx context.Context, c Conn, need bool) ([]openflow.GroupDesc, error) {
+	gs, err := c.DumpGroups(ctx)
+	if err != nil && !need && !errors.Is(err, openflow.ErrDisconnected) && ctx.Err() == nil {
+		return nil, nil
+	}
+	return gs, err
 }
 
 // Rebuild replaces the desired flows of the given owners (owner → flows; their groups and

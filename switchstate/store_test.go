@@ -24,6 +24,7 @@ type fakeConn struct {
 	calls  [][]string
 	kinds  []string
 	fail   error                // returned by the next Apply/ApplyBundle (which is still recorded)
+	failOn string               // "bundle": the next ApplyBundle fails
 	down   error                // Err's answer
 	groups []openflow.GroupDesc // DumpGroups' answer
 	meters []uint32             // MeterStats(MeterAll)'s ids
@@ -54,6 +55,10 @@ func (c *fakeConn) record(kind string, ops []openflow.FlowModOp) error {
 	c.kinds = append(c.kinds, kind)
 	err := c.fail
 	c.fail = nil
+	if c.failOn == kind {
+		c.failOn = ""
+		err = errors.New("rejected by the fake switch")
+	}
 	return err
 }
 

@@ -121,7 +121,9 @@ func actionText(f flows.Flow) string {
 }
 
 // normMeter collapses whitespace so dump-meters' two lines compare with Meter.String.
-func normMeter(s string) string { return strings.Join(strings.Fields(strings.ReplaceAll(s, "bands=", "bands= ")), " ") }
+func normMeter(s string) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(s, "bands=", "bands= ")), " ")
+}
 
 func checkSwitch(t *testing.T, ovs *sandbox.OVS, want switchState, when string, extraGroups, extraMeters []string) {
 	t.Helper()
