@@ -16,6 +16,13 @@ import (
 	"github.com/ofsdn/ofsdn/openflow"
 )
 
+// unitState is serviceState with its select group only.
+func unitState() Desired {
+	d := serviceState()
+	d.Groups = d.Groups[:1]
+	return d
+}
+
 // prefixes returns the first word (the command) of each recorded op.
 func prefixes(ops []string) []string {
 	var out []string
@@ -33,7 +40,7 @@ func TestChangeOrderMetersGroupsFlows(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.take()
-	d := serviceState()
+	d := unitState()
 
 	if err := s.Set(ctx, serviceOwner, d); err != nil {
 		t.Fatal(err)
@@ -85,7 +92,7 @@ func TestChangeOrderMetersGroupsFlows(t *testing.T) {
 	}
 
 	// SetOwner changes flows only: the owner's group and meter stay.
-	if err := s.Set(ctx, serviceOwner, serviceState()); err != nil {
+	if err := s.Set(ctx, serviceOwner, unitState()); err != nil {
 		t.Fatal(err)
 	}
 	c.take()
@@ -110,7 +117,7 @@ func TestChangeOrderMetersGroupsFlows(t *testing.T) {
 func TestReplayOrderAndStaleGroupsAndMeters(t *testing.T) {
 	ctx := context.Background()
 	s := New()
-	d := serviceState()
+	d := unitState()
 	if err := s.LoadState(serviceOwner, d); err != nil {
 		t.Fatal(err)
 	}
@@ -163,15 +170,15 @@ func TestGroupAndMeterRefusals(t *testing.T) {
 	if err := s.Set(ctx, serviceOwner, Desired{Meters: []flows.Meter{{ID: 5000, Rate: 1}}}); err == nil || !strings.Contains(err.Error(), "outside ofsdn's meter ids") {
 		t.Errorf("meter 5000: %v, want a refusal naming the range", err)
 	}
-	if err := s.Set(ctx, serviceOwner, serviceState()); err != nil {
+	if err := s.Set(ctx, serviceOwner, unitState()); err != nil {
 		t.Fatal(err)
 	}
 	other := flows.Owner{Kind: flows.OwnerPipeline, ID: 8}
-	if err := s.Set(ctx, other, Desired{Meters: serviceState().Meters}); err == nil || !strings.Contains(err.Error(), "meter 9 is wanted by") {
+	if err := s.Set(ctx, other, Desired{Meters: unitState().Meters}); err == nil || !strings.Contains(err.Error(), "meter 9 is wanted by") {
 		t.Errorf("meter 9 for a second owner: %v, want a refusal naming both", err)
 	}
 	c.take()
-	if err := s.Set(ctx, other, Desired{Groups: serviceState().Groups}); err == nil {
+	if err := s.Set(ctx, other, Desired{Groups: unitState().Groups}); err == nil {
 		t.Error("a group of another owner was accepted")
 	}
 	if _, calls := c.take(); len(calls) != 0 {
@@ -180,7 +187,7 @@ func TestGroupAndMeterRefusals(t *testing.T) {
 }
 
 func TestPlanAuditGroupsAndMeters(t *testing.T) {
-	d := serviceState()
+	d := unitState()
 	st, err := newState(serviceOwner, d)
 	if err != nil {
 		t.Fatal(err)

@@ -25,7 +25,8 @@ import (
 var serviceOwner = flows.Owner{Kind: flows.OwnerPipeline, ID: 7}
 
 // serviceState is serviceOwner's desired state: meter 9 (1000 packets/s), a select group
-// over ofports 1 (weight 3) and 2 (weight 1), and one flow that sends IPv4 through both.
+// over ofports 1 (weight 3) and 2 (weight 1), a flow that sends IPv4 through both and a
+// drop flow below it, and an all and an indirect group no flow uses.
 func serviceState() Desired {
 	g := flows.Group{ID: flows.GroupIDMin + 5, Type: flows.GroupSelect, Buckets: []flows.Bucket{
 		{Weight: 3, Actions: []flows.Action{flows.Output{Port: 1}}},
@@ -35,7 +36,12 @@ func serviceState() Desired {
 	f := flows.Flow{Table: 0, Priority: 50, Cookie: flows.Cookie(cookie), Match: flows.Match{EthType: flows.EthTypeIPv4},
 		Actions: []flows.Action{flows.GroupAction{ID: g.ID}}, Meter: 9}
 	other := flows.Flow{Table: 0, Priority: 10, Cookie: flows.Cookie(cookie), Actions: []flows.Action{flows.Drop{}}}
-	return Desired{Flows: []flows.Flow{f, other}, Groups: []flows.Group{g}, Meters: []flows.Meter{{ID: 9, Rate: 1000, Burst: 1000}}}
+	// An all group and an indirect one too, so the audit's comparison meets each type as
+	// OVS returns it.
+	all := flows.Group{ID: flows.GroupIDMin + 6, Type: flows.GroupAll, Buckets: []flows.Bucket{
+		{Actions: []flows.Action{flows.Output{Port: 1}}}, {Actions: []flows.Action{flows.Output{Port: 2}}}}}
+	ind := flows.Group{ID: flows.GroupIDMin + 7, Type: flows.GroupIndirect, Buckets: []flows.Bucket{{Actions: []flows.Action{flows.DecTTL{}, flows.Output{Port: 2}}}}}
+	return Desired{Flows: []flows.Flow{f, other}, Groups: []flows.Group{g, all, ind}, Meters: []flows.Meter{{ID: 9, Rate: 1000, Burst: 1000}}}
 }
 
 // switchState is what the switch holds: dump-groups, dump-meters (on one line each) and
