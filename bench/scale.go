@@ -12,10 +12,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ofsdn/ofsdn/controller"
 	"github.com/ofsdn/ofsdn/flows"
 	"github.com/ofsdn/ofsdn/openflow"
 	"github.com/ofsdn/ofsdn/ovsdb"
+	"github.com/ofsdn/ofsdn/switchstate"
 )
 
 // ScaleStats are the flow-scale timings (milliseconds) and sizes.
@@ -121,7 +121,7 @@ func RunScale(ctx context.Context, script string, pods, peers int, logf func(str
 	var m0, m1 runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&m0)
-	store := controller.NewFlowStore()
+	store := switchstate.New()
 	if err := store.Sync(ctx, sw, nil, nil); err != nil { // attach the store to sw
 		return nil, err
 	}

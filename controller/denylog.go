@@ -9,8 +9,9 @@ package controller
 // The meter (one drop band at DenyLogRate packets per second, burst DenyLogRate) is the
 // rate limit, so a flood of denied packets never reaches the daemon: what the band drops
 // is read back from the meter's statistics. The meter lives in ovs-vswitchd only, and OVS
-// refuses a flow naming a missing meter (OFPMMFC_INVALID_METER), so onConnect sets it on
-// every new connection before the flow replay. Packet-ins go from the connection's
+// refuses a flow naming a missing meter (OFPMMFC_INVALID_METER), so it is a desired meter
+// of the pipeline's owner in the switch state (package switchstate), replayed before the
+// flows on every new connection and audited like them. Packet-ins go from the connection's
 // reader to a bounded queue (openflow.PacketInQueue, what does not fit is counted) and
 // from there to one goroutine here that decodes and logs them.
 //
@@ -35,6 +36,7 @@ import (
 	"github.com/ofsdn/ofsdn/flows"
 	"github.com/ofsdn/ofsdn/openflow"
 	"github.com/ofsdn/ofsdn/policy"
+	"github.com/ofsdn/ofsdn/switchstate"
 )
 
 // DenyLogMessage is the msg of every deny log line.
@@ -89,25 +91,51 @@ func (d *denyLog) close() {
 	<-d.done
 }
 
-// ensureMeter creates (or updates) the deny log's meter on c: before any flow using it.
-// The drops the meter counted so far (a reconnect to the same ovs-vswitchd) are added to
-// the total first, and the counter the meter then has becomes the new baseline, so the
-// total stays monotonic whether the switch kept, reset or lost the meter.
-func (d *denyLog) ensureMeter(ctx context.Context, c *openflow.Conn) error {
+// meter is the deny log's meter: one drop band at the rate, burst the rate, in packets.
+func (d *denyLog) meter() flows.Meter {
+	return flows.Meter{ID: flows.DenyLogMeter, Rate: d.rate, Burst: d.rate}
+}
+
+// loadMeter makes the deny log's meter a desired meter of the pipeline's owner in store,
+// so that the store creates it before the default-deny flows that use it on every new
+// connection (a restarted ovs-vswitchd has no meters) and the audit re-creates it.
+func (d *denyLog) loadMeter(store *switchstate.Store) error {
+	st, _ := store.OwnerState(flows.PipelineOwner)
+	st.Meters = append(st.Meters, d.meter())
+	if err := store.LoadState(flows.PipelineOwner, st); err != nil {
+		return fmt.Errorf("network policy deny log: meter %d (drop band %d packets/s, burst %d): %w (fix: a smaller policyDenyLogRate, or policyDenyLog: false)",
+			flows.DenyLogMeter, d.rate, d.rate, err)
+	}
+	return nil
+}
+
+// beforeReplay adds the drops the meter counted so far (a reconnect to the same
+// ovs-vswitchd) to the total, before the replay sets the meter again; afterReplay takes
+// the counter the meter then has as the new baseline. So the total stays monotonic
+// whether the switch kept, reset or lost the meter. Both do nothing on a nil d (no deny
+// log).
+func (d *denyLog) beforeReplay(ctx context.Context, c *openflow.Conn) {
+	if d == nil {
+		return
+	}
 	d.meterMu.Lock()
 	defer d.meterMu.Unlock()
 	if st, err := c.MeterStats(ctx, flows.DenyLogMeter); err == nil {
 		_ = d.foldLocked(st)
 	}
-	if err := c.SetDropMeter(ctx, flows.DenyLogMeter, d.rate, d.rate); err != nil {
-		return fmt.Errorf("network policy deny log: create meter %d (drop band %d packets/s, burst %d) before the default-deny flows that use it: %w (fix: a smaller policyDenyLogRate, or policyDenyLog: false)",
-			flows.DenyLogMeter, d.rate, d.rate, err)
+}
+
+// afterReplay: see beforeReplay.
+func (d *denyLog) afterReplay(ctx context.Context, c *openflow.Conn) {
+	if d == nil {
+		return
 	}
+	d.meterMu.Lock()
+	defer d.meterMu.Unlock()
 	d.meterSeen = 0
 	if st, err := c.MeterStats(ctx, flows.DenyLogMeter); err == nil && len(st) == 1 && len(st[0].Bands) == 1 {
 		d.meterSeen = st[0].Bands[0].Packets
 	}
-	return nil
 }
 
 // foldLocked adds the drop band's growth since the last sample to the total. d.meterMu

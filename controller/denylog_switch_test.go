@@ -25,10 +25,10 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/contiv/libOpenflow/openflow13"
 
 	"github.com/ofsdn/ofsdn/flows"
 	"github.com/ofsdn/ofsdn/openflow"
+	"github.com/ofsdn/ofsdn/switchstate"
 	"github.com/ofsdn/ofsdn/test/sandbox"
 )
 
@@ -160,15 +160,20 @@ func TestDenyLogRealPacketsRateLimited(t *testing.T) {
 	want = append(want, flows.PodFlows(cfg, b)...)
 	deny := flows.PodPolicyFlows(cfg, b, true, false)
 	want = append(want, deny...)
-	var ops []openflow.FlowModOp
-	for _, f := range want {
-		ops = append(ops, openflow.FlowModOp{Mod: f.FlowMod(openflow13.FC_ADD), Name: f.String()})
+	// The node's way: the meter is a desired meter of the pipeline's owner, replayed by
+	// the switch state before the flows that use it.
+	store := switchstate.New()
+	store.Load(flows.PipelineOwner, want)
+	if err := d.loadMeter(store); err != nil {
+		t.Fatal(err)
 	}
 	install := func(ctx context.Context, c *openflow.Conn, _ bool) error {
-		if err := d.ensureMeter(ctx, c); err != nil {
+		d.beforeReplay(ctx, c)
+		if err := store.Sync(ctx, c, nil, nil); err != nil {
 			return err
 		}
-		return c.ApplyBundle(ctx, ops)
+		d.afterReplay(ctx, c)
+		return nil
 	}
 	sw := openflow.NewSwitch(ovs.MgmtSocket("br-int"), openflow.SwitchOptions{OF: openflow.Options{PacketIns: d.q}}, install)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -81,7 +81,7 @@ func TestDenyLogDecodeAndLine(t *testing.T) {
 	frame := ipv4Frame(0, 5, 6, 0, "10.244.9.9", "10.244.1.5", ports(40001, 81))
 	d.handle(openflow.PacketIn{TableID: uint8(ingress), Cookie: ck, Data: frame})
 	d.handle(openflow.PacketIn{TableID: uint8(egress), Cookie: ck, Data: ipv4Frame(0, 5, 1, 0, "10.244.1.5", "10.96.0.10", []byte{8, 0})})
-	d.handle(openflow.PacketIn{TableID: 0, Cookie: ck, Data: frame})                                                               // not a rule stage
+	d.handle(openflow.PacketIn{TableID: 0, Cookie: ck, Data: frame})                                                            // not a rule stage
 	d.handle(openflow.PacketIn{TableID: uint8(ingress), Cookie: uint64(flows.NewCookie(7, flows.OwnerPolicy, 1)), Data: frame}) // not a pod's flow
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	if len(lines) != 2 || d.logged.Load() != 2 || d.undecodable.Load() != 2 {

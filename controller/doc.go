@@ -14,19 +14,21 @@
 //   - reconcile.go: what start-up and GC remove because it can no longer work;
 //     scope.go: which CNI network an attachment belongs to, and what a GC may remove.
 //   - peers.go: the overlay: one flow owner per peer node, topology events.
-//   - flowstore.go: the desired flows per flows.Owner, the diff sent on each change, the
-//     replay (Sync) on every new OpenFlow connection; audit.go: the periodic audit that
-//     repairs the switch's tables while connected.
+//   - store.go: the node's switchstate.Store (the desired flows, groups and meters per
+//     flows.Owner, the diff of each change, the replay on every new OpenFlow connection,
+//     the audit), its errors folded into ErrOVSUnavailable; audit_loop.go: the periodic
+//     audit that repairs the switch while connected, its logs and counts.
 //   - inspect.go: read-only views for metrics and the inspection API (ctl/).
 //   - seams.go: the small interfaces pod wiring uses for its collaborators (OVSDB ports,
-//     flow store, IPAM, pod netns plumbing), so that its decisions are unit-tested with
+//     switch state, IPAM, pod netns plumbing), so that its decisions are unit-tested with
 //     fakes beside the real-OVS tests.
 //   - unavailable.go: ErrOVSUnavailable, where OVSDB's and OpenFlow's outages meet.
 //
 // What does not: the OpenFlow 1.3 wire protocol and the reconnecting connection are
-// package openflow; the pipeline and its flow builders are package flows; OVSDB is package
+// package openflow; turning the desired state into OpenFlow messages is package
+// switchstate (controller imports no OpenFlow codec); the pipeline and its flow builders are package flows; OVSDB is package
 // ovsdb; leases are package ipam; netlink plumbing is package podnet; the CNI wire format
 // is package cni (cmd/ofsdn-node converts CNI requests into PodRequest). controller imports
-// those and topology, and nothing imports controller but cmd/ofsdn-node, ctl and bench
+// those, switchstate and topology, and nothing imports controller but cmd/ofsdn-node, ctl and bench
 // (docs/design.md has the import rules, checked by a test).
 package controller

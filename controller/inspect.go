@@ -10,10 +10,9 @@ import (
 	"sort"
 	"time"
 
-	"github.com/contiv/libOpenflow/openflow13"
-
 	"github.com/ofsdn/ofsdn/flows"
 	"github.com/ofsdn/ofsdn/openflow"
+	"github.com/ofsdn/ofsdn/switchstate"
 )
 
 // OpenFlowConnected reports whether the node's OpenFlow connection to the bridge is up
@@ -109,7 +108,7 @@ func (n *Node) InstalledFlows(ctx context.Context) ([]StageFlows, error) {
 	}
 	byKey := map[string][]*entry{}
 	for _, f := range desired {
-		k := flowKey(uint8(f.Table), f.Priority, uint64(f.Cookie), f.FlowMod(openflow13.FC_ADD).Match)
+		k := switchstate.FlowKey(f)
 		byKey[k] = append(byKey[k], &entry{f: f})
 	}
 	out := make([]InstalledFlow, len(stats))
@@ -121,7 +120,7 @@ func (n *Node) InstalledFlows(ctx context.Context) ([]StageFlows, error) {
 			Text: fmt.Sprintf("cookie=%#x, table=%d, priority=%d, a match of %d fields: not one of the daemon's flows",
 				s.Cookie, s.TableId, s.Priority, len(s.Match.Fields)),
 		}
-		for _, e := range byKey[flowKey(s.TableId, s.Priority, s.Cookie, s.Match)] {
+		for _, e := range byKey[switchstate.StatsKey(s)] {
 			if !e.used {
 				e.used = true
 				out[i].Text, out[i].Desired = e.f.Format(ports), true
@@ -175,10 +174,4 @@ func (n *Node) InstalledFlows(ctx context.Context) ([]StageFlows, error) {
 		res = append(res, *st)
 	}
 	return res, nil
-}
-
-// flowKey identifies a flow entry by table, priority, cookie and match (openflow.MatchKey:
-// every field's value and mask, in any order).
-func flowKey(table uint8, priority uint16, cookie uint64, m openflow13.Match) string {
-	return fmt.Sprintf("%d/%d/%#x/%s", table, priority, cookie, openflow.MatchKey(m))
 }

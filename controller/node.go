@@ -60,6 +60,7 @@ import (
 	"github.com/ofsdn/ofsdn/openflow"
 	"github.com/ofsdn/ofsdn/ovsdb"
 	"github.com/ofsdn/ofsdn/podnet"
+	"github.com/ofsdn/ofsdn/switchstate"
 )
 
 // NodeOptions configures a Node. Zero values are not defaults: cmd/ofsdn-node fills them.
@@ -110,11 +111,13 @@ type Hooks struct {
 	// "veth" (address reserved and veth made), "ipam" (the rest of the lease's write to
 	// disk, which ran during "veth"), "ovsdb", "openflow", in that order.
 	AddStep func(step string, d time.Duration)
-	// FlowOp is called after each batch sent to the switch: kind is "flow_mod" or "bundle",
-	// n the number of flow mods, d the time until the barrier or commit reply, err the result.
+	// FlowOp is called after each batch sent to the switch: kind is "flow_mod", "bundle"
+	// or "meter_mod", n the number of mods, d the time until the barrier or commit reply,
+	// err the result.
 	FlowOp func(kind string, n int, d time.Duration, err error)
-	// FlowRepair is called after a flow audit repaired the switch: kind is RepairMissing
-	// or RepairUnexpected, n (>= 1) the number of flows of that kind.
+	// FlowRepair is called after an audit repaired the switch: kind is one of the Repair*
+	// constants (flows, groups, meters missing or unexpected), n (>= 1) the number of
+	// objects of that kind.
 	FlowRepair func(kind string, n int)
 	// PolicyRealize is called after each NetworkPolicy change reached the switch (or
 	// failed to): d is the time from the API event (or the attach) to the switch's
@@ -129,7 +132,7 @@ type Node struct {
 	log    *slog.Logger
 	db     *ovsdb.Client // the bridge, its own ports, generation, flow-restore-wait
 	sw     *openflow.Switch
-	store  *FlowStore
+	store  flowStore
 	ipam   *ipam.Store
 	gwAddr *net.IPNet
 
@@ -262,8 +265,8 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 		return fail(fmt.Errorf("node: %w", err))
 	}
 
-	n.store = NewFlowStore()
-	n.store.observe = opts.Hooks.FlowOp
+	n.store = flowStore{switchstate.New()}
+	n.store.SetObserver(opts.Hooks.FlowOp)
 	n.owners = n.store
 
 	// Broken attachments go before anything is installed; their flows of the earlier
@@ -300,6 +303,9 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 			rate = 100
 		}
 		n.denyLog = newDenyLog(n.log, rate, n.podName)
+		if err := n.denyLog.loadMeter(n.store.Store); err != nil {
+			return fail(err)
+		}
 		ofOpts.PacketIns = n.denyLog.q
 		go n.denyLog.run()
 	}
@@ -407,17 +413,12 @@ func (n *Node) onConnect(ctx context.Context, c *openflow.Conn, first bool) erro
 			n.log.Warn("gateway not reconfigured after reconnect", "gateway", n.opts.Gateway, "err", err)
 		}
 	}
-	if n.denyLog != nil {
-		// Before the replay: OVS refuses flows naming a meter it lacks (a restarted
-		// ovs-vswitchd has none).
-		if err := n.denyLog.ensureMeter(ctx, c); err != nil {
-			return err
-		}
-	}
+	n.denyLog.beforeReplay(ctx, c) // the deny log's meter is replayed with its owner
 	start := time.Now()
 	if err := n.store.Sync(ctx, c, pre, post); err != nil {
 		return err
 	}
+	n.denyLog.afterReplay(ctx, c)
 	n.log.Info("flow tables synchronised", "first", first, "flows", len(n.store.All()), "duration", time.Since(start).Round(time.Microsecond))
 	return n.clearFlowRestoreWait(ctx)
 }
@@ -516,7 +517,7 @@ func (n *Node) reensure(ctx context.Context) error {
 
 // rebuild takes new gateway/tunnel ofports and gateway MAC into the node's config and
 // replaces the pipeline's and every peer's flows with ones built from it, resynchronising
-// the switch in one bundle (FlowStore.Rebuild). Pods' flows do not name these ports.
+// the switch in one bundle (switchstate.Store.Rebuild). Pods' flows do not name these ports.
 // A peer added concurrently re-checks the config version after its own change
 // (Overlay.AddPeer), so none keeps flows of the old config. Errors: an invalid new config
 // (e.g. the new tunnel ofport equals the gateway's) or the bundle's.
@@ -589,8 +590,8 @@ func (n *Node) Switch() *openflow.Switch { return n.sw }
 // every flow it installs; it is also in the bridge's external_ids:ofsdn-generation.
 func (n *Node) Generation() uint16 { return n.config().Generation }
 
-// Store returns the node's desired-state flow store.
-func (n *Node) Store() *FlowStore { return n.store }
+// Store returns the node's desired switch state.
+func (n *Node) Store() *switchstate.Store { return n.store.Store }
 
 // IPAM returns the node's IP address store.
 func (n *Node) IPAM() *ipam.Store { return n.ipam }

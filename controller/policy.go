@@ -42,6 +42,7 @@ import (
 
 	"github.com/ofsdn/ofsdn/flows"
 	"github.com/ofsdn/ofsdn/policy"
+	"github.com/ofsdn/ofsdn/switchstate"
 )
 
 // ownerPolicy is the flow store owner of every rule flow (kind OwnerPolicy, id 0; the
@@ -654,7 +655,7 @@ func (n *Node) PolicyCounters(ctx context.Context) (map[string]uint64, error) {
 	desired := map[string]string{}
 	for _, f := range n.store.All() {
 		if f.Table == egress || f.Table == ingress {
-			desired[flowKey(uint8(f.Table), f.Priority, uint64(f.Cookie), f.FlowMod(0).Match)] = f.String()
+			desired[switchstate.FlowKey(f)] = f.String()
 		}
 	}
 	out := map[string]uint64{}
@@ -664,7 +665,7 @@ func (n *Node) PolicyCounters(ctx context.Context) (map[string]uint64, error) {
 			return nil, fmt.Errorf("dump the %s flows: %w", t.Name(), err)
 		}
 		for _, s := range stats {
-			if text, ok := desired[flowKey(s.TableId, s.Priority, s.Cookie, s.Match)]; ok {
+			if text, ok := desired[switchstate.StatsKey(s)]; ok {
 				out[text] = s.PacketCount
 			}
 		}
@@ -701,7 +702,7 @@ func (n *Node) PolicyDenied(ctx context.Context) (map[string]uint64, error) {
 			if s.Priority != flows.PriorityPolicyDeny || flows.Cookie(s.Cookie).Owner() != flows.OwnerPod {
 				continue
 			}
-			k := flowKey(s.TableId, s.Priority, s.Cookie, s.Match)
+			k := switchstate.StatsKey(s)
 			last := p.deniedSeen[k]
 			if s.PacketCount >= last {
 				p.denied[dir] += s.PacketCount - last

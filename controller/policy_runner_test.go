@@ -17,6 +17,7 @@ import (
 	"github.com/ofsdn/ofsdn/flows"
 	"github.com/ofsdn/ofsdn/openflow"
 	"github.com/ofsdn/ofsdn/policy"
+	"github.com/ofsdn/ofsdn/switchstate"
 )
 
 // TestPolicyRealizationOffTheAgentLock, against a real OVS whose ovs-vswitchd is frozen
@@ -32,15 +33,15 @@ func TestPolicyRealizationOffTheAgentLock(t *testing.T) {
 
 	_, subnet, _ := net.ParseCIDR("10.244.1.0/24")
 	gwMAC, _ := net.ParseMAC("0a:58:0a:f4:01:01")
-	n := &Node{log: slog.Default(), runCtx: ctx, store: NewFlowStore(),
+	n := &Node{log: slog.Default(), runCtx: ctx, store: flowStore{switchstate.New()},
 		cfg: flows.NodeConfig{GatewayOFPort: 2, GatewayMAC: gwMAC, GatewayIP: net.ParseIP("10.244.1.1").To4(),
 			PodSubnet: subnet, Generation: 3, Policy: true}}
 	var bundles atomic.Int32
-	n.store.observe = func(kind string, _ int, _ time.Duration, _ error) {
+	n.store.SetObserver(func(kind string, _ int, _ time.Duration, _ error) {
 		if kind == "bundle" {
 			bundles.Add(1)
 		}
-	}
+	})
 	if err := n.store.Sync(ctx, sw, nil, nil); err != nil {
 		t.Fatal(err)
 	}

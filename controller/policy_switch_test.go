@@ -10,6 +10,7 @@ import (
 
 	"github.com/ofsdn/ofsdn/flows"
 	"github.com/ofsdn/ofsdn/openflow"
+	"github.com/ofsdn/ofsdn/switchstate"
 )
 
 // TestPolicyFlowsPairAfterDump: policy flows (conj_id, ct_state, nw_proto, masked tp_dst,
@@ -51,13 +52,13 @@ func TestPolicyFlowsPairAfterDump(t *testing.T) {
 	}
 	keys := map[string]string{}
 	for _, f := range want {
-		keys[flowKey(uint8(f.Table), f.Priority, uint64(f.Cookie), f.FlowMod(openflow13.FC_ADD).Match)] = f.String()
+		keys[switchstate.FlowKey(f)] = f.String()
 	}
 	if len(stats) != len(want) {
 		t.Fatalf("switch holds %d flows, want %d", len(stats), len(want))
 	}
 	for _, s := range stats {
-		k := flowKey(s.TableId, s.Priority, s.Cookie, s.Match)
+		k := switchstate.StatsKey(s)
 		if _, ok := keys[k]; !ok {
 			t.Errorf("dumped flow table %d priority %d cookie %#x (%d match fields) pairs with no desired flow", s.TableId, s.Priority, s.Cookie, len(s.Match.Fields))
 		}

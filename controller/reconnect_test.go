@@ -18,6 +18,7 @@ import (
 
 	"github.com/ofsdn/ofsdn/flows"
 	"github.com/ofsdn/ofsdn/openflow"
+	"github.com/ofsdn/ofsdn/switchstate"
 	"github.com/ofsdn/ofsdn/test/sandbox"
 )
 
@@ -122,7 +123,7 @@ func TestSwitchReconnectReplaysExactDesiredState(t *testing.T) {
 		return flows.Pod{OFPort: uint32(10 + i), MAC: net.HardwareAddr{0x0a, 0x58, 0x0a, 0x96, 0, byte(i)},
 			IPs: []net.IP{net.IPv4(10, 150, 0, byte(i)).To4()}}
 	}
-	store := NewFlowStore()
+	store := flowStore{switchstate.New()}
 	store.Load(flows.PipelineOwner, flows.PipelineFlows(cfg))
 	store.Load(flows.PodOwner(pod(2)), flows.PodFlows(cfg, pod(2)))
 	store.Load(flows.PodOwner(pod(3)), flows.PodFlows(cfg, pod(3)))

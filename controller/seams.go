@@ -2,7 +2,7 @@ package controller
 
 // The node's collaborators in pod wiring, each behind the small interface the pod logic
 // (pods.go, reconcile.go) needs: the OVS ports of pod attachments (OVSDB), the desired
-// flows per owner (FlowStore), the IP leases (IPAM) and the pod netns plumbing (netlink).
+// flows per owner (switchstate.Store), the IP leases (IPAM) and the pod netns plumbing (netlink).
 // StartNode wires the real ones; unit tests wire fakes and check the decisions AddPod,
 // DelPod, GC and reconciliation take (undo order, idempotence, what is kept), while the
 // tests against a real OVS and real namespaces (test/e2e, bench) check the real ones.
@@ -36,12 +36,12 @@ type portDB interface {
 	ListPorts(bridge string) []ovsdb.PortInfo
 }
 
-// flowOwners holds the desired flows of each pod attachment: *FlowStore.
+// flowOwners holds the desired flows of each pod attachment: the node's switchstate.Store.
 type flowOwners interface {
-	// SetOwner makes the switch hold exactly fs for owner (FlowStore.SetOwner).
+	// SetOwner makes the switch hold exactly fs for owner (switchstate.Store.SetOwner).
 	SetOwner(ctx context.Context, owner flows.Owner, fs []flows.Flow) error
 	// DeleteOwner removes every flow of owner by its cookie; an unknown owner is not an
-	// error (FlowStore.DeleteOwner).
+	// error (switchstate.Store.DeleteOwner).
 	DeleteOwner(ctx context.Context, owner flows.Owner) error
 	// Owner returns owner's desired flows and whether it is known.
 	Owner(owner flows.Owner) ([]flows.Flow, bool)

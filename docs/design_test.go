@@ -146,3 +146,79 @@ func TestOpenFlowStandsAlone(t *testing.T) {
 		}
 	}
 }
+
+// codecRules reads design.md's "Which packages speak the wire codecs" list: one line per
+// third-party codec, "- `MODULE` (...): `pkg`, `pkg`, ...", the module's import path
+// first and then the packages of ofsdn whose non-test code may import it.
+func codecRules(t *testing.T) map[string]map[string]bool {
+	t.Helper()
+	b, err := os.ReadFile("design.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ident := regexp.MustCompile("`([^`]+)`")
+	out := map[string]map[string]bool{}
+	in := false
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "Which packages speak the wire codecs") {
+			in = true
+			continue
+		}
+		if !in {
+			continue
+		}
+		if !strings.HasPrefix(l, "- ") {
+			if len(out) > 0 {
+				break
+			}
+			continue
+		}
+		ids := ident.FindAllStringSubmatch(l, -1)
+		if len(ids) < 2 {
+			t.Fatalf("design.md codec line %q: want the module and at least one package", l)
+		}
+		may := map[string]bool{}
+		for _, id := range ids[1:] {
+			may[id[1]] = true
+		}
+		out[ids[0][1]] = may
+	}
+	if len(out) == 0 {
+		t.Fatal(`design.md has no list after "Which packages speak the wire codecs"`)
+	}
+	return out
+}
+
+// TestCodecImports: the OpenFlow codec (libOpenflow) and the OVSDB library (libovsdb) are
+// imported only by the packages design.md names for them, so the controller, say, cannot
+// start building OpenFlow messages or OVSDB operations itself again.
+func TestCodecImports(t *testing.T) {
+	rules := codecRules(t)
+	for _, mod := range []string{"github.com/contiv/libOpenflow", "github.com/ovn-kubernetes/libovsdb"} {
+		if _, ok := rules[mod]; !ok {
+			t.Errorf("design.md's codec list has no line for %s", mod)
+		}
+	}
+	for _, p := range goList(t, "./...") {
+		name, ok := local(p.ImportPath)
+		if !ok {
+			continue
+		}
+		for _, imp := range p.Imports {
+			for mod, may := range rules {
+				if (imp == mod || strings.HasPrefix(imp, mod+"/")) && !may[name] {
+					t.Errorf("package %s imports %s, but design.md lets only %v use %s: go through those packages", name, imp, keys(may), mod)
+				}
+			}
+		}
+	}
+}
+
+func keys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

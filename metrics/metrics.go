@@ -114,10 +114,11 @@ var (
 	// DenyLogDropReasons are the reason label's values of NetworkPolicyDenyLogDropped.
 	DenyLogDropReasons = []string{"meter", "queue", "undecodable"}
 	// BatchKinds are the kind label's values (controller.Hooks.FlowOp's set).
-	BatchKinds = []string{"flow_mod", "bundle"}
+	BatchKinds = []string{"flow_mod", "bundle", "meter_mod"}
 	// RepairKinds are the kind label's values of OpenFlowRepairs
-	// (controller.Hooks.FlowRepair's set: controller.RepairMissing, RepairUnexpected).
-	RepairKinds = []string{"missing", "unexpected"}
+	// (controller.Hooks.FlowRepair's set: controller.RepairMissing, RepairUnexpected,
+	// RepairMissingGroup, RepairUnexpectedGroup, RepairMissingMeter, RepairUnexpectedMeter).
+	RepairKinds = []string{"missing", "unexpected", "missing_group", "unexpected_group", "missing_meter", "unexpected_meter"}
 )
 
 // Histogram buckets, in seconds.

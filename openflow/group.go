@@ -39,6 +39,11 @@ const (
 	// GroupDelete is OFPGC_DELETE: delete a group and every flow that uses it (a group
 	// that does not exist is not an error).
 	GroupDelete uint16 = 2
+	// GroupAddOrModify is OVS's extension OFPGC11_ADD_OR_MOD (0x8000, ovs-ofctl mod-group
+	// --may-create): create the group, or replace its type and buckets if it exists,
+	// without touching the flows that use it. Seen on OVS 3.1 in plain batches and inside
+	// bundles; other switches answer OFPGMFC_BAD_COMMAND.
+	GroupAddOrModify uint16 = 0x8000
 
 	// GroupTypeAll is OFPGT_ALL: every bucket is executed (multicast, flooding).
 	GroupTypeAll uint8 = 0
@@ -83,7 +88,7 @@ type Bucket struct {
 
 // GroupMod is one OFPT_GROUP_MOD (OpenFlow 1.3.5 §7.3.4.2).
 type GroupMod struct {
-	// Command is GroupAdd, GroupModify or GroupDelete.
+	// Command is GroupAdd, GroupModify, GroupAddOrModify or GroupDelete.
 	Command uint16
 	// Type is GroupTypeAll, GroupTypeSelect or GroupTypeIndirect (ignored by GroupDelete).
 	Type uint8
@@ -125,11 +130,11 @@ func encodeGroupMod(m GroupMod, xid uint32) ([]byte, error) {
 		return nil, fmt.Errorf("group id %#x: want 0..%#x (OFPG_MAX)", m.ID, MaxGroupID)
 	}
 	switch m.Command {
-	case GroupAdd, GroupModify:
+	case GroupAdd, GroupModify, GroupAddOrModify:
 	case GroupDelete:
 		m.Buckets = nil
 	default:
-		return nil, fmt.Errorf("group %d: unknown group mod command %d (want OFPGC_ADD, OFPGC_MODIFY or OFPGC_DELETE)", m.ID, m.Command)
+		return nil, fmt.Errorf("group %d: unknown group mod command %d (want OFPGC_ADD, OFPGC_MODIFY, OFPGC_DELETE or OFPGC11_ADD_OR_MOD)", m.ID, m.Command)
 	}
 	if m.Command != GroupDelete {
 		switch m.Type {

@@ -159,6 +159,10 @@ func isMeterError(err error, code uint16) bool {
 	return errors.As(err, &oe) && oe.Type == errMeterModFailed && oe.Code == code
 }
 
+// IsMeterExists reports whether err is the switch's OFPET_METER_MOD_FAILED/
+// OFPMMFC_METER_EXISTS (OpenFlow 1.3.5 §7.4.4): an add of a meter that exists.
+func IsMeterExists(err error) bool { return isMeterError(err, errCodeMeterExists) }
+
 // IsUnknownMeter reports whether err is the switch's OFPET_METER_MOD_FAILED/
 // OFPMMFC_UNKNOWN_METER (OpenFlow 1.3.5 §7.4.4): the meter named does not exist.
 func IsUnknownMeter(err error) bool { return isMeterError(err, errCodeUnknownMeter) }

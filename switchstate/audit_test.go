@@ -1,4 +1,4 @@
-package controller
+package switchstate
 
 import (
 	"context"
@@ -64,7 +64,7 @@ func TestPlanAudit(t *testing.T) {
 	cfg := auditTestConfig()
 	prefix, mask := auditPrefix()
 	pipeline, pod := flows.PipelineFlows(cfg), flows.PodFlows(cfg, auditTestPod(2))
-	desired := map[flows.Owner]map[string]flows.Flow{flows.PipelineOwner: keyed(pipeline), flows.PodOwner(auditTestPod(2)): keyed(pod)}
+	desired := map[flows.Owner]*state{flows.PipelineOwner: {flows: keyed(pipeline)}, flows.PodOwner(auditTestPod(2)): {flows: keyed(pod)}}
 
 	var stats []*openflow13.FlowStats
 	for _, f := range pipeline[1:] { // pipeline[0] is missing
@@ -84,7 +84,7 @@ func TestPlanAudit(t *testing.T) {
 	oldGen.Cookie = uint64(flows.NewCookie(6, flows.OwnerPod, 0x0a980002))
 	stats = append(stats, stale, gone, foreign, oldGen)
 
-	p := planAudit(desired, stats, prefix, mask)
+	p := planAudit(desired, stats, nil, nil, prefix, mask)
 	if len(p.Missing) != 2 || p.Missing[0].owner != flows.PipelineOwner || p.Missing[0].flow.String() != pipeline[0].String() ||
 		p.Missing[1].owner != flows.PodOwner(auditTestPod(2)) || p.Missing[1].flow.String() != pod[len(pod)-1].String() {
 		t.Errorf("missing %+v, want the pipeline's first and the pod's last flow", p.Missing)
@@ -111,7 +111,7 @@ func TestPlanAudit(t *testing.T) {
 			t.Errorf("op %q: want an add", op.Name)
 		}
 	}
-	if p := planAudit(desired, nil, prefix, mask); len(p.Missing) != len(pipeline)+len(pod) {
+	if p := planAudit(desired, nil, nil, nil, prefix, mask); len(p.Missing) != len(pipeline)+len(pod) {
 		t.Errorf("empty switch: %d missing, want all %d", len(p.Missing), len(pipeline)+len(pod))
 	}
 }
@@ -124,7 +124,7 @@ func TestFlowStoreAuditRepairs(t *testing.T) {
 	ovs, sw := ofTestBridge(t, openflow.Options{})
 	cfg := auditTestConfig()
 	prefix, mask := auditPrefix()
-	store := NewFlowStore()
+	store := New()
 	store.Load(flows.PipelineOwner, flows.PipelineFlows(cfg))
 	store.Load(flows.PodOwner(auditTestPod(2)), flows.PodFlows(cfg, auditTestPod(2)))
 	store.Load(flows.PodOwner(auditTestPod(3)), flows.PodFlows(cfg, auditTestPod(3)))

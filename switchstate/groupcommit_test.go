@@ -1,4 +1,4 @@
-package controller
+package switchstate
 
 import (
 	"context"
@@ -32,7 +32,7 @@ func groupTestFlows(i int) []flows.Flow {
 // and concurrent DeleteOwner calls remove exactly their owners' flows.
 func TestFlowStoreGroupCommit(t *testing.T) {
 	ovs, sw := ofTestBridge(t, openflow.Options{})
-	s := NewFlowStore()
+	s := New()
 	if err := s.Sync(context.Background(), sw, nil, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestFlowStoreGroupCommit(t *testing.T) {
 		}
 	}
 	s.gmu.Lock()
-	groups := s.groups
+	groups := s.batches
 	s.gmu.Unlock()
 	t.Logf("%d concurrent SetOwner calls went to the switch in %d batches (plus retries alone)", n, groups)
 	if groups >= n {

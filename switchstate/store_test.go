@@ -1,7 +1,7 @@
-package controller
+package switchstate
 
 // Unit tests of the flow store's diff with a fake connection: what SetOwner, DeleteOwner,
-// Sync (the replay) and Rebuild send. reconnect_test.go runs the store against a real OVS.
+// Sync (the replay) and Rebuild send. switch_test.go runs the store against a real OVS.
 
 import (
 	"context"
@@ -21,21 +21,31 @@ import (
 // fakeConn records what the store sends: one entry per Apply or ApplyBundle, each flow
 // mod as "ADD|DELETE_STRICT|DELETE <name>" with the cookie/mask of deletes by cookie.
 type fakeConn struct {
-	calls [][]string
-	kinds []string
-	fail  error // returned by the next Apply/ApplyBundle (which is still recorded)
-	down  error // Err's answer
+	calls  [][]string
+	kinds  []string
+	fail   error                // returned by the next Apply/ApplyBundle (which is still recorded)
+	failOn string               // "bundle": the next ApplyBundle fails
+	down   error                // Err's answer
+	groups []openflow.GroupDesc // DumpGroups' answer
+	meters []uint32             // MeterStats(MeterAll)'s ids
 }
 
 func (c *fakeConn) record(kind string, ops []openflow.FlowModOp) error {
 	var got []string
 	for _, op := range ops {
-		switch op.Mod.Command {
-		case openflow13.FC_ADD:
+		switch {
+		case op.Group != nil:
+			cmd := map[uint16]string{openflow.GroupAdd: "GROUP_ADD", openflow.GroupModify: "GROUP_MOD",
+				openflow.GroupDelete: "GROUP_DELETE", openflow.GroupAddOrModify: "GROUP_ADD_OR_MOD"}[op.Group.Command]
+			got = append(got, cmd+" "+op.Name)
+		case op.Meter != nil:
+			cmd := map[uint16]string{openflow.MeterAdd: "METER_ADD", openflow.MeterModify: "METER_MOD", openflow.MeterDelete: "METER_DELETE"}[op.Meter.Command]
+			got = append(got, cmd+" "+op.Name)
+		case op.Mod.Command == openflow13.FC_ADD:
 			got = append(got, "ADD "+op.Name)
-		case openflow13.FC_DELETE_STRICT:
+		case op.Mod.Command == openflow13.FC_DELETE_STRICT:
 			got = append(got, "DELETE_STRICT "+op.Name)
-		case openflow13.FC_DELETE:
+		case op.Mod.Command == openflow13.FC_DELETE:
 			got = append(got, fmt.Sprintf("DELETE cookie=%#x/%#x", op.Mod.Cookie, op.Mod.CookieMask))
 		default:
 			got = append(got, fmt.Sprintf("command %d %s", op.Mod.Command, op.Name))
@@ -45,6 +55,10 @@ func (c *fakeConn) record(kind string, ops []openflow.FlowModOp) error {
 	c.kinds = append(c.kinds, kind)
 	err := c.fail
 	c.fail = nil
+	if c.failOn == kind {
+		c.failOn = ""
+		err = errors.New("rejected by the fake switch")
+	}
 	return err
 }
 
@@ -57,6 +71,16 @@ func (c *fakeConn) ApplyBundle(ctx context.Context, ops []openflow.FlowModOp) er
 func (c *fakeConn) Err() error { return c.down }
 func (c *fakeConn) DumpFlows(ctx context.Context, tableID uint8, cookie, cookieMask uint64) ([]*openflow13.FlowStats, error) {
 	return nil, nil
+}
+func (c *fakeConn) DumpGroups(ctx context.Context) ([]openflow.GroupDesc, error) {
+	return c.groups, nil
+}
+func (c *fakeConn) MeterStats(ctx context.Context, id uint32) ([]openflow.MeterStats, error) {
+	var out []openflow.MeterStats
+	for _, m := range c.meters {
+		out = append(out, openflow.MeterStats{ID: m})
+	}
+	return out, nil
 }
 
 // take returns the recorded calls and clears them.
@@ -99,7 +123,7 @@ func sorted(s []string) []string {
 func TestFlowStoreSetOwnerSendsTheDiff(t *testing.T) {
 	cfg := storeTestConfig()
 	c := &fakeConn{}
-	s := NewFlowStore()
+	s := New()
 	if err := s.Sync(context.Background(), c, nil, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +189,7 @@ func TestFlowStoreSetOwnerSendsTheDiff(t *testing.T) {
 func TestFlowStoreDeleteOwner(t *testing.T) {
 	cfg := storeTestConfig()
 	c := &fakeConn{}
-	s := NewFlowStore()
+	s := New()
 	a, b := storePod(5, 10), storePod(6, 11)
 	s.Load(flows.PodOwner(a), flows.PodFlows(cfg, a))
 	s.Load(flows.PodOwner(b), flows.PodFlows(cfg, b))
@@ -208,8 +232,8 @@ func TestFlowStoreDeleteOwner(t *testing.T) {
 		t.Error("DeleteOwner while disconnected did not forget the owner")
 	}
 	err := s.SetOwner(context.Background(), flows.PodOwner(a), flows.PodFlows(cfg, a))
-	if !errors.Is(err, ErrOVSUnavailable) || !errors.Is(err, openflow.ErrDisconnected) {
-		t.Errorf("SetOwner while disconnected: %v, want ErrOVSUnavailable and openflow.ErrDisconnected", err)
+	if !errors.Is(err, openflow.ErrDisconnected) {
+		t.Errorf("SetOwner while disconnected: %v, want openflow.ErrDisconnected", err)
 	}
 	if _, ok := s.Owner(flows.PodOwner(a)); ok {
 		t.Error("SetOwner that failed while disconnected changed the desired state")
@@ -222,7 +246,7 @@ func TestFlowStoreDeleteOwner(t *testing.T) {
 // known owners, skips unknown ones, and replays everything behind a delete of all flows.
 func TestFlowStoreReplay(t *testing.T) {
 	cfg := storeTestConfig()
-	s := NewFlowStore()
+	s := New()
 	a, b := storePod(5, 10), storePod(6, 11)
 	pipe := flows.PipelineFlows(cfg)
 	s.Load(flows.PipelineOwner, pipe)
