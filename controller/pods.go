@@ -25,6 +25,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"time"
 
@@ -135,9 +136,14 @@ func stepErr(step string, err error) error { return &StepError{Step: step, Err: 
 // A repeated ADD for the same container ID and interface returns the existing attachment.
 // Operations on the same pod (container ID, or pod namespace/name) run one at a time, see
 // lockPod. ctx bounds the whole ADD, waits on OVS included (the CNI handler gives it the
-// configured ADD deadline). On failure, a passed deadline included, everything it created
-// is removed again (each undo step bounded by UndoTimeout) and the error is a *StepError
-// naming the step, wrapping ctx's error when that ended it.
+// configured ADD deadline): AddPod returns at the latest shortly after ctx ends, also
+// when Open vSwitch does not answer at all. On failure, a passed deadline included,
+// everything it created is removed again (undoAdd: each step retried until it is done,
+// each attempt bounded by UndoTimeout, for up to UndoRetryFor) and the error is a
+// *StepError naming the step, wrapping ctx's error when that ended it. AddPod waits for
+// that undo at most UndoWait and never past ctx; an undo still running then (OVS not
+// answering) goes on in the background and keeps holding the pod's lock, so a DEL or
+// another ADD of the same pod waits for it (or gives up when its own context ends).
 func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retErr error) {
 	if req.ContainerID == "" || req.IfName == "" || req.Netns == "" {
 		return nil, errors.New("container ID, interface name and netns are required for ADD")
@@ -146,7 +152,13 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 	if err != nil {
 		return nil, err
 	}
-	defer unlock()
+	// Released when AddPod returns, or, after a failure, when its undo has finished.
+	finally := []func(){unlock}
+	defer func() {
+		for i := len(finally) - 1; i >= 0; i-- {
+			finally[i]()
+		}
+	}()
 
 	key := attachmentKey(req.ContainerID, req.IfName)
 	n.mu.Lock()
@@ -176,12 +188,12 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 		}
 	}
 
-	var undo []func()
+	var undo []undoStep
 	defer func() {
-		if retErr != nil {
-			for i := len(undo) - 1; i >= 0; i-- {
-				undo[i]()
-			}
+		if retErr != nil && len(undo) > 0 {
+			// Runs before the deferred release of the lock above: the undo takes it over.
+			retErr = n.undoAdd(ctx, req, undo, finally, retErr)
+			finally = nil
 		}
 	}()
 
@@ -194,7 +206,9 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 		return nil, stepErr("ipam", fmt.Errorf("%s: %w", req, err))
 	}
 	// Runs last. A lease whose write failed is already gone: Release is then a no-op.
-	undo = append(undo, func() { _ = n.leases.Release(req.ContainerID, req.IfName) })
+	undo = append(undo, undoStep{"IP lease " + ip.String(), func(context.Context) error {
+		return n.leases.Release(req.ContainerID, req.IfName)
+	}})
 	a := &Attachment{
 		ContainerID: req.ContainerID, IfName: req.IfName, Netns: req.Netns,
 		PodNamespace: req.PodNamespace, PodName: req.PodName, Network: req.Network,
@@ -212,7 +226,9 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 	})
 	step("veth")
 	if vethErr == nil {
-		undo = append(undo, func() { _ = n.netns.Teardown(a.HostVeth, req.Netns, req.IfName) })
+		undo = append(undo, undoStep{"host veth " + a.HostVeth, func(context.Context) error {
+			return n.netns.Teardown(a.HostVeth, req.Netns, req.IfName)
+		}})
 	}
 
 	// 3. The lease is durable before the port is attached and before ADD can succeed; on
@@ -252,24 +268,23 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 		step("ovsdb")
 		return nil, stepErr("ovsdb", fmt.Errorf("%s: port %s on bridge %s: %w", req, a.HostVeth, n.opts.Bridge, err))
 	}
-	defer release()
+	// The ofport stays held until the port is gone: after a failure, until its undo ends.
+	finally = append(finally, release)
 	a.OFPort = uint32(ofreq)
-	undo = append(undo, func() {
-		uctx, cancel := undoContext(ctx)
-		defer cancel()
-		if err := n.ports.DeletePort(uctx, n.opts.Bridge, a.HostVeth); err != nil {
-			n.log.Warn("failed ADD: cannot remove its OVS port; reconciliation will", "port", a.HostVeth, "container_id", req.ContainerID, "error", err)
+	undo = append(undo, undoStep{"OVS port " + a.HostVeth + " on bridge " + n.opts.Bridge, func(uctx context.Context) error {
+		// A transaction whose answer the ADD gave up waiting for may still commit (a hung
+		// ovsdb-server that resumes): once an echo sent after it is answered, the cache
+		// shows its outcome, and the delete sees the row if it committed.
+		if err := n.portsSettled(uctx); err != nil {
+			return err
 		}
-	}, func() {
+		return n.ports.DeletePort(uctx, n.opts.Bridge, a.HostVeth)
+	}}, undoStep{"flows of pod " + a.IP.IP.String(), func(uctx context.Context) error {
 		if n.policy != nil {
 			n.policy.detach(a) // its rule flows too; nothing if the attach was undone already
 		}
-		uctx, cancel := undoContext(ctx)
-		defer cancel()
-		if err := n.deletePodFlows(uctx, a); err != nil {
-			n.log.Warn("failed ADD: removal of its flows not confirmed", "container_id", req.ContainerID, "error", err)
-		}
-	})
+		return n.deletePodFlows(uctx, a)
+	}})
 	flowsDone := make(chan error, 1)
 	go func() { flowsDone <- n.installPodFlows(ctx, a) }()
 	ofport, portErr := n.ports.AddPortWithOFPort(ctx, n.opts.Bridge, a.HostVeth, ofreq, a.externalIDs())
@@ -388,14 +403,123 @@ func (n *Node) DelPod(ctx context.Context, req PodRequest) error {
 	return nil
 }
 
-// UndoTimeout bounds each undo step of a failed ADD (removing its flows, its
-// OVS port): 10 seconds, independent of the ADD's own deadline, which may
-// already have passed. A step that runs out leaves its object to
-// reconciliation and is logged.
-const UndoTimeout = 10 * time.Second
+// Bounds of the undo of a failed ADD (undoAdd), independent of the ADD's own deadline,
+// which may already have passed.
+const (
+	// UndoTimeout bounds one attempt of one undo step (removing the ADD's flows, its OVS
+	// port, its host veth, its IP lease): 10 seconds.
+	UndoTimeout = 10 * time.Second
+	// UndoRetryFor is how long an undo step that fails (Open vSwitch down or not
+	// answering) is retried, with pauses from 250 ms doubling up to 5 s: 5 minutes. A step
+	// still failing then is logged and left to reconciliation (at daemon start and CNI
+	// GC: a port whose host veth is gone, a lease with neither; flows of this run that no
+	// owner wants go at the next flow audit), and the next step runs.
+	UndoRetryFor = 5 * time.Minute
+	// UndoWait is how long AddPod waits for the undo of a failed ADD before it returns
+	// (never past the ADD's own deadline): 1 second. An undo still running then goes on
+	// in the background, holding the pod's lock.
+	UndoWait = time.Second
 
-func undoContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), UndoTimeout)
+	undoFirstPause = 250 * time.Millisecond
+	undoMaxPause   = 5 * time.Second
+)
+
+// undoStep is one undo of a failed ADD: what it removes (for the log) and how; run
+// returns nil once the object is gone (already gone counts), and is retried otherwise.
+type undoStep struct {
+	what string
+	run  func(ctx context.Context) error
+}
+
+// undoAdd runs the undo steps of a failed ADD in reverse order (flows, port, veth,
+// lease), each retried until done (undoRetry), then runs finally (the pod's unlock, the
+// ofport's release). It waits for that at most UndoWait and not past ctx; then it
+// returns addErr and the undo goes on in the background.
+func (n *Node) undoAdd(ctx context.Context, req PodRequest, steps []undoStep, finally []func(), addErr error) error {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer func() {
+			for i := len(finally) - 1; i >= 0; i-- {
+				finally[i]()
+			}
+		}()
+		for i := len(steps) - 1; i >= 0; i-- {
+			n.undoRetry(req, steps[i])
+		}
+	}()
+	t := time.NewTimer(UndoWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		n.log.Warn("failed ADD: its undo goes on in the background (Open vSwitch slow or not answering); operations on the pod wait for it",
+			"container_id", req.ContainerID, "pod", req.PodNamespace+"/"+req.PodName, "error", addErr)
+	case <-ctx.Done():
+		select {
+		case <-done:
+		default:
+			n.log.Warn("failed ADD: answered at its deadline, its undo goes on in the background (Open vSwitch slow or not answering); operations on the pod wait for it",
+				"container_id", req.ContainerID, "pod", req.PodNamespace+"/"+req.PodName, "error", addErr)
+		}
+	}
+	return addErr
+}
+
+// undoRetry runs one undo step until it succeeds: each attempt bounded by UndoTimeout,
+// pauses from undoFirstPause doubling up to undoMaxPause, for up to UndoRetryFor. Once
+// the node is closing each step gets one last attempt.
+func (n *Node) undoRetry(req PodRequest, s undoStep) {
+	start := time.Now()
+	pause := undoFirstPause
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(context.Background(), UndoTimeout)
+		err := s.run(actx)
+		cancel()
+		if err == nil {
+			if attempt > 1 {
+				n.log.Info("failed ADD: removed its "+s.what, "container_id", req.ContainerID, "attempts", attempt,
+					"after", time.Since(start).Round(time.Millisecond))
+			}
+			return
+		}
+		if time.Since(start)+pause > UndoRetryFor {
+			n.log.Error("failed ADD: gave up removing its "+s.what+"; reconciliation (daemon start, CNI GC) or the flow audit removes it",
+				"container_id", req.ContainerID, "attempts", attempt, "after", time.Since(start).Round(time.Millisecond), "error", err)
+			return
+		}
+		lvl := slog.LevelDebug
+		if attempt == 1 || attempt%10 == 0 {
+			lvl = slog.LevelWarn
+		}
+		n.log.Log(context.Background(), lvl, "failed ADD: cannot remove its "+s.what+" yet, retrying",
+			"container_id", req.ContainerID, "attempt", attempt, "retry_in", pause, "error", err)
+		t := time.NewTimer(pause)
+		select {
+		case <-n.stop:
+			t.Stop()
+			actx, cancel := context.WithTimeout(context.Background(), UndoTimeout)
+			err := s.run(actx)
+			cancel()
+			if err != nil {
+				n.log.Warn("failed ADD: node closing, its "+s.what+" is left to reconciliation at the next start",
+					"container_id", req.ContainerID, "error", err)
+			}
+			return
+		case <-t.C:
+		}
+		pause = min(2*pause, undoMaxPause)
+	}
+}
+
+// portsSettled waits until the OVSDB session has answered every transaction sent before
+// (ovsdb.Client.Echo); a port store without such a barrier (the unit tests' fakes)
+// settles at once.
+func (n *Node) portsSettled(ctx context.Context) error {
+	if e, ok := n.ports.(interface{ Echo(context.Context) error }); ok {
+		return ovsUnavailable(e.Echo(ctx))
+	}
+	return nil
 }
 
 // lockPod serialises operations on one pod: it takes the lock of the pod's

@@ -173,7 +173,11 @@ type Conn struct {
 	xid      atomic.Uint32
 	bundleID atomic.Uint32
 
-	wmu sync.Mutex // serialises writes to conn
+	// wmu serialises writes to conn: a semaphore (capacity 1) rather than a mutex, so
+	// that a caller whose ctx ends while another call's write is blocked (a switch that
+	// no longer reads its socket) gives up instead of waiting for WriteTimeout; blocked
+	// senders on a channel are served in arrival order, so the calls' order holds.
+	wmu chan struct{}
 
 	mu    sync.Mutex
 	calls map[uint32]*call // every xid of every pending call
@@ -225,6 +229,7 @@ func Dial(ctx context.Context, socketPath string, opts Options) (*Conn, error) {
 		opts:   opts,
 		calls:  map[uint32]*call{},
 		done:   make(chan struct{}),
+		wmu:    make(chan struct{}, 1),
 	}
 	s.log = opts.Logger.With("bridge", bridge, "socket", socketPath)
 	br := bufio.NewReaderSize(conn, 64<<10)
@@ -525,7 +530,9 @@ func (s *Conn) ApplyBundle(ctx context.Context, ops []FlowModOp) error {
 		b, xid, err := ctrl(d, openflow13.OFPBCT_DISCARD_REQUEST, fmt.Sprintf("bundle %d discard request", id))
 		if err == nil {
 			// Fire and forget: the reply (or error) is logged as unclaimed.
-			_ = s.write([][]byte{b})
+			wctx, cancel := context.WithTimeout(context.Background(), s.opts.WriteTimeout)
+			_ = s.write(wctx, [][]byte{b})
+			cancel()
 			s.log.Debug("discarded bundle", "bundle", id, "xid", xid)
 		}
 	}
@@ -670,7 +677,7 @@ func (s *Conn) roundTrip(ctx context.Context, c *call, bufs [][]byte) error {
 	}
 	s.mu.Unlock()
 
-	if err := s.write(bufs); err != nil {
+	if err := s.write(ctx, bufs); err != nil {
 		s.forget(c)
 		return err
 	}
@@ -703,10 +710,18 @@ func (s *Conn) forget(c *call) {
 }
 
 // write sends bufs with one vectored write under the write lock. Any failure ends the
-// connection: after a partial write the peer can no longer find message boundaries.
-func (s *Conn) write(bufs [][]byte) error {
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
+// connection: after a partial write the peer can no longer find message boundaries. When
+// ctx ends while it waits for the lock (another call's write is blocked), nothing of bufs
+// is sent and the error wraps ctx's; a write once started is bounded by WriteTimeout only.
+func (s *Conn) write(ctx context.Context, bufs [][]byte) error {
+	select {
+	case s.wmu <- struct{}{}:
+	case <-s.done:
+		return s.downErr()
+	case <-ctx.Done():
+		return fmt.Errorf("not sent to the switch: another write to it has been blocked (is ovs-vswitchd reading its socket?): %w", ctx.Err())
+	}
+	defer func() { <-s.wmu }()
 	select {
 	case <-s.done:
 		return s.downErr()
@@ -776,7 +791,11 @@ func (s *Conn) dispatch(msg []byte) {
 		reply := append([]byte(nil), msg...)
 		reply[1] = openflow13.Type_EchoReply
 		s.log.Debug("answering the switch's echo request", "xid", xid)
-		go func() { _ = s.write([][]byte{reply}) }()
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), s.opts.WriteTimeout)
+			defer cancel()
+			_ = s.write(ctx, [][]byte{reply})
+		}()
 		return
 	case openflow13.Type_PacketIn:
 		q := s.opts.PacketIns

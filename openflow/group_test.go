@@ -134,7 +134,7 @@ func TestConnGroupsOnSwitch(t *testing.T) {
 	for i := range 200 {
 		bufs = append(bufs, packetOut(c.nextXid(), testFrame(i)))
 	}
-	if err := c.write(bufs); err != nil {
+	if err := c.write(ctx, bufs); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Barrier(ctx); err != nil {

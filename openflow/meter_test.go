@@ -118,7 +118,7 @@ func TestConnDropMeterRateLimitsPacketIns(t *testing.T) {
 	for i := range sent {
 		bufs = append(bufs, packetOut(inj.nextXid(), testFrame(i)))
 	}
-	if err := inj.write(bufs); err != nil {
+	if err := inj.write(ctx, bufs); err != nil {
 		t.Fatal(err)
 	}
 	if err := inj.Barrier(ctx); err != nil {
@@ -181,7 +181,7 @@ func TestConnPacketInQueueFullDropsAndCounts(t *testing.T) {
 	for i := range sent {
 		bufs = append(bufs, packetOut(inj.nextXid(), testFrame(i)))
 	}
-	if err := inj.write(bufs); err != nil {
+	if err := inj.write(ctx, bufs); err != nil {
 		t.Fatal(err)
 	}
 	if err := inj.Barrier(ctx); err != nil {

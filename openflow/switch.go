@@ -321,3 +321,18 @@ func (s *Switch) Barrier(ctx context.Context) error {
 	}
 	return c.Barrier(ctx)
 }
+
+// Echo is Conn.Echo on the current connection: one OFPT_ECHO_REQUEST (OpenFlow 1.3.5
+// §7.5.2), its round-trip time once answered. It is the daemon's readiness probe of
+// ovs-vswitchd: unlike Connected, which stays true until the keep-alive declares a hung
+// switch dead (EchoTimeout, 15 s by default), an echo bounded by a short ctx says within
+// that bound that the switch does not answer. It fails fast with an error matching
+// ErrDisconnected while there is no connection, and with ctx's error (wrapped) when the
+// switch does not answer in time.
+func (s *Switch) Echo(ctx context.Context) (time.Duration, error) {
+	c, err := s.Conn()
+	if err != nil {
+		return 0, err
+	}
+	return c.Echo(ctx)
+}

@@ -67,9 +67,11 @@ func (h *handler) logOutcome(verb string, pr controller.PodRequest, start time.T
 	h.log.Info(verb+" done", attrs...)
 }
 
-// Add implements server.Handler. The ADD runs under the addTimeout deadline; when it
-// passes (Open vSwitch slow or stuck), AddPod has removed what it created and the runtime
-// gets CNI error 11 (try again later) naming the deadline and the step.
+// Add implements server.Handler. The ADD runs under the addTimeout deadline, which bounds
+// the answer (AddPod returns shortly after it, whatever Open vSwitch does); when it passes
+// (Open vSwitch slow or stuck) the runtime gets CNI error 11 (try again later) naming the
+// deadline and the step, and what the ADD created is removed, in the background once
+// Open vSwitch answers again if not at once (controller.UndoRetryFor).
 func (h *handler) Add(ctx context.Context, req *cni.Request) (*current.Result, error) {
 	start := time.Now()
 	pr, err := h.podRequest(req)
@@ -100,7 +102,7 @@ func (h *handler) Add(ctx context.Context, req *cni.Request) (*current.Result, e
 				step = "step " + se.Step
 			}
 			return nil, types.NewError(types.ErrTryAgainLater,
-				fmt.Sprintf("ADD of %s did not finish within %s (addTimeout), at %s: Open vSwitch is slow or not answering; what the ADD created was removed, try again later", pr, h.addTimeout, step),
+				fmt.Sprintf("ADD of %s did not finish within %s (addTimeout), at %s: Open vSwitch is slow or not answering; what the ADD created is removed (once Open vSwitch answers, if not at once), try again later", pr, h.addTimeout, step),
 				err.Error())
 		}
 		return nil, cniError(err)

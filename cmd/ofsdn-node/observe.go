@@ -31,7 +31,10 @@ type observer struct {
 	// ovsdbReconnects counts ovsdb.Client.Reconnected notifications.
 	ovsdbReconnects atomic.Int64
 	node            atomic.Pointer[controller.Node]
-	stop            chan struct{}
+	// probe asks ovs-vswitchd and ovsdb-server whether they answer (health.go); nil
+	// until setNode.
+	probe atomic.Pointer[healthProbe]
+	stop  chan struct{}
 }
 
 // startObserver creates the metrics, installs the CNI server's observer (call it before
@@ -80,22 +83,36 @@ func (o *observer) setDB(db *ovsdb.Client) {
 }
 
 // setNode records the started node: from now on the gauges, /readyz and the inspection
-// socket read it.
-func (o *observer) setNode(n *controller.Node) { o.node.Store(n) }
+// socket read it, and the health probe asks its switch and database whether they answer.
+func (o *observer) setNode(n *controller.Node) {
+	if db := o.db.Load(); db != nil && o.probe.Load() == nil {
+		o.probe.Store(startHealthProbe(n.Switch(), n.Bridge(), db))
+	}
+	o.node.Store(n)
+}
 
-// readiness is /readyz: OVSDB and OpenFlow connected, base pipeline installed, CNI socket
-// serving. The error lists what is not.
+// readiness is /readyz: OVSDB and OpenFlow connected and answering (the health probe's
+// last echo of each was answered within healthProbeTimeout), base pipeline installed, CNI
+// socket serving. The error lists what is not.
 func (o *observer) readiness() error {
 	var errs []error
 	n := o.node.Load()
+	var ofErr, dbErr error
+	if p := o.probe.Load(); p != nil {
+		ofErr, dbErr = p.errs()
+	}
 	if db := o.db.Load(); db == nil || !db.Connected() {
 		errs = append(errs, fmt.Errorf("OVSDB at %s not connected", o.cfg.OVSDB))
+	} else if dbErr != nil {
+		errs = append(errs, dbErr)
 	}
 	if n == nil {
 		errs = append(errs, fmt.Errorf("bridge %s: node not started (OpenFlow connection and base pipeline pending)", o.cfg.Bridge))
 	} else {
 		if !n.OpenFlowConnected() {
 			errs = append(errs, fmt.Errorf("OpenFlow connection to bridge %s down", o.cfg.Bridge))
+		} else if ofErr != nil {
+			errs = append(errs, ofErr)
 		}
 		if !n.PipelineInstalled() {
 			errs = append(errs, fmt.Errorf("base pipeline not installed on bridge %s", o.cfg.Bridge))
@@ -150,6 +167,9 @@ func (o *observer) close() {
 		return
 	default:
 		close(o.stop)
+	}
+	if p := o.probe.Load(); p != nil {
+		p.close()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -1,0 +1,125 @@
+package main
+
+// The readiness probe of Open vSwitch: whether ovs-vswitchd and ovsdb-server answer, not
+// only whether their sockets are connected. A hung ovs-vswitchd (SIGSTOP, a stuck main
+// loop) keeps its OpenFlow connection open, and the keep-alive declares it dead only
+// after its echo timeout (15 s, plus up to the 5 s interval); a hung ovsdb-server keeps
+// its unix socket too, and libovsdb never notices. Meanwhile every ADD fails at its
+// deadline, so /readyz must say 503 long before that: the probe sends an OpenFlow echo
+// (OFPT_ECHO_REQUEST) and an OVSDB echo (RFC 7047 §4.1.11) every healthProbeInterval,
+// each bounded by healthProbeTimeout, and the last answer of each is what /readyz reads.
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ofsdn/ofsdn/openflow"
+	"github.com/ofsdn/ofsdn/ovsdb"
+)
+
+const (
+	// healthProbeInterval is the time between the starts of two probes of each side: 1 s.
+	healthProbeInterval = time.Second
+	// healthProbeTimeout is how long each side has to answer one probe: 3 s. So /readyz
+	// says 503 at most healthProbeInterval + healthProbeTimeout (4 s) after a side stops
+	// answering, and 200 again at most healthProbeInterval after it answers (plus, after
+	// the keep-alive dropped the OpenFlow connection, the reconnect and flow replay).
+	healthProbeTimeout = 3 * time.Second
+)
+
+// healthProbe probes the switch (OpenFlow) and the database (OVSDB) in the background;
+// its methods are safe for concurrent use. Both sides count as answering until a probe
+// says otherwise.
+type healthProbe struct {
+	interval, timeout time.Duration
+
+	mu    sync.Mutex
+	ofErr error // the last OpenFlow probe's failure; nil when it was answered
+	dbErr error // the last OVSDB probe's failure
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// startHealthProbe starts probing sw (bridge's OpenFlow connection) and db until close.
+func startHealthProbe(sw *openflow.Switch, bridge string, db *ovsdb.Client) *healthProbe {
+	p := &healthProbe{interval: healthProbeInterval, timeout: healthProbeTimeout, stop: make(chan struct{})}
+	p.wg.Add(2)
+	ofTimeout := fmt.Errorf("ovs-vswitchd does not answer OpenFlow echo requests on bridge %s within %s (hung or overloaded)", bridge, p.timeout)
+	go p.loop(func(ctx context.Context) error {
+		if _, err := sw.Echo(ctx); err != nil {
+			if ctx.Err() != nil {
+				return ofTimeout
+			}
+			return fmt.Errorf("OpenFlow echo on bridge %s: %w", bridge, err)
+		}
+		return nil
+	}, ofTimeout, &p.ofErr)
+	dbTimeout := fmt.Errorf("ovsdb-server at %s does not answer OVSDB echo requests within %s (hung or overloaded)", db.Endpoint(), p.timeout)
+	go p.loop(func(ctx context.Context) error {
+		if err := db.Echo(ctx); err != nil {
+			if ctx.Err() != nil {
+				return dbTimeout
+			}
+			return err
+		}
+		return nil
+	}, dbTimeout, &p.dbErr)
+	return p
+}
+
+// loop runs probe every interval and records its outcome in *last. A probe not answered
+// within timeout counts as failed (timeoutErr) at once, even if it is itself stuck (a
+// write to a peer that no longer reads); no new probe starts before the stuck one returns.
+func (p *healthProbe) loop(probe func(ctx context.Context) error, timeoutErr error, last *error) {
+	defer p.wg.Done()
+	var inflight chan error // the last probe's outcome, while it runs
+	for {
+		start := time.Now()
+		if inflight == nil {
+			inflight = make(chan error, 1)
+			go func(ch chan<- error) {
+				ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+				defer cancel()
+				ch <- probe(ctx)
+			}(inflight)
+		}
+		var err error
+		t := time.NewTimer(p.timeout)
+		select {
+		case err = <-inflight:
+			inflight = nil
+		case <-t.C:
+			err = timeoutErr
+		case <-p.stop:
+			t.Stop()
+			return
+		}
+		t.Stop()
+		p.mu.Lock()
+		*last = err
+		p.mu.Unlock()
+		t = time.NewTimer(p.interval - time.Since(start))
+		select {
+		case <-p.stop:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// errs returns the last failures of the OpenFlow and the OVSDB probe (nil: answered).
+func (p *healthProbe) errs() (openFlow, ovsDB error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ofErr, p.dbErr
+}
+
+// close stops the probes and waits for their loops (a stuck probe is left to end by itself).
+func (p *healthProbe) close() {
+	close(p.stop)
+	p.wg.Wait()
+}
