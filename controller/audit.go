@@ -166,6 +166,9 @@ type AuditResult struct {
 	Unexpected []string
 	// Foreign are the flows without that prefix, left alone.
 	Foreign []string
+	// Kept are flows with that prefix that no owner wants, left alone because their
+	// owner is a pod whose address still has an IP lease (AuditKeeping).
+	Kept []string
 	// Skipped is true when no audit ran: no synchronised connection, or a full sync was
 	// running.
 	Skipped bool
@@ -179,6 +182,14 @@ type AuditResult struct {
 // runs, it does nothing and reports Skipped. Errors: those of openflow.Conn.DumpFlows and
 // openflow.Conn.Apply (a repair batch that failed is tried again by the next audit).
 func (s *FlowStore) Audit(ctx context.Context, prefix, prefixMask uint64) (AuditResult, error) {
+	return s.AuditKeeping(ctx, prefix, prefixMask, nil)
+}
+
+// AuditKeeping is Audit that leaves alone, and reports in AuditResult.Kept, each flow
+// with our prefix that no owner wants but for whose cookie keep (when not nil) returns
+// true: the node passes a test for "a pod owner whose address still has an IP lease", so
+// that a live pod the daemon lost track of is never cut off as owned by nobody.
+func (s *FlowStore) AuditKeeping(ctx context.Context, prefix, prefixMask uint64, keep func(cookie uint64) bool) (AuditResult, error) {
 	if !s.sync.TryRLock() {
 		return AuditResult{Skipped: true}, nil
 	}
@@ -201,6 +212,17 @@ func (s *FlowStore) Audit(ctx context.Context, prefix, prefixMask uint64) (Audit
 	s.mu.Unlock()
 	p := planAudit(desired, stats, prefix, prefixMask)
 	var res AuditResult
+	if keep != nil {
+		var del []*openflow13.FlowStats
+		for _, f := range p.Unexpected {
+			if keep(f.Cookie) {
+				res.Kept = append(res.Kept, describeStats(f))
+			} else {
+				del = append(del, f)
+			}
+		}
+		p.Unexpected = del
+	}
 	for _, m := range p.Missing {
 		res.Missing = append(res.Missing, m.owner.String()+": "+m.flow.String())
 	}
@@ -236,7 +258,7 @@ func (n *Node) auditFlows(interval time.Duration) {
 		prefixMask := flows.CookieVersionMask | flows.CookieGenerationMask
 		prefix := uint64(flows.NewCookie(cfg.Generation, 0, 0, 0)) & prefixMask
 		ctx, cancel := context.WithTimeout(n.runCtx, max(interval, 10*time.Second))
-		res, err := n.store.Audit(ctx, prefix, prefixMask)
+		res, err := n.store.AuditKeeping(ctx, prefix, prefixMask, n.leasedPodCookie)
 		cancel()
 		if err != nil {
 			n.log.Warn("flow audit failed; the next one retries", "bridge", n.opts.Bridge, "interval", interval,
@@ -261,6 +283,13 @@ func (n *Node) auditFlows(interval time.Duration) {
 			continue
 		}
 		seen := map[string]bool{}
+		for _, f := range res.Kept {
+			seen[f] = true
+			if !reported[f] {
+				n.log.Error("flow audit: flow with this daemon's cookie that no owner wants, of a pod address that still has an IP lease; left alone: DEL the pod, or restart ofsdn-node to restore it",
+					"bridge", n.opts.Bridge, "flow", f)
+			}
+		}
 		for _, f := range res.Foreign {
 			seen[f] = true
 			if !reported[f] {
@@ -270,4 +299,20 @@ func (n *Node) auditFlows(interval time.Duration) {
 		}
 		reported = seen
 	}
+}
+
+// leasedPodCookie reports whether cookie is a pod owner's whose address holds an IP
+// lease: such a pod may be live, and its flows are not deleted as owned by nobody.
+func (n *Node) leasedPodCookie(cookie uint64) bool {
+	c := flows.Cookie(cookie)
+	if c.Owner() != flows.OwnerPod {
+		return false
+	}
+	id := uint32(cookie & flows.CookieOwnerIDMask)
+	for _, l := range n.leases.List() {
+		if ip := l.IP.To4(); ip != nil && uint32(ip[0])<<24|uint32(ip[1])<<16|uint32(ip[2])<<8|uint32(ip[3]) == id {
+			return true
+		}
+	}
+	return false
 }
