@@ -9,15 +9,19 @@ package controller
 // gateway's address through netlink and the host's route for the cluster CIDR, the IPAM
 // store, a new generation number, the reconciliation of broken attachments
 // (reconcile.go), the desired flows of the base pipeline (with its tunnel and cluster
-// flows), of every pod already attached (their ports carry our external_ids) and of every
+// flows), of every pod already attached (their ports carry our external_ids, or, when the
+// OVS database lost them, their IP leases and live host veths do) and of every
 // peer the topology already lists (peers.go), and last our own OpenFlow connection, whose
 // first sync installs all of it as one bundle. So a daemon restart re-creates its state
-// from OVSDB, the IPAM store and the topology instead of losing it.
+// from OVSDB, the IPAM store, the host's veths and the topology instead of losing it.
 //
 // Restarts (design history and the rules every change here must keep):
 //   - Flows are never deleted at start. Each daemon run has a generation (cookie bits
-//     55..40), one more than the last run's, persisted in the bridge's
-//     external_ids:ofsdn-generation BEFORE any flow carries it. The first sync is one
+//     55..40), one more than the last run's and never one a flow on the switch carries,
+//     persisted in DataDir/generation (atomically, fsync'd) and in the bridge's
+//     external_ids:ofsdn-generation BEFORE any flow carries it. It once lived only in the
+//     bridge: after a lost database a restarted daemon took the generation of the run
+//     before, so its audit deleted the still-running pods' flows (issue 20). The first sync is one
 //     atomic bundle: an OFPFC_ADD of every desired flow (replacing the old entry with the
 //     same match, so packets never see a gap), then a delete by cookie mask of every
 //     earlier generation found on the switch (flows.GenerationCookie). Pods forward with
@@ -39,6 +43,12 @@ package controller
 //     gateway's MAC changed (the database lost the ports and they were created again),
 //     the pipeline's and the peers' flows are rebuilt for the new values and the switch
 //     resynchronised with one bundle (rebuild); pods' flows do not name those ports.
+//     If the database lost the pods' ports (an empty conf.db: ovs-vswitchd then deletes
+//     the bridge with every port and flow), each pod whose host veth exists gets its port
+//     back with its identity and its ofport (reattachPods), and the OpenFlow reconnection
+//     replays its flows; a daemon started on an empty database re-creates them from the
+//     IP leases, which record netns, host veth and ofport (restorePods). Before issue 20
+//     no pod port came back: the pods kept their addresses and had no network.
 //   - While OVS is unreachable, operations fail fast with errors matching
 //     ErrOVSUnavailable (CNI error 11, try again later) instead of waiting.
 
@@ -375,7 +385,8 @@ const GenerationFile = "generation"
 
 // nextGeneration chooses this run's generation and records it before any flow carries
 // it: one more than the highest of the previous run's records (GenerationFile, the
-// bridge's external_ids), wrapping past 65535 to 1, and never one that a flow on the
+// bridge's external_ids, the generations of the flows on the switch), wrapping past
+// 65535 to 1, and never one that a flow on the
 // switch carries (switchGenerations), so a run can never share a generation with flows
 // it did not install, even when both records are lost (an empty OVS database and a
 // wiped data directory). The file is written atomically and fsync'd (with its
@@ -395,6 +406,9 @@ func (n *Node) nextGeneration(ctx context.Context) (uint16, error) {
 	onSwitch, err := n.switchGenerations(ctx)
 	if err != nil {
 		return 0, err
+	}
+	for g := range onSwitch {
+		prev = max(prev, g) // the switch's flows are a record too, when both others are gone
 	}
 	gen, err := pickGeneration(prev, onSwitch)
 	if err != nil {
@@ -878,7 +892,8 @@ func (n *Node) Close() error {
 func (n *Node) Switch() *openflow.Switch { return n.sw }
 
 // Generation returns this daemon run's generation (1..65535), the cookie bits 55..40 of
-// every flow it installs; it is also in the bridge's external_ids:ofsdn-generation.
+// every flow it installs; it is also in DataDir/generation (GenerationFile) and the
+// bridge's external_ids:ofsdn-generation.
 func (n *Node) Generation() uint16 { return n.config().Generation }
 
 // Store returns the node's desired-state flow store.
