@@ -9,6 +9,8 @@ package controller
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/ofsdn/ofsdn/flows"
@@ -228,5 +230,35 @@ func TestAuditKeepsLeasedPods(t *testing.T) {
 	peer := flows.Owner{Kind: flows.OwnerPeer, ID: leased.ID}
 	if n.leasedPodCookie(cookie(peer)) {
 		t.Error("a peer's flow with the same id kept")
+	}
+}
+
+// TestGenerationFile: the generation is written atomically (no temp file left, a crash's
+// temp files removed) and read back; a missing file is 0, a corrupt one an error.
+func TestGenerationFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, GenerationFile)
+	if g, err := readGeneration(path); g != 0 || err != nil {
+		t.Fatalf("missing file: %d, %v", g, err)
+	}
+	if err := os.WriteFile(path+".tmp-crashed", []byte("7\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []uint16{1, 65535, 42} {
+		if err := writeGeneration(path, want); err != nil {
+			t.Fatal(err)
+		}
+		if g, err := readGeneration(path); g != want || err != nil {
+			t.Errorf("read back %d, %v; want %d", g, err, want)
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Errorf("files left in the data directory: %v", ents)
+	}
+	if err := os.WriteFile(path, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readGeneration(path); err == nil {
+		t.Error("corrupt generation file: no error")
 	}
 }

@@ -21,8 +21,8 @@ package controller
 //     persisted in DataDir/generation (atomically, fsync'd) and in the bridge's
 //     external_ids:ofsdn-generation BEFORE any flow carries it. It once lived only in the
 //     bridge: after a lost database a restarted daemon took the generation of the run
-//     before, so its audit deleted the still-running pods' flows (issue 20). The first sync is one
-//     atomic bundle: an OFPFC_ADD of every desired flow (replacing the old entry with the
+//     before, so its audit deleted the still-running pods' flows (issue 20). The first
+//     sync is one atomic bundle: an OFPFC_ADD of every desired flow (replacing the old entry with the
 //     same match, so packets never see a gap), then a delete by cookie mask of every
 //     earlier generation found on the switch (flows.GenerationCookie). Pods forward with
 //     the old flows while the daemon is down.
@@ -386,10 +386,9 @@ const GenerationFile = "generation"
 // nextGeneration chooses this run's generation and records it before any flow carries
 // it: one more than the highest of the previous run's records (GenerationFile, the
 // bridge's external_ids, the generations of the flows on the switch), wrapping past
-// 65535 to 1, and never one that a flow on the
-// switch carries (switchGenerations), so a run can never share a generation with flows
-// it did not install, even when both records are lost (an empty OVS database and a
-// wiped data directory). The file is written atomically and fsync'd (with its
+// 65535 to 1, and never one that a flow on the switch carries (switchGenerations), so a
+// run can never share a generation with flows it did not install, even when both
+// records are lost (an empty OVS database and a wiped data directory). The file is written atomically and fsync'd (with its
 // directory) first, then the bridge's external_ids. Errors: the switch cannot be asked
 // for its flows before ctx ends; the file or the bridge cannot be written; every
 // generation is on the switch.
@@ -497,13 +496,18 @@ func readGeneration(path string) (uint16, error) {
 }
 
 // writeGeneration replaces GenerationFile atomically and durably: a temp file in the same
-// directory, fsync, rename, fsync of the directory.
+// directory, fsync, rename, fsync of the directory. Temp files a crash left are removed.
 func writeGeneration(path string, gen uint16) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, GenerationFile+".tmp-*")
+	if old, _ := filepath.Glob(path + ".tmp-*"); len(old) > 0 {
+		for _, f := range old {
+			_ = os.Remove(f)
+		}
+	}
+	f, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return err
 	}

@@ -27,7 +27,7 @@
 //
 // # Group commit
 //
-// Each change (Allocate of a new key, Release, ReleaseIP) is applied to the
+// Each change (Allocate of a new key, Release, ReleaseIP, Restore, Record) is applied to the
 // in-memory index under the Store's mutex and joins the pending batch; one
 // flusher goroutine then writes the WHOLE state once for every change in that
 // batch (the sequence above: one file write, two fsyncs) without holding the
