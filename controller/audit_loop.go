@@ -33,7 +33,7 @@ func (n *Node) auditFlows(interval time.Duration) {
 		prefixMask := flows.CookieVersionMask | flows.CookieGenerationMask
 		prefix := uint64(flows.NewCookie(cfg.Generation, 0, 0)) & prefixMask
 		ctx, cancel := context.WithTimeout(n.runCtx, max(interval, 10*time.Second))
-		res, err := n.store.Audit(ctx, prefix, prefixMask)
+		res, err := n.store.AuditKeeping(ctx, prefix, prefixMask, n.leasedPodCookie)
 		cancel()
 		if err != nil {
 			n.log.Warn("switch audit failed; the next one retries", "bridge", n.opts.Bridge, "interval", interval,
@@ -69,6 +69,13 @@ func (n *Node) auditFlows(interval time.Duration) {
 			continue
 		}
 		seen := map[string]bool{}
+		for _, f := range res.Kept {
+			seen["kept"+f] = true
+			if !reported["kept"+f] {
+				n.log.Error("flow audit: flow with this daemon's cookie that no owner wants, of a pod address that still has an IP lease; left alone: DEL the pod, or restart ofsdn-node to restore it",
+					"bridge", n.opts.Bridge, "flow", f)
+			}
+		}
 		foreign := func(msg, key string, objs []string) {
 			for _, o := range objs {
 				seen[key+o] = true
@@ -82,4 +89,20 @@ func (n *Node) auditFlows(interval time.Duration) {
 		foreign("switch audit: meter outside ofsdn's id range on the bridge; left alone (delete it by hand if it is not wanted)", "meter", res.ForeignMeters)
 		reported = seen
 	}
+}
+
+// leasedPodCookie reports whether cookie is a pod owner's whose address holds an IP
+// lease: such a pod may be live, and its flows are not deleted as owned by nobody.
+func (n *Node) leasedPodCookie(cookie uint64) bool {
+	c := flows.Cookie(cookie)
+	if c.Owner() != flows.OwnerPod {
+		return false
+	}
+	id := c.OwnerID()
+	for _, l := range n.leases.List() {
+		if ip := l.IP.To4(); ip != nil && uint32(ip[0])<<24|uint32(ip[1])<<16|uint32(ip[2])<<8|uint32(ip[3]) == id {
+			return true
+		}
+	}
+	return false
 }

@@ -9,16 +9,20 @@ package controller
 // gateway's address through netlink and the host's route for the cluster CIDR, the IPAM
 // store, a new generation number, the reconciliation of broken attachments
 // (reconcile.go), the desired flows of the base pipeline (with its tunnel and cluster
-// flows), of every pod already attached (their ports carry our external_ids) and of every
+// flows), of every pod already attached (their ports carry our external_ids, or, when the
+// OVS database lost them, their IP leases and live host veths do) and of every
 // peer the topology already lists (peers.go), and last our own OpenFlow connection, whose
 // first sync installs all of it as one bundle. So a daemon restart re-creates its state
-// from OVSDB, the IPAM store and the topology instead of losing it.
+// from OVSDB, the IPAM store, the host's veths and the topology instead of losing it.
 //
 // Restarts (design history and the rules every change here must keep):
 //   - Flows are never deleted at start. Each daemon run has a generation (cookie bits
-//     55..40), one more than the last run's, persisted in the bridge's
-//     external_ids:ofsdn-generation BEFORE any flow carries it. The first sync is one
-//     atomic bundle: an OFPFC_ADD of every desired flow (replacing the old entry with the
+//     55..40), one more than the last run's and never one a flow on the switch carries,
+//     persisted in DataDir/generation (atomically, fsync'd) and in the bridge's
+//     external_ids:ofsdn-generation BEFORE any flow carries it. It once lived only in the
+//     bridge: after a lost database a restarted daemon took the generation of the run
+//     before, so its audit deleted the still-running pods' flows (issue 20). The first
+//     sync is one atomic bundle: an OFPFC_ADD of every desired flow (replacing the old entry with the
 //     same match, so packets never see a gap), then a delete by cookie mask of every
 //     earlier generation found on the switch (flows.GenerationCookie). Pods forward with
 //     the old flows while the daemon is down.
@@ -39,6 +43,12 @@ package controller
 //     gateway's MAC changed (the database lost the ports and they were created again),
 //     the pipeline's and the peers' flows are rebuilt for the new values and the switch
 //     resynchronised with one bundle (rebuild); pods' flows do not name those ports.
+//     If the database lost the pods' ports (an empty conf.db: ovs-vswitchd then deletes
+//     the bridge with every port and flow), each pod whose host veth exists gets its port
+//     back with its identity and its ofport (reattachPods), and the OpenFlow reconnection
+//     replays its flows; a daemon started on an empty database re-creates them from the
+//     IP leases, which record netns, host veth and ofport (restorePods). Before issue 20
+//     no pod port came back: the pods kept their addresses and had no network.
 //   - While OVS is unreachable, operations fail fast with errors matching
 //     ErrOVSUnavailable (CNI error 11, try again later) instead of waiting.
 
@@ -47,11 +57,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -369,20 +382,162 @@ func (n *Node) ensureSwitchConfig(ctx context.Context) (switchPorts, error) {
 	return ports, nil
 }
 
-// nextGeneration reads the previous run's generation from the bridge's external_ids,
-// persists the next one (1..65535, wrapping past 0) and returns it. It is persisted before
-// any flow carries it, so a crash right after can never make two runs share a generation.
+// GenerationFile is the file in NodeOptions.DataDir that holds the generation (1..65535,
+// decimal) of the daemon run that last started on this node: the record of the
+// generation that a lost OVS database cannot take (the bridge's
+// external_ids:ofsdn-generation, GenerationKey, is written too, for operators and
+// tools, but is only a second source).
+const GenerationFile = "generation"
+
+// nextGeneration chooses this run's generation and records it before any flow carries
+// it: one more than the highest of the previous run's records (GenerationFile, the
+// bridge's external_ids, the generations of the flows on the switch), wrapping past
+// 65535 to 1, and never one that a flow on the switch carries (switchGenerations), so a
+// run can never share a generation with flows it did not install, even when both
+// records are lost (an empty OVS database and a wiped data directory). The file is written atomically and fsync'd (with its
+// directory) first, then the bridge's external_ids. Errors: the switch cannot be asked
+// for its flows before ctx ends; the file or the bridge cannot be written; every
+// generation is on the switch.
 func (n *Node) nextGeneration(ctx context.Context) (uint16, error) {
+	path := filepath.Join(n.opts.DataDir, GenerationFile)
+	prev, err := readGeneration(path)
+	if err != nil {
+		n.log.Warn("generation file unreadable; choosing the generation from the bridge and the switch's flows", "file", path, "err", err)
+	}
 	ids, _ := n.db.BridgeExternalIDs(n.opts.Bridge)
-	prev, _ := strconv.ParseUint(ids[GenerationKey], 10, 16)
-	gen := uint16(prev) + 1
-	if gen == 0 {
-		gen = 1
+	if g, err := strconv.ParseUint(ids[GenerationKey], 10, 16); err == nil {
+		prev = max(prev, uint16(g))
+	}
+	onSwitch, err := n.switchGenerations(ctx)
+	if err != nil {
+		return 0, err
+	}
+	for g := range onSwitch {
+		prev = max(prev, g) // the switch's flows are a record too, when both others are gone
+	}
+	gen, err := pickGeneration(prev, onSwitch)
+	if err != nil {
+		return 0, fmt.Errorf("node: bridge %s: %w", n.opts.Bridge, err)
+	}
+	if err := writeGeneration(path, gen); err != nil {
+		return 0, fmt.Errorf("node: persist generation %d in %s: %w", gen, path, err)
 	}
 	if err := n.db.SetBridgeExternalID(ctx, n.opts.Bridge, GenerationKey, strconv.Itoa(int(gen))); err != nil {
 		return 0, fmt.Errorf("node: persist generation %d in bridge %s external_ids:%s: %w", gen, n.opts.Bridge, GenerationKey, err)
 	}
+	if len(onSwitch) > 0 || prev == 0 {
+		n.log.Info("generation chosen", "generation", gen, "previous", prev, "on_switch", sortedGenerations(onSwitch))
+	}
 	return gen, nil
+}
+
+// pickGeneration returns the first generation after prev (1..65535, wrapping past 65535
+// to 1) that is not in taken. The error says every generation is taken.
+func pickGeneration(prev uint16, taken map[uint16]bool) (uint16, error) {
+	g := prev
+	for range 1 << 16 {
+		g++
+		if g == 0 {
+			g = 1
+		}
+		if !taken[g] {
+			return g, nil
+		}
+	}
+	return 0, errors.New("every generation 1..65535 is carried by a flow on the switch: delete the bridge's flows by hand (ovs-ofctl del-flows)")
+}
+
+// switchGenerations asks the switch, over a short-lived OpenFlow connection of its own,
+// for every flow and returns the generations their cookies carry (0 excluded: not ours).
+// Dialing is retried every 100 ms until ctx ends (the bridge was just ensured, its
+// management socket may take a moment).
+func (n *Node) switchGenerations(ctx context.Context) (map[uint16]bool, error) {
+	mgmt := filepath.Join(n.opts.OVSRunDir, n.opts.Bridge+".mgmt")
+	for {
+		c, err := openflow.Dial(ctx, mgmt, openflow.Options{EchoInterval: -1, Logger: n.log})
+		if err == nil {
+			gens, err := staleGenerations(ctx, c, 0)
+			c.Close()
+			if err != nil {
+				return nil, fmt.Errorf("node: generations of the flows on bridge %s: %w", n.opts.Bridge, err)
+			}
+			out := make(map[uint16]bool, len(gens))
+			for _, g := range gens {
+				out[g] = true
+			}
+			return out, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("node: generations of the flows on bridge %s: %w (last: %v)", n.opts.Bridge, ctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func sortedGenerations(m map[uint16]bool) []uint16 {
+	out := make([]uint16, 0, len(m))
+	for g := range m {
+		out = append(out, g)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// readGeneration reads GenerationFile; a missing file is generation 0 (none) without
+// error.
+func readGeneration(path string) (uint16, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	g, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 16)
+	if err != nil {
+		return 0, fmt.Errorf("%s holds %q, not a generation 1..65535: %w", path, b, err)
+	}
+	return uint16(g), nil
+}
+
+// writeGeneration replaces GenerationFile atomically and durably: a temp file in the same
+// directory, fsync, rename, fsync of the directory. Temp files a crash left are removed.
+func writeGeneration(path string, gen uint16) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	if old, _ := filepath.Glob(path + ".tmp-*"); len(old) > 0 {
+		for _, f := range old {
+			_ = os.Remove(f)
+		}
+	}
+	f, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, err = f.WriteString(strconv.Itoa(int(gen)) + "\n")
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // onConnect prepares a new OpenFlow connection before anything else may use it (see
@@ -503,7 +658,7 @@ func (n *Node) reensure(ctx context.Context) error {
 		!bytes.Equal(gwMAC, cfg.GatewayMAC) {
 		n.log.Warn("gateway or tunnel port changed after the OVSDB reconnection; rebuilding the flows that use them",
 			"gateway", n.opts.Gateway, "gateway_ofport_was", cfg.GatewayOFPort, "gateway_ofport", ports.gateway,
-			"gateway_mac_was", cfg.GatewayMAC, "gateway_mac", gwMAC,
+			"gateway_mac_was", cfg.GatewayMAC.String(), "gateway_mac", gwMAC.String(),
 			"tunnel_ofport_was", cfg.TunnelOFPort, "tunnel_ofport", ports.tunnel)
 		n.rebuildPending = true // until the switch holds the rebuilt flows
 		if err := n.rebuild(ctx, ports, gwMAC); err != nil {
@@ -511,8 +666,163 @@ func (n *Node) reensure(ctx context.Context) error {
 		}
 		n.rebuildPending = false
 	}
-	n.log.Info("bridge, gateway and tunnel re-ensured after OVSDB reconnection", "bridge", n.opts.Bridge)
+	if gen := strconv.Itoa(int(cfg.Generation)); cfg.Generation != 0 {
+		if ids, _ := n.db.BridgeExternalIDs(n.opts.Bridge); ids[GenerationKey] != gen {
+			// A new database: the bridge's copy of the generation is gone (the data
+			// directory's GenerationFile is the record that counts).
+			if err := n.db.SetBridgeExternalID(ctx, n.opts.Bridge, GenerationKey, gen); err != nil {
+				return fmt.Errorf("node: write generation %s to bridge %s external_ids:%s: %w", gen, n.opts.Bridge, GenerationKey, err)
+			}
+		}
+	}
+	recreated, err := n.reattachPods(ctx)
+	if err != nil {
+		return err
+	}
+	n.log.Info("bridge, gateway and tunnel re-ensured after OVSDB reconnection", "bridge", n.opts.Bridge, "pod_ports_recreated", recreated)
 	return nil
+}
+
+// reattachPods re-creates the OVS port of every attachment the node holds whose port
+// OVSDB no longer has (an ovsdb-server that came back with an empty or another database
+// lost it; ovs-vswitchd then removed it from the datapath), with its identity in
+// external_ids and its ofport (ofport_request), so the pod's flows, which the OpenFlow
+// replay keeps on the switch, forward to it again. A pod whose host veth is gone is left
+// to DEL and GC (reconcile). It returns how many ports it re-created and the errors of
+// those it could not (watchOVSDB retries).
+func (n *Node) reattachPods(ctx context.Context) (int, error) {
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		done int
+		errs []error
+	)
+	for _, a := range n.Pods() {
+		if p, ok := n.ports.GetPort(a.HostVeth); ok {
+			if pa, ours := attachmentFromPort(p); ours && pa.ContainerID == a.ContainerID && pa.IfName == a.IfName && p.OFPort == int(a.OFPort) {
+				continue
+			}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ok, err := n.reattachPod(ctx, a.key())
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+			} else if ok {
+				done++
+			}
+		}()
+	}
+	wg.Wait()
+	return done, errors.Join(errs...)
+}
+
+// reattachPod is reattachPods for one attachment, under its container's lock (the key
+// lockPod takes), so that it never races a DEL or an ADD of the same container.
+func (n *Node) reattachPod(ctx context.Context, key string) (bool, error) {
+	n.mu.Lock()
+	a := n.pods[key]
+	n.mu.Unlock()
+	if a == nil {
+		return false, nil
+	}
+	unlock, err := n.lockCtx(ctx, "container:"+a.ContainerID)
+	if err != nil {
+		return false, fmt.Errorf("re-create the port of container %s: an operation on it is still running: %w", shortID(a.ContainerID), err)
+	}
+	defer unlock()
+	n.mu.Lock()
+	cur := n.pods[key]
+	n.mu.Unlock()
+	if cur != a {
+		return false, nil // DEL'd, or replaced, meanwhile
+	}
+	if p, ok := n.ports.GetPort(a.HostVeth); ok {
+		if pa, ours := attachmentFromPort(p); ours && pa.ContainerID == a.ContainerID && p.OFPort == int(a.OFPort) {
+			return false, nil
+		}
+	}
+	if !n.netns.HostVethExists(a.HostVeth) {
+		n.log.Warn("pod's OVS port is gone and so is its host veth: not re-created; DEL or CNI GC removes the attachment",
+			"port", a.HostVeth, "container_id", a.ContainerID, "pod", a.PodNamespace+"/"+a.PodName)
+		return false, nil
+	}
+	ofport, err := n.addPodPort(ctx, a)
+	if err != nil {
+		return false, fmt.Errorf("re-create port %s of pod %s/%s (container %s) on bridge %s: %w", a.HostVeth, a.PodNamespace, a.PodName, shortID(a.ContainerID), n.opts.Bridge, err)
+	}
+	if ofport != int(a.OFPort) {
+		// Its number was taken meanwhile: the flows follow the port.
+		b := *a
+		b.OFPort = uint32(ofport)
+		if err := n.installPodFlows(ctx, &b); err != nil {
+			return false, fmt.Errorf("pod %s/%s (container %s): flows for its re-created port %s on ofport %d: %w", a.PodNamespace, a.PodName, shortID(a.ContainerID), a.HostVeth, ofport, err)
+		}
+		n.mu.Lock()
+		n.pods[key] = &b
+		n.mu.Unlock()
+		n.recordLeases([]*Attachment{&b})
+	}
+	n.log.Info("pod's OVS port re-created after the OVS database lost it", "port", a.HostVeth, "ofport", ofport,
+		"ofport_was", a.OFPort, "pod", a.PodNamespace+"/"+a.PodName, "container_id", a.ContainerID, "network", a.Network)
+	return true, nil
+}
+
+// addPodPort adds a's port to the bridge with its external_ids, asking for a.OFPort
+// (held for it first) or, when that number is not free (another interface holds it) or
+// unknown, for a new one (ReserveOFPort), and pins the ofport_request to the ofport it
+// got if that differs (pinOFPort). It returns the port's ofport.
+func (n *Node) addPodPort(ctx context.Context, a *Attachment) (int, error) {
+	want := int(a.OFPort)
+	release := func() {}
+	var err error
+	if want > 0 {
+		release, err = n.ports.HoldOFPort(a.HostVeth, want)
+	}
+	if want == 0 || err != nil {
+		if err != nil {
+			n.log.Warn("pod's ofport is not free; its port gets another and its flows follow", "port", a.HostVeth, "ofport", want, "err", err)
+		}
+		if want, release, err = n.ports.ReserveOFPort(a.HostVeth); err != nil {
+			return 0, err
+		}
+	}
+	defer release()
+	got, err := n.ports.AddPortWithOFPort(ctx, n.opts.Bridge, a.HostVeth, want, a.externalIDs())
+	if err != nil {
+		return 0, err
+	}
+	if got != want {
+		return n.pinOFPort(ctx, a, got)
+	}
+	return got, nil
+}
+
+// recordLeases writes the attachment record (netns, host veth, ofport) of each of as into
+// its lease where it differs (ipam.Store.Record, one write), so that a later start on an
+// empty OVS database re-creates the ports as they are. A failure is logged: the leases
+// keep their older record, and the next start tries again.
+func (n *Node) recordLeases(as []*Attachment) {
+	var ups []ipam.Lease
+	for _, a := range as {
+		l, ok := n.leases.Get(a.ContainerID, a.IfName)
+		if !ok || !l.IP.Equal(a.IP.IP) {
+			continue
+		}
+		if l.Netns != a.Netns || l.HostVeth != a.HostVeth || l.OFPort != int(a.OFPort) {
+			l.Netns, l.HostVeth, l.OFPort = a.Netns, a.HostVeth, int(a.OFPort)
+			ups = append(ups, l)
+		}
+	}
+	if len(ups) == 0 {
+		return
+	}
+	if err := n.leases.Record(ups); err != nil {
+		n.log.Warn("IP leases not updated with their attachments' netns, host veth and ofport; the next start tries again", "leases", len(ups), "err", err)
+	}
 }
 
 // rebuild takes new gateway/tunnel ofports and gateway MAC into the node's config and
@@ -587,7 +897,8 @@ func (n *Node) Close() error {
 func (n *Node) Switch() *openflow.Switch { return n.sw }
 
 // Generation returns this daemon run's generation (1..65535), the cookie bits 55..40 of
-// every flow it installs; it is also in the bridge's external_ids:ofsdn-generation.
+// every flow it installs; it is also in DataDir/generation (GenerationFile) and the
+// bridge's external_ids:ofsdn-generation.
 func (n *Node) Generation() uint16 { return n.config().Generation }
 
 // Store returns the node's desired switch state.
@@ -607,13 +918,22 @@ func (n *Node) Overlay() *Overlay { return n.overlay }
 // Gateway returns the gateway's address with the pod subnet's prefix length.
 func (n *Node) Gateway() *net.IPNet { return n.gwAddr }
 
-// restorePods rebuilds the local pod table from the bridge's ports that carry our
-// external_ids and loads their desired flows into the store (installed by the first sync).
-// A port whose IP lease the store lost (a lease file deleted or restored from an old
-// backup) gets it back from its external_ids (restoreLease): otherwise the first sync
-// would delete a running pod's flows with the earlier generation and its address would
-// be handed out again.
+// restorePods rebuilds the local pod table and loads the pods' desired flows into the
+// store (installed by the first sync), from two records of each attachment:
+//
+//   - the bridge's ports that carry our external_ids. A port whose IP lease the store
+//     lost (a lease file deleted or restored from an old backup) gets it back from its
+//     external_ids (restoreLease): otherwise the first sync would delete a running pod's
+//     flows with the earlier generation and its address would be handed out again. Leases
+//     without the attachment's record (written by an older ofsdn) or with another ofport
+//     get the port's (recordLeases).
+//   - the IP leases that have no port (the OVS database was lost: an empty conf.db)
+//     but whose host veth exists, which proves the pod is live (reconcile removed those
+//     without a veth): the port is re-created from the lease (restoreFromLease), with
+//     the pod's identity and the ofport the lease records, so the pod keeps its address,
+//     its ofport and its network.
 func (n *Node) restorePods(ctx context.Context) {
+	var fromPorts []*Attachment
 	for _, p := range n.ports.ListPorts(n.opts.Bridge) {
 		a, ok := attachmentFromPort(p)
 		if !ok {
@@ -632,18 +952,104 @@ func (n *Node) restorePods(ctx context.Context) {
 			n.log.Warn("port has no ofport yet; leaving it for garbage collection", "port", p.Name, "container_id", a.ContainerID)
 			continue
 		}
-		cfg := n.config()
-		a.Gateway, a.MTU = cfg.GatewayIP, n.opts.MTU
-		n.store.Load(a.owner(), flows.PodFlows(cfg, a.flowPod()))
-		n.pods[a.key()] = a
-		// A pod wired by an ofsdn that left the host's IP stack on its host end gets the
-		// same isolation as a new one (podnet.IsolateHostEnd; idempotent).
-		if n.netns.HostVethExists(a.HostVeth) {
-			if err := n.netns.IsolateHostEnd(a.HostVeth); err != nil {
-				n.log.Warn("restored pod: host veth not isolated from the host's IP stack; DEL and ADD the pod to fix", "port", a.HostVeth, "container_id", a.ContainerID, "err", err)
+		n.loadRestored(a)
+		fromPorts = append(fromPorts, a)
+	}
+	n.recordLeases(fromPorts)
+
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		more []*Attachment
+	)
+	for _, l := range n.leases.List() {
+		k := attachmentKey(l.ContainerID, l.IfName)
+		n.mu.Lock()
+		_, known := n.pods[k]
+		n.mu.Unlock()
+		if known {
+			continue
+		}
+		hostVeth := l.HostVeth
+		if hostVeth == "" {
+			hostVeth = podnet.HostVethName(l.ContainerID, l.IfName)
+		}
+		if _, hasPort := n.ports.GetPort(hostVeth); hasPort || !n.netns.HostVethExists(hostVeth) {
+			continue // a port (not restorable above, already logged), or nothing live
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a, err := n.restoreFromLease(ctx, l, hostVeth)
+			if err != nil {
+				n.log.Error("pod has an IP lease and a host veth but its OVS port (the OVS database lost it) cannot be re-created; its lease and veth are kept: DEL the pod, or restart ofsdn-node to try again",
+					"port", hostVeth, "container_id", l.ContainerID, "ifname", l.IfName, "ip", l.IP.String(), "pod", l.Owner, "err", err)
+				return
 			}
+			mu.Lock()
+			more = append(more, a)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	for _, a := range more {
+		n.loadRestored(a)
+		n.log.Warn("pod's OVS port was missing (the OVS database lost it); re-created from its IP lease",
+			"port", a.HostVeth, "ofport", a.OFPort, "pod", a.PodNamespace+"/"+a.PodName, "container_id", a.ContainerID,
+			"ifname", a.IfName, "ip", a.IP.String(), "network", a.Network)
+	}
+	n.recordLeases(more)
+}
+
+// loadRestored puts a restored attachment into the pod table with its desired flows,
+// and isolates its host end from the host's IP stack: a pod wired by an ofsdn that left
+// the host's IP stack on it gets the same isolation as a new one
+// (podnet.IsolateHostEnd; idempotent).
+func (n *Node) loadRestored(a *Attachment) {
+	cfg := n.config()
+	a.Gateway, a.MTU = cfg.GatewayIP, n.opts.MTU
+	n.store.Load(a.owner(), flows.PodFlows(cfg, a.flowPod()))
+	n.mu.Lock()
+	n.pods[a.key()] = a
+	n.mu.Unlock()
+	if n.netns.HostVethExists(a.HostVeth) {
+		if err := n.netns.IsolateHostEnd(a.HostVeth); err != nil {
+			n.log.Warn("restored pod: host veth not isolated from the host's IP stack; DEL and ADD the pod to fix", "port", a.HostVeth, "container_id", a.ContainerID, "err", err)
 		}
 	}
+}
+
+// restoreFromLease rebuilds the attachment of lease l, whose host veth hostVeth exists
+// but whose OVS port does not, and re-creates the port (addPodPort) with the identity
+// the lease holds: the pod's namespace/name (Owner), network, netns, address, the MAC
+// ofsdn derives from it (podnet.MACFromIP, what every ADD gives the pod) and the ofport
+// the lease records (a new one when it records none). When the lease names the netns,
+// the pod interface is checked there first (address, route, MAC); a mismatch is logged,
+// the port is re-created all the same (the veth is live).
+func (n *Node) restoreFromLease(ctx context.Context, l ipam.Lease, hostVeth string) (*Attachment, error) {
+	ns, name, _ := strings.Cut(l.Owner, "/")
+	a := &Attachment{
+		ContainerID: l.ContainerID, IfName: l.IfName, Netns: l.Netns,
+		PodNamespace: ns, PodName: name, Network: l.Network, HostVeth: hostVeth,
+		IP:      &net.IPNet{IP: l.IP.To4(), Mask: n.opts.PodSubnet.Mask},
+		MAC:     podnet.MACFromIP(l.IP),
+		Gateway: n.config().GatewayIP,
+		OFPort:  uint32(l.OFPort),
+	}
+	if a.Netns != "" {
+		if err := n.netns.Check(a.Netns, a.IfName, a.IP, a.Gateway, a.MAC); err != nil {
+			n.log.Warn("restoring a pod from its lease: its interface does not look as ofsdn made it; DEL and ADD the pod if it has no network",
+				"port", hostVeth, "container_id", a.ContainerID, "netns", a.Netns, "err", err)
+		}
+	}
+	unlock := n.locks.Lock("container:" + a.ContainerID)
+	defer unlock()
+	ofport, err := n.addPodPort(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	a.OFPort = uint32(ofport)
+	return a, nil
 }
 
 // restoreLease records a's address as its IP lease (ipam.Store.Restore), with its pod

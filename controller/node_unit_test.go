@@ -164,11 +164,12 @@ func (w *world) Owner(o flows.Owner) ([]flows.Flow, bool) {
 
 // leaseStore
 
-// Reserve journals "ipam.Reserve" at once and "ipam.Durable" when durable is called; a
-// failing durable rolls the new lease back, as ipam.Store does.
-func (w *world) Reserve(containerID, ifName, owner, network string) (net.IP, func() error, error) {
+// ReserveLease journals "ipam.Reserve" at once and "ipam.Durable" when durable is called;
+// a failing durable rolls the new lease back, as ipam.Store does.
+func (w *world) ReserveLease(want ipam.Lease) (net.IP, func() error, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	containerID, ifName := want.ContainerID, want.IfName
 	k := attachmentKey(containerID, ifName)
 	if err := w.do("ipam.Reserve", k); err != nil {
 		return nil, nil, err
@@ -189,7 +190,8 @@ func (w *world) Reserve(containerID, ifName, owner, network string) (net.IP, fun
 	}
 	ip := nthIP(w.subnet, w.nextIP)
 	w.nextIP++
-	w.leases[k] = ipam.Lease{IP: ip, ContainerID: containerID, IfName: ifName, Owner: owner, Network: network}
+	want.IP = ip
+	w.leases[k] = want
 	return ip, durable(true), nil
 }
 
@@ -355,9 +357,8 @@ func TestAddPodUndoesInReverse(t *testing.T) {
 		{"veth and lease write fail", "podnet.Setup,ipam.Durable", false, "veth", []string{
 			"ipam.Reserve c1/eth0", "podnet.Setup " + veth, "ipam.Durable c1/eth0",
 			"ipam.Release c1/eth0"}},
-		{"no ofport to choose", "ovsdb.ReserveOFPort", false, "ovsdb", []string{
-			"ipam.Reserve c1/eth0", "podnet.Setup " + veth, "ipam.Durable c1/eth0",
-			"podnet.Teardown " + veth, "ipam.Release c1/eth0"}},
+		// The ofport is chosen first (the lease records it): nothing to undo.
+		{"no ofport to choose", "ovsdb.ReserveOFPort", false, "ovsdb", nil},
 		// The port's undo runs even when the transaction failed: it may have committed.
 		// The flows went in meanwhile (on the chosen ofport) and go first.
 		{"ovsdb fails", "ovsdb.AddPort", false, "ovsdb", []string{
@@ -427,7 +428,7 @@ func TestAddPodUndoesInReverse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = append(want, "ovsdb.AddPort "+veth, "flows.SetOwner "+pod)
+	want = append(want, "ovsdb.AddPort "+veth, "flows.SetOwner "+pod, "ipam.Record c1/eth0") // the lease follows the ofport
 	if got := w.log(); !reflect.DeepEqual(got, want) {
 		t.Errorf("journal of an ADD whose ofport request was not honoured: %v, want %v", got, want)
 	}

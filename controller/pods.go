@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/ofsdn/ofsdn/flows"
+	"github.com/ofsdn/ofsdn/ipam"
 	"github.com/ofsdn/ofsdn/openflow"
 	"github.com/ofsdn/ofsdn/ovsdb"
 	"github.com/ofsdn/ofsdn/podnet"
@@ -197,10 +198,22 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 		}
 	}()
 
-	// 1. IP lease, reserved in memory; ipam's flusher writes it to disk while the veth
-	// is made (the write's fsyncs cost 1–4 ms, bench/RESULTS.md).
+	// 1. The pod's ofport (step 4 asks for it) is chosen first, so that the lease records
+	// it: with the netns and the host veth, the lease is the attachment's record on the
+	// node's disk, from which the port is re-created if the OVS database is lost (node.go,
+	// "Restarts"). Then the IP lease, reserved in memory; ipam's flusher writes it to
+	// disk while the veth is made (the write's fsyncs cost 1–4 ms, bench/RESULTS.md).
+	hostVeth := podnet.HostVethName(req.ContainerID, req.IfName)
+	ofreq, release, err := n.ports.ReserveOFPort(hostVeth)
+	if err != nil {
+		step("ovsdb")
+		return nil, stepErr("ovsdb", fmt.Errorf("%s: port %s on bridge %s: %w", req, hostVeth, n.opts.Bridge, err))
+	}
+	// The ofport stays held until the port is gone: after a failure, until its undo ends.
+	finally = append(finally, release)
 	owner := req.PodNamespace + "/" + req.PodName
-	ip, durable, err := n.leases.Reserve(req.ContainerID, req.IfName, owner, req.Network)
+	ip, durable, err := n.leases.ReserveLease(ipam.Lease{ContainerID: req.ContainerID, IfName: req.IfName, Owner: owner,
+		Network: req.Network, Netns: req.Netns, HostVeth: hostVeth, OFPort: ofreq})
 	if err != nil {
 		step("ipam")
 		return nil, stepErr("ipam", fmt.Errorf("%s: %w", req, err))
@@ -212,7 +225,7 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 	a := &Attachment{
 		ContainerID: req.ContainerID, IfName: req.IfName, Netns: req.Netns,
 		PodNamespace: req.PodNamespace, PodName: req.PodName, Network: req.Network,
-		HostVeth: podnet.HostVethName(req.ContainerID, req.IfName),
+		HostVeth: hostVeth,
 		IP:       &net.IPNet{IP: ip.To4(), Mask: n.opts.PodSubnet.Mask},
 		Gateway:  n.config().GatewayIP,
 		MTU:      n.opts.MTU,
@@ -263,13 +276,6 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 	// and flows confirmed for a port that failed must go. The flows' undo runs first, as in
 	// DEL; its delete is queued on the OpenFlow connection behind the adds, so a switch
 	// that resumes applies both in order even when the wait for its confirmation runs out.
-	ofreq, release, err := n.ports.ReserveOFPort(a.HostVeth)
-	if err != nil {
-		step("ovsdb")
-		return nil, stepErr("ovsdb", fmt.Errorf("%s: port %s on bridge %s: %w", req, a.HostVeth, n.opts.Bridge, err))
-	}
-	// The ofport stays held until the port is gone: after a failure, until its undo ends.
-	finally = append(finally, release)
 	a.OFPort = uint32(ofreq)
 	undo = append(undo, undoStep{"OVS port " + a.HostVeth + " on bridge " + n.opts.Bridge, func(uctx context.Context) error {
 		// A transaction whose answer the ADD gave up waiting for may still commit (a hung
@@ -308,6 +314,9 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 		a.OFPort = uint32(ofport)
 		flowsErr = n.installPodFlows(ctx, a)
 		step("openflow")
+		if flowsErr == nil {
+			n.recordLeases([]*Attachment{a}) // the lease records the ofport it has now
+		}
 	}
 	if flowsErr != nil {
 		return nil, stepErr("openflow", fmt.Errorf("%s: %w", req, flowsErr))

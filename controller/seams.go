@@ -22,6 +22,10 @@ type portDB interface {
 	// ReserveOFPort chooses the ofport to ask for for interface name and holds it until
 	// release (ovsdb.Client.ReserveOFPort).
 	ReserveOFPort(name string) (ofport int, release func(), err error)
+	// HoldOFPort holds the given ofport for interface name until release, for a port
+	// re-created with the ofport it had (ovsdb.Client.HoldOFPort); the error says another
+	// interface uses or holds it.
+	HoldOFPort(name string, ofport int) (release func(), err error)
 	// AddPortWithOFPort adds port name to bridge with the attachment's Interface
 	// external_ids and ofport_request in one transaction and returns the ofport
 	// ovs-vswitchd assigned, which may differ from the request
@@ -49,11 +53,16 @@ type flowOwners interface {
 
 // leaseStore hands out the pod subnet's addresses: *ipam.Store.
 type leaseStore interface {
-	// Reserve leases an address to (containerID, ifName) of CNI network network in
-	// memory and returns it with durable, which waits for the lease's write to disk and
-	// returns its error; after an error the lease is gone (ipam.Store.Reserve). The
-	// address must not be attached or returned before durable returned nil.
-	Reserve(containerID, ifName, owner, network string) (ip net.IP, durable func() error, err error)
+	// ReserveLease leases an address to (want.ContainerID, want.IfName) of CNI network
+	// want.Network in memory, recording want's owner and attachment record (netns, host
+	// veth, ofport), and returns it with durable, which waits for the lease's write to
+	// disk and returns its error; after an error the lease is gone
+	// (ipam.Store.ReserveLease). The address must not be attached or returned before
+	// durable returned nil.
+	ReserveLease(want ipam.Lease) (ip net.IP, durable func() error, err error)
+	// Record replaces the attachment records of existing leases, in one durable write
+	// (ipam.Store.Record).
+	Record(updates []ipam.Lease) error
 	// Release frees the lease of (containerID, ifName); none is not an error.
 	Release(containerID, ifName string) error
 	// Get returns the lease of (containerID, ifName), with the network it was made for.

@@ -27,7 +27,7 @@
 //
 // # Group commit
 //
-// Each change (Allocate of a new key, Release, ReleaseIP) is applied to the
+// Each change (Allocate of a new key, Release, ReleaseIP, Restore, Record) is applied to the
 // in-memory index under the Store's mutex and joins the pending batch; one
 // flusher goroutine then writes the WHOLE state once for every change in that
 // batch (the sequence above: one file write, two fsyncs) without holding the
@@ -108,8 +108,31 @@ type Lease struct {
 	// lease written before ofsdn recorded it, which belongs to every network.
 	// It is not part of the key.
 	Network string
+	// Netns is the path of the attachment's network namespace (CNI_NETNS); "" when not
+	// recorded (a lease written before ofsdn recorded it). Not part of the key.
+	Netns string
+	// HostVeth is the name of the attachment's host veth end, which is also its OVS port
+	// and interface name; "" when not recorded. Not part of the key.
+	HostVeth string
+	// OFPort is the ofport the attachment's OVS port asked for (Interface
+	// ofport_request), 1..MaxOFPort; 0 when not recorded. Not part of the key.
+	// Netns, HostVeth and OFPort are the attachment's record: with the pod's identity
+	// above they are what the node needs to re-create the attachment's OVS port when the
+	// OVS database was lost (an empty conf.db), so they live here, on the node's disk.
+	OFPort int
 	// Allocated is when the lease was first handed out (wall clock, UTC).
 	Allocated time.Time
+}
+
+// MaxOFPort is the highest ofport a lease records: 65279 (0xfeff), the last OpenFlow
+// port number an Interface's ofport_request may ask for (vswitch.ovsschema:
+// ofport_request 1..65279).
+const MaxOFPort = 0xfeff
+
+// record is a lease's attachment record (Lease.Netns, HostVeth, OFPort).
+type record struct {
+	netns, hostVeth string
+	ofport          int
 }
 
 // key is the identity of one attachment (CNI spec 1.1: container ID + ifname).
@@ -122,6 +145,7 @@ type lease struct {
 	key       key
 	owner     string
 	network   string
+	rec       record
 	allocated time.Time
 	// entry is the lease's leases.json entry, encoded on its first write (Store.encodeState);
 	// the fields above never change while the lease lives. Guarded by Store.mu.
@@ -135,8 +159,9 @@ type lease struct {
 // undo it.
 type change struct {
 	l          *lease
-	added      bool   // true: l was allocated; false: l was released
+	added      bool   // true: l was allocated; false: l was released (unless prev is set)
 	prevCursor uint32 // cursor before an allocation
+	prev       *lease // set for a record update (Store.Record): the lease l replaced
 }
 
 // batch is a group of changes written to disk by one write. Its callers wait
@@ -410,6 +435,19 @@ func (s *Store) AllocateIn(containerID, ifName, owner, network string) (net.IP, 
 // gets its address and a durable that returns nil. Errors of Reserve itself: those of
 // Allocate, except the write's, which durable returns.
 func (s *Store) Reserve(containerID, ifName, owner, network string) (ip net.IP, durable func() error, err error) {
+	return s.ReserveLease(Lease{ContainerID: containerID, IfName: ifName, Owner: owner, Network: network})
+}
+
+// ReserveLease is Reserve for want.ContainerID and want.IfName, recording want's Owner,
+// Network and attachment record (Netns, HostVeth, OFPort) in the new lease; want.IP and
+// want.Allocated are ignored. A key that already holds a lease gets its address, and the
+// lease keeps what it recorded. Errors: those of Reserve, and an OFPort outside
+// 0..MaxOFPort.
+func (s *Store) ReserveLease(want Lease) (ip net.IP, durable func() error, err error) {
+	containerID, ifName, owner, network := want.ContainerID, want.IfName, want.Owner, want.Network
+	if want.OFPort < 0 || want.OFPort > MaxOFPort {
+		return nil, nil, fmt.Errorf("ipam: lease of container %s/%s: ofport %d is outside 0..%d", containerID, ifName, want.OFPort, MaxOFPort)
+	}
 	if containerID == "" || ifName == "" {
 		return nil, nil, fmt.Errorf("ipam: allocate needs a container ID and an interface name (got %q, %q)", containerID, ifName)
 	}
@@ -437,7 +475,8 @@ func (s *Store) Reserve(containerID, ifName, owner, network string) (ip net.IP, 
 		return nil, nil, fmt.Errorf("IP pool %v exhausted (%d in use): delete unused pods or give the node a larger pod subnet", s.subnet, len(s.byIP))
 	}
 	b := s.join()
-	l := &lease{ip: u, key: k, owner: owner, network: network, allocated: time.Now().UTC().Truncate(time.Second), pending: b}
+	l := &lease{ip: u, key: k, owner: owner, network: network, rec: recordOf(want),
+		allocated: time.Now().UTC().Truncate(time.Second), pending: b}
 	s.byIP[u], s.byKey[k] = l, l
 	b.changes = append(b.changes, change{l: l, added: true, prevCursor: s.cursor})
 	s.cursor = u
@@ -489,7 +528,7 @@ func (s *Store) Restore(l Lease) error {
 		allocated = time.Now().UTC().Truncate(time.Second)
 	}
 	b := s.join()
-	nl := &lease{ip: u, key: k, owner: l.Owner, network: l.Network, allocated: allocated, pending: b}
+	nl := &lease{ip: u, key: k, owner: l.Owner, network: l.Network, rec: recordOf(l), allocated: allocated, pending: b}
 	s.byIP[u], s.byKey[k] = nl, nl
 	b.changes = append(b.changes, change{l: nl, added: true, prevCursor: s.cursor})
 	b.waiters++
@@ -612,7 +651,62 @@ func (s *Store) List() []Lease {
 }
 
 func (l *lease) export() Lease {
-	return Lease{IP: u32ToIP(l.ip), ContainerID: l.key.containerID, IfName: l.key.ifName, Owner: l.owner, Network: l.network, Allocated: l.allocated}
+	return Lease{IP: u32ToIP(l.ip), ContainerID: l.key.containerID, IfName: l.key.ifName, Owner: l.owner, Network: l.network,
+		Netns: l.rec.netns, HostVeth: l.rec.hostVeth, OFPort: l.rec.ofport, Allocated: l.allocated}
+}
+
+func recordOf(l Lease) record { return record{netns: l.Netns, hostVeth: l.HostVeth, ofport: l.OFPort} }
+
+// Record replaces the attachment record (Netns, HostVeth, OFPort) of existing leases with
+// those of updates, each naming its lease by ContainerID, IfName and IP; the other fields
+// of updates are ignored. All of them are written in one durable write (one batch of the
+// group commit), which Record waits for. The node uses it to give leases from an older
+// ofsdn (no record) the record of their attachment, and to follow an ofport that changed.
+// An update equal to what the lease records is skipped; with nothing to change Record
+// writes nothing. Errors: a key without a lease, or whose lease holds another address
+// (nothing is changed); an OFPort outside 0..MaxOFPort; the lease file cannot be written
+// (every change of the call is rolled back).
+func (s *Store) Record(updates []Lease) error {
+	s.mu.Lock()
+	if err := s.usable(); err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	type upd struct {
+		old *lease
+		rec record
+	}
+	var todo []upd
+	for _, u := range updates {
+		k := key{u.ContainerID, u.IfName}
+		old, ok := s.byKey[k]
+		ip4 := u.IP.To4()
+		if !ok || ip4 == nil || old.ip != ipToU32(ip4) {
+			s.mu.Unlock()
+			return fmt.Errorf("ipam: record of container %s/%s at %v: no such lease; ADD the attachment again", u.ContainerID, u.IfName, u.IP)
+		}
+		if u.OFPort < 0 || u.OFPort > MaxOFPort {
+			s.mu.Unlock()
+			return fmt.Errorf("ipam: record of container %s/%s: ofport %d is outside 0..%d", u.ContainerID, u.IfName, u.OFPort, MaxOFPort)
+		}
+		if rec := recordOf(u); rec != old.rec {
+			todo = append(todo, upd{old, rec})
+		}
+	}
+	if len(todo) == 0 {
+		s.mu.Unlock()
+		return nil
+	}
+	b := s.join()
+	for _, u := range todo {
+		nl := &lease{ip: u.old.ip, key: u.old.key, owner: u.old.owner, network: u.old.network, rec: u.rec,
+			allocated: u.old.allocated, pending: b}
+		s.byIP[nl.ip], s.byKey[nl.key] = nl, nl
+		b.changes = append(b.changes, change{l: nl, prev: u.old})
+	}
+	b.waiters++
+	s.mu.Unlock()
+	return b.wait()
 }
 
 func ipToU32(ip4 net.IP) uint32 { return binary.BigEndian.Uint32(ip4) }

@@ -25,10 +25,15 @@ const formatVersion = 1
 //	  "leases": {
 //	    "10.128.0.7": {"containerID": "3f1c…", "ifName": "eth0",
 //	                   "owner": "default/web-0", "network": "ofsdn",
-//	                   "allocated": "2025-01-02T03:04:05Z"}
+//	                   "netns": "/var/run/netns/cni-1234", "hostVeth": "ofs4be1c2d3e4f5",
+//	                   "ofport": 32775, "allocated": "2025-01-02T03:04:05Z"}
 //
 // "network" (the CNI network name the attachment was added with) is absent in files
-// written before ofsdn recorded it; such a lease belongs to every network.
+// written before ofsdn recorded it; such a lease belongs to every network. "netns",
+// "hostVeth" and "ofport" (the attachment's record, Lease.Netns/HostVeth/OFPort: what the
+// node needs to re-create the attachment's OVS port when the OVS database is lost) are
+// absent in files written before ofsdn recorded them, and each is optional; readers that
+// do not know them (an older ofsdn) ignore them, so the layout's version stays 1.
 //
 //	  }
 //	}
@@ -44,6 +49,9 @@ type fileLease struct {
 	IfName      string    `json:"ifName"`
 	Owner       string    `json:"owner,omitempty"`
 	Network     string    `json:"network,omitempty"`
+	Netns       string    `json:"netns,omitempty"`
+	HostVeth    string    `json:"hostVeth,omitempty"`
+	OFPort      int       `json:"ofport,omitempty"`
 	Allocated   time.Time `json:"allocated"`
 }
 
@@ -96,8 +104,12 @@ func decodeState(data []byte) (*decoded, error) {
 		if other, dup := seen[k]; dup {
 			return nil, fmt.Errorf("container %s interface %s holds two leases, %s and %s", k.containerID, k.ifName, other, ipStr)
 		}
+		if fl.OFPort < 0 || fl.OFPort > MaxOFPort {
+			return nil, fmt.Errorf("lease %s: ofport %d is outside 0..%d", ipStr, fl.OFPort, MaxOFPort)
+		}
 		seen[k] = ipStr
-		d.leases = append(d.leases, &lease{ip: u, key: k, owner: fl.Owner, network: fl.Network, allocated: fl.Allocated})
+		d.leases = append(d.leases, &lease{ip: u, key: k, owner: fl.Owner, network: fl.Network,
+			rec: record{netns: fl.Netns, hostVeth: fl.HostVeth, ofport: fl.OFPort}, allocated: fl.Allocated})
 	}
 	return d, nil
 }
@@ -167,7 +179,8 @@ func (l *lease) encode() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	v, err := json.Marshal(fileLease{ContainerID: l.key.containerID, IfName: l.key.ifName, Owner: l.owner, Network: l.network, Allocated: l.allocated})
+	v, err := json.Marshal(fileLease{ContainerID: l.key.containerID, IfName: l.key.ifName, Owner: l.owner, Network: l.network,
+		Netns: l.rec.netns, HostVeth: l.rec.hostVeth, OFPort: l.rec.ofport, Allocated: l.allocated})
 	if err != nil {
 		return nil, err
 	}
@@ -227,6 +240,10 @@ func (s *Store) flush() {
 func (s *Store) rollback(b *batch) {
 	for i := len(b.changes) - 1; i >= 0; i-- {
 		c := b.changes[i]
+		if c.prev != nil { // a record update: the lease before it comes back
+			s.byIP[c.prev.ip], s.byKey[c.prev.key] = c.prev, c.prev
+			continue
+		}
 		if c.added {
 			delete(s.byIP, c.l.ip)
 			delete(s.byKey, c.l.key)
@@ -241,7 +258,7 @@ func (s *Store) rollback(b *batch) {
 // releasing maps and wakes its callers. Caller holds s.mu.
 func (s *Store) finish(b *batch, err error) {
 	for _, c := range b.changes {
-		if c.added {
+		if c.added || c.prev != nil {
 			if c.l.pending == b {
 				c.l.pending = nil
 			}

@@ -232,7 +232,43 @@ func Connect(ctx context.Context, endpoint string, opts Options) (*Client, error
 		return nil, fmt.Errorf("ovsdb: monitoring the Open_vSwitch database at %s: %w", endpoint, err)
 	}
 	c.log.Info("connected to ovsdb-server", "bridges", len(c.rows(tableBridge)))
+	go c.watchReconnect()
 	return c, nil
+}
+
+// reconnectPoll is how often watchReconnect looks whether a lost session is back.
+const reconnectPoll = 100 * time.Millisecond
+
+// watchReconnect ends a lost session's reconnection (Reconnected, waiters woken) once
+// libovsdb has a session again, until Close. libovsdb re-runs the monitor (which refills
+// the cache) while it holds the lock CurrentEndpoint takes, so a non-empty endpoint means
+// the cache is the new server's. onEvent also ends it when the refill re-adds the
+// Open_vSwitch row; but a database made by `ovsdb-tool create` (a reinstalled package, a
+// wiped /etc/openvswitch) has no Open_vSwitch row, and waiting for one left the node
+// without its bridge and pod ports until some other client (an ovs-vsctl) inserted it:
+// 33 s in the test (issue 20).
+func (c *Client) watchReconnect() {
+	t := time.NewTicker(reconnectPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.closed:
+			return
+		case <-t.C:
+		}
+		if c.lost.Load() && c.ovs.CurrentEndpoint() != "" {
+			c.reconnected()
+		}
+	}
+}
+
+// reconnected ends a reconnection once (whoever sees it first: watchReconnect, onEvent).
+func (c *Client) reconnected() {
+	if c.lost.Swap(false) {
+		c.log.Info("reconnected to ovsdb-server, cache refreshed", "bridges", len(c.rows(tableBridge)))
+		c.notifyReconnected()
+	}
+	c.wakeAll()
 }
 
 // Connected reports whether the client has a live session with ovsdb-server. It is false
@@ -410,11 +446,7 @@ func (c *Client) onEvent(table string, m model.Model, added bool) {
 		if added {
 			// The root row is (re)added when the cache is filled after a reconnection:
 			// every waiter must re-check, rows may have gone without a delete event.
-			if c.lost.Swap(false) {
-				c.log.Info("reconnected to ovsdb-server, cache refreshed")
-				c.notifyReconnected()
-			}
-			c.wakeAll()
+			c.reconnected()
 			return
 		}
 		key = waitKey(tableOpenvSwitch, "")

@@ -95,3 +95,57 @@ func (c *Client) ReserveOFPort(name string) (ofport int, release func(), err err
 	return 0, func() {}, fmt.Errorf("ovsdb: no free ofport for interface %s in %d..%d: every number is in use or held; delete unused ports",
 		name, MinChosenOFPort, MaxOFPortRequest)
 }
+
+// HoldOFPort holds the given ofport for the interface called name until release is
+// called, like ReserveOFPort but for a number the caller chose: the one a lost port had,
+// so that a port re-created after the OVS database lost it (or after a daemon restart on
+// an empty database) gets the ofport its flows name. Call release as with ReserveOFPort;
+// it is idempotent. Holding a number name already holds, or one name's own interface in
+// the cache has, succeeds. Errors: ofport outside 1..MaxOFPortRequest; another interface
+// in the cache uses the number (as ofport or ofport_request); another name holds it.
+func (c *Client) HoldOFPort(name string, ofport int) (release func(), err error) {
+	if ofport < 1 || ofport > MaxOFPortRequest {
+		return func() {}, fmt.Errorf("ovsdb: ofport %d for interface %s is outside 1..%d", ofport, name, MaxOFPortRequest)
+	}
+	highest := 0 // the highest chosen number in use, as ReserveOFPort's first choice counts it
+	for _, m := range c.rows(tableInterface) {
+		ifc := m.(*vswitchd.Interface)
+		for _, p := range []*int{ifc.Ofport, ifc.OfportRequest} {
+			if p == nil {
+				continue
+			}
+			if ifc.Name != name && *p == ofport {
+				return func() {}, fmt.Errorf("ovsdb: ofport %d for interface %s: interface %s uses it", ofport, name, ifc.Name)
+			}
+			if *p >= MinChosenOFPort && *p <= MaxOFPortRequest {
+				highest = max(highest, *p)
+			}
+		}
+	}
+	c.ofportMu.Lock()
+	defer c.ofportMu.Unlock()
+	if c.ofportHeld == nil {
+		c.ofportHeld = map[int]string{}
+		c.ofportNext = max(c.ofportNext, highest)
+	}
+	if ofport >= MinChosenOFPort {
+		// Numbers chosen later start after the held one, as after one ReserveOFPort chose.
+		c.ofportNext = max(c.ofportNext, ofport)
+	}
+	if other, held := c.ofportHeld[ofport]; held {
+		if other == name {
+			return func() {}, nil
+		}
+		return func() {}, fmt.Errorf("ovsdb: ofport %d for interface %s: held for interface %s", ofport, name, other)
+	}
+	c.ofportHeld[ofport] = name
+	var done bool
+	return func() {
+		c.ofportMu.Lock()
+		defer c.ofportMu.Unlock()
+		if !done && c.ofportHeld[ofport] == name {
+			delete(c.ofportHeld, ofport)
+		}
+		done = true
+	}, nil
+}

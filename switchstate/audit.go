@@ -315,6 +315,10 @@ type AuditResult struct {
 	Unexpected []string
 	// Foreign are the flows without that prefix, left alone.
 	Foreign []string
+	// Kept are flows with that prefix that no owner wants, left alone because the
+	// caller's keep function claimed them (AuditKeeping: a pod whose address still has an
+	// IP lease).
+	Kept []string
 	// MissingGroups are the desired groups set again, as "owner: group" text.
 	MissingGroups []string
 	// UnexpectedGroups are the groups of ofsdn's id range no owner wants, deleted.
@@ -357,6 +361,14 @@ func (r AuditResult) Repairs() map[string]int {
 // Errors: those of DumpFlows, DumpGroups, MeterStats and Apply (a repair batch that failed
 // is tried again by the next audit).
 func (s *Store) Audit(ctx context.Context, prefix, prefixMask uint64) (AuditResult, error) {
+	return s.AuditKeeping(ctx, prefix, prefixMask, nil)
+}
+
+// AuditKeeping is Audit that leaves alone, and reports in AuditResult.Kept, each flow
+// with our prefix that no owner wants but for whose cookie keep (when not nil) returns
+// true: the node passes a test for "a pod owner whose address still has an IP lease", so
+// that a live pod the daemon lost track of is never cut off as owned by nobody.
+func (s *Store) AuditKeeping(ctx context.Context, prefix, prefixMask uint64, keep func(cookie uint64) bool) (AuditResult, error) {
 	if !s.sync.TryRLock() {
 		return AuditResult{Skipped: true}, nil
 	}
@@ -390,6 +402,17 @@ func (s *Store) Audit(ctx context.Context, prefix, prefixMask uint64) (AuditResu
 	}
 	p := planAudit(desired, stats, groups, meters, prefix, prefixMask)
 	var res AuditResult
+	if keep != nil {
+		var del []*openflow13.FlowStats
+		for _, f := range p.Unexpected {
+			if keep(f.Cookie) {
+				res.Kept = append(res.Kept, describeStats(f))
+			} else {
+				del = append(del, f)
+			}
+		}
+		p.Unexpected = del
+	}
 	for _, m := range p.Missing {
 		res.Missing = append(res.Missing, m.owner.String()+": "+m.flow.String())
 	}

@@ -39,7 +39,7 @@ func newLogger(cfg Config) *slog.Logger {
 	if err := lvl.UnmarshalText([]byte(strings.ToUpper(cfg.LogLevel))); err != nil {
 		lvl = slog.LevelInfo
 	}
-	opts := &slog.HandlerOptions{Level: lvl}
+	opts := &slog.HandlerOptions{Level: lvl, ReplaceAttr: textAttr} // MACs as text (logattrs.go)
 	if cfg.LogFormat == "json" {
 		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
 	}
