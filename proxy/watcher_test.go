@@ -239,9 +239,20 @@ func serviceScenario(t *testing.T, writer kubernetes.Interface, clusterIP string
 	if err := writer.CoreV1().Services(ns).Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	sink.waitState(t, "nothing held", func(st map[ServicePortName]*ServicePortState) bool { return len(st) == 0 })
-	if n, _ := tr.Counts(); n != 0 {
-		t.Errorf("tracker holds %d Services, want 0 (headless and another proxy's never)", n)
+	sink.waitState(t, "nothing of namespace "+ns+" held", func(st map[ServicePortName]*ServicePortState) bool {
+		for n := range st {
+			if n.Namespace == ns {
+				return false
+			}
+		}
+		return true
+	})
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	for n := range tr.services {
+		if n.Namespace == ns {
+			t.Errorf("tracker holds Service %s (headless and another proxy's are never held)", n)
+		}
 	}
 }
 
