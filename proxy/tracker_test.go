@@ -32,8 +32,10 @@ func pod(n int, node string, flags ...string) Endpoint {
 	return e
 }
 
-func httpPort(p uint16) []SlicePort { return []SlicePort{{Name: "http", Protocol: ProtocolTCP, Port: p}} }
-func dnsPort(p uint16) []SlicePort  { return []SlicePort{{Name: "dns", Protocol: ProtocolUDP, Port: p}} }
+func httpPort(p uint16) []SlicePort {
+	return []SlicePort{{Name: "http", Protocol: ProtocolTCP, Port: p}}
+}
+func dnsPort(p uint16) []SlicePort { return []SlicePort{{Name: "dns", Protocol: ProtocolUDP, Port: p}} }
 
 func newSynced(t *testing.T) *Tracker {
 	t.Helper()
