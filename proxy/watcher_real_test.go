@@ -50,6 +50,22 @@ func TestWatcherRealAPIServer(t *testing.T) {
 	tr, sink := runProxy(t, asNode)
 	serviceScenario(t, api.Admin, "", sink, tr)
 
+	t.Run("a Service that another proxy takes over leaves the watch", func(t *testing.T) {
+		late, err := api.Admin.CoreV1().Services("svc").Create(ctx, apiService("svc", "late", "", corev1.ServicePort{Name: "p", Port: 7}), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := ServicePortName{ServiceName{"svc", "late"}, "p", ProtocolTCP}
+		sink.waitState(t, "late held", func(st map[ServicePortName]*ServicePortState) bool { return st[n] != nil })
+		late.Labels = map[string]string{LabelServiceProxyName: "someone-else"}
+		if _, err := api.Admin.CoreV1().Services("svc").Update(ctx, late, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		sink.waitState(t, "late no longer held", func(st map[ServicePortName]*ServicePortState) bool { return st[n] == nil })
+		if err := api.Admin.CoreV1().Services("svc").Delete(ctx, "late", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	})
 	t.Run("the list selector leaves another proxy's Services out on the server", func(t *testing.T) {
 		l, err := asNode.CoreV1().Services("svc").List(ctx, metav1.ListOptions{LabelSelector: ListSelector})
 		if err != nil {

@@ -261,3 +261,28 @@ func TestWatcherFakeClientset(t *testing.T) {
 	tr, sink := runProxy(t, client)
 	serviceScenario(t, client, "10.96.0.10", sink, tr)
 }
+
+// A slice whose kubernetes.io/service-name label changes moves to the other Service.
+func TestWatcherSliceRelabelled(t *testing.T) {
+	ctx := context.Background()
+	client := fake.NewClientset(
+		apiService("svc", "a", "10.96.0.1", corev1.ServicePort{Name: "p", Port: 80}),
+		apiService("svc", "b", "10.96.0.2", corev1.ServicePort{Name: "p", Port: 80}))
+	_, sink := runProxy(t, client)
+	es := apiSlice("svc", "s1", "a", slicePorts("p", corev1.ProtocolTCP, 8080), apiEndpoint("10.244.1.2", "node-a", true))
+	if _, err := client.DiscoveryV1().EndpointSlices("svc").Create(ctx, es, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pa := ServicePortName{ServiceName{"svc", "a"}, "p", ProtocolTCP}
+	pb := ServicePortName{ServiceName{"svc", "b"}, "p", ProtocolTCP}
+	sink.waitState(t, "a has the endpoint", func(st map[ServicePortName]*ServicePortState) bool {
+		return len(forward(st, pa)) == 1 && st[pb] != nil && st[pb].Internal().Verdict == Reject
+	})
+	es.Labels[LabelServiceName] = "b"
+	if _, err := client.DiscoveryV1().EndpointSlices("svc").Update(ctx, es, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sink.waitState(t, "the endpoint moved to b", func(st map[ServicePortName]*ServicePortState) bool {
+		return len(forward(st, pb)) == 1 && st[pa] != nil && st[pa].Internal().Verdict == Reject
+	})
+}
