@@ -37,8 +37,10 @@ const (
 // the Tracker to be synced (the informers' initial lists), as kube-proxy waits for its
 // Service and EndpointSlice caches before its first sync.
 type Runner struct {
+	// Tracker is where the changes come from.
 	Tracker *Tracker
-	Sink    Sink
+	// Sink receives the Updates.
+	Sink Sink
 	// MinInterval is the least time from the start of one sync to the start of the next
 	// (events in between are coalesced); 0 = DefaultMinSyncInterval. A change after a
 	// quiet period longer than MinInterval is synced at once.

@@ -16,6 +16,7 @@ import (
 // ServicePortState is everything the switch must hold for one Service port on this
 // node: the port (frontends and settings), all its endpoints and the selection.
 type ServicePortState struct {
+	// Port is the Service port: frontends and settings.
 	Port *ServicePort
 	// Family is the Tracker's family: the frontends and endpoints here are of it.
 	Family Family
@@ -50,18 +51,22 @@ func equalEndpoints(a, b []Endpoint) bool {
 // at a frontend the port no longer has; without the flush a client's datagrams keep
 // going there until the entry times out.
 type StaleConntrack struct {
-	Service  ServicePortName
+	// Service is the port the entries belong to.
+	Service ServicePortName
+	// Protocol is Service's protocol: UDP or SCTP.
 	Protocol Protocol
 	// Frontends are IP:port pairs (ClusterIP, external IPs, load-balancer IPs).
 	Frontends []netip.AddrPort
 	// NodePort is the port on every node address; 0 = none to flush.
 	NodePort uint16
+	// Endpoint is the entries' translated destination (their reply source).
 	Endpoint netip.AddrPort
 }
 
 // Update is one delivery to the Sink: the difference between what the Sink last
 // confirmed and what the API now says. Changed and Deleted are idempotent (a retry after
-// an error carries them again, merged with later changes).
+// an error carries them again, merged with later changes). The states are shared with
+// the Tracker: read only.
 type Update struct {
 	// Full: Changed holds every Service port (the first delivery, or one asked for by
 	// Runner.Resync); the consumer removes whatever else it holds.

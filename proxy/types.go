@@ -121,6 +121,7 @@ const (
 // ExternalName, not owned by another proxy), with everything kube-proxy uses of it.
 // Addresses of every family are kept; a Tracker uses those of its own family.
 type ServicePort struct {
+	// Name is the port's Service, name and protocol.
 	Name ServicePortName
 	// ClusterIPs are spec.clusterIPs (else spec.clusterIP), primary family first, at
 	// most one per family.
@@ -220,6 +221,7 @@ func (s *ServicePort) equal(o *ServicePort) bool {
 // of a slice endpoint (kube-proxy uses only that one) with the port its slice gives the
 // Service port's name.
 type Endpoint struct {
+	// Addr is the endpoint's address (addresses[0]), of the slice's family.
 	Addr netip.Addr
 	// Port is the slice's port number for the Service port's name (a targetPort by name
 	// resolves per pod, so each slice may have its own), 1..65535.
@@ -256,7 +258,8 @@ type Slice struct {
 	Name string
 	// Family is the slice's addressType (IPv4 or IPv6; FQDN slices are not modelled).
 	Family Family
-	Ports  []SlicePort
+	// Ports are the slice's ports with a name, a number and TCP, UDP or SCTP.
+	Ports []SlicePort
 	// Endpoints are the slice's endpoints with at least one address of Family;
 	// Endpoint.Port and Endpoint.Local are not set here.
 	Endpoints []Endpoint
@@ -267,9 +270,11 @@ type Slice struct {
 
 // SlicePort is one of a slice's ports: name, protocol and number.
 type SlicePort struct {
+	// Name is the Service port's name it serves ("" for an unnamed port).
 	Name     string
 	Protocol Protocol
-	Port     uint16
+	// Port is the endpoints' port number for it, 1..65535.
+	Port uint16
 }
 
 func (s *Slice) equalContent(o *Slice) bool {
