@@ -74,7 +74,8 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 	}
 
 	// RBAC: get/list/watch on nodes (topology), pods and namespaces (core) and
-	// networkpolicies (networking.k8s.io), nothing else, bound to the DaemonSet's account.
+	// networkpolicies (networking.k8s.io), services (core) and endpointslices
+	// (discovery.k8s.io), nothing else, bound to the DaemonSet's account.
 	var grants []string
 	for _, r := range role.Rules {
 		if strings.Join(r.Verbs, ",") != "get,list,watch" || len(r.ResourceNames) > 0 || len(r.NonResourceURLs) > 0 {
@@ -86,8 +87,8 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 			}
 		}
 	}
-	if strings.Join(grants, " ") != "/nodes /pods /namespaces networking.k8s.io/networkpolicies" {
-		t.Errorf("ClusterRole grants %v, want get/list/watch on core nodes, pods, namespaces and networking.k8s.io networkpolicies only", grants)
+	if strings.Join(grants, " ") != "/nodes /pods /namespaces networking.k8s.io/networkpolicies /services discovery.k8s.io/endpointslices" {
+		t.Errorf("ClusterRole grants %v, want get/list/watch on core nodes, pods, namespaces, services, networking.k8s.io networkpolicies and discovery.k8s.io endpointslices only", grants)
 	}
 	if bind.RoleRef.Name != role.Name || bind.RoleRef.Kind != "ClusterRole" || len(bind.Subjects) != 1 ||
 		bind.Subjects[0].Name != sa.Name || bind.Subjects[0].Namespace != sa.Namespace {
