@@ -32,6 +32,8 @@ import (
 
 	"github.com/ofsdn/ofsdn/flows"
 	"github.com/ofsdn/ofsdn/test/k8s"
+
+	"github.com/ofsdn/ofsdn/test/testenv"
 )
 
 const (
@@ -48,6 +50,7 @@ type env struct {
 }
 
 func TestCluster(t *testing.T) {
+	testenv.Privileged(t)
 	images := t.TempDir()
 	imgTime := k8s.BuildImages(t, images)
 	c := k8s.StartCluster(t, k8s.ClusterConfig{Nodes: 2, ImagesDir: images})

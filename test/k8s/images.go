@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/ofsdn/ofsdn/test/testenv"
 )
 
 // Image references the tests use. OfsdnImage is also in test/k8s/overlay.
@@ -25,6 +27,7 @@ const (
 // how long that took.
 func BuildImages(t testing.TB, dir string) time.Duration {
 	t.Helper()
+	testenv.Privileged(t)
 	start := time.Now()
 	root := RepoRoot()
 	bin := filepath.Join(dir, "bin")

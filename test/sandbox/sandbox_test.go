@@ -5,9 +5,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ofsdn/ofsdn/test/testenv"
 )
 
 func TestSandboxStartsOVSAndCleansUp(t *testing.T) {
+	testenv.Privileged(t)
 	var o *OVS
 	t.Run("run", func(t *testing.T) {
 		o = Start(t)
