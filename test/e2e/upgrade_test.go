@@ -30,44 +30,60 @@ import (
 // flow store inside the controller, one IPv4 address per pod.
 const previousRelease = "ce8289d"
 
-// buildRelease builds cmd/ofsdn-node and cmd/ofsdn (static, as make build does) of commit
-// rev of this repository into a temporary directory (removed when the test ends) and
-// returns it. The commit is exported with git archive, so the repository must be a clone
+var (
+	releaseOnce sync.Once
+	releaseBin  string // the previous release's binaries (TestMain removes their parent)
+	releaseErr  error
+)
+
+// previousReleaseBinaries builds cmd/ofsdn-node and cmd/ofsdn (static, as make build does)
+// of commit previousRelease of this repository once per test binary and returns their
+// directory. The commit is exported with git archive, so the repository must be a clone
 // that holds it (a shallow clone does not): the test fails saying so otherwise.
-func buildRelease(t *testing.T, rev string) string {
+func previousReleaseBinaries(t *testing.T) string {
 	t.Helper()
+	releaseOnce.Do(func() { releaseBin, releaseErr = buildRelease(previousRelease) })
+	if releaseErr != nil {
+		t.Fatal(releaseErr)
+	}
+	return releaseBin
+}
+
+func buildRelease(rev string) (string, error) {
 	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
 	if err != nil {
-		t.Fatalf("the upgrade test builds the previous release from git: this test must run inside the ofsdn git repository (git rev-parse --show-toplevel: %v)", err)
+		return "", fmt.Errorf("the upgrade tests build the previous release from git: they must run inside the ofsdn git repository (git rev-parse --show-toplevel: %v)", err)
 	}
 	repo := strings.TrimSpace(string(top))
 	if out, err := exec.Command("git", "-C", repo, "cat-file", "-e", rev+"^{commit}").CombinedOutput(); err != nil {
-		t.Fatalf("commit %s (the previous release the upgrade test starts from) is not in the repository at %s: fetch the full history (git fetch --unshallow) (%v %s)", rev, repo, err, out)
+		return "", fmt.Errorf("commit %s (the previous release the upgrade tests start from) is not in the repository at %s: fetch the full history (git fetch --unshallow) (%v %s)", rev, repo, err, out)
 	}
-	dir := t.TempDir()
-	src := filepath.Join(dir, "src")
+	dir, err := os.MkdirTemp("", "ofsdn-release-"+rev+"-")
+	if err != nil {
+		return "", err
+	}
+	src, bin := filepath.Join(dir, "src"), filepath.Join(dir, "bin")
 	if err := os.Mkdir(src, 0o755); err != nil {
-		t.Fatal(err)
+		return bin, err
 	}
+	var archErr strings.Builder
 	archive := exec.Command("git", "-C", repo, "archive", rev)
+	archive.Stderr = &archErr
 	untar := exec.Command("tar", "-x", "-C", src)
 	pipe, err := archive.StdoutPipe()
 	if err != nil {
-		t.Fatal(err)
+		return bin, err
 	}
 	untar.Stdin = pipe
-	var archErr strings.Builder
-	archive.Stderr = &archErr
 	if err := untar.Start(); err != nil {
-		t.Fatal(err)
+		return bin, err
 	}
 	if err := archive.Run(); err != nil {
-		t.Fatalf("git archive %s: %v\n%s", rev, err, archErr.String())
+		return bin, fmt.Errorf("git archive %s: %v\n%s", rev, err, archErr.String())
 	}
 	if err := untar.Wait(); err != nil {
-		t.Fatalf("untar git archive %s: %v", rev, err)
+		return bin, fmt.Errorf("untar git archive %s into %s: %v", rev, src, err)
 	}
-	bin := filepath.Join(dir, "bin")
 	for _, c := range []string{"ofsdn", "ofsdn-node"} {
 		cmd := exec.Command("go", "build", "-buildvcs=false", "-o", filepath.Join(bin, c), "./cmd/"+c)
 		cmd.Dir = src
@@ -75,10 +91,10 @@ func buildRelease(t *testing.T, rev string) string {
 			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		}
 		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go build %s of commit %s: %v\n%s", c, rev, err, out)
+			return bin, fmt.Errorf("go build %s of commit %s: %v\n%s", c, rev, err, out)
 		}
 	}
-	return bin
+	return bin, nil
 }
 
 var pingSummaryRe = regexp.MustCompile(`(\d+) packets transmitted`)
@@ -220,7 +236,7 @@ func (n *testNode) flowLayout(t *testing.T) (versions map[uint8]int, gens map[ui
 func TestUpgradeFromPreviousRelease(t *testing.T) {
 	const subnet = "10.157.0.0/24"
 	gw := net.ParseIP("10.157.0.1")
-	oldBin := buildRelease(t, previousRelease)
+	oldBin := previousReleaseBinaries(t)
 	n := &testNode{harness.NewNode(t, subnet, "ofsdn-e2e")}
 	newCNI := n.CNI
 	n.CNI = libcni.NewCNIConfigWithCacheDir([]string{oldBin}, filepath.Join(n.Dir, "cni-cache"), nil)
@@ -251,7 +267,7 @@ func TestUpgradeFromPreviousRelease(t *testing.T) {
 	time.Sleep(500 * time.Millisecond) // pods forward on the old flows while no daemon runs
 	n.CNI = newCNI
 	upgraded := time.Now()
-	n.StartDaemon(filepath.Join(buildBinaries(t), "ofsdn-node"), 60*time.Second, "--pod-subnet", subnet, "--log-level", "debug")
+	n.StartDaemon(daemonBinary(t), 60*time.Second, "--pod-subnet", subnet, "--log-level", "debug")
 	t.Logf("this build's daemon ready %s after it was started", time.Since(upgraded).Round(time.Millisecond))
 	rounds, _, _ := stream.state()
 	time.Sleep(2 * time.Second) // traffic goes on under the new daemon's flows
@@ -313,4 +329,140 @@ func TestUpgradeFromPreviousRelease(t *testing.T) {
 	if d := allPairsPing(t, pods, gw, 10*time.Second); d < 0 {
 		t.Error("old pods do not reach each other and the gateway after u4 came and went")
 	}
+}
+
+// upgradeClusterNode stops cn's daemon (the previous release's) with SIGTERM and starts
+// this build's on the same bridge, data directory, sockets and topology file, with this
+// build's plugin from then on; it returns once CNI STATUS passes.
+func upgradeClusterNode(t *testing.T, cn *clusterNode, newCNI *libcni.CNIConfig) {
+	t.Helper()
+	cn.TermDaemon(30 * time.Second)
+	time.Sleep(500 * time.Millisecond) // pods forward on the old flows while no daemon runs
+	cn.CNI = newCNI
+	start := time.Now()
+	cn.start()
+	t.Logf("%s: this build's daemon ready %s after it was started", cn.name, time.Since(start).Round(time.Millisecond))
+}
+
+// TestUpgradeOverlayFromPreviousRelease: two nodes joined by VXLAN (topology files) run the
+// previous release's daemon, with pods wired by its plugin. They are upgraded one after the
+// other (SIGTERM, this build's daemon on the same bridge, data directory and sockets), so
+// for a while node-a runs this build and node-b the previous one. Throughout, pods ping
+// across nodes, within node-a and to node-a's gateway every 10 ms, and a TCP connection
+// from node-a to node-b makes a round trip every 10 ms: no echo request may go unanswered,
+// the connection must keep carrying data, and afterwards every flow of both nodes carries
+// this build's PipelineVersion, of one generation that is not the old daemon's. Each old
+// pod passes CNI CHECK through this build's plugin, and a new pod on node-a reaches the
+// pod on node-b.
+func TestUpgradeOverlayFromPreviousRelease(t *testing.T) {
+	oldBin := previousReleaseBinaries(t)
+	ul := filepath.Base(newNetns(t, "ofsdn-ul-upg"))
+	mustRun(t, "ip", "netns", "exec", ul, "ip", "link", "add", "br0", "type", "bridge")
+	mustRun(t, "ip", "netns", "exec", ul, "ip", "link", "set", "br0", "up")
+	a := startClusterNode(t, ul, "node-a", "172.30.0.81", "10.244.71.0/24", 1)
+	b := startClusterNode(t, ul, "node-b", "172.30.0.82", "10.244.72.0/24", 2)
+	writeTopology(t, a.topo, topologyYAML(a, []*clusterNode{b}))
+	writeTopology(t, b.topo, topologyYAML(b, []*clusterNode{a}))
+	newCNI := a.CNI
+	oldGen := map[*clusterNode]uint16{}
+	for _, cn := range []*clusterNode{a, b} {
+		cn.CNI = libcni.NewCNIConfigWithCacheDir([]string{oldBin}, filepath.Join(cn.Dir, "cni-cache"), nil)
+		cn.StartDaemon(filepath.Join(oldBin, "ofsdn-node"), 60*time.Second, "--log-level", "debug",
+			"--topology-file", cn.topo, "--service-cidr", "10.96.0.0/12", "--mtu", "0")
+	}
+	a1, a2, b1 := a.addPod("ua1"), a.addPod("ua2"), b.addPod("ub1")
+	gwA := net.ParseIP("10.244.71.1")
+	for _, pr := range [][2]*testPod{{a1, b1}, {b1, a1}, {b1, a2}, {a2, a1}} {
+		waitUntil(t, "ping "+pr[0].name+" → "+pr[1].name, 30*time.Second, func() error { return ping(pr[0].netns, pr[1].ip()) })
+	}
+	for _, cn := range []*clusterNode{a, b} {
+		versions, gens, lines := cn.flowLayout(t)
+		if len(versions) != 1 || versions[flows.PipelineVersion] != 0 || len(gens) != 1 {
+			t.Fatalf("%s: flows of the previous release: pipeline versions %v, generations %v; want one version other than this build's %d, one generation:\n%s",
+				cn.name, versions, gens, flows.PipelineVersion, strings.Join(lines, "\n"))
+		}
+		for g := range gens {
+			oldGen[cn] = g
+		}
+		t.Logf("%s, previous release %s: %d flows, pipeline version %v, generation %d", cn.name, previousRelease, len(lines), versions, oldGen[cn])
+	}
+
+	type namedPing struct {
+		what string
+		p    *pingSeqs
+	}
+	pings := []namedPing{
+		{"ua1 → ub1 (node-a → node-b)", startPings(t, a1.netns, b1.ip(), "0.01")},
+		{"ub1 → ua2 (node-b → node-a)", startPings(t, b1.netns, a2.ip(), "0.01")},
+		{"ua2 → ua1 (within node-a)", startPings(t, a2.netns, a1.ip(), "0.01")},
+		{"ua2 → node-a's gateway", startPings(t, a2.netns, gwA, "0.01")},
+	}
+	stream := startTCPStream(t, a1, b1)
+	time.Sleep(time.Second)
+	var rounds []int
+	for _, cn := range []*clusterNode{a, b} {
+		upgradeClusterNode(t, cn, newCNI)
+		r, _, _ := stream.state()
+		rounds = append(rounds, r)
+		time.Sleep(2 * time.Second) // traffic goes on under the new daemon's flows
+	}
+
+	for _, p := range pings {
+		sent, lost, missing := p.p.stop(t)
+		t.Logf("%s: %d echo requests every 10 ms across both upgrades, %d unanswered %v", p.what, sent, lost, missing)
+		if sent < 100 {
+			t.Errorf("%s: only %d echo requests answered or lost: the ping did not run", p.what, sent)
+		}
+		if lost > 0 {
+			t.Errorf("%s: %d of %d echo requests lost across the upgrades (seq %v)", p.what, lost, sent, missing)
+		}
+		if m := pingSummaryRe.FindStringSubmatch(p.p.out.String()); m == nil {
+			t.Errorf("%s: no summary in ping's output:\n%s", p.what, p.p.out.String())
+		} else if tx, _ := strconv.Atoi(m[1]); tx-sent > 10 {
+			t.Errorf("%s: %d echo requests transmitted, the last %d unanswered", p.what, tx, tx-sent)
+		}
+	}
+	total, maxGap, err := stream.state()
+	stream.stop()
+	t.Logf("TCP ua1 → ub1: %d round trips (%d when node-a was upgraded, %d when node-b was), longest gap %s",
+		total, rounds[0], rounds[1], maxGap.Round(time.Millisecond))
+	if err != nil {
+		t.Errorf("TCP connection ua1 → ub1 broken across the upgrades: %v", err)
+	} else if rounds[1]-rounds[0] < 20 || total-rounds[1] < 20 {
+		t.Errorf("TCP connection ua1 → ub1: %d round trips after node-a's upgrade, %d after node-b's, want 20 or more each",
+			rounds[1]-rounds[0], total-rounds[1])
+	}
+
+	for _, cn := range []*clusterNode{a, b} {
+		versions, gens, lines := cn.flowLayout(t)
+		if len(versions) != 1 || versions[flows.PipelineVersion] == 0 || len(gens) != 1 || gens[oldGen[cn]] != 0 || gens[0] != 0 {
+			t.Errorf("%s: flows after the upgrade: pipeline versions %v, generations %v; want only version %d and one generation other than the previous release's %d:\n%s",
+				cn.name, versions, gens, flows.PipelineVersion, oldGen[cn], strings.Join(lines, "\n"))
+		}
+		t.Logf("%s after the upgrade: %d flows, pipeline version %v, generations %v", cn.name, len(lines), versions, gens)
+	}
+	for _, pr := range [][2]*clusterNode{{a, b}, {b, a}} {
+		if fs := pr[0].peerFlows(pr[1]); len(fs) != 3 {
+			t.Errorf("%s holds %d flows of peer %s after the upgrade, want 3:\n%s", pr[0].name, len(fs), pr[1].name, strings.Join(fs, "\n"))
+		}
+	}
+	for _, pc := range []struct {
+		cn *clusterNode
+		p  *testPod
+	}{{a, a1}, {a, a2}, {b, b1}} {
+		if err := pc.cn.CNI.CheckNetworkList(context.Background(), pc.cn.Netconf, pc.p.rt); err != nil {
+			t.Errorf("CHECK %s (wired by the previous release) through this build's plugin: %v", pc.p.name, err)
+		}
+	}
+	p := a.addPod("ua3")
+	if err := ping(p.netns, b1.ip()); err != nil {
+		t.Errorf("new pod ua3 on node-a → ub1 on node-b: %v", err)
+	}
+	if err := ping(b1.netns, p.ip()); err != nil {
+		t.Errorf("ub1 on node-b → new pod ua3 on node-a: %v", err)
+	}
+	if err := a.delPod(p); err != nil {
+		t.Fatalf("DEL ua3: %v", err)
+	}
+	a.assertGone(t, p)
 }
