@@ -15,7 +15,7 @@ func TestMain(m *testing.M) {
 	testenv.PrivilegedMain(m)
 	code := m.Run()
 	harness.RemoveBinaries()
-	for _, dir := range []string{dirOf(raceBin), dirOf(ctlBin)} {
+	for _, dir := range []string{dirOf(raceBin), dirOf(ctlBin), dirOf(releaseBin)} {
 		if dir != "" {
 			_ = os.RemoveAll(dir)
 		}

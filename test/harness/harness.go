@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -181,6 +182,29 @@ func (n *Node) StopDaemon() {
 	_ = n.Daemon.Process.Kill()
 	_ = n.Daemon.Wait()
 	n.Daemon = nil
+}
+
+// TermDaemon stops the daemon with SIGTERM (an orderly stop, as kubelet or systemd stops
+// it) and waits for it to exit, failing the test if it is still running after limit (it is
+// then killed). Without a daemon it does nothing.
+func (n *Node) TermDaemon(limit time.Duration) {
+	t := n.T
+	t.Helper()
+	if n.Daemon == nil {
+		return
+	}
+	cmd := n.Daemon
+	n.Daemon = nil
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(limit):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("%s still running %v after SIGTERM (killed)", n.Name, limit)
+	}
 }
 
 // LeasesPath is the IPAM store's lease file.
