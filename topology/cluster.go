@@ -1,90 +1,113 @@
-package main
+package topology
 
-// Joining the cluster: the topology source, the node's network settings derived from it
-// (pod subnet, cluster CIDR, node IP, MTU, masquerade), the overlay, and the CNI files a
-// kubelet waits for.
+// Joining the cluster, the topology's part: the source's first report of this node's
+// settings and of the peers, and the node's network settings derived from it (pod subnet,
+// cluster CIDR, node IP, underlay, MTU, masquerade). The node daemon (cmd/ofsdn-node)
+// chooses the source from its config; the controller joins the cluster with the result
+// (controller.Node.JoinCluster).
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
-	"sort"
 	"strings"
 	"time"
-
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-
-	"github.com/ofsdn/ofsdn/controller"
-	"github.com/ofsdn/ofsdn/flows"
-	"github.com/ofsdn/ofsdn/masq"
-	"github.com/ofsdn/ofsdn/topology"
 )
 
-// cluster is what the daemon learned from its topology before starting the node.
-type cluster struct {
-	src         topology.Source
-	peers       map[string]topology.Peer // by name: the peers known at start
-	podSubnet   *net.IPNet
-	clusterCIDR *net.IPNet
-	serviceCIDR *net.IPNet
-	nodeIP      net.IP
-	nodeIPFixed bool   // nodeIP is the config's: the topology's changes of it are ignored
-	underlay    string // the interface holding nodeIP
-	mtu         int
-	masquerade  bool
+// Cluster is what the daemon learned from its topology before starting the node: the
+// running source, the peers known at start and this node's settings, the config's values
+// taking precedence over the source's (Prepare).
+type Cluster struct {
+	// Source is the running topology source; its Events go on after Prepare (the peers'
+	// changes, this node's changed settings), for the overlay to follow.
+	Source Source
+	// Peers are the peer nodes known at start, by name: part of the node's first flow
+	// sync.
+	Peers map[string]Peer
+	// PodSubnet is this node's IPv4 pod subnet (the source's).
+	PodSubnet *net.IPNet
+	// ClusterCIDR is the IPv4 prefix every pod subnet is cut from (config, else the
+	// source's); never nil.
+	ClusterCIDR *net.IPNet
+	// ServiceCIDR is the service IPv4 range (config only); nil = none.
+	ServiceCIDR *net.IPNet
+	// NodeIP is this node's underlay IPv4 address: the config's, else the source's, else
+	// the address of the interface holding the default route (DefaultUnderlay).
+	NodeIP net.IP
+	// NodeIPFixed is true when NodeIP is the config's: the topology's changes of it are
+	// ignored.
+	NodeIPFixed bool
+	// Underlay is the name of the interface holding NodeIP.
+	Underlay string
+	// MTU is the pod MTU in bytes: the config's, else the source's, else the underlay's
+	// MTU minus the tunnel overhead (Underlay.PodMTU).
+	MTU int
+	// Masquerade is whether pods' egress to outside the cluster CIDR is masqueraded:
+	// the config's, else the source's (FLANNEL_IPMASQ), else true.
+	Masquerade bool
 }
 
-// defaultMTU is the pod MTU without a topology and without mtu in the config (bytes): a
-// 1500-byte underlay minus VXLAN's 50.
-const defaultMTU = 1450
+// ClusterOptions are the daemon config's values that take precedence over the
+// topology's; a zero field leaves the choice to the source (then detection).
+type ClusterOptions struct {
+	// NodeName is this node's name, for the log line of the settings only.
+	NodeName string
+	// ClusterCIDR overrides the source's cluster CIDR; nil = the source's.
+	ClusterCIDR *net.IPNet
+	// ServiceCIDR is the service IPv4 range; nil = none.
+	ServiceCIDR *net.IPNet
+	// NodeIP fixes the node IP (IPv4): the source's and its changes are ignored; nil =
+	// the source's, else detection.
+	NodeIP net.IP
+	// MTU is the pod MTU in bytes; 0 = the source's, else from the underlay.
+	MTU int
+	// Masquerade overrides the source's masquerade choice; nil = the source's, else on.
+	Masquerade *bool
+	// Logger gets the settings and a stopped source; nil = slog.Default().
+	Logger *slog.Logger
+}
 
-// prepareCluster starts the topology source (it runs until runCtx ends) and waits, bounded
-// by waitCtx, for this node's settings; then it derives the pod subnet, cluster and
-// service CIDRs, node IP, MTU and masquerade choice (config first, then topology, then
-// detection). Without a topology it returns nil.
-func prepareCluster(waitCtx, runCtx context.Context, cfg Config, log *slog.Logger) (*cluster, error) {
-	var src topology.Source
-	switch cfg.Topology {
-	case "":
-		return nil, nil
-	case "file":
-		f := topology.NewFile(cfg.TopologyFile)
-		f.Logger = log
-		src = f
-	case "kubernetes":
-		client, err := kubeClient(cfg.Kubeconfig)
-		if err != nil {
-			return nil, err
-		}
-		var cidr *net.IPNet
-		if cfg.ClusterCIDR != "" {
-			_, cidr, _ = net.ParseCIDR(cfg.ClusterCIDR)
-		}
-		k := topology.NewKubernetes(client, cfg.NodeName, cidr)
-		k.Logger = log
-		src = k
+// sourceName names a source's kind in errors, as the daemon's config does (topology:
+// file, kubernetes).
+func sourceName(src Source) string {
+	switch src.(type) {
+	case *File:
+		return "file"
+	case *Kubernetes:
+		return "kubernetes"
 	}
+	return fmt.Sprintf("%T", src)
+}
+
+// Prepare starts src (it runs until runCtx ends) and waits, bounded by waitCtx, for this
+// node's settings and then for the peers the source is about to report (a File's listed
+// peers, else until the source is quiet; initialPeersSettle, initialPeersWait); then it
+// derives the pod subnet, cluster and service CIDRs, node IP, MTU and masquerade choice
+// (o first, then the source, then detection). Errors name the source and the fix: this
+// node's pod subnet not known before waitCtx ends, the source stopped, no cluster CIDR,
+// no interface holding the node IP.
+func Prepare(waitCtx, runCtx context.Context, src Source, o ClusterOptions) (*Cluster, error) {
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	name := sourceName(src)
 	runErr := make(chan error, 1)
 	go func() { runErr <- src.Run(runCtx) }()
 
-	c := &cluster{src: src, peers: map[string]topology.Peer{}}
-	var local topology.Local
+	c := &Cluster{Source: src, Peers: map[string]Peer{}}
+	var local Local
 	for found := false; !found; {
 		select {
 		case <-waitCtx.Done():
-			return nil, fmt.Errorf("topology %s: this node's pod subnet not known before the start timeout (%w): for kubernetes, check that the controller manager allocates node CIDRs", cfg.Topology, waitCtx.Err())
+			return nil, fmt.Errorf("topology %s: this node's pod subnet not known before the start timeout (%w): for kubernetes, check that the controller manager allocates node CIDRs", name, waitCtx.Err())
 		case err := <-runErr:
-			return nil, fmt.Errorf("topology %s: %w", cfg.Topology, err)
+			return nil, fmt.Errorf("topology %s: %w", name, err)
 		case e := <-src.Events():
-			if e.Kind == topology.EventLocal {
+			if e.Kind == EventLocal {
 				local, found = e.Local, true
 			} else {
 				c.track(e)
@@ -95,64 +118,62 @@ func prepareCluster(waitCtx, runCtx context.Context, cfg Config, log *slog.Logge
 	// drop a peer's flows for a moment, wait (briefly) for the ones the source is about to
 	// report.
 	var expect map[string]bool
-	if f, ok := src.(*topology.File); ok {
+	if f, ok := src.(*File); ok {
 		expect = filePeers(f.Path)
 	}
 	if err := c.collectPeers(waitCtx, src.Events(), expect, initialPeersSettle, initialPeersWait); err != nil {
-		return nil, fmt.Errorf("topology %s: %w", cfg.Topology, err)
+		return nil, fmt.Errorf("topology %s: %w", name, err)
 	}
 	go func() {
 		if err := <-runErr; err != nil && !errors.Is(err, context.Canceled) {
-			log.Error("topology source stopped; peers no longer follow it", "topology", cfg.Topology, "err", err)
+			log.Error("topology source stopped; peers no longer follow it", "topology", name, "err", err)
 		}
 	}()
 
-	c.podSubnet = local.PodSubnet
-	c.clusterCIDR = local.ClusterCIDR
-	if cfg.ClusterCIDR != "" {
-		_, c.clusterCIDR, _ = net.ParseCIDR(cfg.ClusterCIDR)
+	c.PodSubnet = local.PodSubnet
+	c.ClusterCIDR = local.ClusterCIDR
+	if o.ClusterCIDR != nil {
+		c.ClusterCIDR = o.ClusterCIDR
 	}
-	if c.clusterCIDR == nil {
+	if c.ClusterCIDR == nil {
 		return nil, errors.New("no cluster CIDR: set clusterCIDR in the config (or in the topology file / FLANNEL_NETWORK)")
 	}
-	if cfg.ServiceCIDR != "" {
-		_, c.serviceCIDR, _ = net.ParseCIDR(cfg.ServiceCIDR)
+	c.ServiceCIDR = o.ServiceCIDR
+	c.NodeIP = local.NodeIP
+	if o.NodeIP != nil {
+		c.NodeIP = o.NodeIP
+		c.NodeIPFixed = true
 	}
-	c.nodeIP = local.NodeIP
-	if cfg.NodeIP != "" {
-		c.nodeIP = net.ParseIP(cfg.NodeIP).To4()
-		c.nodeIPFixed = true
-	}
-	var underlay topology.Underlay
+	var underlay Underlay
 	var err error
-	if c.nodeIP == nil {
-		underlay, err = topology.DefaultUnderlay()
-		c.nodeIP = underlay.IP
+	if c.NodeIP == nil {
+		underlay, err = DefaultUnderlay()
+		c.NodeIP = underlay.IP
 	} else {
-		underlay, err = topology.FindUnderlay(c.nodeIP)
+		underlay, err = FindUnderlay(c.NodeIP)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("node IP: %w", err)
 	}
-	c.underlay = underlay.Name
+	c.Underlay = underlay.Name
 	switch {
-	case cfg.MTU != 0:
-		c.mtu = cfg.MTU
+	case o.MTU != 0:
+		c.MTU = o.MTU
 	case local.MTU != 0:
-		c.mtu = local.MTU
+		c.MTU = local.MTU
 	default:
-		c.mtu = underlay.PodMTU()
+		c.MTU = underlay.PodMTU()
 	}
-	c.masquerade = true
+	c.Masquerade = true
 	if local.IPMasq != nil {
-		c.masquerade = *local.IPMasq
+		c.Masquerade = *local.IPMasq
 	}
-	if cfg.Masquerade != nil {
-		c.masquerade = *cfg.Masquerade
+	if o.Masquerade != nil {
+		c.Masquerade = *o.Masquerade
 	}
-	log.Info("cluster settings", "topology", cfg.Topology, "node", cfg.NodeName, "pod_subnet", c.podSubnet,
-		"cluster_cidr", c.clusterCIDR, "service_cidr", c.serviceCIDR, "node_ip", c.nodeIP,
-		"underlay", underlay.Name, "underlay_mtu", underlay.MTU, "mtu", c.mtu, "masquerade", c.masquerade)
+	log.Info("cluster settings", "topology", name, "node", o.NodeName, "pod_subnet", c.PodSubnet,
+		"cluster_cidr", c.ClusterCIDR, "service_cidr", c.ServiceCIDR, "node_ip", c.NodeIP,
+		"underlay", underlay.Name, "underlay_mtu", underlay.MTU, "mtu", c.MTU, "masquerade", c.Masquerade)
 	return c, nil
 }
 
@@ -167,12 +188,12 @@ const (
 )
 
 // track applies one peer event to the start-time peer set.
-func (c *cluster) track(e topology.Event) {
+func (c *Cluster) track(e Event) {
 	switch e.Kind {
-	case topology.EventPeerAdded, topology.EventPeerUpdated:
-		c.peers[e.Peer.Name] = e.Peer
-	case topology.EventPeerDeleted:
-		delete(c.peers, e.Peer.Name)
+	case EventPeerAdded, EventPeerUpdated:
+		c.Peers[e.Peer.Name] = e.Peer
+	case EventPeerDeleted:
+		delete(c.Peers, e.Peer.Name)
 	}
 }
 
@@ -181,7 +202,7 @@ func (c *cluster) track(e topology.Event) {
 // no event came for settle; at most for limit. An EventLocal here is a change of this
 // node's settings between two reads: the first one stays (logged by the overlay later).
 // Errors: ctx ended, or the source stopped.
-func (c *cluster) collectPeers(ctx context.Context, events <-chan topology.Event, expect map[string]bool, settle, limit time.Duration) error {
+func (c *Cluster) collectPeers(ctx context.Context, events <-chan Event, expect map[string]bool, settle, limit time.Duration) error {
 	deadline := time.NewTimer(limit)
 	defer deadline.Stop()
 	quiet := time.NewTimer(settle)
@@ -191,7 +212,7 @@ func (c *cluster) collectPeers(ctx context.Context, events <-chan topology.Event
 			return false
 		}
 		for name := range expect {
-			if _, ok := c.peers[name]; !ok {
+			if _, ok := c.Peers[name]; !ok {
 				return false
 			}
 		}
@@ -234,7 +255,7 @@ func filePeers(path string) map[string]bool {
 	if err != nil {
 		return nil
 	}
-	_, peers, err := topology.ParseFileSpec(b)
+	_, peers, err := ParseFileSpec(b)
 	if err != nil {
 		return nil
 	}
@@ -243,198 +264,4 @@ func filePeers(path string) map[string]bool {
 		out[name] = true
 	}
 	return out
-}
-
-// overlayOptions returns the node's overlay settings with the peers known at start,
-// sorted by name.
-func (c *cluster) overlayOptions(cfg Config) *controller.OverlayOptions {
-	o := &controller.OverlayOptions{
-		TunnelType: cfg.TunnelType, TunnelName: tunnelPortName(cfg.TunnelType), TunnelDstPort: cfg.TunnelPort,
-		NodeIP: c.nodeIP, ClusterCIDR: c.clusterCIDR, ServiceCIDR: c.serviceCIDR,
-	}
-	for _, p := range c.peers {
-		o.Peers = append(o.Peers, flows.Peer{Name: p.Name, NodeIP: p.NodeIP, PodSubnet: p.PodSubnet})
-	}
-	sort.Slice(o.Peers, func(i, j int) bool { return o.Peers[i].Name < o.Peers[j].Name })
-	return o
-}
-
-// kubeClient returns a clientset from kubeconfig, or the in-cluster config if it is "".
-func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
-	var rc *rest.Config
-	var err error
-	if kubeconfig == "" {
-		rc, err = rest.InClusterConfig()
-	} else {
-		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w (in a pod, mount the service account; elsewhere set kubeconfig)", err)
-	}
-	rc.UserAgent = "ofsdn-node"
-	return kubernetes.NewForConfig(rc)
-}
-
-// join completes the cluster membership of a node started with overlayOptions (tunnel
-// port, pipeline and initial peers' flows, cluster route are in place): IP forwarding and
-// the NAT rules (service return path; egress masquerade if on), a gratuitous ARP for the
-// node IP (again whenever its interface's MAC changes, topology.KeepAnnounced, and for
-// the new address whenever the topology changes this node's IP, unless the config fixes
-// nodeIP), then it follows the topology's peer events in the background until ctx ends.
-func (c *cluster) join(ctx context.Context, node *controller.Node, log *slog.Logger) error {
-	ov := node.Overlay()
-	if ov == nil {
-		return errors.New("join the cluster: the node was started without its overlay settings")
-	}
-	// The host routes pods' egress and service traffic (gateway in, kube-proxy's DNAT,
-	// gateway or uplink out) either way; masquerade decides only the egress rules.
-	if err := masq.EnableIPForward(); err != nil {
-		return err
-	}
-	if err := masq.Ensure(masq.Rules{PodSubnet: c.podSubnet, ClusterCIDR: c.clusterCIDR, Masquerade: c.masquerade}); err != nil {
-		return err
-	}
-	// Peers' tunnel neighbour caches learn this node's underlay MAC now, not when their
-	// entry for a previous MAC (a replaced node) ages out.
-	announcer, err := topology.KeepAnnounced(ctx, log, c.underlay, c.nodeIP)
-	if err != nil {
-		log.Warn("node IP not announced", "interface", c.underlay, "node_ip", c.nodeIP, "err", err)
-	}
-	events := c.src.Events()
-	if announcer != nil && !c.nodeIPFixed {
-		events = followNodeIP(ctx, events, announcer)
-	}
-	go ov.Follow(ctx, events)
-	return nil
-}
-
-// followNodeIP passes every event of events on to the returned channel, in order, and
-// hands the node IP of each EventLocal that names one to the announcer, so that a node IP
-// changed in the topology at run time is the one announced from then on (issue 20). The
-// returned channel is closed when events is; it stops when ctx ends.
-func followNodeIP(ctx context.Context, events <-chan topology.Event, a *topology.Announcer) <-chan topology.Event {
-	out := make(chan topology.Event)
-	go func() {
-		defer close(out)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case e, ok := <-events:
-				if !ok {
-					return
-				}
-				if e.Kind == topology.EventLocal && e.Local.NodeIP != nil {
-					a.SetNodeIP(e.Local.NodeIP)
-				}
-				select {
-				case out <- e:
-				case <-ctx.Done():
-					return
-				}
-			}
-		}
-	}()
-	return out
-}
-
-// tunnelPortName is the tunnel port's name for a tunnel type: vxlan0 or geneve0.
-func tunnelPortName(typ string) string { return typ + "0" }
-
-// installCNI installs the plugin binary into cfg.CNIBinDir and writes the conflist into
-// cfg.CNIConfDir, each by writing a temporary file in the same directory and renaming it
-// over the final name, so a kubelet never sees a partial file. It is called once the
-// daemon serves ADD: the conflist's appearance is what tells the kubelet the network is
-// ready. Either directory may be unset (nothing written there).
-func installCNI(cfg Config, log *slog.Logger) error {
-	if cfg.CNIBinDir != "" {
-		src := cfg.PluginBinary
-		if src == "" {
-			self, err := os.Executable()
-			if err != nil {
-				return fmt.Errorf("install CNI plugin: find this executable: %w (set pluginBinary)", err)
-			}
-			src = filepath.Join(filepath.Dir(self), "ofsdn")
-		}
-		in, err := os.Open(src)
-		if err != nil {
-			return fmt.Errorf("install CNI plugin: %w (set pluginBinary to the ofsdn plugin)", err)
-		}
-		defer in.Close()
-		if err := writeAtomic(filepath.Join(cfg.CNIBinDir, "ofsdn"), 0o755, func(w io.Writer) error {
-			_, err := io.Copy(w, in)
-			return err
-		}); err != nil {
-			return fmt.Errorf("install CNI plugin into %s: %w", cfg.CNIBinDir, err)
-		}
-		log.Info("CNI plugin installed", "path", filepath.Join(cfg.CNIBinDir, "ofsdn"))
-	}
-	if cfg.CNIConfDir != "" {
-		b := confList(cfg.Socket)
-		path := filepath.Join(cfg.CNIConfDir, confListName)
-		if err := writeAtomic(path, 0o644, func(w io.Writer) error {
-			_, err := w.Write(b)
-			return err
-		}); err != nil {
-			return fmt.Errorf("write CNI config into %s: %w", cfg.CNIConfDir, err)
-		}
-		log.Info("CNI config written", "path", path)
-	}
-	return nil
-}
-
-// confListName is the file the daemon writes into cniConfDir.
-const confListName = "10-ofsdn.conflist"
-
-// Versions in the written conflist (SPEC.md "Section 1: Network configuration format"):
-// "cniVersions" (spec 1.1) lists every version the plugin offers, and a runtime whose CNI
-// library reads it (containernetworking/cni v1.2.0 and later) picks the highest it
-// implements, 1.1.0 with STATUS and GC; older libraries (v1.1.x, e.g. containerd 1.7,
-// Podman 4) ignore it and use "cniVersion", so that must be one they can parse results
-// of: 1.0.0 (a 1.1.0 result makes them refuse every ADD, "unsupported CNI result version").
-const confListCNIVersion = "1.0.0"
-
-var confListCNIVersions = []string{"1.0.0", "1.1.0"}
-
-// confList returns the network configuration list the daemon writes: network "ofsdn", one
-// ofsdn plugin on socket, indented JSON ending in a newline.
-func confList(socket string) []byte {
-	conf := struct {
-		CNIVersion  string           `json:"cniVersion"`
-		CNIVersions []string         `json:"cniVersions"`
-		Name        string           `json:"name"`
-		Plugins     []map[string]any `json:"plugins"`
-	}{confListCNIVersion, confListCNIVersions, "ofsdn", []map[string]any{{"type": "ofsdn", "socket": socket}}}
-	b, _ := json.MarshalIndent(conf, "", "  ")
-	return append(b, '\n')
-}
-
-// writeAtomic writes path through a temporary file in its directory, fsyncs it, sets
-// mode and renames it over path (rename(2) is atomic within a file system).
-func writeAtomic(path string, mode os.FileMode, fill func(io.Writer) error) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // no-op after the rename
-	if err := fill(tmp); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }
