@@ -14,6 +14,12 @@
 //   - reconcile.go: what start-up and GC remove because it can no longer work;
 //     scope.go: which CNI network an attachment belongs to, and what a GC may remove.
 //   - peers.go: the overlay: one flow owner per peer node, topology events.
+//   - join.go: joining the cluster: the overlay options from topology.Prepare's Cluster
+//     (OverlayOptionsFor), then JoinCluster: IPv4 forwarding and the NAT rules (package
+//     masq), the node IP's announcement (topology.KeepAnnounced), the topology's events
+//     followed.
+//   - health.go: the readiness probe of OVS (HealthProbe): OpenFlow and OVSDB echoes,
+//     what the daemon's /readyz reads.
 //   - store.go: the node's switchstate.Store (the desired flows, groups and meters per
 //     flows.Owner, the diff of each change, the replay on every new OpenFlow connection,
 //     the audit), its errors folded into ErrOVSUnavailable; audit_loop.go: the periodic
@@ -28,7 +34,8 @@
 // package openflow; turning the desired state into OpenFlow messages is package
 // switchstate (controller imports no OpenFlow codec); the pipeline and its flow builders are package flows; OVSDB is package
 // ovsdb; leases are package ipam; netlink plumbing is package podnet; the CNI wire format
-// is package cni (cmd/ofsdn-node converts CNI requests into PodRequest). controller imports
-// those, switchstate and topology, and nothing imports controller but cmd/ofsdn-node, ctl and bench
+// is package cni (cmd/ofsdn-node converts CNI requests into PodRequest); the NAT rules
+// and the forwarding sysctl are package masq. controller imports those (but cni),
+// switchstate and topology, and nothing imports controller but cmd/ofsdn-node, ctl and bench
 // (docs/design.md has the import rules, checked by a test).
 package controller

@@ -225,7 +225,7 @@ func Delete() error {
 // gateway and the uplink, and service traffic from the gateway back to the gateway. It
 // returns an error naming the sysctl file.
 func EnableIPForward() error {
-	const f = "/proc/sys/net/ipv4/ip_forward"
+	const f = IPForwardSysctl
 	if b, err := os.ReadFile(f); err == nil && len(b) > 0 && b[0] == '1' {
 		return nil
 	}

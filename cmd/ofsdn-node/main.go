@@ -19,8 +19,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ofsdn/ofsdn/cni/install"
 	"github.com/ofsdn/ofsdn/cni/server"
 	"github.com/ofsdn/ofsdn/controller"
+	"github.com/ofsdn/ofsdn/masq"
 	"github.com/ofsdn/ofsdn/ovsdb"
 )
 
@@ -104,10 +106,10 @@ func run(args []string) error {
 	}
 	var overlay *controller.OverlayOptions
 	if cl != nil {
-		subnet, mtu = cl.podSubnet, cl.mtu
+		subnet, mtu = cl.PodSubnet, cl.MTU
 		// The overlay (tunnel port, cluster flows, the peers known now) is part of the
 		// node's first flow sync: a restart replaces the earlier run's flows in one bundle.
-		overlay = cl.overlayOptions(cfg)
+		overlay = controller.OverlayOptionsFor(cl, cfg.TunnelType, cfg.TunnelPort)
 	}
 	// NetworkPolicy: informers synced before the node's first flow sync.
 	pol, err := startPolicy(sctx, ctx, cfg, log)
@@ -126,12 +128,12 @@ func run(args []string) error {
 	}
 	defer node.Close()
 	if cl != nil {
-		if err := cl.join(ctx, node, log); err != nil {
+		if err := node.JoinCluster(ctx, cl); err != nil {
 			return err
 		}
 	}
-	// After join, which turns forwarding on for masquerade: read, never written here.
-	if warn, err := checkIPForward(ipForwardSysctl); err != nil {
+	// After JoinCluster, which turns forwarding on: read, never written here.
+	if warn, err := masq.CheckIPForward(masq.IPForwardSysctl); err != nil {
 		log.Warn("cannot check IPv4 forwarding", "sysctl", "net.ipv4.ip_forward", "err", err)
 	} else if warn != "" {
 		log.Warn(warn, "sysctl", "net.ipv4.ip_forward")
@@ -139,7 +141,8 @@ func run(args []string) error {
 	h.node = node
 	srv.SetReady(true)
 	// Only now, ready to serve ADD, show the kubelet the plugin and its config.
-	if err := installCNI(cfg, log); err != nil {
+	if err := install.Files(install.Options{BinDir: cfg.CNIBinDir, PluginBinary: cfg.PluginBinary,
+		ConfDir: cfg.CNIConfDir, Socket: cfg.Socket}, log); err != nil {
 		return err
 	}
 	obs.setNode(node)

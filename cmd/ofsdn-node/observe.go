@@ -31,9 +31,9 @@ type observer struct {
 	// ovsdbReconnects counts ovsdb.Client.Reconnected notifications.
 	ovsdbReconnects atomic.Int64
 	node            atomic.Pointer[controller.Node]
-	// probe asks ovs-vswitchd and ovsdb-server whether they answer (health.go); nil
-	// until setNode.
-	probe atomic.Pointer[healthProbe]
+	// probe asks ovs-vswitchd and ovsdb-server whether they answer
+	// (controller.HealthProbe); nil until setNode.
+	probe atomic.Pointer[controller.HealthProbe]
 	stop  chan struct{}
 }
 
@@ -86,20 +86,20 @@ func (o *observer) setDB(db *ovsdb.Client) {
 // socket read it, and the health probe asks its switch and database whether they answer.
 func (o *observer) setNode(n *controller.Node) {
 	if db := o.db.Load(); db != nil && o.probe.Load() == nil {
-		o.probe.Store(startHealthProbe(n.Switch(), n.Bridge(), db))
+		o.probe.Store(controller.StartHealthProbe(n.Switch(), n.Bridge(), db))
 	}
 	o.node.Store(n)
 }
 
 // readiness is /readyz: OVSDB and OpenFlow connected and answering (the health probe's
-// last echo of each was answered within healthProbeTimeout), base pipeline installed, CNI
+// last echo of each was answered within controller.HealthProbeTimeout), base pipeline installed, CNI
 // socket serving. The error lists what is not.
 func (o *observer) readiness() error {
 	var errs []error
 	n := o.node.Load()
 	var ofErr, dbErr error
 	if p := o.probe.Load(); p != nil {
-		ofErr, dbErr = p.errs()
+		ofErr, dbErr = p.Errs()
 	}
 	if db := o.db.Load(); db == nil || !db.Connected() {
 		errs = append(errs, fmt.Errorf("OVSDB at %s not connected", o.cfg.OVSDB))
@@ -169,7 +169,7 @@ func (o *observer) close() {
 		close(o.stop)
 	}
 	if p := o.probe.Load(); p != nil {
-		p.close()
+		p.Close()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -1,6 +1,7 @@
-package main
+package masq
 
-// Node settings the daemon checks but does not change.
+// Node settings the daemon checks but does not change (the IPv4 forwarding it needs for
+// masquerade is turned on by EnableIPForward, masq.go).
 
 import (
 	"fmt"
@@ -8,17 +9,18 @@ import (
 	"strings"
 )
 
-// ipForwardSysctl is the file of net.ipv4.ip_forward (proc(5), /proc/sys/net/ipv4): "1" when
+// IPForwardSysctl is the file of net.ipv4.ip_forward (proc(5), /proc/sys/net/ipv4): "1" when
 // the node routes IPv4 between interfaces.
-const ipForwardSysctl = "/proc/sys/net/ipv4/ip_forward"
+const IPForwardSysctl = "/proc/sys/net/ipv4/ip_forward"
 
-// checkIPForward reads the net.ipv4.ip_forward file at path and returns a warning naming
+// CheckIPForward reads the net.ipv4.ip_forward file at path and returns a warning naming
 // the sysctl when it is not 1: without forwarding, a pod's host port mapped by the portmap
 // meta plugin (hostPort) is not reachable from other hosts, since the DNAT'ed packet must
 // be routed from the node's NIC to the gateway port. The daemon turns forwarding on only
-// for masquerade (cluster member with masquerade on); it never writes the file here. It
-// returns "" when forwarding is on, and an error when the file cannot be read.
-func checkIPForward(path string) (string, error) {
+// as a cluster member (EnableIPForward, from controller.Node.JoinCluster); this function
+// never writes the file. It returns "" when forwarding is on, and an error naming the
+// file when it cannot be read.
+func CheckIPForward(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return "", fmt.Errorf("read %s: %w", path, err)

@@ -1,4 +1,4 @@
-package main
+package install
 
 import (
 	"encoding/json"
@@ -10,54 +10,21 @@ import (
 	"testing"
 
 	"github.com/containernetworking/cni/libcni"
-	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/yaml"
 )
 
-// TestDeployConfigMapLoads: the config file shipped in deploy/ofsdn.yaml's ConfigMap is
-// accepted by the daemon as it is.
-func TestDeployConfigMapLoads(t *testing.T) {
-	b, err := os.ReadFile("../../deploy/ofsdn.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var conf string
-	for _, doc := range strings.Split(string(b), "\n---\n") {
-		var cm corev1.ConfigMap
-		if err := yaml.Unmarshal([]byte(doc), &cm); err == nil && cm.Kind == "ConfigMap" {
-			conf = cm.Data["config.yaml"]
-		}
-	}
-	if conf == "" {
-		t.Fatal("no ConfigMap with config.yaml in deploy/ofsdn.yaml")
-	}
-	path := filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("NODE_NAME", "node-a")
-	cfg, err := loadConfig([]string{"-config", path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg.Topology != "kubernetes" || cfg.NodeName != "node-a" || cfg.MTU != 0 || cfg.CNIConfDir == "" || cfg.ClusterCIDR == "" {
-		t.Fatalf("config %+v", cfg)
-	}
-}
-
-// TestInstallCNI: the plugin binary and the conflist land complete, with their modes, and
+// TestFiles: the plugin binary and the conflist land complete, with their modes, and
 // no temporary file is left beside them.
-func TestInstallCNI(t *testing.T) {
+func TestFiles(t *testing.T) {
 	dir := t.TempDir()
 	plugin := filepath.Join(dir, "src-ofsdn")
 	if err := os.WriteFile(plugin, []byte("#!/bin/sh\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	bin, conf := filepath.Join(dir, "bin"), filepath.Join(dir, "net.d")
-	cfg := Config{CNIBinDir: bin, CNIConfDir: conf, PluginBinary: plugin, Socket: "/var/run/ofsdn/cni.sock"}
+	cfg := Options{BinDir: bin, ConfDir: conf, PluginBinary: plugin, Socket: "/var/run/ofsdn/cni.sock"}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for range 2 { // idempotent
-		if err := installCNI(cfg, log); err != nil {
+		if err := Files(cfg, log); err != nil {
 			t.Fatal(err)
 		}
 	}

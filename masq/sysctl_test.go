@@ -1,4 +1,4 @@
-package main
+package masq
 
 import (
 	"os"
@@ -17,7 +17,7 @@ func TestCheckIPForward(t *testing.T) {
 		if err := os.WriteFile(p, []byte(c.content), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		w, err := checkIPForward(p)
+		w, err := CheckIPForward(p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -25,11 +25,11 @@ func TestCheckIPForward(t *testing.T) {
 			t.Errorf("ip_forward %q: warning %q", c.content, w)
 		}
 	}
-	if _, err := checkIPForward(filepath.Join(dir, "absent")); err == nil {
+	if _, err := CheckIPForward(filepath.Join(dir, "absent")); err == nil {
 		t.Error("missing file: no error")
 	}
 	// The real file is readable (the daemon reads it at every start).
-	if _, err := checkIPForward(ipForwardSysctl); err != nil {
+	if _, err := CheckIPForward(IPForwardSysctl); err != nil {
 		t.Error(err)
 	}
 }

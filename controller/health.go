@@ -1,4 +1,4 @@
-package main
+package controller
 
 // The readiness probe of Open vSwitch: whether ovs-vswitchd and ovsdb-server answer, not
 // only whether their sockets are connected. A hung ovs-vswitchd (SIGSTOP, a stuck main
@@ -6,8 +6,8 @@ package main
 // after its echo timeout (15 s, plus up to the 5 s interval); a hung ovsdb-server keeps
 // its unix socket too, and libovsdb never notices. Meanwhile every ADD fails at its
 // deadline, so /readyz must say 503 long before that: the probe sends an OpenFlow echo
-// (OFPT_ECHO_REQUEST) and an OVSDB echo (RFC 7047 §4.1.11) every healthProbeInterval,
-// each bounded by healthProbeTimeout, and the last answer of each is what /readyz reads.
+// (OFPT_ECHO_REQUEST) and an OVSDB echo (RFC 7047 §4.1.11) every HealthProbeInterval,
+// each bounded by HealthProbeTimeout, and the last answer of each is what /readyz reads.
 
 import (
 	"context"
@@ -20,19 +20,19 @@ import (
 )
 
 const (
-	// healthProbeInterval is the time between the starts of two probes of each side: 1 s.
-	healthProbeInterval = time.Second
-	// healthProbeTimeout is how long each side has to answer one probe: 3 s. So /readyz
-	// says 503 at most healthProbeInterval + healthProbeTimeout (4 s) after a side stops
-	// answering, and 200 again at most healthProbeInterval after it answers (plus, after
+	// HealthProbeInterval is the time between the starts of two probes of each side: 1 s.
+	HealthProbeInterval = time.Second
+	// HealthProbeTimeout is how long each side has to answer one probe: 3 s. So /readyz
+	// says 503 at most HealthProbeInterval + HealthProbeTimeout (4 s) after a side stops
+	// answering, and 200 again at most HealthProbeInterval after it answers (plus, after
 	// the keep-alive dropped the OpenFlow connection, the reconnect and flow replay).
-	healthProbeTimeout = 3 * time.Second
+	HealthProbeTimeout = 3 * time.Second
 )
 
-// healthProbe probes the switch (OpenFlow) and the database (OVSDB) in the background;
+// HealthProbe probes the switch (OpenFlow) and the database (OVSDB) in the background;
 // its methods are safe for concurrent use. Both sides count as answering until a probe
-// says otherwise.
-type healthProbe struct {
+// says otherwise. Create it with StartHealthProbe; the daemon's /readyz reads Errs.
+type HealthProbe struct {
 	interval, timeout time.Duration
 
 	mu    sync.Mutex
@@ -43,9 +43,12 @@ type healthProbe struct {
 	wg   sync.WaitGroup
 }
 
-// startHealthProbe starts probing sw (bridge's OpenFlow connection) and db until close.
-func startHealthProbe(sw *openflow.Switch, bridge string, db *ovsdb.Client) *healthProbe {
-	p := &healthProbe{interval: healthProbeInterval, timeout: healthProbeTimeout, stop: make(chan struct{})}
+// StartHealthProbe starts probing sw (bridge's OpenFlow connection) with OpenFlow echoes
+// and db with OVSDB echoes, each every HealthProbeInterval and bounded by
+// HealthProbeTimeout, until Close. An unanswered probe's error names the bridge or the
+// OVSDB endpoint and the timeout.
+func StartHealthProbe(sw *openflow.Switch, bridge string, db *ovsdb.Client) *HealthProbe {
+	p := &HealthProbe{interval: HealthProbeInterval, timeout: HealthProbeTimeout, stop: make(chan struct{})}
 	p.wg.Add(2)
 	ofTimeout := fmt.Errorf("ovs-vswitchd does not answer OpenFlow echo requests on bridge %s within %s (hung or overloaded)", bridge, p.timeout)
 	go p.loop(func(ctx context.Context) error {
@@ -73,7 +76,7 @@ func startHealthProbe(sw *openflow.Switch, bridge string, db *ovsdb.Client) *hea
 // loop runs probe every interval and records its outcome in *last. A probe not answered
 // within timeout counts as failed (timeoutErr) at once, even if it is itself stuck (a
 // write to a peer that no longer reads); no new probe starts before the stuck one returns.
-func (p *healthProbe) loop(probe func(ctx context.Context) error, timeoutErr error, last *error) {
+func (p *HealthProbe) loop(probe func(ctx context.Context) error, timeoutErr error, last *error) {
 	defer p.wg.Done()
 	var inflight chan error // the last probe's outcome, while it runs
 	for {
@@ -111,15 +114,17 @@ func (p *healthProbe) loop(probe func(ctx context.Context) error, timeoutErr err
 	}
 }
 
-// errs returns the last failures of the OpenFlow and the OVSDB probe (nil: answered).
-func (p *healthProbe) errs() (openFlow, ovsDB error) {
+// Errs returns the last failures of the OpenFlow and the OVSDB probe (nil: answered, or
+// not probed yet).
+func (p *HealthProbe) Errs() (openFlow, ovsDB error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.ofErr, p.dbErr
 }
 
-// close stops the probes and waits for their loops (a stuck probe is left to end by itself).
-func (p *healthProbe) close() {
+// Close stops the probes and waits for their loops (a stuck probe is left to end by
+// itself). Call it once.
+func (p *HealthProbe) Close() {
 	close(p.stop)
 	p.wg.Wait()
 }

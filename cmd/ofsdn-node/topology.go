@@ -1,0 +1,75 @@
+package main
+
+// Topology wiring: the source the config names (file or kubernetes) and the config's
+// values that take precedence over it, handed to topology.Prepare; the cluster it returns
+// feeds the node's overlay (controller.OverlayOptionsFor) and its membership
+// (controller.Node.JoinCluster).
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/ofsdn/ofsdn/topology"
+)
+
+// defaultMTU is the pod MTU without a topology and without mtu in the config (bytes): a
+// 1500-byte underlay minus VXLAN's 50.
+const defaultMTU = 1450
+
+// prepareCluster starts the topology source the config names (it runs until runCtx ends)
+// and waits, bounded by waitCtx, for this node's settings and peers (topology.Prepare,
+// the config's values first). Without a topology it returns nil.
+func prepareCluster(waitCtx, runCtx context.Context, cfg Config, log *slog.Logger) (*topology.Cluster, error) {
+	var clusterCIDR *net.IPNet
+	if cfg.ClusterCIDR != "" {
+		_, clusterCIDR, _ = net.ParseCIDR(cfg.ClusterCIDR) // checked by loadConfig
+	}
+	var src topology.Source
+	switch cfg.Topology {
+	case "":
+		return nil, nil
+	case "file":
+		f := topology.NewFile(cfg.TopologyFile)
+		f.Logger = log
+		src = f
+	case "kubernetes":
+		client, err := kubeClient(cfg.Kubeconfig)
+		if err != nil {
+			return nil, err
+		}
+		k := topology.NewKubernetes(client, cfg.NodeName, clusterCIDR)
+		k.Logger = log
+		src = k
+	}
+	o := topology.ClusterOptions{NodeName: cfg.NodeName, ClusterCIDR: clusterCIDR, MTU: cfg.MTU,
+		Masquerade: cfg.Masquerade, Logger: log}
+	if cfg.ServiceCIDR != "" {
+		_, o.ServiceCIDR, _ = net.ParseCIDR(cfg.ServiceCIDR)
+	}
+	if cfg.NodeIP != "" {
+		o.NodeIP = net.ParseIP(cfg.NodeIP).To4()
+	}
+	return topology.Prepare(waitCtx, runCtx, src, o)
+}
+
+// kubeClient returns a clientset from kubeconfig, or the in-cluster config if it is "".
+func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+	var rc *rest.Config
+	var err error
+	if kubeconfig == "" {
+		rc, err = rest.InClusterConfig()
+	} else {
+		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w (in a pod, mount the service account; elsewhere set kubeconfig)", err)
+	}
+	rc.UserAgent = "ofsdn-node"
+	return kubernetes.NewForConfig(rc)
+}

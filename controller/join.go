@@ -1,0 +1,102 @@
+package controller
+
+// Joining the cluster, the controller's part: the overlay options a topology gives the
+// node's start (StartNode), and the membership completed after it (JoinCluster): IPv4
+// forwarding, the NAT rules, the node IP's announcement and the topology's events
+// followed.
+
+import (
+	"context"
+	"errors"
+	"sort"
+
+	"github.com/ofsdn/ofsdn/flows"
+	"github.com/ofsdn/ofsdn/masq"
+	"github.com/ofsdn/ofsdn/topology"
+)
+
+// OverlayOptionsFor returns the overlay settings (NodeOptions.Overlay) of a node in the
+// cluster c: tunnel type tunnelType (ovsdb.TypeVXLAN or ovsdb.TypeGeneve) on UDP port
+// tunnelDstPort (0 = the type's default), its port named TunnelPortName(tunnelType), and
+// the peers known at start sorted by name.
+func OverlayOptionsFor(c *topology.Cluster, tunnelType string, tunnelDstPort int) *OverlayOptions {
+	o := &OverlayOptions{
+		TunnelType: tunnelType, TunnelName: TunnelPortName(tunnelType), TunnelDstPort: tunnelDstPort,
+		NodeIP: c.NodeIP, ClusterCIDR: c.ClusterCIDR, ServiceCIDR: c.ServiceCIDR,
+	}
+	for _, p := range c.Peers {
+		o.Peers = append(o.Peers, flows.Peer{Name: p.Name, NodeIP: p.NodeIP, PodSubnet: p.PodSubnet})
+	}
+	sort.Slice(o.Peers, func(i, j int) bool { return o.Peers[i].Name < o.Peers[j].Name })
+	return o
+}
+
+// TunnelPortName is the tunnel port's name for a tunnel type: vxlan0 or geneve0.
+func TunnelPortName(typ string) string { return typ + "0" }
+
+// JoinCluster completes the cluster membership of a node started with
+// OverlayOptionsFor(c, ...) (tunnel port, pipeline and initial peers' flows, cluster route
+// are in place): IP forwarding and the NAT rules (service return path; egress masquerade
+// if c.Masquerade), a gratuitous ARP for the node IP (again whenever its interface's MAC
+// changes, topology.KeepAnnounced, and for the new address whenever the topology changes
+// this node's IP, unless c.NodeIPFixed), then it follows c.Source's events in the
+// background until ctx ends. Errors: the node has no overlay, forwarding cannot be turned
+// on, the NAT rules cannot be written (package masq names the sysctl or table); a failed
+// announcement is only logged.
+func (n *Node) JoinCluster(ctx context.Context, c *topology.Cluster) error {
+	log := n.log
+	ov := n.Overlay()
+	if ov == nil {
+		return errors.New("join the cluster: the node was started without its overlay settings")
+	}
+	// The host routes pods' egress and service traffic (gateway in, kube-proxy's DNAT,
+	// gateway or uplink out) either way; masquerade decides only the egress rules.
+	if err := masq.EnableIPForward(); err != nil {
+		return err
+	}
+	if err := masq.Ensure(masq.Rules{PodSubnet: c.PodSubnet, ClusterCIDR: c.ClusterCIDR, Masquerade: c.Masquerade}); err != nil {
+		return err
+	}
+	// Peers' tunnel neighbour caches learn this node's underlay MAC now, not when their
+	// entry for a previous MAC (a replaced node) ages out.
+	announcer, err := topology.KeepAnnounced(ctx, log, c.Underlay, c.NodeIP)
+	if err != nil {
+		log.Warn("node IP not announced", "interface", c.Underlay, "node_ip", c.NodeIP, "err", err)
+	}
+	events := c.Source.Events()
+	if announcer != nil && !c.NodeIPFixed {
+		events = followNodeIP(ctx, events, announcer)
+	}
+	go ov.Follow(ctx, events)
+	return nil
+}
+
+// followNodeIP passes every event of events on to the returned channel, in order, and
+// hands the node IP of each EventLocal that names one to the announcer, so that a node IP
+// changed in the topology at run time is the one announced from then on (issue 20). The
+// returned channel is closed when events is; it stops when ctx ends.
+func followNodeIP(ctx context.Context, events <-chan topology.Event, a *topology.Announcer) <-chan topology.Event {
+	out := make(chan topology.Event)
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-events:
+				if !ok {
+					return
+				}
+				if e.Kind == topology.EventLocal && e.Local.NodeIP != nil {
+					a.SetNodeIP(e.Local.NodeIP)
+				}
+				select {
+				case out <- e:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return out
+}
