@@ -14,15 +14,18 @@ func featureConfigs() map[string]NodeConfig {
 	for _, policy := range []int{0, 1, 2} { // off, on, on with the deny log
 		for _, overlay := range []bool{false, true} {
 			for _, svc := range []bool{false, true} {
-				cfg := testConfig()
-				cfg.Policy, cfg.DenyLog = policy > 0, policy == 2
-				if !overlay {
-					cfg.TunnelOFPort, cfg.NodeIP, cfg.ClusterCIDR = 0, nil, nil
+				for _, proxy := range []bool{false, true} {
+					cfg := testConfig()
+					cfg.Services = proxy
+					cfg.Policy, cfg.DenyLog = policy > 0, policy == 2
+					if !overlay {
+						cfg.TunnelOFPort, cfg.NodeIP, cfg.ClusterCIDR = 0, nil, nil
+					}
+					if !svc {
+						cfg.ServiceCIDR = nil
+					}
+					out[fmt.Sprintf("policy=%d overlay=%v serviceCIDR=%v services=%v", policy, overlay, svc, proxy)] = cfg
 				}
-				if !svc {
-					cfg.ServiceCIDR = nil
-				}
-				out[fmt.Sprintf("policy=%d overlay=%v serviceCIDR=%v", policy, overlay, svc)] = cfg
 			}
 		}
 	}
@@ -38,6 +41,12 @@ func featureFlows(b builder) []Flow {
 	if b.cfg.TunnelOFPort != 0 {
 		fs = append(fs, b.peerFlows(testPeerB())...)
 		fs = append(fs, b.peerFlows(testPeerC())...)
+	}
+	if b.p == std && b.cfg.Services {
+		for i, eps := range [][]ServiceEndpoint{nil, {{IP: net.ParseIP("10.244.1.6"), Port: 8080}, {IP: net.ParseIP("10.244.2.9"), Port: 8080, Weight: 3}}} {
+			sf, _ := ServicePortFlows(b.cfg, ServicePort{ID: uint32(i + 1), ClusterIP: net.ParseIP("10.96.0.10"), Proto: IPProtoTCP, Port: uint16(80 + i), Endpoints: eps})
+			fs = append(fs, sf...)
+		}
 	}
 	if b.p == std {
 		fs = append(fs, PodPolicyFlows(b.cfg, testPodA(), true, true)...)
@@ -136,7 +145,7 @@ func TestFeatureTables(t *testing.T) {
 			t.Errorf("policy off, yet stage %s in use", st.Name)
 		}
 	}
-	cfg.Policy = true
+	cfg.Policy, cfg.Services = true, true
 	if got := len(TablesOn(cfg)); got != len(all) {
 		t.Errorf("golden node with policy: %d stages in use, want all %d", got, len(all))
 	}

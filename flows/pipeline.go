@@ -162,6 +162,9 @@ const (
 	FeatureServiceHost = "service_host"
 	// FeatureNetworkPolicy: conntrack and the rule stages; on with NodeConfig.Policy.
 	FeatureNetworkPolicy = "network_policy"
+	// FeatureServices: Services load-balanced in OVS (service.go): conntrack with NAT and
+	// per Service port a select group; on with NodeConfig.Services.
+	FeatureServices = "services"
 	// FeatureDenyLog: default-deny flows send to the controller through DenyLogMeter; on
 	// with NodeConfig.Policy and NodeConfig.DenyLog. It has no stage of its own.
 	FeatureDenyLog = "deny_log"
@@ -210,6 +213,17 @@ var features = []Feature{
 		// rest goes on.
 		{ID: 70, Name: "remote", Miss: MissNext, node: remoteNode,
 			Purpose: "peer pod subnets to the tunnel (tun_dst); unknown cluster addresses drop"},
+	}},
+	{Name: FeatureServices, Purpose: "Services in OVS: DNAT to an endpoint by select group, un-NAT replies", On: func(c NodeConfig) bool { return c.Services }, Stages: []Stage{
+		// 34: all IP → ct(nat, zone=ConntrackZone) → service_lb: replies are un-NATed and
+		// later packets of a translated connection get their endpoint again.
+		{ID: 34, Name: StageServiceConntrack, Miss: MissDrop, node: serviceConntrackNode,
+			Purpose: "IP through conntrack with nat (zone ConntrackZone): un-NAT replies, keep endpoints"},
+		// 36: per Service port: a pod's new connection to ClusterIP:port → its select group
+		// (a bucket per endpoint: ct(commit, nat(dst=EP:port)) → l3_forwarding); no
+		// endpoints → the controller (reject), metered and counted. The rest goes on.
+		{ID: 36, Name: StageServiceLB, Miss: MissNext,
+			Purpose: "new connections to a ClusterIP:port to its select group (DNAT); no endpoints to the controller"},
 	}},
 	{Name: FeatureServiceHost, Purpose: "service CIDR to the host's kube-proxy", On: func(c NodeConfig) bool { return c.ServiceCIDR != nil }, Stages: []Stage{
 		// 40: a pod's IP to the service CIDR → gateway (eth_dst, reg1) → output, where
@@ -454,6 +468,16 @@ func (b builder) in(name string) inStage {
 		panic(fmt.Sprintf("flows: a flow in stage %s, whose feature %s is off on this node", name, b.p.stages[i].Feature))
 	}
 	return inStage{b: b, i: i}
+}
+
+// uses reports whether b's node uses the feature called name (false for an unknown name).
+func (b builder) uses(name string) bool {
+	for _, f := range b.p.features {
+		if f.Name == name {
+			return f.On == nil || f.On(b.cfg)
+		}
+	}
+	return false
 }
 
 // from returns the first stage in use at index i or after it; it panics past the end (the

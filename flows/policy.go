@@ -116,6 +116,11 @@ func conntrackNode(b builder) []Flow {
 			s.flow(PipelineOwner, PriorityNodeTraffic, Match{EthType: EthTypeIPv4, IPDst: hostPrefix(a)}, b.goTo("remote")),
 		)
 	}
+	if b.uses(FeatureServices) {
+		// service_conntrack tracked every IP packet in ConntrackZone already, with nat: a
+		// second lookup of the translated packet would not find its connection.
+		return append(fs, s.flow(PipelineOwner, PriorityPass, Match{EthType: EthTypeIPv4}, b.goTo(StageConntrackState)))
+	}
 	return append(fs, s.flow(PipelineOwner, PriorityPass, Match{EthType: EthTypeIPv4}, CT{Zone: ConntrackZone, Table: b.goTo(StageConntrackState).Table}))
 }
 
@@ -157,8 +162,12 @@ func egressRulesNode(b builder) []Flow {
 //	table="conntrack_commit", priority=100,ct_state=+new+trk,ip actions=ct(commit,zone=65280),goto_table:remote
 func conntrackCommitNode(b builder) []Flow {
 	s := b.in(StageConntrackCommit)
+	st := &CTState{Set: CTNew | CTTrk}
+	if b.uses(FeatureServices) {
+		st.Clear = CTDnat // a Service connection was committed with its DNAT (service.go)
+	}
 	return []Flow{s.flow(PipelineOwner, PriorityNormal,
-		Match{EthType: EthTypeIPv4, CTState: &CTState{Set: CTNew | CTTrk}}, CT{Commit: true, Zone: ConntrackZone}, s.next())}
+		Match{EthType: EthTypeIPv4, CTState: st}, CT{Commit: true, Zone: ConntrackZone}, s.next())}
 }
 
 // nodeAddresses returns the node's own IPv4 addresses as pods see them: the gateway IP

@@ -76,7 +76,7 @@ func reachable(fs []Flow) map[TableID]bool {
 // one of them sees that traffic. The others send packets to stages they name
 // (classifier → tunnel_ingress or spoof_guard, spoof_guard → service or arp, arp →
 // output), so a stage inserted after them is reached only by flows that name it.
-var continuesToNext = map[string]bool{"service": true, "l3_forwarding": true, "conntrack_state": true, "egress_rules": true,
+var continuesToNext = map[string]bool{"service_conntrack": true, "service_lb": true, "service": true, "l3_forwarding": true, "conntrack_state": true, "egress_rules": true,
 	"ingress_rules": true, "conntrack_commit": true, "remote": true, "egress": true}
 
 // TestInsertedStage inserts a new stage that passes everything on (as a network policy
@@ -89,7 +89,7 @@ var continuesToNext = map[string]bool{"service": true, "l3_forwarding": true, "c
 // new stage must be reached, with no flow jumping past it.
 func TestInsertedStage(t *testing.T) {
 	cfg := testConfig()
-	cfg.Policy = true // every stage in use
+	cfg.Policy, cfg.Services = true, true // every stage in use
 	orig := allFlows(builder{p: std, cfg: cfg})
 	checkMissFlows(t, std, cfg, orig)
 	n := len(Tables())
