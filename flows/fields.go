@@ -196,6 +196,9 @@ const (
 	// PolicyFlowSet; owner id = the conjunction id for conj_id flows, 0 for flows shared
 	// by several conjunctions' clauses (PolicyOwner).
 	OwnerPolicy OwnerKind = 4
+	// OwnerService: one Service port's flows and its select group, built by
+	// ServicePortFlows; owner id = ServicePort.ID (ServicePortOwner).
+	OwnerService OwnerKind = 5
 )
 
 // Cookie field positions and masks.

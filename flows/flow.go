@@ -198,12 +198,16 @@ const (
 	CTInv uint8 = 0x10
 	// CTTrk: the packet went through conntrack.
 	CTTrk uint8 = 0x20
+	// CTSnat: the connection's source is translated (a nat(src=...) was committed).
+	CTSnat uint8 = 0x40
+	// CTDnat: the connection's destination is translated (a nat(dst=...) was committed).
+	CTDnat uint8 = 0x80
 )
 
 var ctStateNames = []struct {
 	bit  uint8
 	name string
-}{{CTNew, "new"}, {CTEst, "est"}, {CTRel, "rel"}, {CTRpl, "rpl"}, {CTInv, "inv"}, {CTTrk, "trk"}}
+}{{CTNew, "new"}, {CTEst, "est"}, {CTRel, "rel"}, {CTRpl, "rpl"}, {CTInv, "inv"}, {CTTrk, "trk"}, {CTSnat, "snat"}, {CTDnat, "dnat"}}
 
 // CTState is a ct_state match: the flags in Set must be on, those in Clear off, others
 // are not looked at. Printed as OVS does, flags in bit order: ct_state=-new-inv+trk.

@@ -105,50 +105,40 @@ func compareLines(t *testing.T, what string, got, want []string) {
 // goldenPipeline is PipelineFlows(testConfig()) as ovs-ofctl dump-flows --names prints it
 // (ports by number: the golden config's ports have no names).
 var goldenPipeline = []string{
-	`cookie=0x400070100000000, table=classifier, priority=100,in_port=1 actions=load:0x3->NXM_NX_REG0[0..3],goto_table:"tunnel_ingress"`,
-	`cookie=0x400070100000000, table=classifier, priority=100,in_port=2 actions=load:0x1->NXM_NX_REG0[0..3],goto_table:"spoof_guard"`,
-	`cookie=0x400070100000000, table=classifier, priority=0 actions=drop`,
-	`cookie=0x400070100000000, table="tunnel_ingress", priority=0 actions=drop`,
-	`cookie=0x400070100000000, table="spoof_guard", priority=100,ip,reg0=0x1/0xf actions=goto_table:service`,
-	`cookie=0x400070100000000, table="spoof_guard", priority=100,arp,reg0=0x1/0xf actions=goto_table:arp`,
-	`cookie=0x400070100000000, table="spoof_guard", priority=0 actions=drop`,
-	`cookie=0x400070100000000, table=arp, priority=100,arp,arp_tpa=10.244.1.1 actions=load:0x2->NXM_NX_REG1[],goto_table:output`,
-	`cookie=0x400070100000000, table=arp, priority=0 actions=drop`,
-	`cookie=0x400070100000000, table=service, priority=100,ip,reg0=0x2/0xf,nw_dst=10.96.0.0/12 actions=set_field:0a:58:0a:f4:01:01->eth_dst,load:0x2->NXM_NX_REG1[],goto_table:output`,
-	`cookie=0x400070100000000, table=service, priority=1 actions=goto_table:"l3_forwarding"`,
-	`cookie=0x400070100000000, table=service, priority=0 actions=drop`,
-	`cookie=0x400070100000000, table="l3_forwarding", priority=100,ip,nw_dst=10.244.1.1 actions=set_field:0a:58:0a:f4:01:01->eth_dst,load:0x2->NXM_NX_REG1[],goto_table:conntrack`,
-	`cookie=0x400070100000000, table="l3_forwarding", priority=10,ip,nw_dst=10.244.1.0/24 actions=drop`,
-	`cookie=0x400070100000000, table="l3_forwarding", priority=1,ip actions=goto_table:conntrack`,
-	`cookie=0x400070100000000, table="l3_forwarding", priority=0 actions=drop`,
-	`cookie=0x400070100000000, table=conntrack, priority=1 actions=goto_table:remote`,
-	`cookie=0x400070100000000, table=conntrack, priority=0 actions=drop`,
-	`cookie=0x400070100000000, table="conntrack_state", priority=1 actions=goto_table:"egress_rules"`,
-	`cookie=0x400070100000000, table="conntrack_state", priority=0 actions=drop`,
-	`cookie=0x400070100000000, table="egress_rules", priority=1 actions=goto_table:"ingress_rules"`,
-	`cookie=0x400070100000000, table="egress_rules", priority=0 actions=drop`,
-	`cookie=0x400070100000000, table="ingress_rules", priority=1 actions=goto_table:"conntrack_commit"`,
-	`cookie=0x400070100000000, table="ingress_rules", priority=0 actions=drop`,
-	`cookie=0x400070100000000, table="conntrack_commit", priority=1 actions=goto_table:remote`,
-	`cookie=0x400070100000000, table="conntrack_commit", priority=0 actions=drop`,
-	`cookie=0x400070100000000, table=remote, priority=10,ip,reg1=0,nw_dst=10.244.0.0/16 actions=drop`,
-	`cookie=0x400070100000000, table=remote, priority=1 actions=goto_table:egress`,
-	`cookie=0x400070100000000, table=remote, priority=0 actions=drop`,
-	`cookie=0x400070100000000, table=egress, priority=100,ip,reg0=0x2/0xf,reg1=0 actions=set_field:0a:58:0a:f4:01:01->eth_dst,load:0x2->NXM_NX_REG1[],goto_table:output`,
-	`cookie=0x400070100000000, table=egress, priority=50,reg1=0 actions=drop`,
-	`cookie=0x400070100000000, table=egress, priority=1 actions=goto_table:output`,
-	`cookie=0x400070100000000, table=egress, priority=0 actions=drop`,
-	`cookie=0x400070100000000, table=output, priority=1 actions=output:NXM_NX_REG1[]`,
-	`cookie=0x400070100000000, table=output, priority=0 actions=drop`,
+	`cookie=0x500070100000000, table=classifier, priority=100,in_port=1 actions=load:0x3->NXM_NX_REG0[0..3],goto_table:"tunnel_ingress"`,
+	`cookie=0x500070100000000, table=classifier, priority=100,in_port=2 actions=load:0x1->NXM_NX_REG0[0..3],goto_table:"spoof_guard"`,
+	`cookie=0x500070100000000, table=classifier, priority=0 actions=drop`,
+	`cookie=0x500070100000000, table="tunnel_ingress", priority=0 actions=drop`,
+	`cookie=0x500070100000000, table="spoof_guard", priority=100,ip,reg0=0x1/0xf actions=goto_table:service`,
+	`cookie=0x500070100000000, table="spoof_guard", priority=100,arp,reg0=0x1/0xf actions=goto_table:arp`,
+	`cookie=0x500070100000000, table="spoof_guard", priority=0 actions=drop`,
+	`cookie=0x500070100000000, table=arp, priority=100,arp,arp_tpa=10.244.1.1 actions=load:0x2->NXM_NX_REG1[],goto_table:output`,
+	`cookie=0x500070100000000, table=arp, priority=0 actions=drop`,
+	`cookie=0x500070100000000, table=service, priority=100,ip,reg0=0x2/0xf,nw_dst=10.96.0.0/12 actions=set_field:0a:58:0a:f4:01:01->eth_dst,load:0x2->NXM_NX_REG1[],goto_table:output`,
+	`cookie=0x500070100000000, table=service, priority=1 actions=goto_table:"l3_forwarding"`,
+	`cookie=0x500070100000000, table=service, priority=0 actions=drop`,
+	`cookie=0x500070100000000, table="l3_forwarding", priority=100,ip,nw_dst=10.244.1.1 actions=set_field:0a:58:0a:f4:01:01->eth_dst,load:0x2->NXM_NX_REG1[],goto_table:remote`,
+	`cookie=0x500070100000000, table="l3_forwarding", priority=10,ip,nw_dst=10.244.1.0/24 actions=drop`,
+	`cookie=0x500070100000000, table="l3_forwarding", priority=1,ip actions=goto_table:remote`,
+	`cookie=0x500070100000000, table="l3_forwarding", priority=0 actions=drop`,
+	`cookie=0x500070100000000, table=remote, priority=10,ip,reg1=0,nw_dst=10.244.0.0/16 actions=drop`,
+	`cookie=0x500070100000000, table=remote, priority=1 actions=goto_table:egress`,
+	`cookie=0x500070100000000, table=remote, priority=0 actions=drop`,
+	`cookie=0x500070100000000, table=egress, priority=100,ip,reg0=0x2/0xf,reg1=0 actions=set_field:0a:58:0a:f4:01:01->eth_dst,load:0x2->NXM_NX_REG1[],goto_table:output`,
+	`cookie=0x500070100000000, table=egress, priority=50,reg1=0 actions=drop`,
+	`cookie=0x500070100000000, table=egress, priority=1 actions=goto_table:output`,
+	`cookie=0x500070100000000, table=egress, priority=0 actions=drop`,
+	`cookie=0x500070100000000, table=output, priority=1 actions=output:NXM_NX_REG1[]`,
+	`cookie=0x500070100000000, table=output, priority=0 actions=drop`,
 }
 
 // goldenPodA is PodFlows(testConfig(), testPodA()); 0x0af40105 in the cookie is 10.244.1.5.
 var goldenPodA = []string{
-	`cookie=0x40007020af40105, table=classifier, priority=100,in_port=3 actions=load:0x2->NXM_NX_REG0[0..3],goto_table:"spoof_guard"`,
-	`cookie=0x40007020af40105, table="spoof_guard", priority=100,ip,in_port=3,dl_src=0a:58:0a:f4:01:05,nw_src=10.244.1.5 actions=goto_table:service`,
-	`cookie=0x40007020af40105, table="spoof_guard", priority=100,arp,in_port=3,dl_src=0a:58:0a:f4:01:05,arp_spa=10.244.1.5,arp_sha=0a:58:0a:f4:01:05 actions=goto_table:arp`,
-	`cookie=0x40007020af40105, table=arp, priority=100,arp,arp_tpa=10.244.1.5 actions=load:0x3->NXM_NX_REG1[],goto_table:output`,
-	`cookie=0x40007020af40105, table="l3_forwarding", priority=100,ip,nw_dst=10.244.1.5 actions=set_field:0a:58:0a:f4:01:05->eth_dst,load:0x3->NXM_NX_REG1[],goto_table:conntrack`,
+	`cookie=0x50007020af40105, table=classifier, priority=100,in_port=3 actions=load:0x2->NXM_NX_REG0[0..3],goto_table:"spoof_guard"`,
+	`cookie=0x50007020af40105, table="spoof_guard", priority=100,ip,in_port=3,dl_src=0a:58:0a:f4:01:05,nw_src=10.244.1.5 actions=goto_table:service`,
+	`cookie=0x50007020af40105, table="spoof_guard", priority=100,arp,in_port=3,dl_src=0a:58:0a:f4:01:05,arp_spa=10.244.1.5,arp_sha=0a:58:0a:f4:01:05 actions=goto_table:arp`,
+	`cookie=0x50007020af40105, table=arp, priority=100,arp,arp_tpa=10.244.1.5 actions=load:0x3->NXM_NX_REG1[],goto_table:output`,
+	`cookie=0x50007020af40105, table="l3_forwarding", priority=100,ip,nw_dst=10.244.1.5 actions=set_field:0a:58:0a:f4:01:05->eth_dst,load:0x3->NXM_NX_REG1[],goto_table:remote`,
 }
 
 func TestPipelineFlowsGolden(t *testing.T) {
@@ -162,7 +152,7 @@ func TestPodFlowsGolden(t *testing.T) {
 func TestFormatNamesPorts(t *testing.T) {
 	names := PortNames{2: "gw0", 3: "ofs-3a9f"}
 	got := PodFlows(testConfig(), testPodA())[0].Format(names)
-	want := `cookie=0x40007020af40105, table=classifier, priority=100,in_port="ofs-3a9f" actions=load:0x2->NXM_NX_REG0[0..3],goto_table:"spoof_guard"`
+	want := `cookie=0x50007020af40105, table=classifier, priority=100,in_port="ofs-3a9f" actions=load:0x2->NXM_NX_REG0[0..3],goto_table:"spoof_guard"`
 	if got != want {
 		t.Fatalf("got  %s\nwant %s", got, want)
 	}
@@ -176,7 +166,7 @@ func TestTables(t *testing.T) {
 	want := []struct {
 		id   uint8
 		name string
-	}{{0, "classifier"}, {10, "tunnel_ingress"}, {20, "spoof_guard"}, {30, "arp"}, {40, "service"},
+	}{{0, "classifier"}, {10, "tunnel_ingress"}, {20, "spoof_guard"}, {30, "arp"}, {34, "service_conntrack"}, {36, "service_lb"}, {40, "service"},
 		{50, "l3_forwarding"}, {60, "conntrack"}, {62, "conntrack_state"}, {64, "egress_rules"}, {66, "ingress_rules"},
 		{68, "conntrack_commit"}, {70, "remote"}, {80, "egress"}, {90, "output"}}
 	got := Tables()
@@ -207,14 +197,29 @@ func TestTables(t *testing.T) {
 // priority-0 drop, and each stage declared MissNext passes everything else to the next
 // stage with a priority-1 catch-all. Which stages pass is pinned by the goldens.
 func TestEveryTableEndsInDrop(t *testing.T) {
-	checkMissFlows(t, std, PipelineFlows(testConfig()))
+	for _, policy := range []bool{false, true} {
+		cfg := testConfig()
+		cfg.Policy = policy
+		checkMissFlows(t, std, cfg, PipelineFlows(cfg))
+	}
 }
 
-// checkMissFlows checks the rule of TestEveryTableEndsInDrop for the stages of p.
-func checkMissFlows(t *testing.T, p *pipeline, fs []Flow) {
+// checkMissFlows checks the rule of TestEveryTableEndsInDrop for the stages of p in use on
+// a node with config cfg (the pass goes to the next stage in use); the stages of features
+// that are off must hold no flow at all.
+func checkMissFlows(t *testing.T, p *pipeline, cfg NodeConfig, fs []Flow) {
 	t.Helper()
+	b := builder{p: p, cfg: cfg}
 	for i, st := range p.stages {
 		table := TableID(st.ID)
+		if !p.on(i, cfg) {
+			for _, f := range fs {
+				if f.Table == table {
+					t.Errorf("stage %s of feature %s, off on this node, has a flow: %s", st.Name, st.Feature, f)
+				}
+			}
+			continue
+		}
 		var drop, pass bool
 		for _, f := range fs {
 			if f.Table != table || f.MatchKey() != (Flow{Table: table, Priority: f.Priority}).MatchKey() {
@@ -223,7 +228,7 @@ func checkMissFlows(t *testing.T, p *pipeline, fs []Flow) {
 			if f.Priority == PriorityDrop && len(f.Actions) == 1 && f.Actions[0] == (Drop{}) {
 				drop = true
 			}
-			if st.Miss == MissNext && f.Priority == PriorityPass && len(f.Actions) == 1 && f.Actions[0] == (GotoTable{TableID(p.stages[i+1].ID)}) {
+			if st.Miss == MissNext && f.Priority == PriorityPass && len(f.Actions) == 1 && f.Actions[0] == (inStage{b: b, i: i}.next()) {
 				pass = true
 			}
 		}
@@ -332,7 +337,7 @@ func TestConfigAndPodValidate(t *testing.T) {
 var pipelineGolden = struct {
 	version uint8
 	hash    string
-}{4, "b5f35d9c1d6558a65d94de859e9d0eb42c7193a13731a55af720f02b29f4ce49"}
+}{5, "d5cbb3b0b530bcacd502083931c60b92c1cfb61ffbd8853a6b8e02fdd163458e"}
 
 func TestPipelineVersion(t *testing.T) {
 	cfg := testConfig()

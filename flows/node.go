@@ -44,6 +44,10 @@ type NodeConfig struct {
 	// Policy turns NetworkPolicy enforcement on (policy.go): conntrack and the rule stages.
 	// Off, the conntrack stage passes everything on to remote and no packet is tracked.
 	Policy bool
+	// Services turns the Service datapath in OVS on (service.go): conntrack with NAT for
+	// all IP and, per Service port, a select group that DNATs new connections to an
+	// endpoint. Off, its stages hold no flow. Nothing sets it in the daemon yet.
+	Services bool
 	// DenyLog sends the first packet of each denied connection to the controller
 	// (through meter DenyLogMeter, which the controller creates) instead of dropping it
 	// silently; the switch drops it either way.
@@ -210,7 +214,7 @@ func remoteClusterMiss(b builder) Flow {
 func spoofGuardGatewayIP(b builder) Flow {
 	return b.in("spoof_guard").flow(PipelineOwner, PriorityNormal,
 		Match{EthType: EthTypeIPv4, Regs: []RegMark{FromGateway}},
-		b.goTo("service"))
+		b.goTo(StageServiceConntrack))
 }
 
 // spoofGuardGatewayARP trusts ARP from the host.

@@ -99,7 +99,7 @@ func (b builder) peerFlows(p Peer) []Flow {
 func tunnelIngressPeer(b builder, p Peer) Flow {
 	return b.in("tunnel_ingress").flow(PeerOwner(p), PriorityNormal,
 		Match{EthType: EthTypeIPv4, TunSrc: p.NodeIP, IPSrc: p.PodSubnet},
-		b.goTo("service"))
+		b.goTo(StageServiceConntrack))
 }
 
 // arpResponderPeer answers the host's ARP requests (from the gateway port) for any

@@ -12,9 +12,9 @@ import (
 // goldenPeerB is PeerFlows(testConfig(), testPeerB()); 0x0af40200 in the cookie is
 // 10.244.2.0, the peer's pod subnet.
 var goldenPeerB = []string{
-	`cookie=0x40007030af40200, table="tunnel_ingress", priority=100,ip,tun_src=172.16.0.2,nw_src=10.244.2.0/24 actions=goto_table:service`,
-	`cookie=0x40007030af40200, table=arp, priority=100,arp,reg0=0x1/0xf,arp_tpa=10.244.2.0/24,arp_op=1 actions=move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[],set_field:aa:bb:cc:dd:ee:ff->eth_src,set_field:2->arp_op,move:NXM_NX_ARP_SHA[]->NXM_NX_ARP_THA[],set_field:aa:bb:cc:dd:ee:ff->arp_sha,move:NXM_OF_ARP_TPA[]->NXM_NX_REG2[],move:NXM_OF_ARP_SPA[]->NXM_OF_ARP_TPA[],move:NXM_NX_REG2[]->NXM_OF_ARP_SPA[],IN_PORT`,
-	`cookie=0x40007030af40200, table=remote, priority=100,ip,nw_dst=10.244.2.0/24 actions=set_field:172.16.0.2->tun_dst,load:0x1->NXM_NX_REG1[],goto_table:egress`,
+	`cookie=0x50007030af40200, table="tunnel_ingress", priority=100,ip,tun_src=172.16.0.2,nw_src=10.244.2.0/24 actions=goto_table:service`,
+	`cookie=0x50007030af40200, table=arp, priority=100,arp,reg0=0x1/0xf,arp_tpa=10.244.2.0/24,arp_op=1 actions=move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[],set_field:aa:bb:cc:dd:ee:ff->eth_src,set_field:2->arp_op,move:NXM_NX_ARP_SHA[]->NXM_NX_ARP_THA[],set_field:aa:bb:cc:dd:ee:ff->arp_sha,move:NXM_OF_ARP_TPA[]->NXM_NX_REG2[],move:NXM_OF_ARP_SPA[]->NXM_OF_ARP_TPA[],move:NXM_NX_REG2[]->NXM_OF_ARP_SPA[],IN_PORT`,
+	`cookie=0x50007030af40200, table=remote, priority=100,ip,nw_dst=10.244.2.0/24 actions=set_field:172.16.0.2->tun_dst,load:0x1->NXM_NX_REG1[],goto_table:egress`,
 }
 
 func TestPeerFlowsGolden(t *testing.T) {
@@ -133,8 +133,9 @@ func TestPeerValidate(t *testing.T) {
 }
 
 // TestSingleNodePipelineHasNoTunnelFlows: without tunnel, cluster and service CIDRs the
-// pipeline is the single-node one (no classifier flow for a tunnel port, no service or
-// cluster-miss flows).
+// pipeline is the single-node one: the overlay and service_host features are off, so no
+// classifier flow for a tunnel port and no flow at all in tunnel_ingress, service and
+// remote (their 3 + 2 + 3 flows and the tunnel's classifier flow: 8 fewer).
 func TestSingleNodePipelineHasNoTunnelFlows(t *testing.T) {
 	cfg := testConfig()
 	cfg.TunnelOFPort, cfg.NodeIP, cfg.ClusterCIDR, cfg.ServiceCIDR = 0, nil, nil, nil
@@ -143,11 +144,14 @@ func TestSingleNodePipelineHasNoTunnelFlows(t *testing.T) {
 	}
 	full := PipelineFlows(testConfig())
 	single := PipelineFlows(cfg)
-	if len(full)-len(single) != 3 {
-		t.Fatalf("single-node pipeline has %d flows, full %d: want 3 fewer", len(single), len(full))
+	if len(full)-len(single) != 8 {
+		t.Fatalf("single-node pipeline has %d flows, full %d: want 8 fewer", len(single), len(full))
 	}
 	for _, f := range single {
 		s := f.String()
+		if n := f.Table.Name(); n == "tunnel_ingress" || n == "service" || n == "remote" {
+			t.Errorf("single-node pipeline has a flow in %s: %s", n, s)
+		}
 		if strings.Contains(s, "tunnel_ingress\"") && f.Table == table("classifier") ||
 			strings.Contains(s, "10.96.0.0") || strings.Contains(s, "10.244.0.0/16") {
 			t.Errorf("single-node pipeline has %s", s)

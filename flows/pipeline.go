@@ -7,26 +7,33 @@
 //
 // Every stage is one flow table with a name (the bridge's Flow_Table rows carry the names,
 // so `ovs-ofctl -O OpenFlow13 dump-flows --names br-int` and `ofproto/trace` show them).
-// The stages are declared once, in order, in the list `stages` below: each entry carries
-// its table id, name, purpose, miss behaviour and the node's own flows in it. A packet
-// enters table 0 and only moves forward, by goto_table (OpenFlow 1.3.5 §5.1), to the next
-// stage or to a stage named in the list; no builder names a table id. Every table ends in
-// an explicit priority-0 "actions=drop" flow, so every drop is counted by some flow's
-// n_packets; a stage whose miss is MissNext puts a priority-1 catch-all goto_table to the
-// next stage above it. Both are generated from the list (missFlows). Table ids are
-// spaced (by 10, the policy stages by 2) so later stages fit between.
-// docs/pipeline.md shows every stage's flows
-// (a test keeps it equal to the builders' output).
+// The stages are declared once, by feature, in the list `features` below: pod forwarding
+// (always on), the overlay, the host's service path (kube-proxy), NetworkPolicy and its
+// deny log, each with its stages in order, each stage with its table id, name, purpose,
+// miss behaviour and the node's own flows in it. The pipeline is every feature's stages
+// in table-id order. A packet enters table 0 and only moves forward, by goto_table
+// (OpenFlow 1.3.5 §5.1), to the next stage in use or to a stage named by a builder; no
+// builder names a table id. A feature that is off on a node (Feature.On false for its
+// NodeConfig) installs no flow in its stages, and the stage before them continues past
+// them (inStage.next and builder.goTo skip them). Every table in use ends in an explicit
+// priority-0 "actions=drop" flow, so every drop is counted by some flow's n_packets; a
+// stage whose miss is MissNext puts a priority-1 catch-all goto_table to the next stage
+// in use above it. Both are generated from the declaration (missFlows). Table ids are
+// spaced (by 10, the policy stages by 2) so later stages fit between without renumbering.
+// docs/pipeline.md shows every stage's flows (a test keeps it equal to the builders'
+// output).
 //
 // Registers (fields.go): reg0[0..3] source class (1 gateway, 2 pod, 3 tunnel), reg1 output
 // ofport (0 = undecided), reg2 scratch within one action list (ARP responder). Cookies
 // (fields.go): pipeline version, generation, owner kind, owner id; an Owner (kind +
 // id) selects one owner's flows (PodCookie, PeerCookie).
 //
-// Adding a stage: one entry in `stages` (with its node flows, if any), builders that
-// reach it by name or as the next stage of the stage before it, a new PipelineVersion,
-// and the goldens and docs/pipeline.md that the tests then ask for. No other stage's
-// flows change: cookies do not name stages.
+// Adding a stage: one entry in its feature's Stages (with its node flows, if any) with a
+// free table id between its neighbours', builders that reach it by name or as the next
+// stage of the stage before it, a new PipelineVersion if a node that uses it gets
+// different flows, and the goldens and docs/pipeline.md that the tests then ask for. No
+// other stage's flows change: cookies do not name stages. Adding a feature: one entry in
+// `features` with its On predicate (a NodeConfig field) and its stages.
 //
 // # Design history
 //
@@ -59,17 +66,26 @@
 //
 // Stages were first TableX constants, a separate list of names, a package-doc table and
 // two functions for the miss flows, and builders jumped to literal table ids: a new stage
-// touched five places. Issue 11 made the list the one declaration.
+// touched five places. Issue 11 made one list the declaration; the policy stages then
+// held pass-through flows on nodes without NetworkPolicy. Issue 21 split the list by
+// feature (after Antrea's pkg/agent/openflow, where each feature declares its tables and
+// only the enabled features' tables are realized), so an off feature's stages are empty
+// and skipped (PipelineVersion 5). Unlike Antrea, which allocates table ids at start-up
+// from the enabled features (so ids shift with the config and with every added table),
+// ofsdn keeps each stage's id in its declaration: a table id means the same stage on
+// every node and across builds, so an upgrade's first bundle replaces each table's flows
+// in place and tests and tools can name tables statically (StageTable).
 package flows
 
 import (
 	"fmt"
+	"sort"
 )
 
 // PipelineVersion is the version of the flows this package builds (cookie bits 63..56,
 // 1..255). Bump it whenever any builder's output changes; TestPipelineVersion fails until
 // you do (after OpenShift SDN's TestRuleVersion).
-const PipelineVersion uint8 = 4
+const PipelineVersion uint8 = 5
 
 // TableID is an OpenFlow table id (OpenFlow 1.3.5 §7.3.4.1 ofp_flow_mod.table_id, 0..254).
 type TableID uint8
@@ -95,7 +111,10 @@ func (m Miss) String() string {
 
 // Stage declares one stage of the pipeline: one flow table.
 type Stage struct {
-	// ID is the OpenFlow table id (0..254), ascending along the pipeline.
+	// ID is the OpenFlow table id (0..254). Ids ascend along the pipeline and never change
+	// meaning: a new stage takes a free id between its neighbours (they are spaced for
+	// that), so adding one renumbers nothing, and a table on a running switch means the
+	// same stage to every build (an upgrade's first bundle replaces flows in place).
 	ID uint8
 	// Name is the stage name, as put in the bridge's Flow_Table rows and printed by
 	// `ovs-ofctl --names`.
@@ -103,124 +122,225 @@ type Stage struct {
 	// Purpose is a one-line description of the stage.
 	Purpose string
 	// Miss is what happens to a packet no other flow of the stage takes: MissDrop or
-	// MissNext (on to the next stage).
+	// MissNext (on to the next stage in use).
 	Miss Miss
+	// Feature is the name of the feature that declares the stage (set by the pipeline
+	// from its Feature; empty in a declaration).
+	Feature string
 
 	// node builds the node's own flows in this stage (owner PipelineOwner), listed before
 	// the generated miss flows; nil for none.
 	node func(b builder) []Flow
 }
 
-// stages is the pipeline, in order: the one place a stage is declared.
-var stages = []Stage{
-	// 0: sorts by in_port: the gateway port → reg0[0..3]=1, a pod's port → 2 (both then
-	// spoof_guard), the tunnel port → 3 (then tunnel_ingress). Unknown ports drop.
-	{ID: 0, Name: "classifier", Miss: MissDrop, node: classifierNode,
-		Purpose: "sort packets by ingress port: gateway, tunnel, pod (reg0[0..3])"},
-	// 10: per peer: tun_src = the peer's node IP and nw_src in its pod subnet → service;
-	// anything else from the tunnel drops.
-	{ID: 10, Name: "tunnel_ingress", Miss: MissDrop,
-		Purpose: "accept tunnelled IP only from known peers and their pod subnets"},
-	// 20: a pod may send only with its own MAC and IP (reads reg0): IP needs
-	// in_port+dl_src+nw_src, ARP needs in_port+dl_src+arp_spa+arp_sha. Gateway traffic
-	// (reg0=1, the host) is trusted. IP → service, ARP → arp, anything else drops.
-	{ID: 20, Name: "spoof_guard", Miss: MissDrop, node: spoofGuardNode,
-		Purpose: "a pod may send only with its own MAC and IP, ARP included"},
-	// 30: ARP requests and replies go to the port owning arp_tpa (a local pod or the
-	// gateway): reg1 = that ofport → output; the real interfaces answer. Per peer: the
-	// host's requests (reg0=1) for the peer's pod subnet are answered in OVS with
-	// VirtualRouterMAC (IN_PORT). ARP for other addresses drops.
-	{ID: 30, Name: "arp", Miss: MissDrop, node: arpNode,
-		Purpose: "deliver ARP to the port owning the target IP (reg1); answer the host for peer subnets"},
-	// 40: a pod's IP to the service CIDR → gateway (eth_dst, reg1) → output, where
-	// kube-proxy on the host handles it; the rest goes on.
-	{ID: 40, Name: "service", Miss: MissNext, node: serviceNode,
-		Purpose: "pod traffic to the service CIDR to the gateway (kube-proxy)"},
-	// 50: nw_dst = a local pod or the gateway IP → eth_dst = its MAC, reg1 = its ofport.
-	// Another address in the pod subnet (no such pod) drops; other IP goes on with reg1=0.
-	{ID: 50, Name: "l3_forwarding", Miss: MissDrop, node: l3ForwardingNode,
-		Purpose: "local pod and gateway IPs: eth_dst and output port (reg1)"},
-	// 60..68: NetworkPolicy (policy.go). conntrack: traffic between the node and its pods
-	// (from the gateway with the gateway's or the node's address as source, or to those
-	// addresses) skips policy → remote; other IP → ct(table=conntrack_state,
-	// zone=ConntrackZone). Without policy (NodeConfig.Policy false) everything → remote.
-	{ID: 60, Name: "conntrack", Miss: MissDrop, node: conntrackNode,
-		Purpose: "IP through conntrack (zone ConntrackZone); node <-> pod traffic skips policy"},
-	// 62: +est/+rel → remote; +inv drops; new → egress_rules. SCTP in the original
-	// direction is judged again (the userspace datapath's conntrack ignores SCTP ports).
-	{ID: 62, Name: "conntrack_state", Miss: MissNext, node: conntrackStateNode,
-		Purpose: "established and related skip the rules; invalid drops"},
-	// 64: the source pod's egress rules as conjunctions (local pods by nw_src, peers by
-	// nw_dst, ports by tp_dst); allowed → ingress_rules; an egress-isolated pod's other
-	// new connections drop (its own counted flow); the rest → ingress_rules.
-	{ID: 64, Name: "egress_rules", Miss: MissNext, node: egressRulesNode,
-		Purpose: "new connections: source pod's egress rules (conjunctions); egress-isolated pods' default deny"},
-	// 66: the same for the destination pod (local pods by reg1, peers by nw_src);
-	// allowed or not isolated → conntrack_commit.
-	{ID: 66, Name: "ingress_rules", Miss: MissNext,
-		Purpose: "new connections: destination pod's ingress rules (conjunctions); ingress-isolated pods' default deny"},
-	// 68: +new → ct(commit) → remote; the rest → remote.
-	{ID: 68, Name: "conntrack_commit", Miss: MissNext, node: conntrackCommitNode,
-		Purpose: "commit new connections that got through"},
-	// 70: per peer: nw_dst in the peer's pod subnet → tun_dst = its node IP, reg1 = the
-	// tunnel ofport. Undecided (reg1=0) IP for any other cluster-CIDR address drops; the
-	// rest goes on.
-	{ID: 70, Name: "remote", Miss: MissNext, node: remoteNode,
-		Purpose: "peer pod subnets to the tunnel (tun_dst); unknown cluster addresses drop"},
-	// 80: reg1=0 from a pod (off-subnet) → eth_dst = GatewayMAC, reg1 = the gateway
-	// ofport, where the host routes and masquerades. reg1=0 from anywhere else drops;
-	// decided packets (reg1 != 0) are the miss and go on.
-	{ID: 80, Name: "egress", Miss: MissNext, node: egressNode,
-		Purpose: "undecided pod traffic (off-subnet) to the gateway"},
-	// 90: output:reg1.
-	{ID: 90, Name: "output", Miss: MissDrop, node: outputNode,
-		Purpose: "output to the port in reg1"},
+// Feature is one capability of the pipeline (pod forwarding, the overlay, NetworkPolicy,
+// ...) with the stages it declares, in order, and whether a node uses it. A feature that
+// is off on a node installs no flow in its stages, not even their miss flows, and the
+// stage before them continues past them (inStage.next, builder.goTo).
+type Feature struct {
+	// Name is the feature's name (lower case, e.g. "network_policy"), unique.
+	Name string
+	// Purpose is a one-line description.
+	Purpose string
+	// On reports whether a node with this config uses the feature; nil = always on.
+	On func(NodeConfig) bool
+	// Stages are the feature's stages, table ids ascending; none for a feature that only
+	// changes other stages' flows (the deny log).
+	Stages []Stage
 }
+
+// Feature names.
+const (
+	// FeaturePodForwarding: classify ports, guard sources, deliver ARP and IP to local
+	// ports, output. Always on.
+	FeaturePodForwarding = "pod_forwarding"
+	// FeatureOverlay: peers through the tunnel port; on with NodeConfig.TunnelOFPort or
+	// NodeConfig.ClusterCIDR (unknown cluster addresses drop).
+	FeatureOverlay = "overlay"
+	// FeatureServiceHost: pod traffic to the service CIDR goes to the host (kube-proxy);
+	// on with NodeConfig.ServiceCIDR.
+	FeatureServiceHost = "service_host"
+	// FeatureNetworkPolicy: conntrack and the rule stages; on with NodeConfig.Policy.
+	FeatureNetworkPolicy = "network_policy"
+	// FeatureServices: Services load-balanced in OVS (service.go): conntrack with NAT and
+	// per Service port a select group; on with NodeConfig.Services.
+	FeatureServices = "services"
+	// FeatureDenyLog: default-deny flows send to the controller through DenyLogMeter; on
+	// with NodeConfig.Policy and NodeConfig.DenyLog. It has no stage of its own.
+	FeatureDenyLog = "deny_log"
+)
+
+// features is the pipeline by feature: the one place a stage is declared. The pipeline
+// is every feature's stages in table-id order. Adding a stage is one entry in its
+// feature with a free id between its neighbours'.
+var features = []Feature{
+	{Name: FeaturePodForwarding, Purpose: "local pods and the gateway: classify, guard, forward, output", Stages: []Stage{
+		// 0: sorts by in_port: the gateway port → reg0[0..3]=1, a pod's port → 2 (both then
+		// spoof_guard), the tunnel port → 3 (then tunnel_ingress). Unknown ports drop.
+		{ID: 0, Name: "classifier", Miss: MissDrop, node: classifierNode,
+			Purpose: "sort packets by ingress port: gateway, tunnel, pod (reg0[0..3])"},
+		// 20: a pod may send only with its own MAC and IP (reads reg0): IP needs
+		// in_port+dl_src+nw_src, ARP needs in_port+dl_src+arp_spa+arp_sha. Gateway traffic
+		// (reg0=1, the host) is trusted. IP → service, ARP → arp, anything else drops.
+		{ID: 20, Name: "spoof_guard", Miss: MissDrop, node: spoofGuardNode,
+			Purpose: "a pod may send only with its own MAC and IP, ARP included"},
+		// 30: ARP requests and replies go to the port owning arp_tpa (a local pod or the
+		// gateway): reg1 = that ofport → output; the real interfaces answer. Per peer: the
+		// host's requests (reg0=1) for the peer's pod subnet are answered in OVS with
+		// VirtualRouterMAC (IN_PORT). ARP for other addresses drops.
+		{ID: 30, Name: "arp", Miss: MissDrop, node: arpNode,
+			Purpose: "deliver ARP to the port owning the target IP (reg1); answer the host for peer subnets"},
+		// 50: nw_dst = a local pod or the gateway IP → eth_dst = its MAC, reg1 = its ofport.
+		// Another address in the pod subnet (no such pod) drops; other IP goes on with reg1=0.
+		{ID: 50, Name: "l3_forwarding", Miss: MissDrop, node: l3ForwardingNode,
+			Purpose: "local pod and gateway IPs: eth_dst and output port (reg1)"},
+		// 80: reg1=0 from a pod (off-subnet) → eth_dst = GatewayMAC, reg1 = the gateway
+		// ofport, where the host routes and masquerades. reg1=0 from anywhere else drops;
+		// decided packets (reg1 != 0) are the miss and go on.
+		{ID: 80, Name: "egress", Miss: MissNext, node: egressNode,
+			Purpose: "undecided pod traffic (off-subnet) to the gateway"},
+		// 90: output:reg1.
+		{ID: 90, Name: "output", Miss: MissDrop, node: outputNode,
+			Purpose: "output to the port in reg1"},
+	}},
+	{Name: FeatureOverlay, Purpose: "peer nodes through the flow-based tunnel port", On: overlayOn, Stages: []Stage{
+		// 10: per peer: tun_src = the peer's node IP and nw_src in its pod subnet → service;
+		// anything else from the tunnel drops.
+		{ID: 10, Name: "tunnel_ingress", Miss: MissDrop,
+			Purpose: "accept tunnelled IP only from known peers and their pod subnets"},
+		// 70: per peer: nw_dst in the peer's pod subnet → tun_dst = its node IP, reg1 = the
+		// tunnel ofport. Undecided (reg1=0) IP for any other cluster-CIDR address drops; the
+		// rest goes on.
+		{ID: 70, Name: "remote", Miss: MissNext, node: remoteNode,
+			Purpose: "peer pod subnets to the tunnel (tun_dst); unknown cluster addresses drop"},
+	}},
+	{Name: FeatureServices, Purpose: "Services in OVS: DNAT to an endpoint by select group, un-NAT replies", On: func(c NodeConfig) bool { return c.Services }, Stages: []Stage{
+		// 34: all IP → ct(nat, zone=ConntrackZone) → service_lb: replies are un-NATed and
+		// later packets of a translated connection get their endpoint again.
+		{ID: 34, Name: StageServiceConntrack, Miss: MissDrop, node: serviceConntrackNode,
+			Purpose: "IP through conntrack with nat (zone ConntrackZone): un-NAT replies, keep endpoints"},
+		// 36: per Service port: a pod's new connection to ClusterIP:port → its select group
+		// (a bucket per endpoint: ct(commit, nat(dst=EP:port)) → l3_forwarding); no
+		// endpoints → the controller (reject), metered and counted. The rest goes on.
+		{ID: 36, Name: StageServiceLB, Miss: MissNext,
+			Purpose: "new connections to a ClusterIP:port to its select group (DNAT); no endpoints to the controller"},
+	}},
+	{Name: FeatureServiceHost, Purpose: "service CIDR to the host's kube-proxy", On: func(c NodeConfig) bool { return c.ServiceCIDR != nil }, Stages: []Stage{
+		// 40: a pod's IP to the service CIDR → gateway (eth_dst, reg1) → output, where
+		// kube-proxy on the host handles it; the rest goes on.
+		{ID: 40, Name: "service", Miss: MissNext, node: serviceNode,
+			Purpose: "pod traffic to the service CIDR to the gateway (kube-proxy)"},
+	}},
+	{Name: FeatureNetworkPolicy, Purpose: "NetworkPolicy: conntrack, egress and ingress rules, commit", On: func(c NodeConfig) bool { return c.Policy }, Stages: []Stage{
+		// 60..68: NetworkPolicy (policy.go). conntrack: traffic between the node and its pods
+		// (from the gateway with the gateway's or the node's address as source, or to those
+		// addresses) skips policy → remote; other IP → ct(table=conntrack_state,
+		// zone=ConntrackZone).
+		{ID: 60, Name: "conntrack", Miss: MissDrop, node: conntrackNode,
+			Purpose: "IP through conntrack (zone ConntrackZone); node <-> pod traffic skips policy"},
+		// 62: +est/+rel → remote; +inv drops; new → egress_rules. SCTP in the original
+		// direction is judged again (the userspace datapath's conntrack ignores SCTP ports).
+		{ID: 62, Name: "conntrack_state", Miss: MissNext, node: conntrackStateNode,
+			Purpose: "established and related skip the rules; invalid drops"},
+		// 64: the source pod's egress rules as conjunctions (local pods by nw_src, peers by
+		// nw_dst, ports by tp_dst); allowed → ingress_rules; an egress-isolated pod's other
+		// new connections drop (its own counted flow); the rest → ingress_rules.
+		{ID: 64, Name: "egress_rules", Miss: MissNext, node: egressRulesNode,
+			Purpose: "new connections: source pod's egress rules (conjunctions); egress-isolated pods' default deny"},
+		// 66: the same for the destination pod (local pods by reg1, peers by nw_src);
+		// allowed or not isolated → conntrack_commit.
+		{ID: 66, Name: "ingress_rules", Miss: MissNext,
+			Purpose: "new connections: destination pod's ingress rules (conjunctions); ingress-isolated pods' default deny"},
+		// 68: +new → ct(commit) → remote; the rest → remote.
+		{ID: 68, Name: "conntrack_commit", Miss: MissNext, node: conntrackCommitNode,
+			Purpose: "commit new connections that got through"},
+	}},
+	{Name: FeatureDenyLog, Purpose: "denied new connections to the controller (DenyLogMeter)", On: func(c NodeConfig) bool { return c.Policy && c.DenyLog }},
+}
+
+// overlayOn: a node with a tunnel port or a cluster CIDR (whose unknown addresses drop in
+// remote) uses the overlay's stages.
+func overlayOn(c NodeConfig) bool { return c.TunnelOFPort != 0 || c.ClusterCIDR != nil }
 
 // pipeline is a checked list of stages, what builders resolve stage names against.
 type pipeline struct {
-	stages []Stage
-	byName map[string]int
+	stages   []Stage   // every feature's stages, table ids ascending
+	features []Feature // the features, as declared
+	feature  []int     // stage index → index in features
+	byName   map[string]int
 }
 
-// std is the pipeline this package builds (stages).
-var std = mustPipeline(stages)
+// std is the pipeline this package builds (features).
+var std = mustPipeline(features)
 
-// newPipeline checks a list of stages: at least one (at most 255, one per table id 0..254),
-// unique non-empty names, table ids ascending and at most 254, a last stage that does
-// not pass on, and a known miss behaviour.
-func newPipeline(ss []Stage) (*pipeline, error) {
-	if len(ss) == 0 || len(ss) > 255 {
-		return nil, fmt.Errorf("flows: %d stages: a pipeline has 1..255 (one table each, ids 0..254)", len(ss))
+// newPipeline checks a list of features and merges their stages into a pipeline: at least
+// one stage (at most 255, one per table id 0..254), unique non-empty feature and stage
+// names, unique table ids at most 254 ascending within each feature, known miss
+// behaviours, and a last stage that does not pass on and belongs to an always-on feature
+// (so every stage in use has a stage after it to pass to).
+func newPipeline(fs []Feature) (*pipeline, error) {
+	p := &pipeline{features: append([]Feature(nil), fs...), byName: map[string]int{}}
+	type entry struct {
+		s Stage
+		f int
 	}
-	p := &pipeline{stages: append([]Stage(nil), ss...), byName: make(map[string]int, len(ss))}
-	for i, s := range ss {
-		if s.Name == "" {
-			return nil, fmt.Errorf("flows: stage %d (table %d) has no name", i, s.ID)
+	var all []entry
+	featNames := map[string]bool{}
+	ids := map[uint8]string{}
+	for fi, f := range fs {
+		if f.Name == "" {
+			return nil, fmt.Errorf("flows: feature %d has no name", fi)
 		}
-		if _, dup := p.byName[s.Name]; dup {
-			return nil, fmt.Errorf("flows: two stages named %q", s.Name)
+		if featNames[f.Name] {
+			return nil, fmt.Errorf("flows: two features named %q", f.Name)
 		}
-		if i > 0 && s.ID <= ss[i-1].ID {
-			return nil, fmt.Errorf("flows: stage %s (table %d) does not come after %s (table %d): table ids must ascend", s.Name, s.ID, ss[i-1].Name, ss[i-1].ID)
+		featNames[f.Name] = true
+		for i, s := range f.Stages {
+			if s.Name == "" {
+				return nil, fmt.Errorf("flows: stage %d (table %d) of feature %s has no name", i, s.ID, f.Name)
+			}
+			if i > 0 && s.ID <= f.Stages[i-1].ID {
+				return nil, fmt.Errorf("flows: stage %s (table %d) of feature %s does not come after %s (table %d): table ids must ascend", s.Name, s.ID, f.Name, f.Stages[i-1].Name, f.Stages[i-1].ID)
+			}
+			if s.ID > 254 {
+				return nil, fmt.Errorf("flows: stage %s has table id %d, above 254", s.Name, s.ID)
+			}
+			if other, dup := ids[s.ID]; dup {
+				return nil, fmt.Errorf("flows: stages %s and %s both have table id %d: give %s a free id between its neighbours", other, s.Name, s.ID, s.Name)
+			}
+			ids[s.ID] = s.Name
+			if s.Miss != MissDrop && s.Miss != MissNext {
+				return nil, fmt.Errorf("flows: stage %s has unknown miss behaviour %d", s.Name, s.Miss)
+			}
+			s.Feature = f.Name
+			all = append(all, entry{s, fi})
 		}
-		if s.ID > 254 {
-			return nil, fmt.Errorf("flows: stage %s has table id %d, above 254", s.Name, s.ID)
-		}
-		if s.Miss != MissDrop && s.Miss != MissNext {
-			return nil, fmt.Errorf("flows: stage %s has unknown miss behaviour %d", s.Name, s.Miss)
-		}
-		p.byName[s.Name] = i
 	}
-	if last := ss[len(ss)-1]; last.Miss == MissNext {
-		return nil, fmt.Errorf("flows: the last stage %s cannot pass packets on", last.Name)
+	if len(all) == 0 || len(all) > 255 {
+		return nil, fmt.Errorf("flows: %d stages: a pipeline has 1..255 (one table each, ids 0..254)", len(all))
+	}
+	sort.SliceStable(all, func(i, j int) bool { return all[i].s.ID < all[j].s.ID })
+	for i, e := range all {
+		if _, dup := p.byName[e.s.Name]; dup {
+			return nil, fmt.Errorf("flows: two stages named %q", e.s.Name)
+		}
+		p.byName[e.s.Name] = i
+		p.stages = append(p.stages, e.s)
+		p.feature = append(p.feature, e.f)
+	}
+	last := all[len(all)-1]
+	if last.s.Miss == MissNext {
+		return nil, fmt.Errorf("flows: the last stage %s cannot pass packets on", last.s.Name)
+	}
+	if fs[last.f].On != nil {
+		return nil, fmt.Errorf("flows: the last stage %s belongs to feature %s, which can be off: the last stage must always be in use", last.s.Name, fs[last.f].Name)
 	}
 	return p, nil
 }
 
 // mustPipeline is newPipeline for the package's own list; an error is a bug in it.
-func mustPipeline(ss []Stage) *pipeline {
-	p, err := newPipeline(ss)
+func mustPipeline(fs []Feature) *pipeline {
+	p, err := newPipeline(fs)
 	if err != nil {
 		panic(err)
 	}
@@ -237,6 +357,12 @@ func (p *pipeline) index(name string) int {
 	return i
 }
 
+// on reports whether stage i is in use on a node with config cfg (its feature is on).
+func (p *pipeline) on(i int, cfg NodeConfig) bool {
+	f := p.features[p.feature[i]]
+	return f.On == nil || f.On(cfg)
+}
+
 // stageOf returns the index of table t in p and whether t is one of p's tables.
 func (p *pipeline) stageOf(t TableID) (int, bool) {
 	for i, s := range p.stages {
@@ -247,10 +373,48 @@ func (p *pipeline) stageOf(t TableID) (int, bool) {
 	return 0, false
 }
 
-// Tables returns the pipeline's stages in order (table ids ascending). The caller may
-// modify the returned slice.
+// Tables returns every stage of the pipeline in order (table ids ascending), in use on
+// a node or not, each with the feature that declares it: the bridge names them all. The
+// caller may modify the returned slice.
 func Tables() []Stage {
 	return append([]Stage(nil), std.stages...)
+}
+
+// TablesOn returns the stages a node with config cfg uses (those of its features that
+// are on), in order: the only tables its flows are in.
+func TablesOn(cfg NodeConfig) []Stage {
+	var out []Stage
+	for i, s := range std.stages {
+		if std.on(i, cfg) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Features returns the pipeline's features as declared, each with its stages (Feature
+// set). The caller may modify the returned slice, not the stages' slices.
+func Features() []Feature {
+	out := append([]Feature(nil), std.features...)
+	for i := range out {
+		ss := append([]Stage(nil), out[i].Stages...)
+		for j := range ss {
+			ss[j].Feature = out[i].Name
+		}
+		out[i].Stages = ss
+	}
+	return out
+}
+
+// FeatureOn reports whether a node with config cfg uses the feature called name (false
+// for an unknown name).
+func FeatureOn(name string, cfg NodeConfig) bool {
+	for _, f := range std.features {
+		if f.Name == name {
+			return f.On == nil || f.On(cfg)
+		}
+	}
+	return false
 }
 
 // TableNames returns table id → stage name for every stage, the form the bridge's
@@ -281,8 +445,7 @@ func (t TableID) Name() string {
 	return ""
 }
 
-// Stage returns the index of t in Tables() (the cookie's stage field) and whether t is
-// a table of the pipeline.
+// Stage returns the index of t in Tables() and whether t is a table of the pipeline.
 func (t TableID) Stage() (uint8, bool) {
 	i, ok := std.stageOf(t)
 	return uint8(i), ok
@@ -290,20 +453,48 @@ func (t TableID) Stage() (uint8, bool) {
 
 // builder builds the flows of one pipeline for one node. Builders get a builder and
 // place their flows with in (a stage by name) and move on with inStage.next or goTo, so
-// they never name a table id.
+// they never name a table id; both skip the stages of features that are off on the node.
 type builder struct {
 	p   *pipeline
 	cfg NodeConfig
 }
 
-// in returns the stage called name in b's pipeline, where a builder places a flow.
+// in returns the stage called name in b's pipeline, where a builder places a flow. It
+// panics for a stage whose feature is off on b's node: a builder bug (such a stage holds
+// no flow) the stage tests catch.
 func (b builder) in(name string) inStage {
-	return inStage{b: b, i: b.p.index(name)}
+	i := b.p.index(name)
+	if !b.p.on(i, b.cfg) {
+		panic(fmt.Sprintf("flows: a flow in stage %s, whose feature %s is off on this node", name, b.p.stages[i].Feature))
+	}
+	return inStage{b: b, i: i}
 }
 
-// goTo continues the pipeline in the stage named name (goto_table, OpenFlow 1.3.5 §5.1).
+// uses reports whether b's node uses the feature called name (false for an unknown name).
+func (b builder) uses(name string) bool {
+	for _, f := range b.p.features {
+		if f.Name == name {
+			return f.On == nil || f.On(b.cfg)
+		}
+	}
+	return false
+}
+
+// from returns the first stage in use at index i or after it; it panics past the end (the
+// last stage is always in use, newPipeline checks).
+func (b builder) from(i int) int {
+	for ; i < len(b.p.stages); i++ {
+		if b.p.on(i, b.cfg) {
+			return i
+		}
+	}
+	panic("flows: no stage in use at the end of the pipeline")
+}
+
+// goTo continues the pipeline in the stage named name (goto_table, OpenFlow 1.3.5 §5.1),
+// or, when its feature is off on b's node, in the first stage in use after it.
 func (b builder) goTo(name string) GotoTable {
-	return GotoTable{Table: TableID(b.p.stages[b.p.index(name)].ID)}
+	return GotoTable{Table: TableID(b.p.stages[b.from(b.p.index(name))].ID)}
 }
 
 // inStage is one stage of a builder's pipeline.
@@ -325,18 +516,18 @@ func (s inStage) flow(o Owner, priority uint16, m Match, actions ...Action) Flow
 	}
 }
 
-// next continues the pipeline in the stage after this one. It panics for the last
-// stage: a builder bug.
+// next continues the pipeline in the first stage in use after this one. It panics for
+// the last stage: a builder bug.
 func (s inStage) next() GotoTable {
 	if s.i+1 >= len(s.b.p.stages) {
 		panic(fmt.Sprintf("flows: no stage after %s", s.b.p.stages[s.i].Name))
 	}
-	return GotoTable{Table: TableID(s.b.p.stages[s.i+1].ID)}
+	return GotoTable{Table: TableID(s.b.p.stages[s.b.from(s.i+1)].ID)}
 }
 
-// missFlows are the flows every stage ends in, generated from its declaration: with
-// MissNext a priority-1 catch-all to the next stage, then (every stage) the priority-0
-// drop.
+// missFlows are the flows every stage in use ends in, generated from its declaration:
+// with MissNext a priority-1 catch-all to the next stage in use, then (every stage) the
+// priority-0 drop.
 //
 //	table=service, priority=1 actions=goto_table:"l3_forwarding"
 //	table=T, priority=0 actions=drop
@@ -348,11 +539,14 @@ func (s inStage) missFlows() []Flow {
 	return append(fs, s.flow(PipelineOwner, PriorityDrop, Match{}, Drop{}))
 }
 
-// pipelineFlows is PipelineFlows on b's pipeline: per stage, its node flows, then its
-// miss flows.
+// pipelineFlows is PipelineFlows on b's pipeline: per stage in use, its node flows, then
+// its miss flows. The stages of features that are off get none.
 func (b builder) pipelineFlows() []Flow {
 	var fs []Flow
 	for i, st := range b.p.stages {
+		if !b.p.on(i, b.cfg) {
+			continue
+		}
 		if st.node != nil {
 			fs = append(fs, st.node(b)...)
 		}

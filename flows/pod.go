@@ -99,7 +99,7 @@ func classifierPod(b builder, pod Pod) Flow {
 func spoofGuardPodIP(b builder, pod Pod) Flow {
 	return b.in("spoof_guard").flow(PodOwner(pod), PriorityNormal,
 		Match{EthType: EthTypeIPv4, InPort: pod.OFPort, EthSrc: pod.MAC, IPSrc: hostPrefix(pod.IPv4())},
-		b.goTo("service"))
+		b.goTo(StageServiceConntrack))
 }
 
 // spoofGuardPodARP lets ARP from the pod's port on only when the frame and the ARP

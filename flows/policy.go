@@ -100,23 +100,26 @@ const (
 // by several conjunctions' clauses).
 func PolicyOwner(id uint32) Owner { return Owner{Kind: OwnerPolicy, ID: id} }
 
-// conntrackNode: without policy everything goes on to remote; with it the node's own
-// addresses skip conntrack and the rules, and the rest goes through conntrack.
+// conntrackNode: the node's own addresses skip conntrack and the rules, and the rest goes
+// through conntrack. (Without policy the stage is not in use: l3_forwarding continues past
+// the policy stages.)
 //
 //	table=conntrack, priority=200,ip,reg0=0x1/0xf,nw_src=GWIP actions=goto_table:remote
 //	table=conntrack, priority=200,ip,nw_dst=GWIP actions=goto_table:remote
 //	table=conntrack, priority=1,ip actions=ct(table="conntrack_state",zone=65280)
 func conntrackNode(b builder) []Flow {
 	s := b.in(StageConntrack)
-	if !b.cfg.Policy {
-		return []Flow{s.flow(PipelineOwner, PriorityPass, Match{}, b.goTo("remote"))}
-	}
 	var fs []Flow
 	for _, a := range nodeAddresses(b.cfg) {
 		fs = append(fs,
 			s.flow(PipelineOwner, PriorityNodeTraffic, Match{EthType: EthTypeIPv4, Regs: []RegMark{FromGateway}, IPSrc: hostPrefix(a)}, b.goTo("remote")),
 			s.flow(PipelineOwner, PriorityNodeTraffic, Match{EthType: EthTypeIPv4, IPDst: hostPrefix(a)}, b.goTo("remote")),
 		)
+	}
+	if b.uses(FeatureServices) {
+		// service_conntrack tracked every IP packet in ConntrackZone already, with nat: a
+		// second lookup of the translated packet would not find its connection.
+		return append(fs, s.flow(PipelineOwner, PriorityPass, Match{EthType: EthTypeIPv4}, b.goTo(StageConntrackState)))
 	}
 	return append(fs, s.flow(PipelineOwner, PriorityPass, Match{EthType: EthTypeIPv4}, CT{Zone: ConntrackZone, Table: b.goTo(StageConntrackState).Table}))
 }
@@ -129,9 +132,6 @@ func conntrackNode(b builder) []Flow {
 //	table="conntrack_state", priority=200,ct_state=-new-inv+trk,ip actions=goto_table:remote
 //	table="conntrack_state", priority=190,ct_state=+inv+trk,ip actions=drop
 func conntrackStateNode(b builder) []Flow {
-	if !b.cfg.Policy {
-		return nil
-	}
 	s := b.in(StageConntrackState)
 	return []Flow{
 		s.flow(PipelineOwner, PrioritySCTPRecheck,
@@ -149,7 +149,7 @@ func conntrackStateNode(b builder) []Flow {
 //
 //	table="egress_rules", priority=220,ip,nw_dst=SVC actions=goto_table:"ingress_rules"
 func egressRulesNode(b builder) []Flow {
-	if !b.cfg.Policy || b.cfg.ServiceCIDR == nil {
+	if b.cfg.ServiceCIDR == nil {
 		return nil
 	}
 	s := b.in(StageEgressRules)
@@ -161,12 +161,13 @@ func egressRulesNode(b builder) []Flow {
 //
 //	table="conntrack_commit", priority=100,ct_state=+new+trk,ip actions=ct(commit,zone=65280),goto_table:remote
 func conntrackCommitNode(b builder) []Flow {
-	if !b.cfg.Policy {
-		return nil
-	}
 	s := b.in(StageConntrackCommit)
+	st := &CTState{Set: CTNew | CTTrk}
+	if b.uses(FeatureServices) {
+		st.Clear = CTDnat // a Service connection was committed with its DNAT (service.go)
+	}
 	return []Flow{s.flow(PipelineOwner, PriorityNormal,
-		Match{EthType: EthTypeIPv4, CTState: &CTState{Set: CTNew | CTTrk}}, CT{Commit: true, Zone: ConntrackZone}, s.next())}
+		Match{EthType: EthTypeIPv4, CTState: st}, CT{Commit: true, Zone: ConntrackZone}, s.next())}
 }
 
 // nodeAddresses returns the node's own IPv4 addresses as pods see them: the gateway IP
@@ -195,7 +196,7 @@ func PodPolicyFlows(cfg NodeConfig, pod Pod, ingress, egress bool) []Flow {
 	var fs []Flow
 	deny := func(stage string, m Match) Flow {
 		f := b.in(stage).flow(PodOwner(pod), PriorityPolicyDeny, m, Drop{})
-		if cfg.DenyLog {
+		if FeatureOn(FeatureDenyLog, cfg) {
 			f.Meter = DenyLogMeter
 			f.Actions = []Action{OutputController{MaxLen: DenyLogMaxLen}}
 		}

@@ -18,25 +18,25 @@ func policyConfig() NodeConfig {
 }
 
 var goldenPolicyPipeline = []string{
-	`cookie=0x400070100000000, table=conntrack, priority=200,ip,reg0=0x1/0xf,nw_src=10.244.1.1 actions=goto_table:remote`,
-	`cookie=0x400070100000000, table=conntrack, priority=200,ip,nw_dst=10.244.1.1 actions=goto_table:remote`,
-	`cookie=0x400070100000000, table=conntrack, priority=200,ip,reg0=0x1/0xf,nw_src=172.16.0.1 actions=goto_table:remote`,
-	`cookie=0x400070100000000, table=conntrack, priority=200,ip,nw_dst=172.16.0.1 actions=goto_table:remote`,
-	`cookie=0x400070100000000, table=conntrack, priority=1,ip actions=ct(table="conntrack_state",zone=65280)`,
-	`cookie=0x400070100000000, table=conntrack, priority=0 actions=drop`,
-	`cookie=0x400070100000000, table="conntrack_state", priority=210,ct_state=-new-rpl-inv+trk,sctp actions=goto_table:"egress_rules"`,
-	`cookie=0x400070100000000, table="conntrack_state", priority=200,ct_state=-new-inv+trk,ip actions=goto_table:remote`,
-	`cookie=0x400070100000000, table="conntrack_state", priority=190,ct_state=+inv+trk,ip actions=drop`,
-	`cookie=0x400070100000000, table="conntrack_state", priority=1 actions=goto_table:"egress_rules"`,
-	`cookie=0x400070100000000, table="conntrack_state", priority=0 actions=drop`,
-	`cookie=0x400070100000000, table="egress_rules", priority=220,ip,nw_dst=10.96.0.0/12 actions=goto_table:"ingress_rules"`,
-	`cookie=0x400070100000000, table="egress_rules", priority=1 actions=goto_table:"ingress_rules"`,
-	`cookie=0x400070100000000, table="egress_rules", priority=0 actions=drop`,
-	`cookie=0x400070100000000, table="ingress_rules", priority=1 actions=goto_table:"conntrack_commit"`,
-	`cookie=0x400070100000000, table="ingress_rules", priority=0 actions=drop`,
-	`cookie=0x400070100000000, table="conntrack_commit", priority=100,ct_state=+new+trk,ip actions=ct(commit,zone=65280),goto_table:remote`,
-	`cookie=0x400070100000000, table="conntrack_commit", priority=1 actions=goto_table:remote`,
-	`cookie=0x400070100000000, table="conntrack_commit", priority=0 actions=drop`,
+	`cookie=0x500070100000000, table=conntrack, priority=200,ip,reg0=0x1/0xf,nw_src=10.244.1.1 actions=goto_table:remote`,
+	`cookie=0x500070100000000, table=conntrack, priority=200,ip,nw_dst=10.244.1.1 actions=goto_table:remote`,
+	`cookie=0x500070100000000, table=conntrack, priority=200,ip,reg0=0x1/0xf,nw_src=172.16.0.1 actions=goto_table:remote`,
+	`cookie=0x500070100000000, table=conntrack, priority=200,ip,nw_dst=172.16.0.1 actions=goto_table:remote`,
+	`cookie=0x500070100000000, table=conntrack, priority=1,ip actions=ct(table="conntrack_state",zone=65280)`,
+	`cookie=0x500070100000000, table=conntrack, priority=0 actions=drop`,
+	`cookie=0x500070100000000, table="conntrack_state", priority=210,ct_state=-new-rpl-inv+trk,sctp actions=goto_table:"egress_rules"`,
+	`cookie=0x500070100000000, table="conntrack_state", priority=200,ct_state=-new-inv+trk,ip actions=goto_table:remote`,
+	`cookie=0x500070100000000, table="conntrack_state", priority=190,ct_state=+inv+trk,ip actions=drop`,
+	`cookie=0x500070100000000, table="conntrack_state", priority=1 actions=goto_table:"egress_rules"`,
+	`cookie=0x500070100000000, table="conntrack_state", priority=0 actions=drop`,
+	`cookie=0x500070100000000, table="egress_rules", priority=220,ip,nw_dst=10.96.0.0/12 actions=goto_table:"ingress_rules"`,
+	`cookie=0x500070100000000, table="egress_rules", priority=1 actions=goto_table:"ingress_rules"`,
+	`cookie=0x500070100000000, table="egress_rules", priority=0 actions=drop`,
+	`cookie=0x500070100000000, table="ingress_rules", priority=1 actions=goto_table:"conntrack_commit"`,
+	`cookie=0x500070100000000, table="ingress_rules", priority=0 actions=drop`,
+	`cookie=0x500070100000000, table="conntrack_commit", priority=100,ct_state=+new+trk,ip actions=ct(commit,zone=65280),goto_table:remote`,
+	`cookie=0x500070100000000, table="conntrack_commit", priority=1 actions=goto_table:remote`,
+	`cookie=0x500070100000000, table="conntrack_commit", priority=0 actions=drop`,
 }
 
 func TestPolicyPipelineGolden(t *testing.T) {
@@ -65,15 +65,15 @@ func TestPolicyPipelineGolden(t *testing.T) {
 func TestPodPolicyFlowsGolden(t *testing.T) {
 	cfg := policyConfig()
 	compareLines(t, "deny flows", lines(PodPolicyFlows(cfg, testPodA(), true, true), nil), []string{
-		`cookie=0x40007020af40105, table="egress_rules", priority=100,ip,nw_src=10.244.1.5 actions=drop`,
-		`cookie=0x40007020af40105, table="ingress_rules", priority=100,ip,reg1=0x3 actions=drop`,
+		`cookie=0x50007020af40105, table="egress_rules", priority=100,ip,nw_src=10.244.1.5 actions=drop`,
+		`cookie=0x50007020af40105, table="ingress_rules", priority=100,ip,reg1=0x3 actions=drop`,
 	})
 	compareLines(t, "ingress only", lines(PodPolicyFlows(cfg, testPodA(), true, false), nil), []string{
-		`cookie=0x40007020af40105, table="ingress_rules", priority=100,ip,reg1=0x3 actions=drop`,
+		`cookie=0x50007020af40105, table="ingress_rules", priority=100,ip,reg1=0x3 actions=drop`,
 	})
 	cfg.DenyLog = true
 	compareLines(t, "deny flows with the log", lines(PodPolicyFlows(cfg, testPodA(), false, true), nil), []string{
-		`cookie=0x40007020af40105, table="egress_rules", priority=100,ip,nw_src=10.244.1.5 actions=meter:1,CONTROLLER:128`,
+		`cookie=0x50007020af40105, table="egress_rules", priority=100,ip,nw_src=10.244.1.5 actions=meter:1,CONTROLLER:128`,
 	})
 	if fs := PodPolicyFlows(testConfig(), testPodA(), true, true); len(fs) != 0 {
 		t.Errorf("policy off: %d deny flows", len(fs))
@@ -100,14 +100,14 @@ func TestPolicyRuleFlowsGolden(t *testing.T) {
 	s.Set(testRule(5, false, []Pod{testPodA(), testPodB()}, []string{"10.244.2.7/32", "10.244.3.0/24", "192.0.2.0/24"},
 		[]PolicyPort{{Proto: IPProtoTCP, Port: 80, Mask: 0xffff}, {Proto: IPProtoUDP, Port: 1000, Mask: 0xfff8}}))
 	want := []string{
-		`cookie=0x400070400000000, table="ingress_rules", priority=200,ip,reg1=0x3 actions=conjunction(5,1/3)`,
-		`cookie=0x400070400000000, table="ingress_rules", priority=200,ip,reg1=0x4 actions=conjunction(5,1/3)`,
-		`cookie=0x400070400000000, table="ingress_rules", priority=200,ip,nw_src=10.244.2.7 actions=conjunction(5,2/3)`,
-		`cookie=0x400070400000000, table="ingress_rules", priority=200,ip,nw_src=10.244.3.0/24 actions=conjunction(5,2/3)`,
-		`cookie=0x400070400000000, table="ingress_rules", priority=200,ip,nw_src=192.0.2.0/24 actions=conjunction(5,2/3)`,
-		`cookie=0x400070400000000, table="ingress_rules", priority=200,tcp,tp_dst=80 actions=conjunction(5,3/3)`,
-		`cookie=0x400070400000000, table="ingress_rules", priority=200,udp,tp_dst=0x3e8/0xfff8 actions=conjunction(5,3/3)`,
-		`cookie=0x400070400000005, table="ingress_rules", priority=200,conj_id=5,ip actions=goto_table:"conntrack_commit"`,
+		`cookie=0x500070400000000, table="ingress_rules", priority=200,ip,reg1=0x3 actions=conjunction(5,1/3)`,
+		`cookie=0x500070400000000, table="ingress_rules", priority=200,ip,reg1=0x4 actions=conjunction(5,1/3)`,
+		`cookie=0x500070400000000, table="ingress_rules", priority=200,ip,nw_src=10.244.2.7 actions=conjunction(5,2/3)`,
+		`cookie=0x500070400000000, table="ingress_rules", priority=200,ip,nw_src=10.244.3.0/24 actions=conjunction(5,2/3)`,
+		`cookie=0x500070400000000, table="ingress_rules", priority=200,ip,nw_src=192.0.2.0/24 actions=conjunction(5,2/3)`,
+		`cookie=0x500070400000000, table="ingress_rules", priority=200,tcp,tp_dst=80 actions=conjunction(5,3/3)`,
+		`cookie=0x500070400000000, table="ingress_rules", priority=200,udp,tp_dst=0x3e8/0xfff8 actions=conjunction(5,3/3)`,
+		`cookie=0x500070400000005, table="ingress_rules", priority=200,conj_id=5,ip actions=goto_table:"conntrack_commit"`,
 	}
 	sort.Strings(want)
 	compareLines(t, "ingress rule flows", lines(s.Flows(), nil), want)
@@ -116,10 +116,10 @@ func TestPolicyRuleFlowsGolden(t *testing.T) {
 	s.Set(testRule(6, true, []Pod{testPodA()}, []string{"10.244.2.7/32"}, nil))
 	s.Set(testRule(7, true, []Pod{testPodB()}, nil, nil))
 	want = []string{
-		`cookie=0x400070400000000, table="egress_rules", priority=200,ip,nw_src=10.244.1.5 actions=conjunction(6,1/2)`,
-		`cookie=0x400070400000000, table="egress_rules", priority=200,ip,nw_dst=10.244.2.7 actions=conjunction(6,2/2)`,
-		`cookie=0x400070400000006, table="egress_rules", priority=200,conj_id=6,ip actions=goto_table:"ingress_rules"`,
-		`cookie=0x400070400000000, table="egress_rules", priority=210,ip,nw_src=10.244.1.6 actions=goto_table:"ingress_rules"`,
+		`cookie=0x500070400000000, table="egress_rules", priority=200,ip,nw_src=10.244.1.5 actions=conjunction(6,1/2)`,
+		`cookie=0x500070400000000, table="egress_rules", priority=200,ip,nw_dst=10.244.2.7 actions=conjunction(6,2/2)`,
+		`cookie=0x500070400000006, table="egress_rules", priority=200,conj_id=6,ip actions=goto_table:"ingress_rules"`,
+		`cookie=0x500070400000000, table="egress_rules", priority=210,ip,nw_src=10.244.1.6 actions=goto_table:"ingress_rules"`,
 	}
 	sort.Strings(want)
 	compareLines(t, "egress rule flows (two clauses; one clause = plain allow)", lines(s.Flows(), nil), want)

@@ -6,14 +6,30 @@ import (
 	"testing"
 )
 
-// withInserted returns the package's stages with extra inserted after stage after (its
-// table id halfway to the next stage's).
-func withInserted(after int, extra Stage) []Stage {
+// withInserted returns the package's features with extra added, as one line, to the
+// feature of stage after (its table id halfway to the next stage's, so nothing is
+// renumbered), and the merged stages.
+func withInserted(after int, extra Stage) ([]Feature, []Stage) {
 	ss := Tables()
 	extra.ID = ss[after].ID + (ss[after+1].ID-ss[after].ID)/2
+	fs := Features()
+	for i := range fs {
+		if fs[i].Name != ss[after].Feature {
+			continue
+		}
+		var st []Stage
+		for _, s := range fs[i].Stages {
+			st = append(st, s)
+			if s.Name == ss[after].Name {
+				st = append(st, extra)
+			}
+		}
+		fs[i].Stages = st
+	}
+	extra.Feature = ss[after].Feature
 	out := append([]Stage(nil), ss[:after+1]...)
 	out = append(out, extra)
-	return append(out, ss[after+1:]...)
+	return fs, append(out, ss[after+1:]...)
 }
 
 // allFlows is every builder's output on b: the node's, pod A's and B's, peer B's and C's.
@@ -60,7 +76,7 @@ func reachable(fs []Flow) map[TableID]bool {
 // one of them sees that traffic. The others send packets to stages they name
 // (classifier → tunnel_ingress or spoof_guard, spoof_guard → service or arp, arp →
 // output), so a stage inserted after them is reached only by flows that name it.
-var continuesToNext = map[string]bool{"service": true, "l3_forwarding": true, "conntrack_state": true, "egress_rules": true,
+var continuesToNext = map[string]bool{"service_conntrack": true, "service_lb": true, "service": true, "l3_forwarding": true, "conntrack_state": true, "egress_rules": true,
 	"ingress_rules": true, "conntrack_commit": true, "remote": true, "egress": true}
 
 // TestInsertedStage inserts a new stage that passes everything on (as a network policy
@@ -73,13 +89,13 @@ var continuesToNext = map[string]bool{"service": true, "l3_forwarding": true, "c
 // new stage must be reached, with no flow jumping past it.
 func TestInsertedStage(t *testing.T) {
 	cfg := testConfig()
-	cfg.Policy = true // every stage in use (without policy, conntrack jumps to remote)
+	cfg.Policy, cfg.Services = true, true // every stage in use
 	orig := allFlows(builder{p: std, cfg: cfg})
-	checkMissFlows(t, std, orig)
+	checkMissFlows(t, std, cfg, orig)
 	n := len(Tables())
 	for after := 0; after+1 < n; after++ {
-		ss := withInserted(after, Stage{Name: "inserted", Purpose: "test stage", Miss: MissNext})
-		p, err := newPipeline(ss)
+		fe, ss := withInserted(after, Stage{Name: "inserted", Purpose: "test stage", Miss: MissNext})
+		p, err := newPipeline(fe)
 		if err != nil {
 			t.Fatalf("pipeline with a stage after %s: %v", ss[after].Name, err)
 		}
@@ -104,7 +120,7 @@ func TestInsertedStage(t *testing.T) {
 					t.Error(err)
 				}
 			}
-			checkMissFlows(t, p, fs)
+			checkMissFlows(t, p, cfg, fs)
 
 			// Every stage is still reached from table 0; after a stage whose traffic goes on
 			// to the next stage, the new stage is reached and nothing skips it.
@@ -130,39 +146,54 @@ func TestInsertedStage(t *testing.T) {
 	}
 }
 
-// TestNewPipelineRejects: a stage list that cannot be a pipeline is refused, saying why.
+// TestNewPipelineRejects: a feature list that cannot be a pipeline is refused, saying why.
 func TestNewPipelineRejects(t *testing.T) {
-	ss := Tables()
-	swap := append([]Stage(nil), ss...)
-	swap[1], swap[2] = swap[2], swap[1]
-	dup := append([]Stage(nil), ss...)
-	dup[3].Name = dup[2].Name
-	lastPasses := append([]Stage(nil), ss...)
-	lastPasses[len(ss)-1].Miss = MissNext
+	one := func(ss ...Stage) []Feature { return []Feature{{Name: "f", Stages: ss}} }
+	fs := Features()
+	swap := Features()
+	for i := range swap {
+		if len(swap[i].Stages) > 1 {
+			swap[i].Stages[0], swap[i].Stages[1] = swap[i].Stages[1], swap[i].Stages[0]
+			break
+		}
+	}
+	dupName := Features()
+	dupName[1].Stages[0].Name = dupName[0].Stages[0].Name
+	dupID := Features()
+	dupID[1].Stages[0].ID = dupID[0].Stages[1].ID
+	lastPasses := Features()
+	lastPasses[0].Stages[len(lastPasses[0].Stages)-1].Miss = MissNext
+	lastOptional := append(Features(), Feature{Name: "late", On: func(NodeConfig) bool { return false },
+		Stages: []Stage{{ID: 200, Name: "late_stage"}}})
+	dupFeature := append(Features(), Feature{Name: fs[0].Name})
 	var many []Stage // 40 stages: more than the old 4-bit cookie stage field allowed
 	for i := 0; i < 40; i++ {
 		many = append(many, Stage{ID: uint8(i), Name: fmt.Sprint("s", i)})
 	}
-	if _, err := newPipeline(many); err != nil {
+	if _, err := newPipeline(one(many...)); err != nil {
 		t.Errorf("40 stages: %v", err)
 	}
 	for what, c := range map[string]struct {
-		stages []Stage
-		want   string
+		features []Feature
+		want     string
 	}{
-		"ids not ascending":  {swap, "table ids must ascend"},
-		"duplicate name":     {dup, "two stages named"},
-		"last stage passes":  {lastPasses, "cannot pass packets on"},
-		"no stages":          {nil, "a pipeline has 1..255"},
-		"unnamed stage":      {[]Stage{{ID: 0}}, "has no name"},
-		"unknown miss":       {[]Stage{{ID: 0, Name: "a", Miss: 7}}, "unknown miss behaviour"},
-		"table id above 254": {[]Stage{{ID: 0, Name: "a"}, {ID: 255, Name: "b"}}, "above 254"},
+		"ids not ascending in a feature": {swap, "table ids must ascend"},
+		"duplicate stage name":           {dupName, "two stages named"},
+		"duplicate table id":             {dupID, "both have table id"},
+		"duplicate feature name":         {dupFeature, "two features named"},
+		"last stage passes":              {lastPasses, "cannot pass packets on"},
+		"last stage can be off":          {lastOptional, "must always be in use"},
+		"no stages":                      {nil, "a pipeline has 1..255"},
+		"unnamed feature":                {[]Feature{{Stages: []Stage{{ID: 0, Name: "a"}}}}, "has no name"},
+		"unnamed stage":                  {one(Stage{ID: 0}), "has no name"},
+		"unknown miss":                   {one(Stage{ID: 0, Name: "a", Miss: 7}), "unknown miss behaviour"},
+		"table id above 254":             {one(Stage{ID: 0, Name: "a"}, Stage{ID: 255, Name: "b"}), "above 254"},
 	} {
-		if _, err := newPipeline(c.stages); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := newPipeline(c.features); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: newPipeline returned %v, want an error saying %q", what, err, c.want)
 		}
 	}
-	if _, err := newPipeline(ss); err != nil {
-		t.Errorf("the package's own stages: %v", err)
+	if _, err := newPipeline(fs); err != nil {
+		t.Errorf("the package's own features: %v", err)
 	}
 }

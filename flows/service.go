@@ -1,0 +1,192 @@
+package flows
+
+// Services load-balanced in OVS (issue 22, feature "services", NodeConfig.Services): the
+// stages service_conntrack and service_lb, and per Service port a select group.
+//
+// Design history. kube-proxy on the host translated Service traffic, so the pipeline
+// sent it to the gateway and the host masqueraded the endpoint's reply back through
+// itself: NetworkPolicy saw the gateway's address, never the client's (policy.go). Here,
+// as Antrea's AntreaProxy and OVN's load balancers do, the switch translates:
+//
+//   - service_conntrack sends every IP packet through ct(nat) in ofsdn's one conntrack
+//     zone (ConntrackZone) before anything else looks at its addresses: a packet of a
+//     translated connection gets its translation again (the original direction its
+//     endpoint, a reply the ClusterIP:port as source), and everything else is only looked
+//     up (+trk), not committed. Pods, the gateway and the tunnel all go through it: a
+//     reply from an endpoint on another node comes back through the tunnel to the client's
+//     node, the one that translated it.
+//   - service_lb: a pod's new connection (+new+trk) to ClusterIP:port goes to the Service
+//     port's select group; the switch picks a bucket by a hash of the packet's 5-tuple
+//     (weighted), and the bucket runs ct(commit, zone=ConntrackZone, nat(dst=EP:port),
+//     table=l3_forwarding): the connection is committed with its translation, and the
+//     translated packet goes on to l3_forwarding (local endpoint) or remote (tunnel), as
+//     any pod-to-pod packet does. With no endpoints the flow sends the packet to the
+//     controller (meter ServiceRejectMeter) to be rejected (TCP RST / ICMP port
+//     unreachable, built by the daemon); it is the Service port's own flow, so its
+//     n_packets counts the refused connections.
+//   - NetworkPolicy judges after the translation: its stages (60..68) come after
+//     l3_forwarding and see the endpoint as nw_dst and the client pod as nw_src. The
+//     policy stages and the NAT agree on one conntrack zone and one lookup: with Services
+//     on, the conntrack stage issues no ct of its own but reads the state
+//     service_conntrack left (a second ct in the same zone also works on OVS 3.1's
+//     userspace datapath, which reuses the connection cached with the packet, and
+//     TestServiceOnSwitch passes either way; one lookup is cheaper and does not depend on
+//     that cache), so a new Service connection is +new+dnat there (and judged), its later
+//     packets +est, the endpoint's replies +est+rpl; conntrack_commit commits only
+//     connections without +dnat (a Service connection was committed at its DNAT). Antrea
+//     does the same: one ct(nat) up front, one zone for NAT and policy, committed at DNAT.
+//     A connection that policy then refuses stays committed but unreplied until conntrack
+//     times it out; its retransmissions keep their endpoint and are refused again.
+//   - The select group's bucket choice is OVS's: on OVS 3.1 an OpenFlow 1.3 select group
+//     uses dp_hash with the symmetric L3/L4 hash, which in the userspace datapath leaves
+//     out UDP ports. TCP and SCTP connections of one client spread over the endpoints;
+//     all UDP flows between one client address and one ClusterIP go to one endpoint
+//     (TestServiceOnSwitch shows both). Choosing the hash fields needs the group's
+//     selection_method property (OpenFlow 1.5) or the multipath action with
+//     symmetric_l3l4+udp: still to do.
+//
+// Group ids: GroupIDMin + ServicePort.ID, in ofsdn's group range (group.go), so the
+// Service port's owner id (allocated by the caller per owner kind, kept across restarts)
+// names its group too.
+//
+// Not built yet (issue 22): hairpin. A pod that reaches itself through its Service gets
+// itself as the endpoint: l3_forwarding sets its own ofport as output, which is the
+// packet's in_port, and OpenFlow's output:reg1 does not send a packet back out of its
+// in_port, so the connection fails. The fix is an SNAT of such connections to a virtual
+// address in a second zone (after the DNAT, per local pod nw_src=nw_dst=its IP), with the
+// reply un-SNATed in that zone before service_conntrack's ct(nat), as Antrea's SNAT zone
+// does. Session affinity, NodePort, external IPs, traffic policies and the daemon wiring
+// are also still to come.
+
+import (
+	"fmt"
+	"net"
+)
+
+// The Services stages' names (pipeline.go declares them).
+const (
+	// StageServiceConntrack sends IP through ct(nat) in ConntrackZone.
+	StageServiceConntrack = "service_conntrack"
+	// StageServiceLB sends new connections to a ClusterIP:port to the port's group.
+	StageServiceLB = "service_lb"
+)
+
+// ServiceRejectMeter is the meter id of the no-endpoint flows: it limits the packet-ins
+// of connections to Services without endpoints (the controller creates it, as it creates
+// DenyLogMeter; OpenFlow 1.3.5 §7.3.4.4).
+const ServiceRejectMeter uint32 = 2
+
+// ServiceRejectMaxLen is how many bytes of a refused packet go to the controller: the
+// Ethernet, IPv4 and TCP/UDP/SCTP headers, what a reject (TCP RST or ICMP port
+// unreachable quoting the packet) needs.
+const ServiceRejectMaxLen uint16 = 128
+
+// PriorityServicePort (100) in service_lb: one Service port's flow.
+const PriorityServicePort uint16 = 100
+
+// ServicePort is one port of a Service the switch load-balances: ClusterIP, protocol,
+// port, and the endpoints new connections go to.
+type ServicePort struct {
+	// ID is the Service port's owner id, 1..GroupIDMax-GroupIDMin, unique among live
+	// Service ports; its group is GroupIDMin+ID (ServiceGroupID).
+	ID uint32
+	// ClusterIP is the Service's IPv4 ClusterIP.
+	ClusterIP net.IP
+	// Proto is IPProtoTCP, IPProtoUDP or IPProtoSCTP.
+	Proto uint8
+	// Port is the Service port (1..65535).
+	Port uint16
+	// Endpoints are the ready endpoints, each a bucket; none = new connections are
+	// refused (sent to the controller).
+	Endpoints []ServiceEndpoint
+}
+
+// ServiceEndpoint is one endpoint of a Service port: a pod address and its target port.
+type ServiceEndpoint struct {
+	// IP is the endpoint's IPv4 address (a pod of this node or of another).
+	IP net.IP
+	// Port is the endpoint's target port (1..65535).
+	Port uint16
+	// Weight is the endpoint's share of new connections, 1..65535; 0 counts as 1.
+	Weight uint16
+}
+
+// String names the Service port for errors: "10.96.0.10:80/tcp (id 7)".
+func (sp ServicePort) String() string {
+	proto := map[uint8]string{IPProtoTCP: "tcp", IPProtoUDP: "udp", IPProtoSCTP: "sctp"}[sp.Proto]
+	if proto == "" {
+		proto = fmt.Sprintf("proto%d", sp.Proto)
+	}
+	return fmt.Sprintf("%s:%d/%s (id %d)", sp.ClusterIP, sp.Port, proto, sp.ID)
+}
+
+// Validate checks that sp can have flows and a group: an id in 1..GroupIDMax-GroupIDMin,
+// an IPv4 ClusterIP, TCP, UDP or SCTP, a port, IPv4 endpoints with ports.
+func (sp ServicePort) Validate() error {
+	if sp.ID == 0 || sp.ID > GroupIDMax-GroupIDMin {
+		return fmt.Errorf("service port %v: id %d outside 1..%d: allocate it from the Service port owner ids", sp, sp.ID, GroupIDMax-GroupIDMin)
+	}
+	if sp.ClusterIP.To4() == nil {
+		return fmt.Errorf("service port %v: ClusterIP %v is not IPv4 (only IPv4 Services are built yet)", sp, sp.ClusterIP)
+	}
+	if sp.Proto != IPProtoTCP && sp.Proto != IPProtoUDP && sp.Proto != IPProtoSCTP {
+		return fmt.Errorf("service port %v: protocol %d is not TCP, UDP or SCTP", sp, sp.Proto)
+	}
+	if sp.Port == 0 {
+		return fmt.Errorf("service port %v: port 0: give the Service port's port", sp)
+	}
+	for _, ep := range sp.Endpoints {
+		if ep.IP.To4() == nil || ep.Port == 0 {
+			return fmt.Errorf("service port %v: endpoint %v:%d is not an IPv4 address with a port: use the EndpointSlice's address and the target port", sp, ep.IP, ep.Port)
+		}
+	}
+	return nil
+}
+
+// ServicePortOwner is the owner of sp's flows and group (kind OwnerService, id sp.ID).
+func ServicePortOwner(sp ServicePort) Owner { return Owner{Kind: OwnerService, ID: sp.ID} }
+
+// ServiceGroupID is the group id of sp: GroupIDMin + sp.ID.
+func ServiceGroupID(sp ServicePort) uint32 { return GroupIDMin + sp.ID }
+
+// ServicePortFlows returns the Service port's flow in service_lb and, with endpoints, its
+// select group (owner ServicePortOwner; the group must be on the switch before the flow,
+// switchstate's replay order). cfg must have Services on, sp must be valid
+// (ServicePort.Validate).
+//
+//	table="service_lb", priority=100,ct_state=+new+trk,tcp,reg0=0x2/0xf,nw_dst=VIP,tp_dst=PORT actions=group:G
+//	group_id=G,type=select,bucket=actions=ct(commit,table="l3_forwarding",zone=65280,nat(dst=EP:TPORT)),...
+//	no endpoints: ... actions=meter:2,controller(max_len=128)
+func ServicePortFlows(cfg NodeConfig, sp ServicePort) ([]Flow, []Group) {
+	return builder{p: std, cfg: cfg}.servicePortFlows(sp)
+}
+
+func (b builder) servicePortFlows(sp ServicePort) ([]Flow, []Group) {
+	s := b.in(StageServiceLB)
+	m := Match{EthType: EthTypeIPv4, IPProto: sp.Proto, Regs: []RegMark{FromPod}, IPDst: hostPrefix(sp.ClusterIP),
+		TPDst: sp.Port, TPDstMask: 0xffff, CTState: &CTState{Set: CTNew | CTTrk}}
+	if len(sp.Endpoints) == 0 {
+		f := s.flow(ServicePortOwner(sp), PriorityServicePort, m, OutputController{MaxLen: ServiceRejectMaxLen})
+		f.Meter = ServiceRejectMeter
+		return []Flow{f}, nil
+	}
+	g := Group{ID: ServiceGroupID(sp), Type: GroupSelect}
+	for _, ep := range sp.Endpoints {
+		w := ep.Weight
+		if w == 0 {
+			w = 1
+		}
+		g.Buckets = append(g.Buckets, Bucket{Weight: w, Actions: []Action{CT{Commit: true, Zone: ConntrackZone,
+			Table: b.goTo("l3_forwarding").Table, NAT: &CTNAT{DNAT: true, MinIP: ep.IP.To4(), MinPort: ep.Port}}}})
+	}
+	return []Flow{s.flow(ServicePortOwner(sp), PriorityServicePort, m, GroupAction{ID: g.ID})}, []Group{g}
+}
+
+// serviceConntrackNode: every IP packet through ct(nat) in ConntrackZone, then service_lb.
+//
+//	table="service_conntrack", priority=1,ip actions=ct(table="service_lb",zone=65280,nat)
+func serviceConntrackNode(b builder) []Flow {
+	s := b.in(StageServiceConntrack)
+	return []Flow{s.flow(PipelineOwner, PriorityPass, Match{EthType: EthTypeIPv4},
+		CT{Zone: ConntrackZone, Table: s.next().Table, NAT: &CTNAT{}})}
+}

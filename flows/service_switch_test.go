@@ -1,0 +1,299 @@
+package flows
+
+// A Service load-balanced by the switch, with real packets: three pods (network
+// namespaces with a veth each) on a sandbox br-int, a client and two endpoints that echo
+// the peer address they see, the pipeline with Services and NetworkPolicy on.
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/ofsdn/ofsdn/test/sandbox"
+)
+
+// svcPod is one pod of the Service test: a netns whose eth0 is a veth into the bridge.
+type svcPod struct {
+	pod  Pod
+	name string // netns name
+}
+
+func (p svcPod) do(t *testing.T, f func() error) {
+	t.Helper()
+	h, err := ns.GetNS("/var/run/netns/" + p.name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if err := h.Do(func(ns.NetNS) error { return f() }); err != nil {
+		t.Fatalf("in pod %s: %v", p.pod, err)
+	}
+}
+
+func run(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// addSvcPod makes a pod netns with eth0 (MAC, IP/24, default route via the gateway, a
+// permanent neighbour entry for it, transmit checksum offload off so that the userspace
+// datapath's conntrack and NAT see full checksums) and its veth peer on br-int at ofport.
+func addSvcPod(t *testing.T, ovs *sandbox.OVS, cfg NodeConfig, ofport uint32, ip string) svcPod {
+	t.Helper()
+	name := fmt.Sprintf("svc-%d-%d", ofport, time.Now().UnixNano()%1e6)
+	run(t, "ip", "netns", "add", name)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
+	mac := net.HardwareAddr{0x0a, 0x58, 0x0a, 0xf4, 0x01, byte(ofport)}
+	host := fmt.Sprintf("svch%d", ofport)
+	run(t, "ip", "-n", ovs.Netns, "link", "add", host, "type", "veth", "peer", "name", "eth0", "netns", name)
+	run(t, "ip", "-n", ovs.Netns, "link", "set", host, "up")
+	for _, c := range [][]string{
+		{"link", "set", "lo", "up"},
+		{"link", "set", "eth0", "address", mac.String()},
+		{"addr", "add", ip + "/24", "dev", "eth0"},
+		{"link", "set", "eth0", "up"},
+		{"route", "add", "default", "via", cfg.GatewayIP.String()},
+		{"neigh", "add", cfg.GatewayIP.String(), "lladdr", cfg.GatewayMAC.String(), "dev", "eth0", "nud", "permanent"},
+	} {
+		run(t, append([]string{"ip", "-n", name}, c...)...)
+	}
+	run(t, "ip", "netns", "exec", name, "ethtool", "-K", "eth0", "tx", "off")
+	ovs.Vsctl(t, "add-port", "br-int", host, "--", "set", "interface", host, fmt.Sprintf("ofport_request=%d", ofport))
+	return svcPod{pod: Pod{OFPort: ofport, MAC: mac, IPs: []net.IP{net.ParseIP(ip)}}, name: name}
+}
+
+// echo serves TCP and UDP on port in pod p: each connection or datagram is answered with
+// "PEER-IP SERVER-IP", the address the endpoint sees the client by and its own.
+func echo(t *testing.T, p svcPod, port int) {
+	var ln net.Listener
+	var pc net.PacketConn
+	p.do(t, func() (err error) {
+		if ln, err = net.Listen("tcp4", fmt.Sprintf(":%d", port)); err != nil {
+			return err
+		}
+		pc, err = net.ListenPacket("udp4", fmt.Sprintf(":%d", port))
+		return err
+	})
+	t.Cleanup(func() { ln.Close(); pc.Close() })
+	me := p.pod.IPv4().String()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			fmt.Fprintf(c, "%s %s\n", c.RemoteAddr().(*net.TCPAddr).IP, me)
+			c.Close()
+		}
+	}()
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			_, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = pc.WriteTo([]byte(fmt.Sprintf("%s %s\n", from.(*net.UDPAddr).IP, me)), from)
+		}
+	}()
+}
+
+// TestServiceOnSwitch: a client pod's TCP and UDP connections to a ClusterIP:port reach
+// one of two endpoint pods through the port's select group; each endpoint sees the
+// client's own address; replies come back from the ClusterIP:port; over many connections
+// both endpoints are chosen; after one endpoint's bucket is removed (mod-group), no new
+// connection goes to it. NetworkPolicy is on (no rules): its conntrack shares the zone
+// with the NAT, and a reply judged +new instead of +est would still pass here, so the
+// test also reads conntrack_state's established flow counter.
+func TestServiceOnSwitch(t *testing.T) {
+	ovs := sandbox.Start(t)
+	mgmt := ovs.MgmtSocket("br-int")
+	ovs.Vsctl(t, "add-br", "br-int", "--", "set", "bridge", "br-int",
+		"datapath_type=netdev", "protocols=OpenFlow13", "fail_mode=secure")
+	args := []string{}
+	for _, ti := range Tables() {
+		id := "@t" + strconv.Itoa(int(ti.ID))
+		args = append(args, "--", "--id="+id, "create", "Flow_Table", "name="+ti.Name,
+			"--", "set", "Bridge", "br-int", fmt.Sprintf("flow_tables:%d=%s", ti.ID, id))
+	}
+	ovs.Vsctl(t, args...)
+	ovs.Vsctl(t, "add-port", "br-int", "gw0", "--", "set", "interface", "gw0", "type=internal", "ofport_request=2")
+	ovs.Ofctl(t, "add-meter", mgmt, "meter=2,pktps,band=type=drop,rate=100")
+
+	cfg := testConfig()
+	cfg.TunnelOFPort, cfg.NodeIP = 0, nil
+	cfg.Services, cfg.Policy = true, true
+	client := addSvcPod(t, ovs, cfg, 3, "10.244.1.5")
+	ep1 := addSvcPod(t, ovs, cfg, 4, "10.244.1.6")
+	ep2 := addSvcPod(t, ovs, cfg, 5, "10.244.1.7")
+	echo(t, ep1, 8080)
+	echo(t, ep2, 8080)
+
+	vip := net.ParseIP("10.96.0.10")
+	eps := []ServiceEndpoint{{IP: ep1.pod.IPv4(), Port: 8080}, {IP: ep2.pod.IPv4(), Port: 8080}}
+	tcpPort := ServicePort{ID: 1, ClusterIP: vip, Proto: IPProtoTCP, Port: 80, Endpoints: eps}
+	udpPort := ServicePort{ID: 2, ClusterIP: vip, Proto: IPProtoUDP, Port: 53, Endpoints: eps}
+	all := PipelineFlows(cfg)
+	for _, p := range []svcPod{client, ep1, ep2} {
+		all = append(all, PodFlows(cfg, p.pod)...)
+	}
+	var groups []Group
+	for _, sp := range []ServicePort{tcpPort, udpPort} {
+		fs, gs := ServicePortFlows(cfg, sp)
+		all = append(all, fs...)
+		groups = append(groups, gs...)
+	}
+	for _, g := range groups {
+		ovs.Ofctl(t, "add-group", mgmt, g.String())
+	}
+	file := filepath.Join(t.TempDir(), "flows.txt")
+	if err := os.WriteFile(file, []byte(strings.Join(lines(all, nil), "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ovs.Ofctl(t, "add-flows", mgmt, file)
+
+	// The switch holds exactly the groups and flows as this package prints them.
+	var gotGroups []string
+	for _, l := range strings.Split(ovs.Ofctl(t, "dump-groups", "--names", mgmt), "\n") {
+		if l = strings.TrimSpace(l); strings.HasPrefix(l, "group_id=") {
+			gotGroups = append(gotGroups, l)
+		}
+	}
+	var wantGroups []string
+	for _, g := range groups {
+		wantGroups = append(wantGroups, g.String())
+	}
+	sort.Strings(gotGroups)
+	sort.Strings(wantGroups)
+	compareLines(t, "dump-groups", gotGroups, wantGroups)
+	n := &switchNode{ovs: ovs, mgmt: mgmt}
+	compareLines(t, "dump-flows", n.dump(t), sortedFormat(all, PortNames{2: "gw0", 3: "svch3", 4: "svch4", 5: "svch5"}))
+
+	tcpTry := func() (string, error) {
+		var c net.Conn
+		var err error
+		client.do(t, func() error {
+			c, err = net.DialTimeout("tcp4", "10.96.0.10:80", 5*time.Second)
+			return nil
+		})
+		if err != nil {
+			return "", err
+		}
+		defer c.Close()
+		if ra := c.RemoteAddr().String(); ra != "10.96.0.10:80" {
+			return "", fmt.Errorf("connected to %s", ra)
+		}
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		buf := make([]byte, 100)
+		k, err := c.Read(buf)
+		if err != nil {
+			return "", err
+		}
+		return strings.TrimSpace(string(buf[:k])), nil
+	}
+	udpTry := func() (string, error) {
+		var pc net.PacketConn
+		var err error
+		client.do(t, func() error {
+			pc, err = net.ListenPacket("udp4", ":0")
+			return nil
+		})
+		if err != nil {
+			return "", err
+		}
+		defer pc.Close()
+		_ = pc.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := pc.WriteTo([]byte("hi"), &net.UDPAddr{IP: vip, Port: 53}); err != nil {
+			return "", err
+		}
+		buf := make([]byte, 100)
+		k, from, err := pc.ReadFrom(buf)
+		if err != nil {
+			return "", err
+		}
+		if from.String() != "10.96.0.10:53" {
+			return "", fmt.Errorf("reply from %s, want the ClusterIP:port 10.96.0.10:53", from)
+		}
+		return strings.TrimSpace(string(buf[:k])), nil
+	}
+	// tries makes k connections with try and returns how many reached each endpoint; every
+	// answer must show the client's own address as the peer.
+	tries := func(what string, k int, try func() (string, error)) map[string]int {
+		t.Helper()
+		seen := map[string]int{}
+		for i := 0; i < k; i++ {
+			got, err := try()
+			if err != nil {
+				t.Fatalf("%s try %d: %v", what, i, err)
+			}
+			f := strings.Fields(got)
+			if len(f) != 2 || f[0] != "10.244.1.5" {
+				t.Fatalf("%s try %d: endpoint answered %q, want the client's address 10.244.1.5 as peer", what, i, got)
+			}
+			seen[f[1]]++
+		}
+		return seen
+	}
+	for _, c := range []struct {
+		what string
+		try  func() (string, error)
+	}{{"tcp", tcpTry}, {"udp", udpTry}} {
+		seen := tries(c.what, 24, c.try)
+		t.Logf("%s: 24 connections to 10.96.0.10: %v", c.what, seen)
+		if c.what == "udp" {
+			// OVS 3.1's default select hash (dp_hash, symmetric L3/L4) leaves UDP ports out
+			// in the userspace datapath: one client's UDP flows all pick one endpoint
+			// (service.go, a known limit). Removing that endpoint's bucket moves them below.
+			continue
+		}
+		if seen["10.244.1.6"] == 0 || seen["10.244.1.7"] == 0 {
+			t.Errorf("%s: 24 connections reached %v, want both endpoints", c.what, seen)
+		}
+	}
+	// Replies were judged established by the policy stages: the conntrack_state flow for
+	// +est counted packets (each TCP reply and each UDP reply).
+	est := 0
+	ovs.Appctl(t, "revalidator/purge") // push the datapath flows' statistics to the OpenFlow counters
+	for _, l := range strings.Split(ovs.Ofctl(t, "dump-flows", "--names", mgmt, "table=conntrack_state"), "\n") {
+		if strings.Contains(l, "ct_state=-new-inv+trk") {
+			if m := strings.Index(l, "n_packets="); m >= 0 {
+				est, _ = strconv.Atoi(strings.SplitN(l[m+len("n_packets="):], ",", 2)[0])
+			}
+		}
+	}
+	if est < 48 {
+		t.Log(ovs.Ofctl(t, "dump-flows", "--names", mgmt))
+		t.Log(ovs.AppctlOutput("dpctl/dump-conntrack"))
+		t.Errorf("conntrack_state's established flow counted %d packets, want at least the 48 replies: the policy conntrack does not see the NAT connections as established", est)
+	}
+
+	// Remove one endpoint's bucket from both groups (the one UDP went to): new
+	// connections never pick it.
+	keep, gone := eps[:1], "10.244.1.7"
+	if udp := tries("udp", 1, udpTry); udp["10.244.1.6"] != 0 {
+		keep, gone = eps[1:], "10.244.1.6"
+	}
+	for _, sp := range []ServicePort{tcpPort, udpPort} {
+		sp.Endpoints = keep
+		_, gs := ServicePortFlows(cfg, sp)
+		ovs.Ofctl(t, "mod-group", mgmt, gs[0].String())
+	}
+	for _, c := range []struct {
+		what string
+		try  func() (string, error)
+	}{{"tcp", tcpTry}, {"udp", udpTry}} {
+		if seen := tries(c.what+" after removing "+gone, 16, c.try); seen[gone] != 0 {
+			t.Errorf("%s: after removing its bucket, %s still got %d of 16 new connections", c.what, gone, seen[gone])
+		}
+	}
+}
