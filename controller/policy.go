@@ -98,6 +98,9 @@ type policyRealizer struct {
 	qmu   sync.Mutex
 	queue []*policyItem
 	wake  chan struct{} // 1-buffered: the queue is not empty
+	// deferred are the after functions of items whose bundle failed: they run after the
+	// next confirmed round (the runner only).
+	deferred []func()
 
 	deniedMu   sync.Mutex
 	deniedSeen map[string]uint64 // deny flow (cookie+match) → its last counter
@@ -164,6 +167,7 @@ func (p *policyRealizer) load(restored []*Attachment) {
 		// Nothing is installed with this run's ids yet.
 		p.ids.Free(p.ids.Pending()...)
 	})
+	a.SetVersionGate(func(record func()) { p.enqueue(&policyItem{after: record}) })
 	go p.run()
 }
 
@@ -204,6 +208,9 @@ type policyItem struct {
 	attach *Attachment // recorded as attached before ch applies
 	detach *Attachment // forgotten after ch applies
 	done   chan error  // attach and detach: the outcome of the bundle that carried the item (1-buffered)
+	// after runs once a bundle carrying this item and every earlier one is confirmed (the
+	// agent's version gate: an API event's resourceVersion counts as realized then).
+	after func()
 	// released are the conjunction ids the engine had released when the item was queued
 	// (ConjIDs.Pending, read under the agent's lock): once a bundle carrying this item and
 	// every earlier one is confirmed, no flow on the switch uses them.
@@ -397,6 +404,17 @@ func (p *policyRealizer) round() bool {
 		p.n.log.Info("network policy flows resynchronised", "rule_flows", p.set.Len(), "pods", len(p.attached))
 	}
 	for _, it := range items {
+		if it.after != nil {
+			p.deferred = append(p.deferred, it.after)
+		}
+	}
+	if err == nil {
+		for _, f := range p.deferred {
+			f()
+		}
+		p.deferred = nil
+	}
+	for _, it := range items {
 		if h := p.n.opts.Hooks.PolicyRealize; h != nil && !it.seen.IsZero() {
 			h(time.Since(it.seen), err)
 		}
@@ -433,6 +451,7 @@ func (p *policyRealizer) purge(ctx context.Context) {
 // close stops delivery from the agent and the runner; queued attaches and detaches fail.
 func (p *policyRealizer) close() {
 	p.opts.Agent.SetRealizer(nil, nil)
+	p.opts.Agent.SetVersionGate(nil)
 	select {
 	case <-p.stop:
 	default:
@@ -600,13 +619,30 @@ func (n *Node) PodPolicies() []PodPolicy {
 			refs[lp.Key()] = e.SelectingPolicies(lp.Namespace, lp.Name)
 		}
 	})
+	// Under the realizer's lock only copies (no flow is formatted there): the runner
+	// needs the lock between bundles, and formatting thousands of rule flows takes long.
+	type podCopy struct {
+		a     *Attachment
+		iso   policy.Isolation
+		rules []PodRule
+	}
+	var pods []podCopy
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	for k, a := range p.attached {
-		iso := p.iso[k]
-		pp := PodPolicy{Namespace: a.PodNamespace, Name: a.PodName, Ingress: iso.Ingress, Egress: iso.Egress, Policies: refs[k]}
+		pc := podCopy{a: a, iso: p.iso[k]}
 		for _, c := range byPod[k] {
-			r := PodRule{Rule: c.Key.RuleKey.String(), Group: c.Key.Group, ConjID: c.ID, Flows: p.set.RuleFlows(c.ID)}
+			pc.rules = append(pc.rules, PodRule{Rule: c.Key.RuleKey.String(), Group: c.Key.Group, ConjID: c.ID, Flows: p.set.RuleFlowsAnyOrder(c.ID)})
+		}
+		pods = append(pods, pc)
+	}
+	p.mu.Unlock()
+	cfg := p.n.config()
+	_, ingress := policyTables()
+	for _, pc := range pods {
+		a, iso := pc.a, pc.iso
+		pp := PodPolicy{Namespace: a.PodNamespace, Name: a.PodName, Ingress: iso.Ingress, Egress: iso.Egress, Policies: refs[podKeyOf(a)]}
+		for _, r := range pc.rules {
+			r.Flows = flows.SortByText(r.Flows)
 			for _, f := range r.Flows {
 				if _, isGoto := f.Actions[0].(flows.GotoTable); isGoto && len(f.Actions) == 1 {
 					r.Allow = append(r.Allow, f.String()) // the conj_id flow, or an allow flow
@@ -615,8 +651,7 @@ func (n *Node) PodPolicies() []PodPolicy {
 			pp.Rules = append(pp.Rules, r)
 		}
 		pp.Deny = map[string]string{}
-		_, ingress := policyTables()
-		for _, f := range flows.PodPolicyFlows(p.n.config(), a.flowPod(), iso.Ingress, iso.Egress) {
+		for _, f := range flows.PodPolicyFlows(cfg, a.flowPod(), iso.Ingress, iso.Egress) {
 			dir := "egress"
 			if f.Table == ingress {
 				dir = "ingress"

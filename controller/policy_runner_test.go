@@ -24,8 +24,10 @@ import (
 // (SIGSTOP) while a pod's policy bundle is in flight: an API event, 15 more pod ADDs and
 // `ofsdnctl policies` (PodPolicies) all go on instead of waiting behind that bundle (they
 // waited on the agent's or the realizer's lock for the whole switch round trip before);
-// once the switch runs again the 15 ADDs share ONE bundle, and every pod's flows, rule
-// flows included, are on the switch.
+// the event's resourceVersion does not count as realized (policy.Agent.Versions, what
+// `ofsdnctl policies` and the tests read) until its bundle is confirmed; once the switch
+// runs again the 15 ADDs share ONE bundle, and every pod's flows, rule flows included,
+// are on the switch.
 func TestPolicyRealizationOffTheAgentLock(t *testing.T) {
 	ovs, sw := ofTestBridge(t, openflow.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -109,12 +111,16 @@ func TestPolicyRealizationOffTheAgentLock(t *testing.T) {
 			return e.UpsertPod(&policy.Pod{Namespace: "x", Name: "remote", Labels: map[string]string{"app": "a"},
 				IPs: []netip.Addr{netip.MustParseAddr("10.244.2.7")}, NodeName: "n2"})
 		})
+		a.Observed("pods", "4242") // as the watcher does after each event
 		close(evDone)
 	}()
 	select {
 	case <-evDone:
 	case <-time.After(20 * time.Second):
 		t.Fatal("an API event waited for the bundle in flight on the frozen switch")
+	}
+	if v := a.Versions()["pods"]; v == 4242 {
+		t.Fatal("the API event's resourceVersion counts as realized while its bundle cannot have reached the frozen switch")
 	}
 	// ... inspection answers, ...
 	insp := make(chan []PodPolicy, 1)
@@ -129,7 +135,7 @@ func TestPolicyRealizationOffTheAgentLock(t *testing.T) {
 		wg.Add(1)
 		go func() { defer wg.Done(); errs[i] = p.attach(ctx, atts[i]) }()
 	}
-	waitFor("15 ADDs and the API event queued behind the bundle in flight", func() bool { return queued() == pods })
+	waitFor("15 ADDs, the API event and its version queued behind the bundle in flight", func() bool { return queued() == pods+1 })
 	if b := bundles.Load(); b != 0 {
 		t.Fatalf("%d bundles completed while the switch was frozen", b)
 	}
@@ -142,6 +148,7 @@ func TestPolicyRealizationOffTheAgentLock(t *testing.T) {
 			t.Fatalf("attach of pod %d: %v", i, err)
 		}
 	}
+	waitFor("the API event's resourceVersion realized once the switch ran again", func() bool { return a.Versions()["pods"] == 4242 })
 	if b := bundles.Load(); b != 2 {
 		t.Errorf("%d bundles for 16 ADDs and one API event, want 2 (the one in flight, then one for everything queued behind it)", b)
 	}

@@ -369,6 +369,21 @@ func (s *PolicyFlowSet) RuleFlows(id uint32) []Flow {
 	return sortByText(out)
 }
 
+// RuleFlowsAnyOrder is RuleFlows in no particular order: it formats no flow, so a caller
+// holding a lock can copy a rule's flows cheaply and sort them (SortByText) after.
+func (s *PolicyFlowSet) RuleFlowsAnyOrder(id uint32) []Flow {
+	out := make([]Flow, 0, len(s.rules[id]))
+	for _, k := range s.rules[id] {
+		if f, ok := s.Flow(k); ok {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// SortByText returns fs sorted by their text (Flow.String), each flow formatted once.
+func SortByText(fs []Flow) []Flow { return sortByText(fs) }
+
 // sortByText sorts fs by String(), formatting each flow once (not once per comparison:
 // at scale Flows holds tens of thousands).
 func sortByText(fs []Flow) []Flow {

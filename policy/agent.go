@@ -30,6 +30,8 @@ type Agent struct {
 	synced   chan struct{}
 	isSynced bool
 	waiters  map[string][]chan struct{} // pod key → waiters for the pod to be known
+	gate     func(record func())         // SetVersionGate; nil: versions count at once
+	vmu      sync.Mutex                  // guards versions (recorded by the gate's caller, off mu)
 	versions map[string]uint64          // kind → highest resourceVersion realized
 }
 
@@ -67,27 +69,48 @@ func (a *Agent) Update(fn func(*Engine) Changes) {
 }
 
 // Observed records that the event of an object of kind ("pods", "namespaces",
-// "networkpolicies") at resourceVersion rv has been applied and realized. Resource
-// versions that are not decimal numbers (the API calls them opaque; etcd's are numbers)
-// are ignored.
+// "networkpolicies") at resourceVersion rv has been applied. It counts as realized (see
+// Versions) at once, or, with a version gate (SetVersionGate), once the gate says every
+// change handed to the realizer before it is on the switch. Resource versions that are
+// not decimal numbers (the API calls them opaque; etcd's are numbers) are ignored.
 func (a *Agent) Observed(kind, rv string) {
 	var v uint64
 	if _, err := fmt.Sscan(rv, &v); err != nil {
 		return
 	}
+	record := func() {
+		a.vmu.Lock()
+		defer a.vmu.Unlock()
+		if v > a.versions[kind] {
+			a.versions[kind] = v
+		}
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if v > a.versions[kind] {
-		a.versions[kind] = v
+	if a.gate != nil {
+		a.gate(record)
+		return
 	}
+	record()
+}
+
+// SetVersionGate makes Observed hand its record function to gate, under the agent's lock
+// and so in order with every change handed to the realizer; gate must not wait on the
+// switch (queue it) and must call record once every change handed over before it has
+// been realized. A realizer that queues changes (the controller's) sets it, so that
+// Versions never runs ahead of the switch. nil: versions count at once.
+func (a *Agent) SetVersionGate(gate func(record func())) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.gate = gate
 }
 
 // Versions returns, per kind, the highest resourceVersion whose event has been realized
 // (Observed): an API write that returned version v has reached this node's switch once
 // its kind's version here is v or more.
 func (a *Agent) Versions() map[string]uint64 {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.vmu.Lock()
+	defer a.vmu.Unlock()
 	out := make(map[string]uint64, len(a.versions))
 	for k, v := range a.versions {
 		out[k] = v
