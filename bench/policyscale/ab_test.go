@@ -13,7 +13,8 @@
 //     about 140 peers and 5 port matches); then 5 label changes of one API pod that make
 //     it a peer of 100 rules (TestPolicyScale's "one label change"), each reverted; then 5
 //     more while another goroutine calls the full report (`ofsdnctl policies`,
-//     ctl.Client.Policies) in a tight loop.
+//     ctl.Client.Policies) in a tight loop. Each change is reverted (also awaited on the
+//     switch and in the status) and followed by a 500 ms pause before the next.
 //
 // The API holds TestPolicyScale's 10,000 pods and 1,000 policies (100 rules on each node,
 // one local pod per namespace on each). A label change is timed twice from the API write:
@@ -298,6 +299,9 @@ func (b *abBuild) session(t *testing.T, api *kapi.API, on bool, conc, labelReps 
 				s.Errors = append(s.Errors, err.Error())
 				return
 			}
+			// Settle: the revert's bundle may be followed by the datapath purge; each change
+			// starts from an idle daemon, as one change in a quiet cluster would.
+			time.Sleep(500 * time.Millisecond)
 		}
 	}
 	change(&s.LabelStatus, &s.LabelSwitch)
