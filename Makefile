@@ -4,7 +4,7 @@ BIN     := bin
 GOFLAGS ?=
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: all build deps test unit demo bench bench-quick bench-policy lint clean image k8s-build e2e-k8s
+.PHONY: all build deps test unit demo bench bench-quick bench-policy bench-policy-ab lint clean image k8s-build e2e-k8s
 
 all: build
 
@@ -108,6 +108,21 @@ bench-quick: deps build
 # binaries. POLICY_SCALE_OUT=FILE writes the figures as JSON.
 bench-policy: deps build
 	$(GO) test -tags policyscale -count=1 -timeout 40m -v -run TestPolicyScale ./bench/policyscale
+
+# NetworkPolicy before/after (issue 21; bench/policyscale/ab_test.go, results in
+# bench/RESULTS.md "NetworkPolicy off the agent's lock"): the before commit POLICY_BEFORE
+# built from git archive into POLICY_BEFORE_BIN, against the tree, on one API server with
+# 10,000 pods and 1,000 policies, interleaved: concurrency-32 ADDs with policy on and off,
+# one label change quiet and while the full policy report loops. About 10 minutes on 2
+# busy cores. POLICY_AB_OUT=FILE writes the samples as JSON; POLICY_AB_ROUNDS (2),
+# POLICY_AB_PODS (96), POLICY_AB_CONC (32), POLICY_AB_LABEL_REPS (5) size it.
+POLICY_BEFORE     ?= ce8289d
+POLICY_BEFORE_BIN ?= /tmp/ofsdn-bench-policy-before
+bench-policy-ab: deps build
+	rm -rf $(POLICY_BEFORE_BIN) && mkdir -p $(POLICY_BEFORE_BIN)/src
+	git archive $(POLICY_BEFORE) | tar -x -C $(POLICY_BEFORE_BIN)/src
+	cd $(POLICY_BEFORE_BIN)/src && CGO_ENABLED=0 $(GO) build -o ../ofsdn ./cmd/ofsdn && $(GO) build -o ../ofsdn-node ./cmd/ofsdn-node
+	POLICY_AB_BEFORE=$(POLICY_BEFORE_BIN) $(GO) test -tags policyscale -count=1 -timeout 60m -v -run TestPolicyAB ./bench/policyscale
 
 clean:
 	rm -rf $(BIN)
