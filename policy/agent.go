@@ -30,8 +30,8 @@ type Agent struct {
 	synced   chan struct{}
 	isSynced bool
 	waiters  map[string][]chan struct{} // pod key → waiters for the pod to be known
-	gate     func(record func())         // SetVersionGate; nil: versions count at once
-	vmu      sync.Mutex                  // guards versions (recorded by the gate's caller, off mu)
+	gate     func(record func())        // SetVersionGate; nil: versions count at once
+	vmu      sync.Mutex                 // guards versions (recorded by the gate's caller, off mu)
 	versions map[string]uint64          // kind → highest resourceVersion realized
 }
 
