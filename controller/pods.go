@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/ofsdn/ofsdn/flows"
@@ -219,7 +220,7 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 		return nil, stepErr("ipam", fmt.Errorf("%s: %w", req, err))
 	}
 	// Runs last. A lease whose write failed is already gone: Release is then a no-op.
-	undo = append(undo, undoStep{"IP lease " + ip.String(), func(context.Context) error {
+	undo = append(undo, undoStep{what: "IP lease " + ip.String(), last: true, run: func(context.Context) error {
 		return n.leases.Release(req.ContainerID, req.IfName)
 	}})
 	a := &Attachment{
@@ -239,7 +240,7 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 	})
 	step("veth")
 	if vethErr == nil {
-		undo = append(undo, undoStep{"host veth " + a.HostVeth, func(context.Context) error {
+		undo = append(undo, undoStep{what: "host veth " + a.HostVeth, run: func(context.Context) error {
 			return n.netns.Teardown(a.HostVeth, req.Netns, req.IfName)
 		}})
 	}
@@ -277,7 +278,7 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 	// DEL; its delete is queued on the OpenFlow connection behind the adds, so a switch
 	// that resumes applies both in order even when the wait for its confirmation runs out.
 	a.OFPort = uint32(ofreq)
-	undo = append(undo, undoStep{"OVS port " + a.HostVeth + " on bridge " + n.opts.Bridge, func(uctx context.Context) error {
+	undo = append(undo, undoStep{what: "OVS port " + a.HostVeth + " on bridge " + n.opts.Bridge, run: func(uctx context.Context) error {
 		// A transaction whose answer the ADD gave up waiting for may still commit (a hung
 		// ovsdb-server that resumes): once an echo sent after it is answered, the cache
 		// shows its outcome, and the delete sees the row if it committed.
@@ -285,7 +286,7 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 			return err
 		}
 		return n.ports.DeletePort(uctx, n.opts.Bridge, a.HostVeth)
-	}}, undoStep{"flows of pod " + a.IP.IP.String(), func(uctx context.Context) error {
+	}}, undoStep{what: "flows of pod " + a.IP.IP.String(), run: func(uctx context.Context) error {
 		if n.policy != nil {
 			n.policy.detach(a) // its rule flows too; nothing if the attach was undone already
 		}
@@ -438,9 +439,12 @@ const (
 type undoStep struct {
 	what string
 	run  func(ctx context.Context) error
+	// last: the step runs only after every other step is done (the IP lease: while the
+	// pod's flows may still be on the switch, its address must not be handed out again).
+	last bool
 }
 
-// undoAdd runs the undo steps of a failed ADD in reverse order (flows, port, veth,
+// undoAdd runs the undo steps of a failed ADD (flows, port and veth at once, then the
 // lease), each retried until done (undoRetry), then runs finally (the pod's unlock, the
 // ofport's release). It waits for that at most UndoWait and not past ctx; then it
 // returns addErr and the undo goes on in the background.
@@ -453,8 +457,24 @@ func (n *Node) undoAdd(ctx context.Context, req PodRequest, steps []undoStep, fi
 				finally[i]()
 			}
 		}()
+		// Steps that do not wait for each other run at once, so a stuck ovs-vswitchd (the
+		// flows' delete) does not keep the OVS port or the host veth, and a stuck
+		// ovsdb-server does not keep the flows; the ofport stays held (finally) until all
+		// are done, so no new port takes it while the pod's flows may remain. Steps marked
+		// last (the IP lease) run after all of them.
+		var wg sync.WaitGroup
+		var lasts []undoStep
 		for i := len(steps) - 1; i >= 0; i-- {
-			n.undoRetry(req, steps[i])
+			if steps[i].last {
+				lasts = append(lasts, steps[i])
+				continue
+			}
+			wg.Add(1)
+			go func(s undoStep) { defer wg.Done(); n.undoRetry(req, s) }(steps[i])
+		}
+		wg.Wait()
+		for _, s := range lasts {
+			n.undoRetry(req, s)
 		}
 	}()
 	t := time.NewTimer(UndoWait)

@@ -369,7 +369,7 @@ func (c *Client) SetBridgeExternalID(ctx context.Context, bridge, key, value str
 		return err
 	}
 	if res[0].Count == 0 {
-		return fmt.Errorf("ovsdb: %s: the bridge was deleted meanwhile", what)
+		return fmt.Errorf("ovsdb: %s: the bridge was deleted meanwhile (the daemon re-creates it): %w", what, ErrUnavailable)
 	}
 	wctx, cancel := c.waitContext(ctx)
 	defer cancel()

@@ -196,7 +196,9 @@ func (c *Client) EnsurePort(ctx context.Context, spec PortSpec) (int, error) {
 		if mutateIdx >= 0 && res[mutateIdx].Count == 0 {
 			// The Port and Interface, referenced by nothing, were garbage collected.
 			settle()
-			return 0, fmt.Errorf("ovsdb: %s: bridge %s was deleted meanwhile", what, spec.Bridge)
+			// The database was replaced or the bridge removed under us (an OVS database
+			// lost, issue 20): the node re-creates the bridge; the runtime should retry.
+			return 0, fmt.Errorf("ovsdb: %s: bridge %s was deleted meanwhile (the daemon re-creates it): %w", what, spec.Bridge, ErrUnavailable)
 		}
 	}
 

@@ -649,7 +649,9 @@ func (s *Store) SetOwner(ctx context.Context, owner flows.Owner, fs []flows.Flow
 	if err != nil {
 		return fmt.Errorf("flows of %s: %w", owner, err)
 	}
-	s.changes.RLock()
+	if err := s.changesRLock(ctx, owner.String()); err != nil {
+		return err
+	}
 	defer s.changes.RUnlock()
 	s.mu.Lock()
 	have := s.owners[owner]
@@ -699,7 +701,9 @@ func (s *Store) DeleteOwner(ctx context.Context, owner flows.Owner) error {
 		forget()
 		return nil
 	}
-	s.changes.RLock()
+	if err := s.changesRLock(ctx, owner.String()); err != nil {
+		return err
+	}
 	defer s.changes.RUnlock()
 	s.mu.Lock()
 	have := s.owners[owner]
@@ -913,4 +917,32 @@ func (s *Store) CountByTable() map[uint8]int {
 		}
 	}
 	return n
+}
+
+// changesRLock takes s.changes for reading, waiting at most until ctx ends: a running
+// audit holds it for writing from its dump to its repair, and with a switch that does not
+// answer that lasts as long as the audit's own deadline, far past a CNI ADD's addTimeout
+// (seen: ADDs answered after 7-10 s with -add-timeout 3s, each at an audit's tick). A
+// change that cannot wait fails with ctx's error, named after what (an owner).
+func (s *Store) changesRLock(ctx context.Context, what string) error {
+	if s.changes.TryRLock() {
+		return nil
+	}
+	// A blocking RLock keeps the RWMutex's fairness (readers waiting when an audit ends
+	// go before the next audit); given up on, it releases the lock once it gets it.
+	got := make(chan struct{})
+	go func() {
+		s.changes.RLock()
+		close(got)
+	}()
+	select {
+	case <-got:
+		return nil
+	case <-ctx.Done():
+		go func() {
+			<-got
+			s.changes.RUnlock()
+		}()
+		return fmt.Errorf("switch state of %s: waiting for the switch audit in progress: %w", what, ctx.Err())
+	}
 }

@@ -115,7 +115,9 @@ func (s *Store) Update(ctx context.Context, ups []OwnerUpdate) error {
 	if err != nil {
 		return fmt.Errorf("switch state of %s: %w", name, err)
 	}
-	s.changes.RLock()
+	if err := s.changesRLock(ctx, name); err != nil {
+		return err
+	}
 	defer s.changes.RUnlock()
 
 	s.mu.Lock()
