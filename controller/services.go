@@ -80,6 +80,12 @@ type ServiceOptions struct {
 	// ovs-dpctl(8) ct tuple ("ct_nw_dst=10.96.0.10,ct_nw_proto=17,ct_tp_dst=53"; "" =
 	// any). nil = stale entries are not flushed (they time out).
 	FlushConntrack func(ctx context.Context, zone uint16, origTuple, replyTuple string) error
+	// PurgeDatapath, if set, empties ovs-vswitchd's datapath flow cache after each sync
+	// that changed the switch (the userspace datapath: a cached megaflow of a ClusterIP
+	// carries the bucket it chose until the revalidators get to it, so a new connection
+	// could still reach a removed endpoint; PolicyOptions.PurgeDatapath likewise). An
+	// error is logged.
+	PurgeDatapath func(context.Context) error
 }
 
 // ServiceStats are the Service proxy's counters since the daemon started (monotonic).
@@ -310,6 +316,11 @@ func (s *serviceProxy) Sync(ctx context.Context, u *proxy.Update) error {
 		}
 	}
 	s.free = append(s.free, freed...)
+	if len(ups) > 0 && s.opts.PurgeDatapath != nil {
+		if err := s.opts.PurgeDatapath(ctx); err != nil {
+			s.log.Warn("datapath flows not purged after a Service change; the revalidators update them instead", "err", err)
+		}
+	}
 	s.flushStale(ctx, u.Stale)
 	return nil
 }

@@ -20,7 +20,11 @@ func serviceOptions(cfg Config) *controller.ServiceOptions {
 	if !cfg.servicesOn() {
 		return nil
 	}
-	return &controller.ServiceOptions{FlushConntrack: flushConntrack(cfg.OVSRunDir)}
+	o := &controller.ServiceOptions{FlushConntrack: flushConntrack(cfg.OVSRunDir)}
+	if cfg.DatapathType == "netdev" {
+		o.PurgeDatapath = purgeDatapath(cfg.OVSRunDir)
+	}
+	return o
 }
 
 // startServices starts the informers and the runner (until ctx ends) feeding node's
