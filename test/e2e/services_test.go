@@ -44,6 +44,8 @@ const (
 	svcClusterIP = "10.96.0.100"
 	svcPort      = 80
 	svcEPPort    = 8080
+	svcUDPPort   = 53
+	svcUDPEPPort = 8053
 )
 
 // peerEcho serves TCP on port in the pod's netns: each connection gets one line, "NAME
@@ -67,6 +69,31 @@ func peerEcho(t *testing.T, netnsPath, name string, port int) {
 			peer, _, _ := net.SplitHostPort(c.RemoteAddr().String())
 			_, _ = fmt.Fprintf(c, "%s %s\n", name, peer)
 			_ = c.Close()
+		}
+	}()
+}
+
+// peerEchoUDP serves UDP on port in the pod's netns: each datagram is answered with
+// "NAME PEER-IP".
+func peerEchoUDP(t *testing.T, netnsPath, name string, port int) {
+	t.Helper()
+	var pc net.PacketConn
+	if err := inNS(netnsPath, func() (err error) {
+		pc, err = net.ListenPacket("udp4", fmt.Sprintf(":%d", port))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pc.Close() })
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			_, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			peer, _, _ := net.SplitHostPort(from.String())
+			_, _ = pc.WriteTo([]byte(name+" "+peer), from)
 		}
 	}()
 }
@@ -141,21 +168,24 @@ func TestServiceProxy(t *testing.T) {
 		}
 		if name != "client" {
 			peerEcho(t, tp.netns, name, svcEPPort)
+			peerEchoUDP(t, tp.netns, name, svcUDPEPPort)
 		}
 	}
 
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: svcNamespace, Name: "echo"},
 		Spec: corev1.ServiceSpec{ClusterIP: svcClusterIP, Selector: map[string]string{"app": "ep"},
-			Ports: []corev1.ServicePort{{Protocol: corev1.ProtocolTCP, Port: svcPort, TargetPort: intstr.FromInt32(svcEPPort)}}}}
+			Ports: []corev1.ServicePort{{Name: "tcp", Protocol: corev1.ProtocolTCP, Port: svcPort, TargetPort: intstr.FromInt32(svcEPPort)},
+				{Name: "udp", Protocol: corev1.ProtocolUDP, Port: svcUDPPort, TargetPort: intstr.FromInt32(svcUDPEPPort)}}}}
 	if _, err := api.Admin.CoreV1().Services(svcNamespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	proto, port := corev1.ProtocolTCP, int32(svcEPPort)
-	portName := ""
+	proto, port, tcpName := corev1.ProtocolTCP, int32(svcEPPort), "tcp"
+	uproto, uport, udpName := corev1.ProtocolUDP, int32(svcUDPEPPort), "udp"
 	slice := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: svcNamespace, Name: "echo-1",
 		Labels: map[string]string{discoveryv1.LabelServiceName: "echo"}},
 		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: &portName, Protocol: &proto, Port: &port}}}
+		Ports: []discoveryv1.EndpointPort{{Name: &tcpName, Protocol: &proto, Port: &port},
+			{Name: &udpName, Protocol: &uproto, Port: &uport}}}
 	setEndpoints := func(names ...string) {
 		t.Helper()
 		slice.Endpoints = nil
@@ -173,7 +203,8 @@ func TestServiceProxy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitServiceBuckets(t, cn, names, ips)
+		waitServiceBuckets(t, cn, svcPort, svcEPPort, names, ips)
+		waitServiceBuckets(t, cn, svcUDPPort, svcUDPEPPort, names, ips)
 		c.revalidated()
 	}
 	vip := net.JoinHostPort(svcClusterIP, fmt.Sprint(svcPort))
@@ -231,6 +262,41 @@ func TestServiceProxy(t *testing.T) {
 			t.Errorf("24 connections went %v: want both endpoints used after 0 → 2", got)
 		}
 	})
+	t.Run("stale UDP flushed", func(t *testing.T) {
+		// One client socket (one 5-tuple, one conntrack entry) before and after its
+		// endpoint leaves the Service; the removed endpoint still runs and would answer.
+		var conn *net.UDPConn
+		if err := inNS(netns["client"], func() (err error) {
+			conn, err = net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.ParseIP(svcClusterIP), Port: svcUDPPort})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		ask := func() string {
+			t.Helper()
+			buf := make([]byte, 256)
+			for i := 0; i < 5; i++ { // UDP: a lost datagram is retried
+				_, _ = conn.Write([]byte("who"))
+				_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+				if n, err := conn.Read(buf); err == nil {
+					return string(buf[:n])
+				}
+			}
+			t.Fatalf("no UDP answer from %s:%d in 5 tries", svcClusterIP, svcUDPPort)
+			return ""
+		}
+		first, peer, _ := strings.Cut(ask(), " ")
+		if peer != ips["client"] {
+			t.Fatalf("UDP endpoint %s saw the client as %q, want %s", first, peer, ips["client"])
+		}
+		other := map[string]string{"ep1": "ep2", "ep2": "ep1"}[first]
+		setEndpoints(other)
+		if got, _, _ := strings.Cut(ask(), " "); got != other {
+			t.Errorf("after %s left the Service, the client's next datagram on the same socket was answered by %s, want %s (its conntrack entry was not flushed)", first, got, other)
+		}
+		setEndpoints("ep1", "ep2")
+	})
 	t.Run("network policy judges the endpoint", func(t *testing.T) {
 		np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: svcNamespace, Name: "deny-client"},
 			Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "ep"}},
@@ -253,7 +319,7 @@ func TestServiceProxy(t *testing.T) {
 // waitServiceBuckets waits until the switch holds the Service port as eps say: a select
 // group whose buckets DNAT to exactly eps (each at svcEPPort) used by the port's flow in
 // service_lb, or, with none, the port's flow to the controller.
-func waitServiceBuckets(t *testing.T, cn *clusterNode, eps []string, ips map[string]string) {
+func waitServiceBuckets(t *testing.T, cn *clusterNode, svcPort, svcEPPort int, eps []string, ips map[string]string) {
 	t.Helper()
 	lb, _ := flows.StageTable(flows.StageServiceLB)
 	natRE := regexp.MustCompile(`nat\(dst=([0-9.]+):([0-9]+)\)`)
