@@ -255,6 +255,23 @@ func TestServiceProxy(t *testing.T) {
 			}
 		}
 	})
+	t.Run("no endpoints UDP port unreachable", func(t *testing.T) {
+		// A connected UDP socket reports the ICMP port unreachable as ECONNREFUSED on
+		// its next read (Linux udp(7)).
+		var conn *net.UDPConn
+		if err := inNS(netns["client"], func() (err error) {
+			conn, err = net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.ParseIP(svcClusterIP), Port: svcUDPPort})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_, _ = conn.Write([]byte("who"))
+		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := conn.Read(make([]byte, 64)); !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("UDP to %s:%d with no endpoints: read %v, want connection refused (ICMP port unreachable from the ClusterIP)", svcClusterIP, svcUDPPort, err)
+		}
+	})
 	t.Run("back to two", func(t *testing.T) {
 		setEndpoints("ep1", "ep2")
 		got := connections(24)
