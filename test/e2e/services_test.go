@@ -137,7 +137,9 @@ func TestServiceProxy(t *testing.T) {
 	mustRun(t, "ip", "netns", "exec", ul, "ethtool", "-K", "ul-1", "tx", "off")
 	cn.StartDaemon(daemonBinary(t), 90*time.Second, "--log-level", "debug", "--topology", "kubernetes",
 		"--kubeconfig", api.Kubeconfig(t), "--node-name", svcNodeName, "--cluster-cidr", "10.244.0.0/16",
-		"--service-cidr", "10.96.0.0/12", "--mtu", "0", "--add-timeout", "15s", "--service-proxy", "ofsdn")
+		"--service-cidr", "10.96.0.0/12", "--mtu", "0", "--add-timeout", "15s", "--service-proxy", "ofsdn",
+		// The deny log shares the packet-in queue with the proxy's rejects (both checked).
+		"--log-format", "json", "--policy-deny-log")
 	if err := api.CreateNamespace(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: svcNamespace}}); err != nil {
 		t.Fatal(err)
 	}
@@ -326,8 +328,34 @@ func TestServiceProxy(t *testing.T) {
 				t.Errorf("client reached %s (%q) under a policy that admits only app=not-the-client", addr, line)
 			}
 		}
+		// The deny log names the endpoint, not the ClusterIP: policy judged after the DNAT.
+		waitUntil(t, "deny log line for the client's connection through the ClusterIP", 30*time.Second, func() error {
+			for _, m := range denyLogLines(t, cn) {
+				if m["direction"] == "ingress" && m["src_ip"] == ips["client"] && m["port"] == float64(svcEPPort) &&
+					(m["dst_ip"] == ips["ep1"] || m["dst_ip"] == ips["ep2"]) {
+					return nil
+				}
+			}
+			return fmt.Errorf("no deny log line from %s to an endpoint at port %d", ips["client"], svcEPPort)
+		})
 		// The same policy admitting the client lets it through the ClusterIP again.
 		np.Spec.Ingress[0].From[0].PodSelector.MatchLabels["app"] = "client"
+		c.updatePolicySpec(svcNamespace, np.Name, np.Spec)
+		connections(6)
+	})
+	t.Run("client egress policy judges the endpoint", func(t *testing.T) {
+		// Egress from the client only to app=not-ep: the ClusterIP's endpoints are not
+		// among them, so the Service is refused too (judged after the DNAT).
+		np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: svcNamespace, Name: "client-egress"},
+			Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "client"}},
+				PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
+				Egress: []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{{
+					PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "not-ep"}}}}}}}}
+		c.createPolicy(np)
+		if line, err := askService(netns["client"], vip, 2*time.Second); err == nil {
+			t.Errorf("client reached the ClusterIP (%q) under an egress policy that allows only app=not-ep", line)
+		}
+		np.Spec.Egress[0].To[0].PodSelector.MatchLabels["app"] = "ep"
 		c.updatePolicySpec(svcNamespace, np.Name, np.Spec)
 		connections(6)
 	})
