@@ -37,9 +37,6 @@ import (
 
 const (
 	svcAPIAddr   = "172.30.0.70"
-	svcNodeIP    = "172.30.0.71"
-	svcNodeName  = "svc-node-1"
-	svcSubnet    = "10.244.70.0/24"
 	svcNamespace = "svc"
 	svcClusterIP = "10.96.0.100"
 	svcPort      = 80
@@ -114,7 +111,10 @@ func askService(netnsPath, addr string, timeout time.Duration) (string, error) {
 	return strings.TrimSpace(line), err
 }
 
-func TestServiceProxy(t *testing.T) {
+// startSvcNodes starts the API and n nodes (svc-node-1.., 172.30.0.71.., pod subnets
+// 10.244.70.0/24..) with the Service proxy and the deny log on, and namespace svc.
+func startSvcNodes(t *testing.T, n int) (*kapi.API, []*clusterNode) {
+	t.Helper()
 	ulPath := newNetns(t, "ofsdn-svc-ul")
 	ul := filepath.Base(ulPath)
 	mustRun(t, "ip", "netns", "exec", ul, "ip", "link", "add", "br0", "type", "bridge")
@@ -122,28 +122,65 @@ func TestServiceProxy(t *testing.T) {
 	mustRun(t, "ip", "netns", "exec", ul, "ip", "link", "set", "br0", "up")
 	api := kapi.Start(t, ulPath, svcAPIAddr, "../../deploy/ofsdn.yaml")
 	ctx := context.Background()
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: svcNodeName}, Spec: corev1.NodeSpec{PodCIDR: svcSubnet, PodCIDRs: []string{svcSubnet}}}
-	created, err := api.Admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
+	var nodes []*clusterNode
+	for i := 1; i <= n; i++ {
+		name, ip, subnet := fmt.Sprintf("svc-node-%d", i), fmt.Sprintf("172.30.0.%d", 70+i), fmt.Sprintf("10.244.%d.0/24", 69+i)
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{PodCIDR: subnet, PodCIDRs: []string{subnet}}}
+		created, err := api.Admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		created.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}
+		if _, err := api.Admin.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		cn := startClusterNode(t, ul, name, ip, subnet, i)
+		cn.OVS.Exec(t, "ethtool", "-K", "br-phy", "tx", "off")
+		cn.OVS.Exec(t, "ethtool", "-K", "uplink0", "tx", "off")
+		mustRun(t, "ip", "netns", "exec", ul, "ethtool", "-K", fmt.Sprintf("ul-%d", i), "tx", "off")
+		nodes = append(nodes, cn)
 	}
-	created.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: svcNodeIP}}
-	if _, err := api.Admin.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
+	for _, cn := range nodes {
+		cn.StartDaemon(daemonBinary(t), 90*time.Second, "--log-level", "debug", "--topology", "kubernetes",
+			"--kubeconfig", api.Kubeconfig(t), "--node-name", cn.name, "--cluster-cidr", "10.244.0.0/16",
+			"--service-cidr", "10.96.0.0/12", "--mtu", "0", "--add-timeout", "15s", "--service-proxy", "ofsdn",
+			// The deny log shares the packet-in queue with the proxy's rejects (both checked).
+			"--log-format", "json", "--policy-deny-log")
 	}
-	cn := startClusterNode(t, ul, svcNodeName, svcNodeIP, svcSubnet, 1)
-	cn.OVS.Exec(t, "ethtool", "-K", "br-phy", "tx", "off")
-	cn.OVS.Exec(t, "ethtool", "-K", "uplink0", "tx", "off")
-	mustRun(t, "ip", "netns", "exec", ul, "ethtool", "-K", "ul-1", "tx", "off")
-	cn.StartDaemon(daemonBinary(t), 90*time.Second, "--log-level", "debug", "--topology", "kubernetes",
-		"--kubeconfig", api.Kubeconfig(t), "--node-name", svcNodeName, "--cluster-cidr", "10.244.0.0/16",
-		"--service-cidr", "10.96.0.0/12", "--mtu", "0", "--add-timeout", "15s", "--service-proxy", "ofsdn",
-		// The deny log shares the packet-in queue with the proxy's rejects (both checked).
-		"--log-format", "json", "--policy-deny-log")
 	if err := api.CreateNamespace(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: svcNamespace}}); err != nil {
 		t.Fatal(err)
 	}
-	c := &npCluster{t: t, api: api, nodes: map[string]*clusterNode{svcNodeName: cn}}
+	return api, nodes
+}
+
+// addSvcPod creates pod svc/name on cn in the API, wires it through the plugin and
+// writes its address into status.podIPs; it returns the pod.
+func addSvcPod(t *testing.T, api *kapi.API, cn *clusterNode, name string, labels map[string]string) *testPod {
+	t.Helper()
+	ctx := context.Background()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: svcNamespace, Name: name, Labels: labels},
+		Spec: corev1.PodSpec{NodeName: cn.name, Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/none:none"}}}}
+	p, err := api.Admin.CoreV1().Pods(svcNamespace).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := cn.addK8sPod(t, svcNamespace, name)
+	if tp == nil {
+		t.FailNow()
+	}
+	ip := tp.ip().String()
+	p.Status.Phase, p.Status.PodIP, p.Status.PodIPs = corev1.PodRunning, ip, []corev1.PodIP{{IP: ip}}
+	if _, err := api.Admin.CoreV1().Pods(svcNamespace).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return tp
+}
+
+func TestServiceProxy(t *testing.T) {
+	api, nodes := startSvcNodes(t, 1)
+	cn := nodes[0]
+	ctx := context.Background()
+	c := &npCluster{t: t, api: api, nodes: map[string]*clusterNode{cn.name: cn}}
 
 	// Pods: two endpoints (app=ep) and a client.
 	ips := map[string]string{}
@@ -153,21 +190,8 @@ func TestServiceProxy(t *testing.T) {
 		if name != "client" {
 			labels["app"] = "ep"
 		}
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: svcNamespace, Name: name, Labels: labels},
-			Spec: corev1.PodSpec{NodeName: svcNodeName, Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/none:none"}}}}
-		p, err := api.Admin.CoreV1().Pods(svcNamespace).Create(ctx, pod, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		tp := cn.addK8sPod(t, svcNamespace, name)
-		if tp == nil {
-			t.FailNow()
-		}
+		tp := addSvcPod(t, api, cn, name, labels)
 		ips[name], netns[name] = tp.ip().String(), tp.netns
-		p.Status.Phase, p.Status.PodIP, p.Status.PodIPs = corev1.PodRunning, ips[name], []corev1.PodIP{{IP: ips[name]}}
-		if _, err := api.Admin.CoreV1().Pods(svcNamespace).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
 		if name != "client" {
 			peerEcho(t, tp.netns, name, svcEPPort)
 			peerEchoUDP(t, tp.netns, name, svcUDPEPPort)
@@ -191,7 +215,7 @@ func TestServiceProxy(t *testing.T) {
 	setEndpoints := func(names ...string) {
 		t.Helper()
 		slice.Endpoints = nil
-		ready, nodeName := true, svcNodeName
+		ready, nodeName := true, cn.name
 		for _, n := range names {
 			slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{ips[n]},
 				Conditions: discoveryv1.EndpointConditions{Ready: &ready}, NodeName: &nodeName})
@@ -408,4 +432,64 @@ func waitServiceBuckets(t *testing.T, cn *clusterNode, svcPort, svcEPPort int, e
 		}
 		return nil
 	})
+}
+
+// TestServiceProxyRemoteEndpoint: two nodes; the client on node 1, the Service's only
+// endpoint on node 2. Node 1 translates and tunnels the connection, the endpoint sees the
+// client's own address, and the reply comes back from the ClusterIP (else the client's
+// kernel would not accept it); a client on node 2 reaches the same endpoint locally. With
+// the endpoint gone, node 1 refuses the connection.
+func TestServiceProxyRemoteEndpoint(t *testing.T) {
+	api, nodes := startSvcNodes(t, 2)
+	ctx := context.Background()
+	client := addSvcPod(t, api, nodes[0], "client", map[string]string{"app": "client"})
+	client2 := addSvcPod(t, api, nodes[1], "client2", map[string]string{"app": "client"})
+	ep := addSvcPod(t, api, nodes[1], "ep", map[string]string{"app": "ep"})
+	peerEcho(t, ep.netns, "ep", svcEPPort)
+	ips := map[string]string{"ep": ep.ip().String()}
+
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: svcNamespace, Name: "echo"},
+		Spec: corev1.ServiceSpec{ClusterIP: svcClusterIP, Selector: map[string]string{"app": "ep"},
+			Ports: []corev1.ServicePort{{Protocol: corev1.ProtocolTCP, Port: svcPort, TargetPort: intstr.FromInt32(svcEPPort)}}}}
+	if _, err := api.Admin.CoreV1().Services(svcNamespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	proto, port, portName, ready, nodeName := corev1.ProtocolTCP, int32(svcEPPort), "", true, nodes[1].name
+	slice := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: svcNamespace, Name: "echo-1",
+		Labels: map[string]string{discoveryv1.LabelServiceName: "echo"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: &portName, Protocol: &proto, Port: &port}},
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{ips["ep"]},
+			Conditions: discoveryv1.EndpointConditions{Ready: &ready}, NodeName: &nodeName}}}
+	slice, err := api.Admin.DiscoveryV1().EndpointSlices(svcNamespace).Create(ctx, slice, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &npCluster{t: t, api: api, nodes: map[string]*clusterNode{nodes[0].name: nodes[0], nodes[1].name: nodes[1]}}
+	for _, cn := range nodes {
+		waitServiceBuckets(t, cn, svcPort, svcEPPort, []string{"ep"}, ips)
+	}
+	c.revalidated()
+	vip := net.JoinHostPort(svcClusterIP, fmt.Sprint(svcPort))
+	for _, cl := range []*testPod{client, client2} {
+		for i := 0; i < 5; i++ {
+			line, err := askService(cl.netns, vip, 5*time.Second)
+			if err != nil {
+				t.Fatalf("%s: connection %d to the ClusterIP %s: %v", cl.name, i, vip, err)
+			}
+			if want := "ep " + cl.ip().String(); line != want {
+				t.Fatalf("%s: got %q, want %q (the endpoint sees the client's own address)", cl.name, line, want)
+			}
+		}
+	}
+
+	slice.Endpoints = nil
+	if _, err := api.Admin.DiscoveryV1().EndpointSlices(svcNamespace).Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitServiceBuckets(t, nodes[0], svcPort, svcEPPort, nil, ips)
+	c.revalidated()
+	if _, err := askService(client.netns, vip, 10*time.Second); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("connect to %s with no endpoints: %v, want connection refused", vip, err)
+	}
 }
