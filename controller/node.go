@@ -115,6 +115,10 @@ type NodeOptions struct {
 	// Agent must have synced before StartNode. nil = off (the policy stages pass
 	// everything).
 	Policy *PolicyOptions
+	// Services turns on Services load-balanced in OVS (services.go, NodeConfig.Services):
+	// Node.Services is then the proxy.Sink to feed. nil = off (pods' Service traffic goes
+	// to the host's kube-proxy through the gateway).
+	Services *ServiceOptions
 }
 
 // Hooks are optional callbacks with which an observer times the node's work without
@@ -165,8 +169,9 @@ type Node struct {
 
 	overlay *Overlay // nil on a single node
 
-	policy  *policyRealizer // nil without NetworkPolicy
-	denyLog *denyLog        // nil without PolicyOptions.DenyLog
+	policy   *policyRealizer // nil without NetworkPolicy
+	denyLog  *denyLog        // nil without PolicyOptions.DenyLog
+	services *serviceProxy   // nil without NodeOptions.Services
 
 	// rebuildPending: a rebuild's bundle failed; the next attempt runs it again even if
 	// the ports no longer differ from cfg. Used by the watchOVSDB goroutine only.
@@ -233,6 +238,7 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 		PodSubnet:     opts.PodSubnet,
 		Policy:        opts.Policy != nil,
 		DenyLog:       opts.Policy != nil && opts.Policy.DenyLog,
+		Services:      opts.Services != nil,
 	}
 	if ov := opts.Overlay; ov != nil {
 		n.cfg.TunnelOFPort = uint32(ports.tunnel)
@@ -266,6 +272,9 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 		}
 		if n.denyLog != nil {
 			n.denyLog.close()
+		}
+		if n.services != nil {
+			n.services.close()
 		}
 		n.ipam.Close()
 		return nil, err
@@ -319,6 +328,28 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 		if err := n.denyLog.loadMeter(n.store.Store); err != nil {
 			return fail(err)
 		}
+	}
+	if so := opts.Services; so != nil {
+		sp := newServiceProxy(n, *so)
+		if err := sp.loadMeter(n.store.Store); err != nil {
+			if n.denyLog != nil {
+				close(n.denyLog.done) // its loop never ran
+			}
+			return fail(err)
+		}
+		n.services = sp
+	}
+	// One packet-in queue per connection: with the Service proxy its goroutine reads it
+	// and hands the deny log's packet-ins on (the deny log's own loop does not run).
+	switch {
+	case n.services != nil:
+		if n.denyLog != nil {
+			n.denyLog.q = n.services.q
+			close(n.denyLog.done)
+		}
+		ofOpts.PacketIns = n.services.q
+		go n.services.run()
+	case n.denyLog != nil:
 		ofOpts.PacketIns = n.denyLog.q
 		go n.denyLog.run()
 	}
@@ -912,6 +943,9 @@ func (n *Node) Close() error {
 	}
 	err := n.sw.Close()
 	n.wg.Wait()
+	if n.services != nil {
+		n.services.close()
+	}
 	if n.denyLog != nil {
 		n.denyLog.close()
 	}

@@ -46,7 +46,8 @@ type NodeConfig struct {
 	Policy bool
 	// Services turns the Service datapath in OVS on (service.go): conntrack with NAT for
 	// all IP and, per Service port, a select group that DNATs new connections to an
-	// endpoint. Off, its stages hold no flow. Nothing sets it in the daemon yet.
+	// endpoint. Off, its stages hold no flow. The daemon sets it with config serviceProxy:
+	// ofsdn (controller.NodeOptions.Services).
 	Services bool
 	// DenyLog sends the first packet of each denied connection to the controller
 	// (through meter DenyLogMeter, which the controller creates) instead of dropping it

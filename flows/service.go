@@ -55,8 +55,8 @@ package flows
 // in_port, so the connection fails. The fix is an SNAT of such connections to a virtual
 // address in a second zone (after the DNAT, per local pod nw_src=nw_dst=its IP), with the
 // reply un-SNATed in that zone before service_conntrack's ct(nat), as Antrea's SNAT zone
-// does. Session affinity, NodePort, external IPs, traffic policies and the daemon wiring
-// are also still to come.
+// does. Session affinity, NodePort and external IPs are also still to come. The daemon
+// builds these flows with config serviceProxy: ofsdn (controller/services.go).
 
 import (
 	"fmt"

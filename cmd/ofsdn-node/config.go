@@ -113,7 +113,24 @@ type Config struct {
 	// PolicyDenyLogRate is the deny log's limit in packets per second per node (the
 	// OpenFlow meter's rate); default 100.
 	PolicyDenyLogRate int `json:"policyDenyLogRate"`
+	// ServiceProxy says who load-balances pods' traffic to Kubernetes Services:
+	// "kube-proxy" (default: pods' Service traffic leaves through the gateway to the
+	// host's kube-proxy, whose replies the host masquerades) or "ofsdn" (ClusterIP:port of
+	// TCP, UDP and SCTP Services DNAT'ed in OVS by select groups, controller/services.go;
+	// needs topology "kubernetes" and get, list and watch on services and
+	// discovery.k8s.io endpointslices). "ofsdn" is incomplete (issue 22: no NodePort,
+	// external IPs, session affinity or hairpin yet), hence not the default.
+	ServiceProxy string `json:"serviceProxy"`
 }
+
+// Values of Config.ServiceProxy.
+const (
+	serviceProxyKube  = "kube-proxy"
+	serviceProxyOFSDN = "ofsdn"
+)
+
+// servicesOn reports whether ofsdn load-balances Services in OVS (serviceProxy ofsdn).
+func (c Config) servicesOn() bool { return c.ServiceProxy == serviceProxyOFSDN }
 
 // policyOn reports whether NetworkPolicy is enforced: networkPolicy, defaulting to the
 // Kubernetes topology.
@@ -145,6 +162,7 @@ func defaultConfig() Config {
 		MetricsAddress:    metrics.DefaultAddress,
 		TunnelType:        "vxlan",
 		PolicyDenyLogRate: 100,
+		ServiceProxy:      serviceProxyKube,
 	}
 }
 
@@ -193,6 +211,7 @@ func loadConfig(args []string) (Config, error) {
 	})
 	fs.BoolVar(&cfg.PolicyDenyLog, "policy-deny-log", cfg.PolicyDenyLog, "log each connection NetworkPolicy denies (rate-limited in the switch)")
 	fs.IntVar(&cfg.PolicyDenyLogRate, "policy-deny-log-rate", cfg.PolicyDenyLogRate, "deny log limit, packets per second per node")
+	fs.StringVar(&cfg.ServiceProxy, "service-proxy", cfg.ServiceProxy, "who load-balances pods' Service traffic: kube-proxy (on the host) or ofsdn (in OVS; needs -topology kubernetes)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -206,7 +225,7 @@ func loadConfig(args []string) (Config, error) {
 			return cfg, fmt.Errorf("config file %s: %w", *file, err)
 		}
 		if err := yaml.UnmarshalStrict(b, &fromFile); err != nil {
-			return cfg, fmt.Errorf("config file %s: %w (keys are: podSubnet, bridge, gateway, datapathType, ovsdb, ovsRunDir, socket, dataDir, mtu, startTimeout, addTimeout, flowAuditInterval, logLevel, logFormat, metricsAddress, ctlSocket, topology, topologyFile, nodeName, kubeconfig, clusterCIDR, serviceCIDR, nodeIP, tunnelType, tunnelPort, masquerade, cniBinDir, cniConfDir, pluginBinary, networkPolicy, policyDenyLog, policyDenyLogRate)", *file, err)
+			return cfg, fmt.Errorf("config file %s: %w (keys are: podSubnet, bridge, gateway, datapathType, ovsdb, ovsRunDir, socket, dataDir, mtu, startTimeout, addTimeout, flowAuditInterval, logLevel, logFormat, metricsAddress, ctlSocket, topology, topologyFile, nodeName, kubeconfig, clusterCIDR, serviceCIDR, nodeIP, tunnelType, tunnelPort, masquerade, cniBinDir, cniConfDir, pluginBinary, networkPolicy, policyDenyLog, policyDenyLogRate, serviceProxy)", *file, err)
 		}
 		// The flag variables point into cfg: parsing again re-applies only the flags given
 		// explicitly, over the file's values.
@@ -306,6 +325,15 @@ func (c Config) validate() error {
 	}
 	if c.PolicyDenyLog && !c.policyOn() {
 		return fmt.Errorf("config policyDenyLog: the deny log needs NetworkPolicy enforcement (topology: kubernetes with networkPolicy on); turn policyDenyLog off or enable NetworkPolicy")
+	}
+	switch c.ServiceProxy {
+	case serviceProxyKube:
+	case serviceProxyOFSDN:
+		if c.Topology != "kubernetes" {
+			return fmt.Errorf("config serviceProxy ofsdn: the Service proxy needs the Kubernetes API; set topology: kubernetes, or serviceProxy: kube-proxy")
+		}
+	default:
+		return fmt.Errorf("config serviceProxy %q: want kube-proxy or ofsdn", c.ServiceProxy)
 	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(strings.ToUpper(c.LogLevel))); err != nil {

@@ -121,7 +121,7 @@ func run(args []string) error {
 		Bridge: cfg.Bridge, Gateway: cfg.Gateway, DatapathType: cfg.DatapathType,
 		PodSubnet: subnet, MTU: mtu, OVSRunDir: cfg.OVSRunDir, DataDir: cfg.DataDir,
 		EchoInterval: 5 * time.Second, Logger: log, Hooks: obs.hooks(), Overlay: overlay,
-		FlowAuditInterval: auditInterval, Policy: pol,
+		FlowAuditInterval: auditInterval, Policy: pol, Services: serviceOptions(cfg),
 	})
 	if err != nil {
 		return err
@@ -137,6 +137,9 @@ func run(args []string) error {
 		log.Warn("cannot check IPv4 forwarding", "sysctl", "net.ipv4.ip_forward", "err", err)
 	} else if warn != "" {
 		log.Warn(warn, "sysctl", "net.ipv4.ip_forward")
+	}
+	if err := startServices(ctx, cfg, node, log); err != nil {
+		return err
 	}
 	h.node = node
 	srv.SetReady(true)

@@ -1,0 +1,66 @@
+package main
+
+// The Service proxy (serviceProxy: ofsdn): the node starts with the Services datapath on,
+// then the Service and EndpointSlice informers and the rate-bounded runner feed the
+// node's sink (controller/services.go). Until the first sync, pods' Service traffic takes
+// the host's kube-proxy path (service_host), which is why kube-proxy keeps running.
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/ofsdn/ofsdn/controller"
+	"github.com/ofsdn/ofsdn/internal/unixctl"
+	"github.com/ofsdn/ofsdn/proxy"
+)
+
+// serviceOptions returns the node's ServiceOptions with serviceProxy ofsdn, else nil.
+func serviceOptions(cfg Config) *controller.ServiceOptions {
+	if !cfg.servicesOn() {
+		return nil
+	}
+	o := &controller.ServiceOptions{FlushConntrack: flushConntrack(cfg.OVSRunDir)}
+	if cfg.DatapathType == "netdev" {
+		o.PurgeDatapath = purgeDatapath(cfg.OVSRunDir)
+	}
+	return o
+}
+
+// startServices starts the informers and the runner (until ctx ends) feeding node's
+// Service sink. It does nothing without serviceProxy ofsdn.
+func startServices(ctx context.Context, cfg Config, node *controller.Node, log *slog.Logger) error {
+	sink := node.Services()
+	if !cfg.servicesOn() || sink == nil {
+		return nil
+	}
+	client, err := kubeClient(cfg.Kubeconfig)
+	if err != nil {
+		return fmt.Errorf("service proxy: %w", err)
+	}
+	t := proxy.NewTracker(cfg.NodeName, proxy.IPv4)
+	log = log.With("component", "service-proxy")
+	go func() {
+		if err := (&proxy.Watcher{Client: client, Tracker: t, Logger: log}).Run(ctx); err != nil && ctx.Err() == nil {
+			log.Error("Service and EndpointSlice informers stopped: check the API server and that the ClusterRole grants get, list and watch on services and discovery.k8s.io endpointslices", "err", err)
+		}
+	}()
+	go func() {
+		_ = (&proxy.Runner{Tracker: t, Sink: sink, Logger: log}).Run(ctx)
+	}()
+	return nil
+}
+
+// flushConntrack returns a function that flushes conntrack entries by zone and partial
+// tuples with ovs-vswitchd's dpctl/flush-conntrack over its control socket in runDir
+// (ovs-dpctl(8); partial tuples since OVS 3.1).
+func flushConntrack(runDir string) func(ctx context.Context, zone uint16, orig, reply string) error {
+	return func(ctx context.Context, zone uint16, orig, reply string) error {
+		path, err := unixctl.SocketPath(runDir)
+		if err != nil {
+			return err
+		}
+		_, err = unixctl.Call(ctx, path, "dpctl/flush-conntrack", fmt.Sprintf("zone=%d", zone), orig, reply)
+		return err
+	}
+}

@@ -1,0 +1,494 @@
+package controller
+
+// Kubernetes Services load-balanced in OVS (issue 22, config serviceProxy: ofsdn): the
+// proxy.Sink that turns package proxy's Updates into each Service port's select group
+// and service_lb flow (flows.ServicePortFlows), and the rejects of the no-endpoint flow.
+//
+// Design history.
+//
+//   - Owner and group ids come from an in-memory allocator (1.., freed ids reused only
+//     after the Sync that freed them is confirmed, so one switch change never deletes
+//     and re-creates the same group id for two Service ports). Nothing needs them across
+//     restarts: a new daemon run takes a new generation, its first flow sync deletes the
+//     earlier run's flows by cookie and every group and meter of ofsdn's range no owner
+//     wants (switchstate), and the proxy's first Update is Full, so every Service port
+//     is set again with whatever id it gets now. Between the node's first sync and the
+//     proxy's first Update, pods' Service traffic takes the service_host path to the
+//     host (kube-proxy, which keeps running beside ofsdn).
+//   - One Sync is one switchstate.Update over every changed and deleted Service port
+//     (groups before the flows that use them, deletes the other way round, as the store
+//     orders them), confirmed before Sync returns, so the proxy's applied state is the
+//     switch's.
+//   - Verdicts (proxy.Choice) for ClusterIP traffic from pods (Internal): Forward = the
+//     select group over the chosen endpoints; Reject = the metered flow to the
+//     controller, answered here; Drop (internalTrafficPolicy Local without a local
+//     endpoint) = the same match with no action.
+//   - Rejects: the no-endpoint flow sends at most flows.ServiceRejectMaxLen bytes to the
+//     controller through meter flows.ServiceRejectMeter (ServiceRejectRate packets/s,
+//     a desired meter of the pipeline owner like the deny log's). A TCP SYN is answered
+//     with a RST+ACK and a UDP datagram with ICMP port unreachable (RFC 792 type 3 code
+//     3, quoting the IPv4 header and 8 bytes), both from ClusterIP:port to the client,
+//     sent as a packet-out straight out of the client's port (the packet-in's in_port).
+//     Other packets (SCTP, TCP without SYN) are counted and dropped.
+//   - Stale UDP/SCTP conntrack (Update.Stale): after the switch confirmed the change, the
+//     entries whose original destination is a frontend and whose reply source is the
+//     gone endpoint are flushed from ofsdn's zone with ovs-vswitchd's
+//     dpctl/flush-conntrack (partial tuples, OVS >= 3.1), ServiceOptions.FlushConntrack.
+//     Update.Activated needs nothing: while a port had no endpoint its packets went to
+//     the controller uncommitted (service_conntrack's ct(nat) does not commit), so no
+//     entry was made.
+//   - The host's masquerade of the service return path (package masq: "ct status dnat"
+//     in the host's netfilter) does not see connections DNAT'ed here: they never leave
+//     the switch (the translated packet goes to l3_forwarding or the tunnel), so an
+//     endpoint sees the client pod's own address. The rule stays for what still goes to
+//     kube-proxy (NodePort, external IPs, Service ports ofsdn does not proxy).
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/ofsdn/ofsdn/flows"
+	"github.com/ofsdn/ofsdn/openflow"
+	"github.com/ofsdn/ofsdn/proxy"
+	"github.com/ofsdn/ofsdn/switchstate"
+)
+
+// ServiceRejectRate is the default rate of meter flows.ServiceRejectMeter, packets per
+// second per node: how many connections to Services without endpoints the daemon answers
+// (the rest the switch drops, and the client retries).
+const ServiceRejectRate = 100
+
+// ServiceRejectQueueSize is how many rejected packets wait for an answer (more are
+// dropped and counted).
+const ServiceRejectQueueSize = 256
+
+// ServiceOptions turn on Services load-balanced in OVS (NodeConfig.Services). The node's
+// Services() is then the proxy.Sink to feed from a proxy.Runner.
+type ServiceOptions struct {
+	// RejectRate is meter flows.ServiceRejectMeter's rate in packets per second
+	// (1..1,000,000); 0 = ServiceRejectRate.
+	RejectRate uint32
+	// FlushConntrack removes the conntrack entries of zone whose original direction
+	// matches origTuple and whose reply direction matches replyTuple, each an
+	// ovs-dpctl(8) ct tuple ("ct_nw_dst=10.96.0.10,ct_nw_proto=17,ct_tp_dst=53"; "" =
+	// any). nil = stale entries are not flushed (they time out).
+	FlushConntrack func(ctx context.Context, zone uint16, origTuple, replyTuple string) error
+	// PurgeDatapath, if set, empties ovs-vswitchd's datapath flow cache after each sync
+	// that changed the switch (the userspace datapath: a cached megaflow of a ClusterIP
+	// carries the bucket it chose until the revalidators get to it, so a new connection
+	// could still reach a removed endpoint; PolicyOptions.PurgeDatapath likewise). An
+	// error is logged.
+	PurgeDatapath func(context.Context) error
+}
+
+// ServiceStats are the Service proxy's counters since the daemon started (monotonic).
+type ServiceStats struct {
+	// Ports is the number of Service ports on the switch.
+	Ports int
+	// Endpoints is the number of buckets over all of their groups.
+	Endpoints int
+	// Rejected counts packets of connections to a Service port without endpoints that
+	// the daemon answered (TCP RST or ICMP port unreachable).
+	Rejected uint64
+	// RejectDropped counts such packets not answered: not a TCP SYN or UDP, undecodable,
+	// the packet-out failed, or the queue was full.
+	RejectDropped uint64
+	// Flushed counts successful conntrack flushes of stale UDP/SCTP entries;
+	// FlushErrors the failed ones.
+	Flushed, FlushErrors uint64
+}
+
+// serviceProxy is the node's proxy.Sink.
+type serviceProxy struct {
+	n    *Node
+	opts ServiceOptions
+	log  *slog.Logger
+
+	mu    sync.Mutex // held by Sync (never concurrent with itself) and readers
+	ids   map[proxy.ServicePortName]uint32
+	ports map[proxy.ServicePortName]flows.ServicePort
+	free  []uint32
+	next  uint32
+
+	q                  *openflow.PacketInQueue
+	rejected, rejDrop  atomic.Uint64
+	flushed, flushErrs atomic.Uint64
+	stop, done         chan struct{}
+	lbTable            flows.TableID
+}
+
+func newServiceProxy(n *Node, opts ServiceOptions) *serviceProxy {
+	lb, _ := flows.StageTable(flows.StageServiceLB)
+	return &serviceProxy{n: n, opts: opts, log: n.log.With("component", "service-proxy"),
+		ids: map[proxy.ServicePortName]uint32{}, ports: map[proxy.ServicePortName]flows.ServicePort{},
+		q: openflow.NewPacketInQueue(ServiceRejectQueueSize), stop: make(chan struct{}), done: make(chan struct{}),
+		lbTable: lb}
+}
+
+func (s *serviceProxy) meter() flows.Meter {
+	r := s.opts.RejectRate
+	if r == 0 {
+		r = ServiceRejectRate
+	}
+	return flows.Meter{ID: flows.ServiceRejectMeter, Rate: r, Burst: r}
+}
+
+// loadMeter makes the reject meter a desired meter of the pipeline owner (created before
+// the flows that use it on every connection, audited).
+func (s *serviceProxy) loadMeter(store *switchstate.Store) error {
+	st, _ := store.OwnerState(flows.PipelineOwner)
+	st.Meters = append(st.Meters, s.meter())
+	if err := store.LoadState(flows.PipelineOwner, st); err != nil {
+		m := s.meter()
+		return fmt.Errorf("service proxy: reject meter %d (drop band %d packets/s): %w (fix: a rate of 1..1000000)", m.ID, m.Rate, err)
+	}
+	return nil
+}
+
+// Services returns the node's Service proxy sink (proxy.Sink), nil when ServiceOptions
+// were not given to StartNode.
+func (n *Node) Services() proxy.Sink {
+	if n.services == nil {
+		return nil
+	}
+	return n.services
+}
+
+// ServiceStats returns the Service proxy's counters, or nil when it is off.
+func (n *Node) ServiceStats() *ServiceStats {
+	s := n.services
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	st := &ServiceStats{Ports: len(s.ports)}
+	for _, sp := range s.ports {
+		st.Endpoints += len(sp.Endpoints)
+	}
+	s.mu.Unlock()
+	st.Rejected, st.RejectDropped = s.rejected.Load(), s.rejDrop.Load()+s.q.Dropped()
+	st.Flushed, st.FlushErrors = s.flushed.Load(), s.flushErrs.Load()
+	return st
+}
+
+// alloc returns name's id, allocating one. s.mu is held.
+func (s *serviceProxy) alloc(name proxy.ServicePortName) (uint32, error) {
+	if id, ok := s.ids[name]; ok {
+		return id, nil
+	}
+	var id uint32
+	if len(s.free) > 0 {
+		id, s.free = s.free[len(s.free)-1], s.free[:len(s.free)-1]
+	} else {
+		if s.next >= flows.GroupIDMax-flows.GroupIDMin {
+			return 0, fmt.Errorf("service port %s: all %d Service port ids are in use", name, flows.GroupIDMax-flows.GroupIDMin)
+		}
+		s.next++
+		id = s.next
+	}
+	s.ids[name] = id
+	return id, nil
+}
+
+// servicePort is the switch's view of st (IPv4 ClusterIP traffic from pods); ok is false
+// when the port has no IPv4 ClusterIP (nothing to build).
+func servicePort(id uint32, st *proxy.ServicePortState) (sp flows.ServicePort, verdict proxy.Verdict, ok bool) {
+	vip := st.Port.ClusterIP(proxy.IPv4)
+	if !vip.IsValid() || !vip.Is4() {
+		return sp, 0, false
+	}
+	proto := map[proxy.Protocol]uint8{proxy.ProtocolTCP: flows.IPProtoTCP, proxy.ProtocolUDP: flows.IPProtoUDP, proxy.ProtocolSCTP: flows.IPProtoSCTP}[st.Port.Name.Protocol]
+	sp = flows.ServicePort{ID: id, ClusterIP: net.IP(vip.AsSlice()), Proto: proto, Port: st.Port.Port}
+	ch := st.Internal()
+	if ch.Verdict == proxy.Forward {
+		for _, ep := range ch.Endpoints {
+			if ep.Addr.Is4() {
+				sp.Endpoints = append(sp.Endpoints, flows.ServiceEndpoint{IP: net.IP(ep.Addr.AsSlice()), Port: ep.Port, Weight: 1})
+			}
+		}
+		if len(sp.Endpoints) == 0 {
+			ch.Verdict = proxy.Reject
+		}
+	}
+	return sp, ch.Verdict, true
+}
+
+// Sync realizes u on the switch (proxy.Sink): every changed Service port's group and
+// flow, every deleted one's removal, one switch change confirmed before it returns; then
+// the stale UDP/SCTP conntrack entries are flushed (failures logged and counted, not
+// returned: the change itself is on the switch).
+func (s *serviceProxy) Sync(ctx context.Context, u *proxy.Update) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cfg := s.n.config()
+	want := map[proxy.ServicePortName]bool{}
+	var ups []OwnerUpdate
+	built := map[proxy.ServicePortName]flows.ServicePort{}
+	newIDs := map[proxy.ServicePortName]bool{}
+	var errs []error
+	for _, st := range u.Changed {
+		name := st.Port.Name
+		want[name] = true
+		_, had := s.ids[name]
+		id, err := s.alloc(name)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if !had {
+			newIDs[name] = true
+		}
+		sp, verdict, ok := servicePort(id, st)
+		if !ok {
+			want[name] = false
+			continue
+		}
+		if err := sp.Validate(); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		fs, gs := flows.ServicePortFlows(cfg, sp)
+		if verdict == proxy.Drop {
+			fs[0].Actions, fs[0].Meter, gs = nil, 0, nil
+			sp.Endpoints = nil
+		}
+		ups = append(ups, OwnerUpdate{Owner: flows.ServicePortOwner(sp), Replace: true, Flows: fs, Groups: gs})
+		built[name] = sp
+	}
+	var gone []proxy.ServicePortName
+	for _, name := range u.Deleted {
+		if !want[name] {
+			gone = append(gone, name)
+		}
+	}
+	if u.Full {
+		for name := range s.ids {
+			if !want[name] {
+				gone = append(gone, name)
+			}
+		}
+	}
+	for name, ok := range want {
+		if !ok {
+			gone = append(gone, name)
+		}
+	}
+	sort.Slice(gone, func(i, j int) bool { return gone[i].String() < gone[j].String() })
+	var freed []uint32
+	seen := map[proxy.ServicePortName]bool{}
+	for _, name := range gone {
+		id, ok := s.ids[name]
+		if !ok || seen[name] {
+			continue
+		}
+		seen[name] = true
+		ups = append(ups, OwnerUpdate{Owner: flows.Owner{Kind: flows.OwnerService, ID: id}, Replace: true})
+		freed = append(freed, id)
+	}
+	if len(errs) == 0 && len(ups) > 0 {
+		if err := s.n.store.Update(ctx, ups); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		// Nothing of u counts as applied: new ids go back (the next attempt allocates
+		// again), the switch keeps what it had.
+		for name := range newIDs {
+			s.free = append(s.free, s.ids[name])
+			delete(s.ids, name)
+		}
+		return fmt.Errorf("service proxy: %w", errors.Join(errs...))
+	}
+	for name, sp := range built {
+		s.ports[name] = sp
+	}
+	for _, name := range gone {
+		if seen[name] {
+			delete(s.ids, name)
+			delete(s.ports, name)
+		}
+	}
+	s.free = append(s.free, freed...)
+	if len(ups) > 0 && s.opts.PurgeDatapath != nil {
+		if err := s.opts.PurgeDatapath(ctx); err != nil {
+			s.log.Warn("datapath flows not purged after a Service change; the revalidators update them instead", "err", err)
+		}
+	}
+	s.flushStale(ctx, u.Stale)
+	return nil
+}
+
+// flushStale flushes each stale entry set from ofsdn's conntrack zone.
+func (s *serviceProxy) flushStale(ctx context.Context, stale []proxy.StaleConntrack) {
+	if s.opts.FlushConntrack == nil {
+		return
+	}
+	for _, sc := range stale {
+		if !sc.Endpoint.Addr().Is4() {
+			continue
+		}
+		proto := map[proxy.Protocol]uint8{proxy.ProtocolUDP: flows.IPProtoUDP, proxy.ProtocolSCTP: flows.IPProtoSCTP}[sc.Protocol]
+		if proto == 0 {
+			continue
+		}
+		reply := fmt.Sprintf("ct_nw_src=%s,ct_nw_proto=%d,ct_tp_src=%d", sc.Endpoint.Addr(), proto, sc.Endpoint.Port())
+		for _, fe := range sc.Frontends {
+			if !fe.Addr().Is4() {
+				continue
+			}
+			orig := fmt.Sprintf("ct_nw_dst=%s,ct_nw_proto=%d,ct_tp_dst=%d", fe.Addr(), proto, fe.Port())
+			if err := s.opts.FlushConntrack(ctx, flows.ConntrackZone, orig, reply); err != nil {
+				s.flushErrs.Add(1)
+				s.log.Warn("stale conntrack entries not flushed; they time out instead", "service", sc.Service.String(),
+					"frontend", fe.String(), "endpoint", sc.Endpoint.String(), "err", err)
+				continue
+			}
+			s.flushed.Add(1)
+			s.log.Debug("stale conntrack entries flushed", "service", sc.Service.String(), "frontend", fe.String(), "endpoint", sc.Endpoint.String())
+		}
+	}
+}
+
+// run answers rejected packets until close; it also hands the deny log its packet-ins
+// (one queue per connection: StartNode).
+func (s *serviceProxy) run() {
+	defer close(s.done)
+	for {
+		select {
+		case <-s.stop:
+			return
+		case p := <-s.q.C():
+			switch {
+			case flows.TableID(p.TableID) == s.lbTable:
+				s.handle(p)
+			case s.n.denyLog != nil: // the deny log's packet-ins share the queue
+				s.n.denyLog.handle(p)
+			}
+		}
+	}
+}
+
+func (s *serviceProxy) close() {
+	select {
+	case <-s.stop:
+	default:
+		close(s.stop)
+	}
+	<-s.done
+}
+
+// handle answers one packet-in of a no-endpoint flow.
+func (s *serviceProxy) handle(p openflow.PacketIn) {
+	frame, err := rejectFrame(p.Data)
+	if err != nil || p.InPort == 0 {
+		s.rejDrop.Add(1)
+		s.log.Debug("service proxy: rejected packet not answered", "in_port", p.InPort, "err", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.n.runCtx, UndoTimeout)
+	defer cancel()
+	if err := s.n.sw.PacketOut(ctx, p.InPort, frame); err != nil {
+		s.rejDrop.Add(1)
+		s.log.Debug("service proxy: reject not sent", "in_port", p.InPort, "err", err)
+		return
+	}
+	s.rejected.Add(1)
+}
+
+// rejectFrame builds the answer to a packet refused for want of endpoints: for a TCP SYN
+// a RST+ACK (RFC 9293 §3.10.7.1: seq 0, ack = SYN's seq + 1), for UDP an ICMP port
+// unreachable (RFC 792, RFC 1122 §3.2.2.1) quoting its IPv4 header and first 8 bytes;
+// from the packet's destination (the ClusterIP:port) to its source, Ethernet addresses
+// swapped. Anything else is an error (not answered).
+func rejectFrame(in []byte) ([]byte, error) {
+	if len(in) < 14+20 || binary.BigEndian.Uint16(in[12:]) != 0x0800 {
+		return nil, errors.New("not an untagged IPv4 frame")
+	}
+	ip := in[14:]
+	ihl := int(ip[0]&0xf) * 4
+	if ip[0]>>4 != 4 || ihl < 20 || len(ip) < ihl+8 {
+		return nil, errors.New("IPv4 header or transport header cut short")
+	}
+	if binary.BigEndian.Uint16(ip[6:])&0x1fff != 0 {
+		return nil, errors.New("a non-first fragment")
+	}
+	l4 := ip[ihl:]
+	var src, dst [4]byte
+	copy(src[:], ip[12:16])
+	copy(dst[:], ip[16:20])
+	eth := make([]byte, 14)
+	copy(eth[0:6], in[6:12]) // to the client's MAC
+	copy(eth[6:12], in[0:6]) // from the MAC it sent to (the gateway's)
+	binary.BigEndian.PutUint16(eth[12:], 0x0800)
+	var proto uint8
+	var payload []byte
+	switch ip[9] {
+	case ipProtoTCP:
+		if len(l4) < 14 {
+			return nil, errors.New("TCP header cut short")
+		}
+		flags := l4[13]
+		if flags&0x02 == 0 || flags&0x14 != 0 { // SYN without RST or ACK
+			return nil, fmt.Errorf("TCP flags %#02x: not a SYN", flags)
+		}
+		proto = ipProtoTCP
+		t := make([]byte, 20)
+		copy(t[0:2], l4[2:4]) // sport = the Service port
+		copy(t[2:4], l4[0:2]) // dport = the client's
+		binary.BigEndian.PutUint32(t[8:], binary.BigEndian.Uint32(l4[4:])+1)
+		t[12] = 5 << 4
+		t[13] = 0x14 // RST, ACK
+		binary.BigEndian.PutUint16(t[16:], l4Checksum(dst, src, ipProtoTCP, t))
+		payload = t
+	case ipProtoUDP:
+		proto = ipProtoICMP
+		quote := ip[:ihl+8]
+		m := make([]byte, 8+len(quote))
+		m[0], m[1] = 3, 3 // destination unreachable, port unreachable
+		copy(m[8:], quote)
+		binary.BigEndian.PutUint16(m[2:], checksum(m, 0))
+		payload = m
+	default:
+		return nil, fmt.Errorf("IP protocol %d: only TCP SYNs and UDP are answered", ip[9])
+	}
+	h := make([]byte, 20)
+	h[0] = 0x45
+	binary.BigEndian.PutUint16(h[2:], uint16(20+len(payload)))
+	binary.BigEndian.PutUint16(h[6:], 0x4000) // DF
+	h[8] = 64
+	h[9] = proto
+	copy(h[12:16], dst[:])
+	copy(h[16:20], src[:])
+	binary.BigEndian.PutUint16(h[10:], checksum(h, 0))
+	return append(append(eth, h...), payload...), nil
+}
+
+// checksum is the Internet checksum (RFC 1071) of b, starting from sum.
+func checksum(b []byte, sum uint32) uint16 {
+	for i := 0; i+1 < len(b); i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(b[i:]))
+	}
+	if len(b)%2 == 1 {
+		sum += uint32(b[len(b)-1]) << 8
+	}
+	for sum > 0xffff {
+		sum = sum>>16 + sum&0xffff
+	}
+	return ^uint16(sum)
+}
+
+// l4Checksum is the TCP/UDP checksum over the IPv4 pseudo-header and seg.
+func l4Checksum(src, dst [4]byte, proto uint8, seg []byte) uint16 {
+	var sum uint32
+	sum += uint32(binary.BigEndian.Uint16(src[0:])) + uint32(binary.BigEndian.Uint16(src[2:]))
+	sum += uint32(binary.BigEndian.Uint16(dst[0:])) + uint32(binary.BigEndian.Uint16(dst[2:]))
+	sum += uint32(proto) + uint32(len(seg))
+	return checksum(seg, sum)
+}

@@ -1,0 +1,129 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ofsdn/ofsdn/flows"
+	"github.com/ofsdn/ofsdn/openflow"
+	"github.com/ofsdn/ofsdn/proxy"
+	"github.com/ofsdn/ofsdn/switchstate"
+)
+
+// TestServiceSinkOnSwitch: the Service proxy's sink against a real switch. A Full update
+// with a forwarding port (group, two buckets), a port without endpoints (metered flow to
+// the controller, meter 2 on the switch) and a Local port without a local endpoint (a
+// flow without actions); then a delta deleting the first and adding another; then a Full
+// update holding one new port, which leaves the switch with exactly that port's flow and
+// group, nothing of the others. Ids freed by a sync are reused only by a later one.
+func TestServiceSinkOnSwitch(t *testing.T) {
+	ovs, sw := ofTestBridge(t, openflow.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, subnet, _ := net.ParseCIDR("10.244.1.0/24")
+	gwMAC, _ := net.ParseMAC("0a:58:0a:f4:01:01")
+	n := &Node{log: slog.Default(), runCtx: ctx, store: flowStore{switchstate.New()},
+		cfg: flows.NodeConfig{GatewayOFPort: 2, GatewayMAC: gwMAC, GatewayIP: net.ParseIP("10.244.1.1").To4(),
+			PodSubnet: subnet, Generation: 3, Policy: true, Services: true}}
+	n.store.Load(flows.PipelineOwner, flows.PipelineFlows(n.cfg))
+	sp := newServiceProxy(n, ServiceOptions{})
+	if err := sp.loadMeter(n.store.Store); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.store.Sync(ctx, sw, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	br := ovs.MgmtSocket("br-int")
+	if m := ovs.Ofctl(t, "dump-meters", br); !strings.Contains(m, "meter=2") {
+		t.Fatalf("reject meter 2 not on the switch:\n%s", m)
+	}
+
+	ep := func(ip string) proxy.Endpoint {
+		return proxy.Endpoint{Addr: netip.MustParseAddr(ip), Port: 8080, Ready: true, Serving: true}
+	}
+	port := func(name, vip string, eps []proxy.Endpoint, has, local bool) *proxy.ServicePortState {
+		st := &proxy.ServicePortState{Port: &proxy.ServicePort{Name: proxy.ServicePortName{ServiceName: proxy.ServiceName{Namespace: "x", Name: name}, Protocol: proxy.ProtocolTCP},
+			ClusterIPs: []netip.Addr{netip.MustParseAddr(vip)}, Port: 80, InternalLocal: local}, Family: proxy.IPv4, Endpoints: eps,
+			Selection: proxy.Selection{HasEndpoints: has}}
+		if local {
+			st.Selection.Local = []proxy.Endpoint{}
+		} else {
+			st.Selection.Cluster = eps
+		}
+		return st
+	}
+	lb, _ := flows.StageTable(flows.StageServiceLB)
+	// state returns the service_lb flow actions by ClusterIP and the groups' bucket counts.
+	state := func() (map[string]string, []string) {
+		fl := map[string]string{}
+		for _, l := range strings.Split(ovs.Ofctl(t, "dump-flows", br, fmt.Sprintf("table=%d", lb)), "\n") {
+			if i := strings.Index(l, "nw_dst="); i >= 0 {
+				vip := strings.Fields(strings.ReplaceAll(l[i+len("nw_dst="):], ",", " "))[0]
+				fl[vip] = l[strings.Index(l, "actions=")+len("actions="):]
+			}
+		}
+		var gs []string
+		for _, l := range strings.Split(ovs.Ofctl(t, "dump-groups", br), "\n") {
+			if strings.Contains(l, "group_id=") {
+				gs = append(gs, fmt.Sprintf("%s buckets=%d", strings.Split(strings.TrimSpace(l), ",")[0], strings.Count(l, "bucket=")))
+			}
+		}
+		return fl, gs
+	}
+
+	a := port("a", "10.96.0.1", []proxy.Endpoint{ep("10.244.1.5"), ep("10.244.2.5")}, true, false)
+	b := port("b", "10.96.0.2", nil, false, false)
+	c := port("c", "10.96.0.3", nil, true, true)
+	if err := sp.Sync(ctx, &proxy.Update{Full: true, Changed: []*proxy.ServicePortState{a, b, c}}); err != nil {
+		t.Fatal(err)
+	}
+	fl, gs := state()
+	ida := sp.ids[a.Port.Name]
+	wantGroup := fmt.Sprintf("group_id=%d", flows.GroupIDMin+ida)
+	if !strings.Contains(fl["10.96.0.1"], "group:") || len(gs) != 1 || gs[0] != wantGroup+" buckets=2" {
+		t.Errorf("forwarding port: flow %q, groups %v: want its flow to use %s with 2 buckets", fl["10.96.0.1"], gs, wantGroup)
+	}
+	if f := fl["10.96.0.2"]; !strings.Contains(f, "meter:2") || !strings.Contains(f, "CONTROLLER") {
+		t.Errorf("port without endpoints: actions %q, want meter:2 and the controller", f)
+	}
+	if f, ok := fl["10.96.0.3"]; !ok || f != "drop" {
+		t.Errorf("Local port without a local endpoint: actions %q (present %v), want drop", f, ok)
+	}
+
+	d := port("d", "10.96.0.4", []proxy.Endpoint{ep("10.244.1.6")}, true, false)
+	if err := sp.Sync(ctx, &proxy.Update{Changed: []*proxy.ServicePortState{d}, Deleted: []proxy.ServicePortName{a.Port.Name}}); err != nil {
+		t.Fatal(err)
+	}
+	if sp.ids[d.Port.Name] == ida {
+		t.Errorf("the new port got id %d in the same sync that freed it", ida)
+	}
+	fl, gs = state()
+	if _, ok := fl["10.96.0.1"]; ok || len(gs) != 1 || gs[0] != fmt.Sprintf("group_id=%d buckets=1", flows.GroupIDMin+sp.ids[d.Port.Name]) {
+		t.Errorf("after deleting a and adding d: flows %v, groups %v", fl, gs)
+	}
+
+	e := port("e", "10.96.0.5", []proxy.Endpoint{ep("10.244.1.7"), ep("10.244.1.8"), ep("10.244.1.9")}, true, false)
+	if err := sp.Sync(ctx, &proxy.Update{Full: true, Changed: []*proxy.ServicePortState{e}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := sp.ids[e.Port.Name]; got != ida {
+		t.Errorf("port e got id %d, want the id %d freed by an earlier sync", got, ida)
+	}
+	fl, gs = state()
+	if len(fl) != 1 || !strings.Contains(fl["10.96.0.5"], "group:") || len(gs) != 1 || !strings.HasSuffix(gs[0], "buckets=3") {
+		t.Errorf("after a Full update with port e only: flows %v, groups %v: want e's flow and its 3-bucket group only", fl, gs)
+	}
+	if st := n.ServiceStats(); st != nil {
+		t.Errorf("ServiceStats with n.services unset: %+v, want nil", st)
+	}
+	n.services = sp
+	if st := n.ServiceStats(); st.Ports != 1 || st.Endpoints != 3 {
+		t.Errorf("ServiceStats %+v: want 1 port, 3 endpoints", st)
+	}
+}

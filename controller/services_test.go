@@ -1,0 +1,95 @@
+package controller
+
+import (
+	"encoding/binary"
+	"net/netip"
+	"testing"
+)
+
+// synFrame is an Ethernet frame with an IPv4 TCP SYN (or, with udp, a UDP datagram) from
+// 10.244.1.5:40000 to 10.96.0.10:80, client MAC 02:00:00:00:00:05, gateway MAC
+// 02:00:00:00:00:01, as the no-endpoint flow sends it (max_len 128).
+func synFrame(udp bool) []byte {
+	f := make([]byte, 14+20+20)
+	copy(f[0:6], []byte{2, 0, 0, 0, 0, 1})
+	copy(f[6:12], []byte{2, 0, 0, 0, 0, 5})
+	binary.BigEndian.PutUint16(f[12:], 0x0800)
+	ip := f[14:]
+	ip[0] = 0x45
+	binary.BigEndian.PutUint16(ip[2:], 40)
+	ip[8] = 64
+	ip[9] = ipProtoTCP
+	if udp {
+		ip[9] = ipProtoUDP
+	}
+	copy(ip[12:], []byte{10, 244, 1, 5})
+	copy(ip[16:], []byte{10, 96, 0, 10})
+	binary.BigEndian.PutUint16(ip[10:], checksum(ip[:20], 0))
+	l4 := ip[20:]
+	binary.BigEndian.PutUint16(l4[0:], 40000)
+	binary.BigEndian.PutUint16(l4[2:], 80)
+	binary.BigEndian.PutUint32(l4[4:], 1000) // seq
+	l4[12] = 5 << 4
+	l4[13] = 0x02 // SYN
+	return f
+}
+
+func TestRejectFrameTCP(t *testing.T) {
+	out, err := rejectFrame(synFrame(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := parsePacket(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Src != netip.MustParseAddr("10.96.0.10") || h.Dst != netip.MustParseAddr("10.244.1.5") || h.Proto != ipProtoTCP ||
+		h.SrcPort != 80 || h.DstPort != 40000 {
+		t.Fatalf("reset %+v: want 10.96.0.10:80 → 10.244.1.5:40000 TCP", h)
+	}
+	if out[5] != 5 || out[11] != 1 {
+		t.Errorf("Ethernet dst %x src %x: want the client's MAC as destination, the gateway's as source", out[0:6], out[6:12])
+	}
+	ip := out[14:]
+	if checksum(ip[:20], 0) != 0 {
+		t.Error("IPv4 header checksum does not verify")
+	}
+	tcp := ip[20:]
+	var src, dst [4]byte
+	copy(src[:], ip[12:16])
+	copy(dst[:], ip[16:20])
+	if l4Checksum(src, dst, ipProtoTCP, tcp) != 0 {
+		t.Error("TCP checksum does not verify")
+	}
+	if tcp[13] != 0x14 || binary.BigEndian.Uint32(tcp[8:]) != 1001 || binary.BigEndian.Uint32(tcp[4:]) != 0 {
+		t.Errorf("flags %#x ack %d seq %d: want RST+ACK, ack = SYN's seq + 1 (1001), seq 0", tcp[13], binary.BigEndian.Uint32(tcp[8:]), binary.BigEndian.Uint32(tcp[4:]))
+	}
+	// Anything but a SYN is not answered.
+	ack := synFrame(false)
+	ack[14+20+13] = 0x10
+	if _, err := rejectFrame(ack); err == nil {
+		t.Error("an ACK was answered with a reset")
+	}
+}
+
+func TestRejectFrameUDP(t *testing.T) {
+	in := synFrame(true)
+	out, err := rejectFrame(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := parsePacket(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Proto != ipProtoICMP || h.ICMPType != 3 || h.ICMPCode != 3 || h.Src != netip.MustParseAddr("10.96.0.10") || h.Dst != netip.MustParseAddr("10.244.1.5") {
+		t.Fatalf("answer %+v: want ICMP port unreachable 10.96.0.10 → 10.244.1.5", h)
+	}
+	icmp := out[14+20:]
+	if checksum(icmp, 0) != 0 {
+		t.Error("ICMP checksum does not verify")
+	}
+	if string(icmp[8:]) != string(in[14:14+28]) {
+		t.Error("ICMP does not quote the datagram's IPv4 header and first 8 bytes")
+	}
+}

@@ -1,0 +1,495 @@
+package e2e
+
+// The Service proxy end to end (issue 22, serviceProxy: ofsdn): one sandbox node whose
+// daemon has the Kubernetes topology, NetworkPolicy and the Service proxy on, against a
+// real kube-apiserver and etcd (test/kapi). No controller manager and no kube-proxy run:
+// the Service's EndpointSlice is written by the test, and nothing but ofsdn can answer
+// the ClusterIP (without ofsdn's proxy a pod's packet to it leaves by the gateway into a
+// host that has no route and no NAT for it).
+//
+// After each API change the test waits until the switch holds it (the Service port's
+// group with the expected buckets, or its reject flow) and ovs-vswitchd has revalidated,
+// then checks what a client pod sees: which endpoint answered, and with which peer
+// address.
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/ofsdn/ofsdn/flows"
+	"github.com/ofsdn/ofsdn/test/kapi"
+)
+
+const (
+	svcAPIAddr   = "172.30.0.70"
+	svcNamespace = "svc"
+	svcClusterIP = "10.96.0.100"
+	svcPort      = 80
+	svcEPPort    = 8080
+	svcUDPPort   = 53
+	svcUDPEPPort = 8053
+)
+
+// peerEcho serves TCP on port in the pod's netns: each connection gets one line, "NAME
+// PEER-IP", and is closed.
+func peerEcho(t *testing.T, netnsPath, name string, port int) {
+	t.Helper()
+	var l net.Listener
+	if err := inNS(netnsPath, func() (err error) {
+		l, err = net.Listen("tcp4", fmt.Sprintf(":%d", port))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			peer, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+			_, _ = fmt.Fprintf(c, "%s %s\n", name, peer)
+			_ = c.Close()
+		}
+	}()
+}
+
+// peerEchoUDP serves UDP on port in the pod's netns: each datagram is answered with
+// "NAME PEER-IP".
+func peerEchoUDP(t *testing.T, netnsPath, name string, port int) {
+	t.Helper()
+	var pc net.PacketConn
+	if err := inNS(netnsPath, func() (err error) {
+		pc, err = net.ListenPacket("udp4", fmt.Sprintf(":%d", port))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pc.Close() })
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			_, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			peer, _, _ := net.SplitHostPort(from.String())
+			_, _ = pc.WriteTo([]byte(name+" "+peer), from)
+		}
+	}()
+}
+
+// askService connects from the pod's netns to addr and returns the line it got.
+func askService(netnsPath, addr string, timeout time.Duration) (string, error) {
+	var line string
+	err := inNS(netnsPath, func() error {
+		c, err := net.DialTimeout("tcp4", addr, timeout)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(timeout))
+		line, err = bufio.NewReader(c).ReadString('\n')
+		return err
+	})
+	return strings.TrimSpace(line), err
+}
+
+// startSvcNodes starts the API and n nodes (svc-node-1.., 172.30.0.71.., pod subnets
+// 10.244.70.0/24..) with the Service proxy and the deny log on, and namespace svc.
+func startSvcNodes(t *testing.T, n int) (*kapi.API, []*clusterNode) {
+	t.Helper()
+	ulPath := newNetns(t, "ofsdn-svc-ul")
+	ul := filepath.Base(ulPath)
+	mustRun(t, "ip", "netns", "exec", ul, "ip", "link", "add", "br0", "type", "bridge")
+	mustRun(t, "ip", "netns", "exec", ul, "ip", "addr", "add", svcAPIAddr+"/24", "dev", "br0")
+	mustRun(t, "ip", "netns", "exec", ul, "ip", "link", "set", "br0", "up")
+	api := kapi.Start(t, ulPath, svcAPIAddr, "../../deploy/ofsdn.yaml")
+	ctx := context.Background()
+	var nodes []*clusterNode
+	for i := 1; i <= n; i++ {
+		name, ip, subnet := fmt.Sprintf("svc-node-%d", i), fmt.Sprintf("172.30.0.%d", 70+i), fmt.Sprintf("10.244.%d.0/24", 69+i)
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{PodCIDR: subnet, PodCIDRs: []string{subnet}}}
+		created, err := api.Admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		created.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}
+		if _, err := api.Admin.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		cn := startClusterNode(t, ul, name, ip, subnet, i)
+		cn.OVS.Exec(t, "ethtool", "-K", "br-phy", "tx", "off")
+		cn.OVS.Exec(t, "ethtool", "-K", "uplink0", "tx", "off")
+		mustRun(t, "ip", "netns", "exec", ul, "ethtool", "-K", fmt.Sprintf("ul-%d", i), "tx", "off")
+		nodes = append(nodes, cn)
+	}
+	for _, cn := range nodes {
+		cn.StartDaemon(daemonBinary(t), 90*time.Second, "--log-level", "debug", "--topology", "kubernetes",
+			"--kubeconfig", api.Kubeconfig(t), "--node-name", cn.name, "--cluster-cidr", "10.244.0.0/16",
+			"--service-cidr", "10.96.0.0/12", "--mtu", "0", "--add-timeout", "15s", "--service-proxy", "ofsdn",
+			// The deny log shares the packet-in queue with the proxy's rejects (both checked).
+			"--log-format", "json", "--policy-deny-log")
+	}
+	if err := api.CreateNamespace(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: svcNamespace}}); err != nil {
+		t.Fatal(err)
+	}
+	return api, nodes
+}
+
+// addSvcPod creates pod svc/name on cn in the API, wires it through the plugin and
+// writes its address into status.podIPs; it returns the pod.
+func addSvcPod(t *testing.T, api *kapi.API, cn *clusterNode, name string, labels map[string]string) *testPod {
+	t.Helper()
+	ctx := context.Background()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: svcNamespace, Name: name, Labels: labels},
+		Spec: corev1.PodSpec{NodeName: cn.name, Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/none:none"}}}}
+	p, err := api.Admin.CoreV1().Pods(svcNamespace).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := cn.addK8sPod(t, svcNamespace, name)
+	if tp == nil {
+		t.FailNow()
+	}
+	ip := tp.ip().String()
+	p.Status.Phase, p.Status.PodIP, p.Status.PodIPs = corev1.PodRunning, ip, []corev1.PodIP{{IP: ip}}
+	if _, err := api.Admin.CoreV1().Pods(svcNamespace).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return tp
+}
+
+func TestServiceProxy(t *testing.T) {
+	api, nodes := startSvcNodes(t, 1)
+	cn := nodes[0]
+	ctx := context.Background()
+	c := &npCluster{t: t, api: api, nodes: map[string]*clusterNode{cn.name: cn}}
+
+	// Pods: two endpoints (app=ep) and a client.
+	ips := map[string]string{}
+	netns := map[string]string{}
+	for _, name := range []string{"ep1", "ep2", "client"} {
+		labels := map[string]string{"app": "client"}
+		if name != "client" {
+			labels["app"] = "ep"
+		}
+		tp := addSvcPod(t, api, cn, name, labels)
+		ips[name], netns[name] = tp.ip().String(), tp.netns
+		if name != "client" {
+			peerEcho(t, tp.netns, name, svcEPPort)
+			peerEchoUDP(t, tp.netns, name, svcUDPEPPort)
+		}
+	}
+
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: svcNamespace, Name: "echo"},
+		Spec: corev1.ServiceSpec{ClusterIP: svcClusterIP, Selector: map[string]string{"app": "ep"},
+			Ports: []corev1.ServicePort{{Name: "tcp", Protocol: corev1.ProtocolTCP, Port: svcPort, TargetPort: intstr.FromInt32(svcEPPort)},
+				{Name: "udp", Protocol: corev1.ProtocolUDP, Port: svcUDPPort, TargetPort: intstr.FromInt32(svcUDPEPPort)}}}}
+	if _, err := api.Admin.CoreV1().Services(svcNamespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	proto, port, tcpName := corev1.ProtocolTCP, int32(svcEPPort), "tcp"
+	uproto, uport, udpName := corev1.ProtocolUDP, int32(svcUDPEPPort), "udp"
+	slice := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: svcNamespace, Name: "echo-1",
+		Labels: map[string]string{discoveryv1.LabelServiceName: "echo"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports: []discoveryv1.EndpointPort{{Name: &tcpName, Protocol: &proto, Port: &port},
+			{Name: &udpName, Protocol: &uproto, Port: &uport}}}
+	setEndpoints := func(names ...string) {
+		t.Helper()
+		slice.Endpoints = nil
+		ready, nodeName := true, cn.name
+		for _, n := range names {
+			slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{ips[n]},
+				Conditions: discoveryv1.EndpointConditions{Ready: &ready}, NodeName: &nodeName})
+		}
+		var err error
+		if slice.ResourceVersion == "" {
+			slice, err = api.Admin.DiscoveryV1().EndpointSlices(svcNamespace).Create(ctx, slice, metav1.CreateOptions{})
+		} else {
+			slice, err = api.Admin.DiscoveryV1().EndpointSlices(svcNamespace).Update(ctx, slice, metav1.UpdateOptions{})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitServiceBuckets(t, cn, svcPort, svcEPPort, names, ips)
+		waitServiceBuckets(t, cn, svcUDPPort, svcUDPEPPort, names, ips)
+		c.revalidated()
+	}
+	vip := net.JoinHostPort(svcClusterIP, fmt.Sprint(svcPort))
+	// connections asks n times and returns how often each endpoint answered; every answer
+	// must name the client's own address as the peer.
+	connections := func(n int) map[string]int {
+		t.Helper()
+		got := map[string]int{}
+		for i := 0; i < n; i++ {
+			line, err := askService(netns["client"], vip, 5*time.Second)
+			if err != nil {
+				t.Fatalf("connection %d to the ClusterIP %s: %v", i, vip, err)
+			}
+			ep, peer, _ := strings.Cut(line, " ")
+			if peer != ips["client"] {
+				t.Fatalf("endpoint %s saw the client as %q, want the client pod's own address %s", ep, peer, ips["client"])
+			}
+			got[ep]++
+		}
+		return got
+	}
+
+	t.Run("two endpoints", func(t *testing.T) {
+		setEndpoints("ep1", "ep2")
+		got := connections(24)
+		if got["ep1"] == 0 || got["ep2"] == 0 {
+			t.Errorf("24 connections went %v: want both endpoints used", got)
+		}
+	})
+	t.Run("one endpoint", func(t *testing.T) {
+		setEndpoints("ep1")
+		if got := connections(24); got["ep2"] != 0 {
+			t.Errorf("after ep2's removal was realized, %d of 24 new connections went to it: %v", got["ep2"], got)
+		}
+	})
+	t.Run("no endpoints rejected", func(t *testing.T) {
+		setEndpoints()
+		for i := 0; i < 3; i++ {
+			start := time.Now()
+			_, err := askService(netns["client"], vip, 10*time.Second)
+			if !errors.Is(err, syscall.ECONNREFUSED) {
+				t.Fatalf("connect to %s with no endpoints: %v after %v, want connection refused (a TCP RST from the ClusterIP)", vip, err, time.Since(start))
+			}
+			// Generous: a refused connect is one round trip through the daemon; a
+			// black-holed SYN would take the 10 s timeout.
+			if d := time.Since(start); d > 5*time.Second {
+				t.Errorf("connection refused after %v, want well under 5 s", d)
+			}
+		}
+	})
+	t.Run("no endpoints UDP port unreachable", func(t *testing.T) {
+		// A connected UDP socket reports the ICMP port unreachable as ECONNREFUSED on
+		// its next read (Linux udp(7)).
+		var conn *net.UDPConn
+		if err := inNS(netns["client"], func() (err error) {
+			conn, err = net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.ParseIP(svcClusterIP), Port: svcUDPPort})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_, _ = conn.Write([]byte("who"))
+		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := conn.Read(make([]byte, 64)); !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("UDP to %s:%d with no endpoints: read %v, want connection refused (ICMP port unreachable from the ClusterIP)", svcClusterIP, svcUDPPort, err)
+		}
+	})
+	t.Run("back to two", func(t *testing.T) {
+		setEndpoints("ep1", "ep2")
+		got := connections(24)
+		if got["ep1"] == 0 || got["ep2"] == 0 {
+			t.Errorf("24 connections went %v: want both endpoints used after 0 → 2", got)
+		}
+	})
+	t.Run("stale UDP flushed", func(t *testing.T) {
+		// One client socket (one 5-tuple, one conntrack entry) before and after its
+		// endpoint leaves the Service; the removed endpoint still runs and would answer.
+		var conn *net.UDPConn
+		if err := inNS(netns["client"], func() (err error) {
+			conn, err = net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.ParseIP(svcClusterIP), Port: svcUDPPort})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		ask := func() string {
+			t.Helper()
+			buf := make([]byte, 256)
+			for i := 0; i < 5; i++ { // UDP: a lost datagram is retried
+				_, _ = conn.Write([]byte("who"))
+				_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+				if n, err := conn.Read(buf); err == nil {
+					return string(buf[:n])
+				}
+			}
+			t.Fatalf("no UDP answer from %s:%d in 5 tries", svcClusterIP, svcUDPPort)
+			return ""
+		}
+		first, peer, _ := strings.Cut(ask(), " ")
+		if peer != ips["client"] {
+			t.Fatalf("UDP endpoint %s saw the client as %q, want %s", first, peer, ips["client"])
+		}
+		other := map[string]string{"ep1": "ep2", "ep2": "ep1"}[first]
+		setEndpoints(other)
+		if got, _, _ := strings.Cut(ask(), " "); got != other {
+			t.Errorf("after %s left the Service, the client's next datagram on the same socket was answered by %s, want %s (its conntrack entry was not flushed)", first, got, other)
+		}
+		setEndpoints("ep1", "ep2")
+	})
+	t.Run("network policy judges the endpoint", func(t *testing.T) {
+		np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: svcNamespace, Name: "deny-client"},
+			Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "ep"}},
+				PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+				Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{
+					PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "not-the-client"}}}}}}}}
+		c.createPolicy(np)
+		for _, addr := range []string{vip, net.JoinHostPort(ips["ep1"], fmt.Sprint(svcEPPort))} {
+			if line, err := askService(netns["client"], addr, 2*time.Second); err == nil {
+				t.Errorf("client reached %s (%q) under a policy that admits only app=not-the-client", addr, line)
+			}
+		}
+		// The deny log names the endpoint, not the ClusterIP: policy judged after the DNAT.
+		waitUntil(t, "deny log line for the client's connection through the ClusterIP", 30*time.Second, func() error {
+			for _, m := range denyLogLines(t, cn) {
+				if m["direction"] == "ingress" && m["src_ip"] == ips["client"] && m["port"] == float64(svcEPPort) &&
+					(m["dst_ip"] == ips["ep1"] || m["dst_ip"] == ips["ep2"]) {
+					return nil
+				}
+			}
+			return fmt.Errorf("no deny log line from %s to an endpoint at port %d", ips["client"], svcEPPort)
+		})
+		// The same policy admitting the client lets it through the ClusterIP again.
+		np.Spec.Ingress[0].From[0].PodSelector.MatchLabels["app"] = "client"
+		c.updatePolicySpec(svcNamespace, np.Name, np.Spec)
+		connections(6)
+	})
+	t.Run("client egress policy judges the endpoint", func(t *testing.T) {
+		// Egress from the client only to app=not-ep: the ClusterIP's endpoints are not
+		// among them, so the Service is refused too (judged after the DNAT).
+		np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: svcNamespace, Name: "client-egress"},
+			Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "client"}},
+				PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
+				Egress: []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{{
+					PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "not-ep"}}}}}}}}
+		c.createPolicy(np)
+		if line, err := askService(netns["client"], vip, 2*time.Second); err == nil {
+			t.Errorf("client reached the ClusterIP (%q) under an egress policy that allows only app=not-ep", line)
+		}
+		np.Spec.Egress[0].To[0].PodSelector.MatchLabels["app"] = "ep"
+		c.updatePolicySpec(svcNamespace, np.Name, np.Spec)
+		connections(6)
+	})
+}
+
+// waitServiceBuckets waits until the switch holds the Service port as eps say: a select
+// group whose buckets DNAT to exactly eps (each at svcEPPort) used by the port's flow in
+// service_lb, or, with none, the port's flow to the controller.
+func waitServiceBuckets(t *testing.T, cn *clusterNode, svcPort, svcEPPort int, eps []string, ips map[string]string) {
+	t.Helper()
+	lb, _ := flows.StageTable(flows.StageServiceLB)
+	natRE := regexp.MustCompile(`nat\(dst=([0-9.]+):([0-9]+)\)`)
+	waitUntil(t, fmt.Sprintf("switch load-balances %s:%d over %v", svcClusterIP, svcPort, eps), 60*time.Second, func() error {
+		dump := cn.OVS.Ofctl(t, "dump-flows", cn.mgmt(), fmt.Sprintf("table=%d", lb))
+		var line string
+		for _, l := range strings.Split(dump, "\n") {
+			if strings.Contains(l, "nw_dst="+svcClusterIP) && strings.Contains(l, fmt.Sprintf("tp_dst=%d", svcPort)) {
+				line = l
+			}
+		}
+		if line == "" {
+			return fmt.Errorf("no flow for the Service port in service_lb:\n%s", dump)
+		}
+		if len(eps) == 0 {
+			if !strings.Contains(line, "CONTROLLER") && !strings.Contains(line, "controller") {
+				return fmt.Errorf("flow %q does not send to the controller", line)
+			}
+			return nil
+		}
+		m := regexp.MustCompile(`group:([0-9]+)`).FindStringSubmatch(line)
+		if m == nil {
+			return fmt.Errorf("flow %q uses no group", line)
+		}
+		var group string
+		for _, l := range strings.Split(cn.OVS.Ofctl(t, "dump-groups", cn.mgmt()), "\n") {
+			if strings.Contains(l, "group_id="+m[1]+",") {
+				group = l
+			}
+		}
+		got := map[string]bool{}
+		for _, mm := range natRE.FindAllStringSubmatch(group, -1) {
+			got[mm[1]+":"+mm[2]] = true
+		}
+		want := map[string]bool{}
+		for _, e := range eps {
+			want[fmt.Sprintf("%s:%d", ips[e], svcEPPort)] = true
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			return fmt.Errorf("group %s has buckets %v, want %v", m[1], got, want)
+		}
+		return nil
+	})
+}
+
+// TestServiceProxyRemoteEndpoint: two nodes; the client on node 1, the Service's only
+// endpoint on node 2. Node 1 translates and tunnels the connection, the endpoint sees the
+// client's own address, and the reply comes back from the ClusterIP (else the client's
+// kernel would not accept it); a client on node 2 reaches the same endpoint locally. With
+// the endpoint gone, node 1 refuses the connection.
+func TestServiceProxyRemoteEndpoint(t *testing.T) {
+	api, nodes := startSvcNodes(t, 2)
+	ctx := context.Background()
+	client := addSvcPod(t, api, nodes[0], "client", map[string]string{"app": "client"})
+	client2 := addSvcPod(t, api, nodes[1], "client2", map[string]string{"app": "client"})
+	ep := addSvcPod(t, api, nodes[1], "ep", map[string]string{"app": "ep"})
+	peerEcho(t, ep.netns, "ep", svcEPPort)
+	ips := map[string]string{"ep": ep.ip().String()}
+
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: svcNamespace, Name: "echo"},
+		Spec: corev1.ServiceSpec{ClusterIP: svcClusterIP, Selector: map[string]string{"app": "ep"},
+			Ports: []corev1.ServicePort{{Protocol: corev1.ProtocolTCP, Port: svcPort, TargetPort: intstr.FromInt32(svcEPPort)}}}}
+	if _, err := api.Admin.CoreV1().Services(svcNamespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	proto, port, portName, ready, nodeName := corev1.ProtocolTCP, int32(svcEPPort), "", true, nodes[1].name
+	slice := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: svcNamespace, Name: "echo-1",
+		Labels: map[string]string{discoveryv1.LabelServiceName: "echo"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: &portName, Protocol: &proto, Port: &port}},
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{ips["ep"]},
+			Conditions: discoveryv1.EndpointConditions{Ready: &ready}, NodeName: &nodeName}}}
+	slice, err := api.Admin.DiscoveryV1().EndpointSlices(svcNamespace).Create(ctx, slice, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &npCluster{t: t, api: api, nodes: map[string]*clusterNode{nodes[0].name: nodes[0], nodes[1].name: nodes[1]}}
+	for _, cn := range nodes {
+		waitServiceBuckets(t, cn, svcPort, svcEPPort, []string{"ep"}, ips)
+	}
+	c.revalidated()
+	vip := net.JoinHostPort(svcClusterIP, fmt.Sprint(svcPort))
+	for _, cl := range []*testPod{client, client2} {
+		for i := 0; i < 5; i++ {
+			line, err := askService(cl.netns, vip, 5*time.Second)
+			if err != nil {
+				t.Fatalf("%s: connection %d to the ClusterIP %s: %v", cl.name, i, vip, err)
+			}
+			if want := "ep " + cl.ip().String(); line != want {
+				t.Fatalf("%s: got %q, want %q (the endpoint sees the client's own address)", cl.name, line, want)
+			}
+		}
+	}
+
+	slice.Endpoints = nil
+	if _, err := api.Admin.DiscoveryV1().EndpointSlices(svcNamespace).Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitServiceBuckets(t, nodes[0], svcPort, svcEPPort, nil, ips)
+	c.revalidated()
+	if _, err := askService(client.netns, vip, 10*time.Second); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("connect to %s with no endpoints: %v, want connection refused", vip, err)
+	}
+}
