@@ -326,6 +326,7 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 		}
 		n.denyLog = newDenyLog(n.log, rate, n.podName)
 		if err := n.denyLog.loadMeter(n.store.Store); err != nil {
+			close(n.denyLog.done) // its loop never ran: fail's close must not wait for it
 			return fail(err)
 		}
 	}
