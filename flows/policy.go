@@ -267,13 +267,31 @@ func NewPolicyFlowSet(cfg NodeConfig) *PolicyFlowSet {
 }
 
 // Set makes the set hold rule r's flows (replacing those of the rule with the same ID)
-// and returns the keys of the flows that changed, sorted. A rule with no pods, or with
-// no peers or ports and not Any, has no flows.
+// and returns the keys of the flows that changed, sorted: a flow whose contribution from
+// r is the same as before (the same clause of the same conjunction, or the same allow) is
+// not among them, so a rule that gains one pod reports that pod's flow only. A rule with
+// no pods, or with no peers or ports and not Any, has no flows.
 func (s *PolicyFlowSet) Set(r PolicyRule) []string {
-	changed := map[string]bool{}
-	for _, k := range s.remove(r.ID) {
-		changed[k] = true
+	// What r's id contributed before, by key.
+	type part struct {
+		conj   Conjunction
+		inConj bool
+		allow  bool
+		id     uint32
 	}
+	before := make(map[string]part, len(s.rules[r.ID]))
+	for _, k := range s.rules[r.ID] {
+		if e := s.entries[k]; e != nil {
+			c, in := e.conj[r.ID]
+			pt := part{conj: c, inConj: in, allow: e.allow[r.ID]}
+			if e.id == r.ID {
+				pt.id = e.id
+			}
+			before[k] = pt
+		}
+	}
+	removed := s.remove(r.ID)
+	after := map[string]part{}
 	for _, c := range s.contributions(r) {
 		k := c.flow.MatchKey()
 		e := s.entries[k]
@@ -281,17 +299,32 @@ func (s *PolicyFlowSet) Set(r PolicyRule) []string {
 			e = &policyEntry{flow: c.flow, conj: map[uint32]Conjunction{}, allow: map[uint32]bool{}}
 			s.entries[k] = e
 		}
+		pt := after[k]
 		switch {
 		case c.conjID != 0:
 			e.id = c.conjID
 			e.allow[r.ID] = true
+			pt.id, pt.allow = c.conjID, true
 		case c.allow:
 			e.allow[r.ID] = true
+			pt.allow = true
 		default:
 			e.conj[r.ID] = c.conj
+			pt.conj, pt.inConj = c.conj, true
 		}
+		after[k] = pt
 		s.rules[r.ID] = append(s.rules[r.ID], k)
-		changed[k] = true
+	}
+	changed := map[string]bool{}
+	for _, k := range removed {
+		if pt, ok := after[k]; !ok || pt != before[k] {
+			changed[k] = true
+		}
+	}
+	for k, pt := range after {
+		if old, ok := before[k]; !ok || old != pt {
+			changed[k] = true
+		}
 	}
 	return sortedKeys(changed)
 }

@@ -358,8 +358,10 @@ func (c changeOps) empty() bool {
 // diffOps appends the difference from have (nil: nothing) to want of owner to ops: meters
 // new or changed, groups new or changed (ADD_OR_MOD), flows new or changed (OFPFC_ADD
 // replaces the entry with the same match and priority, OpenFlow 1.3.5 §6.4), flows gone
-// (OFPFC_DELETE_STRICT), groups gone, meters gone; each kind in a stable order.
-func diffOps(ops *changeOps, owner flows.Owner, have, want *state) {
+// (OFPFC_DELETE_STRICT), groups gone, meters gone; each kind in a stable order. keys, when
+// not nil, are the only flow MatchKeys in which have and want may differ (an update
+// without Replace: the owner's other flows were carried over); nil compares every flow.
+func diffOps(ops *changeOps, owner flows.Owner, have, want *state, keys map[string]bool) {
 	if have == nil {
 		have = &state{}
 	}
@@ -378,15 +380,27 @@ func diffOps(ops *changeOps, owner flows.Owner, have, want *state) {
 			groupSets = append(groupSets, groupSetOp(owner, g))
 		}
 	}
-	for _, k := range sortedKeys(want.flows) {
-		f := want.flows[k]
+	wantKeys, haveKeys := sortedKeys(want.flows), sortedKeys(have.flows)
+	if keys != nil { // only these may differ: the rest was carried over unchanged
+		wantKeys = sortedKeys(keys)
+		haveKeys = wantKeys
+	}
+	for _, k := range wantKeys {
+		f, wanted := want.flows[k]
+		if !wanted {
+			continue
+		}
 		if old, ok := have.flows[k]; !ok || old.String() != f.String() {
 			flowAdds = append(flowAdds, flowOp(owner, f, openflow13.FC_ADD))
 		}
 	}
-	for _, k := range sortedKeys(have.flows) {
+	for _, k := range haveKeys {
+		old, had := have.flows[k]
+		if !had {
+			continue
+		}
 		if _, ok := want.flows[k]; !ok {
-			flowDels = append(flowDels, flowOp(owner, have.flows[k], openflow13.FC_DELETE_STRICT))
+			flowDels = append(flowDels, flowOp(owner, old, openflow13.FC_DELETE_STRICT))
 		}
 	}
 	for _, id := range sortedKeys(have.groups) {
@@ -659,7 +673,7 @@ func (s *Store) SetOwner(ctx context.Context, owner flows.Owner, fs []flows.Flow
 
 	var ops changeOps
 	next := have.withFlows(want)
-	diffOps(&ops, owner, have, next)
+	diffOps(&ops, owner, have, next, nil)
 	if len(ops.bundle) > 0 {
 		if err := s.apply(ctx, c, ops.bundle); err != nil {
 			return fmt.Errorf("flows of %s: %w", owner, err)

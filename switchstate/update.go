@@ -36,51 +36,66 @@ type OwnerUpdate struct {
 	DeleteMeters []uint32
 }
 
-// apply returns have (nil: nothing) with u applied.
-func (u OwnerUpdate) apply(have *state) (*state, error) {
+// apply returns have (nil: nothing) with u applied, and the MatchKeys of the flows u
+// touched (nil for Replace: any flow may differ). Without Replace the owner's other
+// flows are carried over as they are (not keyed again), so the caller need diff only
+// the touched keys: an update of a few flows of an owner of thousands costs the few.
+func (u OwnerUpdate) apply(have *state) (*state, map[string]bool, error) {
 	if have == nil {
 		have = &state{}
 	}
 	d := Desired{}
-	if !u.Replace {
-		del := map[string]bool{}
-		for _, k := range u.Delete {
-			del[k] = true
-		}
-		for k, f := range have.flows {
-			if !del[k] {
-				d.Flows = append(d.Flows, f)
-			}
-		}
-		delG := map[uint32]bool{}
-		for _, id := range u.DeleteGroups {
-			delG[id] = true
-		}
-		for _, g := range u.Groups {
-			delG[g.ID] = true // replaced below
-		}
-		for id, g := range have.groups {
-			if !delG[id] {
-				d.Groups = append(d.Groups, g)
-			}
-		}
-		delM := map[uint32]bool{}
-		for _, id := range u.DeleteMeters {
-			delM[id] = true
-		}
-		for _, m := range u.Meters {
-			delM[m.ID] = true
-		}
-		for id, m := range have.meters {
-			if !delM[id] {
-				d.Meters = append(d.Meters, m)
-			}
+	if u.Replace {
+		d.Flows, d.Groups, d.Meters = u.Flows, u.Groups, u.Meters
+		st, err := newState(u.Owner, d)
+		return st, nil, err
+	}
+	delG := map[uint32]bool{}
+	for _, id := range u.DeleteGroups {
+		delG[id] = true
+	}
+	for _, g := range u.Groups {
+		delG[g.ID] = true // replaced below
+	}
+	for id, g := range have.groups {
+		if !delG[id] {
+			d.Groups = append(d.Groups, g)
 		}
 	}
-	d.Flows = append(d.Flows, u.Flows...) // later entries with the same MatchKey win
+	delM := map[uint32]bool{}
+	for _, id := range u.DeleteMeters {
+		delM[id] = true
+	}
+	for _, m := range u.Meters {
+		delM[m.ID] = true
+	}
+	for id, m := range have.meters {
+		if !delM[id] {
+			d.Meters = append(d.Meters, m)
+		}
+	}
 	d.Groups = append(d.Groups, u.Groups...)
 	d.Meters = append(d.Meters, u.Meters...)
-	return newState(u.Owner, d)
+	st, err := newState(u.Owner, d)
+	if err != nil {
+		return nil, nil, err
+	}
+	fs := make(map[string]flows.Flow, len(have.flows)+len(u.Flows))
+	for k, f := range have.flows {
+		fs[k] = f
+	}
+	touched := make(map[string]bool, len(u.Delete)+len(u.Flows))
+	for _, k := range u.Delete {
+		delete(fs, k)
+		touched[k] = true
+	}
+	for _, f := range u.Flows { // later entries with the same MatchKey win
+		k := f.MatchKey()
+		fs[k] = f
+		touched[k] = true
+	}
+	st.flows = fs
+	return st, touched, nil
 }
 
 // Update applies the owners' changes as ONE change, sending only what differs from the
@@ -122,6 +137,7 @@ func (s *Store) Update(ctx context.Context, ups []OwnerUpdate) error {
 
 	s.mu.Lock()
 	next := make(map[flows.Owner]*state, len(ups))
+	touched := make(map[flows.Owner]map[string]bool, len(ups)) // nil: diff every flow
 	var order []flows.Owner
 	for _, u := range ups {
 		have, seen := next[u.Owner] // an owner named twice: the later part applies on top
@@ -129,12 +145,22 @@ func (s *Store) Update(ctx context.Context, ups []OwnerUpdate) error {
 			have = s.owners[u.Owner]
 			order = append(order, u.Owner)
 		}
-		want, err := u.apply(have)
+		want, keys, err := u.apply(have)
 		if err != nil {
 			s.mu.Unlock()
 			return fmt.Errorf("switch state of %s: %w", name, err)
 		}
 		next[u.Owner] = want
+		switch prev, had := touched[u.Owner]; {
+		case !had:
+			touched[u.Owner] = keys
+		case prev == nil || keys == nil:
+			touched[u.Owner] = nil
+		default:
+			for k := range keys {
+				prev[k] = true
+			}
+		}
 	}
 	if err := s.conflictLocked(next); err != nil {
 		s.mu.Unlock()
@@ -142,7 +168,7 @@ func (s *Store) Update(ctx context.Context, ups []OwnerUpdate) error {
 	}
 	var ops changeOps
 	for _, o := range order {
-		diffOps(&ops, o, s.owners[o], next[o])
+		diffOps(&ops, o, s.owners[o], next[o], touched[o])
 	}
 	s.mu.Unlock()
 

@@ -25,7 +25,8 @@
 // ADD asynchronously and is not in the ADD's time. Times are reported, never asserted.
 //
 // Run it with `make bench-policy-ab` (it builds the before commit POLICY_BEFORE from git
-// archive). Results: bench/RESULTS.md "NetworkPolicy off the agent's lock (issue 21)".
+// archive). POLICY_AB_LOGS=DIR keeps each session's daemon log (BUILD-on|off-ROUND.log,
+// the node's log so far). Results: bench/RESULTS.md "NetworkPolicy off the agent's lock (issue 21)".
 package policyscale
 
 import (
@@ -271,7 +272,13 @@ func (b *abBuild) session(t *testing.T, api *kapi.API, on bool, conc, labelReps 
 		"--topology", "kubernetes", "--kubeconfig", n.kc, "--node-name", b.nodeName, "--cluster-cidr", "10.250.0.0/16",
 		"--mtu", "1450", "--start-timeout", "4m", "--add-timeout", "60s", "--flow-audit-interval", "0",
 		"--network-policy="+strconv.FormatBool(on))
-	defer n.StopDaemon()
+	defer func() {
+		n.StopDaemon()
+		if d := os.Getenv("POLICY_AB_LOGS"); d != "" {
+			lg, _ := os.ReadFile(n.LogPath)
+			_ = os.WriteFile(filepath.Join(d, fmt.Sprintf("%s-%s-%d.log", b.name, s.Policy, b.round)), lg, 0o644)
+		}
+	}()
 	s.StartSeconds = time.Since(start).Seconds()
 	wall, lat, errs := b.wireBurst(t, api, conc, false)
 	s.AddWall, s.Add, s.Errors = wall.Seconds(), lat, append(s.Errors, errs...)
