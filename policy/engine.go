@@ -333,23 +333,9 @@ func (e *Engine) podChanged(k string, old, st *podState) Changes {
 func (e *Engine) updateMembership(k string, old, st *podState, dirty map[*ruleState]bool) {
 	dataChanged := !samePeerData(old, st)
 	ns, _, _ := cutKey(k)
-	// A pod whose namespace, labels and eligibility are the same (a status write: its
-	// address, its phase while running) matches the same rules as before, except rules
-	// whose ipBlock peers count for it (named-port egress): membership needs no selector
-	// evaluated, only the rules it is a member of are marked if its data changed. At
-	// 1,000 policies this is what every Pod status event of a burst of ADDs cost.
-	sameInputs := old != nil && st != nil && old.pod != nil && st.pod != nil &&
-		old.peerEligible() == st.peerEligible() && old.pod.Namespace == st.pod.Namespace &&
-		sameLabels(old.pod.Labels, st.pod.Labels)
 	visit := func(r *ruleState, ps *policyState) {
-		was := r.members[k]
-		if sameInputs && !(r.namedEgress && hasIPBlock(r.rule)) {
-			if was && dataChanged {
-				dirty[r] = true
-			}
-			return
-		}
 		in := e.matchesPeer(ps, r, st)
+		was := r.members[k]
 		switch {
 		case in && !was:
 			r.members[k] = true
