@@ -81,8 +81,11 @@ func TestAddBoundedWhileOVSStalls(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			// A flow audit every second keeps one in flight during every fault: an ADD
+			// must not wait behind an audit's dump of a switch that does not answer (seen:
+			// 7-10 s answers with the default 30 s audit, at the audit's tick).
 			n := startNodeWith(t, tc.subnet, filepath.Join(buildBinaries(t), "ofsdn-node"),
-				"--add-timeout", stallAddTimeout.String())
+				"--add-timeout", stallAddTimeout.String(), "--flow-audit-interval", "1s")
 			old := n.addPod("s0")
 			before := n.flowSet(t)
 			hc := netnsHTTP(t, n.OVS.NetnsPath())
