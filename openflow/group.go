@@ -400,19 +400,11 @@ func decodeGroupStats(body []byte) ([]GroupStats, error) {
 // ApplyGroupMods is Conn.ApplyGroupMods on the current connection; it fails fast with an
 // error matching ErrDisconnected while there is none.
 func (s *Switch) ApplyGroupMods(ctx context.Context, mods []GroupMod) error {
-	c, err := s.Conn()
-	if err != nil {
-		return err
-	}
-	return c.ApplyGroupMods(ctx, mods)
+	return onConnErr(s, func(c *Conn) error { return c.ApplyGroupMods(ctx, mods) })
 }
 
 // GroupStats is Conn.GroupStats on the current connection; it fails fast with an error
 // matching ErrDisconnected while there is none.
 func (s *Switch) GroupStats(ctx context.Context, id uint32) ([]GroupStats, error) {
-	c, err := s.Conn()
-	if err != nil {
-		return nil, err
-	}
-	return c.GroupStats(ctx, id)
+	return onConn(s, func(c *Conn) ([]GroupStats, error) { return c.GroupStats(ctx, id) })
 }

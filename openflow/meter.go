@@ -251,9 +251,5 @@ func decodeMeterStatsReply(msg []byte) ([]MeterStats, error) {
 // MeterStats is Conn.MeterStats on the current connection; it fails fast with an error
 // matching ErrDisconnected while there is none.
 func (s *Switch) MeterStats(ctx context.Context, id uint32) ([]MeterStats, error) {
-	c, err := s.Conn()
-	if err != nil {
-		return nil, err
-	}
-	return c.MeterStats(ctx, id)
+	return onConn(s, func(c *Conn) ([]MeterStats, error) { return c.MeterStats(ctx, id) })
 }

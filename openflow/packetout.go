@@ -45,9 +45,5 @@ func (s *Conn) PacketOut(ctx context.Context, ofport uint32, frame []byte) error
 // PacketOut is Conn.PacketOut on the current connection; it fails fast with an error
 // matching ErrDisconnected while there is none.
 func (s *Switch) PacketOut(ctx context.Context, ofport uint32, frame []byte) error {
-	c, err := s.Conn()
-	if err != nil {
-		return err
-	}
-	return c.PacketOut(ctx, ofport, frame)
+	return onConnErr(s, func(c *Conn) error { return c.PacketOut(ctx, ofport, frame) })
 }

@@ -305,21 +305,13 @@ func (s *Switch) DatapathID() uint64 {
 // DumpFlows is Conn.DumpFlows on the current connection; it fails fast with an error
 // matching ErrDisconnected while there is none.
 func (s *Switch) DumpFlows(ctx context.Context, tableID uint8, cookie, cookieMask uint64) ([]*openflow13.FlowStats, error) {
-	c, err := s.Conn()
-	if err != nil {
-		return nil, err
-	}
-	return c.DumpFlows(ctx, tableID, cookie, cookieMask)
+	return onConn(s, func(c *Conn) ([]*openflow13.FlowStats, error) { return c.DumpFlows(ctx, tableID, cookie, cookieMask) })
 }
 
 // Barrier is Conn.Barrier on the current connection; it fails fast with an error
 // matching ErrDisconnected while there is none.
 func (s *Switch) Barrier(ctx context.Context) error {
-	c, err := s.Conn()
-	if err != nil {
-		return err
-	}
-	return c.Barrier(ctx)
+	return onConnErr(s, func(c *Conn) error { return c.Barrier(ctx) })
 }
 
 // Echo is Conn.Echo on the current connection: one OFPT_ECHO_REQUEST (OpenFlow 1.3.5
@@ -330,9 +322,25 @@ func (s *Switch) Barrier(ctx context.Context) error {
 // ErrDisconnected while there is no connection, and with ctx's error (wrapped) when the
 // switch does not answer in time.
 func (s *Switch) Echo(ctx context.Context) (time.Duration, error) {
+	return onConn(s, func(c *Conn) (time.Duration, error) { return c.Echo(ctx) })
+}
+
+// onConn runs f on the current connection; it fails fast with an error matching
+// ErrDisconnected while there is none (the zero T with it).
+func onConn[T any](s *Switch, f func(*Conn) (T, error)) (T, error) {
 	c, err := s.Conn()
 	if err != nil {
-		return 0, err
+		var zero T
+		return zero, err
 	}
-	return c.Echo(ctx)
+	return f(c)
+}
+
+// onConnErr is onConn for calls that return only an error.
+func onConnErr(s *Switch, f func(*Conn) error) error {
+	c, err := s.Conn()
+	if err != nil {
+		return err
+	}
+	return f(c)
 }
