@@ -1,9 +1,7 @@
 package controller
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/netip"
 	"strings"
@@ -14,9 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/ofsdn/ofsdn/flows"
-	"github.com/ofsdn/ofsdn/openflow"
 	"github.com/ofsdn/ofsdn/policy"
-	"github.com/ofsdn/ofsdn/switchstate"
 )
 
 // TestPolicyRoundCoalescesConjunctions, against a real OVS frozen (SIGSTOP) while the
@@ -28,15 +24,7 @@ import (
 // store and on the switch are exactly those of the engine's final conjunctions built
 // from scratch, and no flow of the deleted conjunction is left.
 func TestPolicyRoundCoalescesConjunctions(t *testing.T) {
-	ovs, sw := ofTestBridge(t, openflow.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-
-	_, subnet, _ := net.ParseCIDR("10.244.1.0/24")
-	gwMAC, _ := net.ParseMAC("0a:58:0a:f4:01:01")
-	n := &Node{log: slog.Default(), runCtx: ctx, store: flowStore{switchstate.New()},
-		cfg: flows.NodeConfig{GatewayOFPort: 2, GatewayMAC: gwMAC, GatewayIP: net.ParseIP("10.244.1.1").To4(),
-			PodSubnet: subnet, Generation: 3, Policy: true}}
+	ovs, sw, n, ctx := switchTestNode(t, false)
 	if err := n.store.Sync(ctx, sw, nil, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +41,7 @@ func TestPolicyRoundCoalescesConjunctions(t *testing.T) {
 				IPs: []netip.Addr{netip.AddrFrom4([4]byte(ip))}, NodeName: "n1"})
 		})
 		atts[i] = &Attachment{ContainerID: "c" + name, IfName: "eth0", PodNamespace: "x", PodName: name,
-			HostVeth: "veth" + name, OFPort: uint32(100 + i), IP: &net.IPNet{IP: ip, Mask: subnet.Mask},
+			HostVeth: "veth" + name, OFPort: uint32(100 + i), IP: &net.IPNet{IP: ip, Mask: n.cfg.PodSubnet.Mask},
 			MAC: net.HardwareAddr{0x0a, 0x58, 10, 244, 1, byte(10 + i)}}
 	}
 	fromA := func(ports ...uint16) *policy.Policy {

@@ -1,9 +1,7 @@
 package controller
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/netip"
 	"strings"
@@ -14,10 +12,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/ofsdn/ofsdn/flows"
-	"github.com/ofsdn/ofsdn/openflow"
 	"github.com/ofsdn/ofsdn/policy"
-	"github.com/ofsdn/ofsdn/switchstate"
 )
 
 // TestPolicyRealizationOffTheAgentLock, against a real OVS whose ovs-vswitchd is frozen
@@ -29,15 +24,7 @@ import (
 // runs again the 15 ADDs share ONE bundle, and every pod's flows, rule flows included,
 // are on the switch.
 func TestPolicyRealizationOffTheAgentLock(t *testing.T) {
-	ovs, sw := ofTestBridge(t, openflow.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-
-	_, subnet, _ := net.ParseCIDR("10.244.1.0/24")
-	gwMAC, _ := net.ParseMAC("0a:58:0a:f4:01:01")
-	n := &Node{log: slog.Default(), runCtx: ctx, store: flowStore{switchstate.New()},
-		cfg: flows.NodeConfig{GatewayOFPort: 2, GatewayMAC: gwMAC, GatewayIP: net.ParseIP("10.244.1.1").To4(),
-			PodSubnet: subnet, Generation: 3, Policy: true}}
+	ovs, sw, n, ctx := switchTestNode(t, false)
 	var bundles atomic.Int32
 	n.store.SetObserver(func(kind string, _ int, _ time.Duration, _ error) {
 		if kind == "bundle" {
@@ -62,7 +49,7 @@ func TestPolicyRealizationOffTheAgentLock(t *testing.T) {
 		})
 		mac := net.HardwareAddr{0x0a, 0x58, 10, 244, 1, byte(10 + i)}
 		atts[i] = &Attachment{ContainerID: "c" + name, IfName: "eth0", PodNamespace: "x", PodName: name,
-			HostVeth: "veth" + name, OFPort: uint32(100 + i), IP: &net.IPNet{IP: ip, Mask: subnet.Mask}, MAC: mac}
+			HostVeth: "veth" + name, OFPort: uint32(100 + i), IP: &net.IPNet{IP: ip, Mask: n.cfg.PodSubnet.Mask}, MAC: mac}
 	}
 	a.Update(func(e *policy.Engine) policy.Changes {
 		return e.UpsertPolicy(&policy.Policy{Namespace: "x", Name: "from-a", PodSelector: labels.SelectorFromSet(labels.Set{"app": "a"}),

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"regexp"
 	"sort"
@@ -46,6 +47,23 @@ func ofTestBridge(t *testing.T, opts openflow.Options) (*sandbox.OVS, *openflow.
 	}
 	t.Cleanup(func() { sw.Close() })
 	return ovs, sw
+}
+
+// switchTestNode is a Node on a sandbox bridge for the realizers' tests (policy,
+// Services): pod subnet 10.244.1.0/24, gateway ofport 2, generation 3, NetworkPolicy on
+// (and the Services feature with services), its store not yet synchronised to the
+// returned connection; ctx ends with the test, after 60 s at most.
+func switchTestNode(t *testing.T, services bool) (*sandbox.OVS, *openflow.Conn, *Node, context.Context) {
+	t.Helper()
+	ovs, sw := ofTestBridge(t, openflow.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	_, subnet, _ := net.ParseCIDR("10.244.1.0/24")
+	gwMAC, _ := net.ParseMAC("0a:58:0a:f4:01:01")
+	n := &Node{log: slog.Default(), runCtx: ctx, store: flowStore{switchstate.New()},
+		cfg: flows.NodeConfig{GatewayOFPort: 2, GatewayMAC: gwMAC, GatewayIP: net.ParseIP("10.244.1.1").To4(),
+			PodSubnet: subnet, Generation: 3, Policy: true, Services: services}}
+	return ovs, sw, n, ctx
 }
 
 // ofDumpLines returns the flow lines of ovs-ofctl dump-flows of br-int.

@@ -1,19 +1,13 @@
 package controller
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
-	"net"
 	"net/netip"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/ofsdn/ofsdn/flows"
-	"github.com/ofsdn/ofsdn/openflow"
 	"github.com/ofsdn/ofsdn/proxy"
-	"github.com/ofsdn/ofsdn/switchstate"
 )
 
 // TestServiceSinkOnSwitch: the Service proxy's sink against a real switch. A Full update
@@ -23,14 +17,7 @@ import (
 // update holding one new port, which leaves the switch with exactly that port's flow and
 // group, nothing of the others. Ids freed by a sync are reused only by a later one.
 func TestServiceSinkOnSwitch(t *testing.T) {
-	ovs, sw := ofTestBridge(t, openflow.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	_, subnet, _ := net.ParseCIDR("10.244.1.0/24")
-	gwMAC, _ := net.ParseMAC("0a:58:0a:f4:01:01")
-	n := &Node{log: slog.Default(), runCtx: ctx, store: flowStore{switchstate.New()},
-		cfg: flows.NodeConfig{GatewayOFPort: 2, GatewayMAC: gwMAC, GatewayIP: net.ParseIP("10.244.1.1").To4(),
-			PodSubnet: subnet, Generation: 3, Policy: true, Services: true}}
+	ovs, sw, n, ctx := switchTestNode(t, true)
 	n.store.Load(flows.PipelineOwner, flows.PipelineFlows(n.cfg))
 	sp := newServiceProxy(n, ServiceOptions{})
 	if err := sp.loadMeter(n.store.Store); err != nil {
