@@ -40,7 +40,7 @@ func TestOfctlText(t *testing.T) {
 	_, subnet, _ := net.ParseCIDR("10.128.0.0/24")
 	cfg := flows.NodeConfig{GatewayOFPort: 1, GatewayMAC: net.HardwareAddr{0x0a, 0x58, 10, 128, 0, 1},
 		GatewayIP: net.IPv4(10, 128, 0, 1).To4(), PodSubnet: subnet, Generation: 1}
-	pod := flows.Pod{OFPort: 5, MAC: net.HardwareAddr{0x0a, 0x58, 10, 128, 0, 5}, IPs: []net.IP{net.IPv4(10, 128, 0, 5).To4()}}
+	pod := flows.Pod{OFPort: 5, MAC: net.HardwareAddr{0x0a, 0x58, 10, 128, 0, 5}, IPs: []net.IP{net.IPv4(10, 128, 0, 5).To4()}, OwnerID: 3}
 	for _, f := range flows.PodFlows(cfg, pod) {
 		got := ofctlText(f.String())
 		for _, tb := range flows.Tables() {
@@ -127,7 +127,7 @@ func BenchmarkPodFlows(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		ip := nthIP(subnet, uint32(2+i%60000))
-		pod := flows.Pod{OFPort: uint32(100 + i%60000), MAC: net.HardwareAddr{0x0a, 0x58, ip[0], ip[1], ip[2], ip[3]}, IPs: []net.IP{ip}}
+		pod := flows.Pod{OFPort: uint32(100 + i%60000), MAC: net.HardwareAddr{0x0a, 0x58, ip[0], ip[1], ip[2], ip[3]}, IPs: []net.IP{ip}, OwnerID: uint32(1 + i%60000)}
 		if err := n.sw.Apply(ctx, addOps("pod", flows.PodFlows(n.cfg, pod))); err != nil {
 			b.Fatal(err)
 		}

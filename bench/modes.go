@@ -251,7 +251,7 @@ func (m *shellMode) Add(ctx context.Context, p Pod) error {
 	if _, err := fmt.Sscan(out, &ofport); err != nil || ofport == 0 || ofport >= 0xff00 {
 		return fmt.Errorf("ovs-vsctl get Interface %s ofport: %q", hostVeth, out)
 	}
-	fs := flows.PodFlows(m.n.cfg, flows.Pod{OFPort: ofport, MAC: res.ContainerMAC, IPs: []net.IP{addr.IP}})
+	fs := flows.PodFlows(m.n.cfg, flows.Pod{OFPort: ofport, MAC: res.ContainerMAC, IPs: []net.IP{addr.IP}, OwnerID: benchOwnerID(addr.IP)})
 	if m.bundle {
 		var b strings.Builder
 		for _, f := range fs {
@@ -279,7 +279,7 @@ func (m *shellMode) Del(ctx context.Context, p Pod) error {
 	port, ok := m.n.db.GetPort(hostVeth)
 	if ok && port.OFPort > 0 {
 		mac := podnet.MACFromIP(lease.IP)
-		fs := flows.PodFlows(m.n.cfg, flows.Pod{OFPort: uint32(port.OFPort), MAC: mac, IPs: []net.IP{lease.IP.To4()}})
+		fs := flows.PodFlows(m.n.cfg, flows.Pod{OFPort: uint32(port.OFPort), MAC: mac, IPs: []net.IP{lease.IP.To4()}, OwnerID: benchOwnerID(lease.IP)})
 		var err error
 		if m.bundle {
 			var b strings.Builder

@@ -136,17 +136,25 @@ func (n *plainNode) wire(ctx context.Context, p Pod, ip *net.IPNet, step func(st
 	if err != nil {
 		return flows.Pod{}, err
 	}
-	fp := flows.Pod{OFPort: uint32(ofport), MAC: mac, IPs: []net.IP{ip.IP.To4()}}
+	fp := flows.Pod{OFPort: uint32(ofport), MAC: mac, IPs: []net.IP{ip.IP.To4()}, OwnerID: benchOwnerID(ip.IP)}
 	err = n.sw.Apply(ctx, addOps("pod "+p.ContainerID, flows.PodFlows(n.cfg, fp)))
 	step("openflow")
 	return fp, err
+}
+
+// benchOwnerID is the flow owner id the benchmark's own modes give the pod at ip: the
+// address as a big-endian uint32, unique in their one pool (the daemon allocates ids with
+// its leases instead, ipam.Lease.OwnerID; an id costs the same either way).
+func benchOwnerID(ip net.IP) uint32 {
+	ip4 := ip.To4()
+	return uint32(ip4[0])<<24 | uint32(ip4[1])<<16 | uint32(ip4[2])<<8 | uint32(ip4[3])
 }
 
 // unwire is the floor of one pod DEL: one flow mod deleting the pod's flows by cookie
 // (+ barrier), one OVSDB transaction removing the port, one netlink message deleting the
 // veth pair.
 func (n *plainNode) unwire(ctx context.Context, p Pod, ip net.IP, step func(string)) error {
-	cookie, mask := flows.PodCookie(flows.Pod{IPs: []net.IP{ip}})
+	cookie, mask := flows.PodCookie(flows.Pod{IPs: []net.IP{ip}, OwnerID: benchOwnerID(ip)})
 	if err := n.sw.Apply(ctx, []openflow.FlowModOp{{Mod: flows.DeleteByCookie(cookie, mask), Name: "delete pod " + p.ContainerID}}); err != nil {
 		return err
 	}

@@ -101,7 +101,7 @@ func RunScale(ctx context.Context, script string, pods, peers int, logf func(str
 	var podOwners, peerOwners []owned
 	for i := 0; i < pods; i++ {
 		ip := nthIP(subnet, uint32(i+2))
-		p := flows.Pod{OFPort: uint32(i + 2), MAC: net.HardwareAddr{0x0a, 0x58, ip[0], ip[1], ip[2], ip[3]}, IPs: []net.IP{ip}}
+		p := flows.Pod{OFPort: uint32(i + 2), MAC: net.HardwareAddr{0x0a, 0x58, ip[0], ip[1], ip[2], ip[3]}, IPs: []net.IP{ip}, OwnerID: uint32(i + 1)}
 		if p.OFPort == cfg.GatewayOFPort {
 			p.OFPort = uint32(pods + 10)
 		}

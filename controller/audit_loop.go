@@ -91,8 +91,9 @@ func (n *Node) auditFlows(interval time.Duration) {
 	}
 }
 
-// leasedPodCookie reports whether cookie is a pod owner's whose address holds an IP
-// lease: such a pod may be live, and its flows are not deleted as owned by nobody.
+// leasedPodCookie reports whether cookie is a pod owner's whose owner id an IP lease
+// holds (ipam.Lease.OwnerID): such a pod may be live, and its flows are not deleted as
+// owned by nobody.
 func (n *Node) leasedPodCookie(cookie uint64) bool {
 	c := flows.Cookie(cookie)
 	if c.Owner() != flows.OwnerPod {
@@ -100,7 +101,7 @@ func (n *Node) leasedPodCookie(cookie uint64) bool {
 	}
 	id := c.OwnerID()
 	for _, l := range n.leases.List() {
-		if ip := l.IP.To4(); ip != nil && uint32(ip[0])<<24|uint32(ip[1])<<16|uint32(ip[2])<<8|uint32(ip[3]) == id {
+		if l.OwnerID == id {
 			return true
 		}
 	}

@@ -213,15 +213,15 @@ func TestPickGeneration(t *testing.T) {
 	}
 }
 
-// TestAuditKeepsLeasedPods: the audit's keep rule holds flows of a pod owner whose
-// address has a lease, and nothing else.
+// TestAuditKeepsLeasedPods: the audit's keep rule holds flows of a pod owner whose owner
+// id a lease holds, and nothing else (not the owner whose id is the leased address).
 func TestAuditKeepsLeasedPods(t *testing.T) {
 	w := newWorld()
 	n := testNode(w)
 	ip := nthIP(w.subnet, 5)
-	w.leases["c/eth0"] = ipam.Lease{IP: ip, ContainerID: "c", IfName: "eth0"}
-	leased := flows.PodOwner(flows.Pod{IPs: []net.IP{ip}})
-	other := flows.PodOwner(flows.Pod{IPs: []net.IP{nthIP(w.subnet, 6)}})
+	w.leases["c/eth0"] = ipam.Lease{IP: ip, ContainerID: "c", IfName: "eth0", OwnerID: 41}
+	leased := flows.PodOwner(flows.Pod{IPs: []net.IP{ip}, OwnerID: 41})
+	other := flows.PodOwner(flows.Pod{IPs: []net.IP{nthIP(w.subnet, 6)}, OwnerID: ipv4(ip)})
 	cookie := func(o flows.Owner) uint64 { c, _ := o.Cookie(); return c | uint64(flows.NewCookie(1, 0, 0)) }
 	if !n.leasedPodCookie(cookie(leased)) {
 		t.Error("flow of a leased pod address not kept")

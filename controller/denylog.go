@@ -52,6 +52,8 @@ type denyLog struct {
 	q     *openflow.PacketInQueue
 	rate  uint32
 	names func(ip netip.Addr) string // "ns/name" or ""
+	// podAddr returns the address of the pod whose flow owner id is id (Attachment.OwnerID).
+	podAddr func(id uint32) (netip.Addr, bool)
 
 	logged      atomic.Uint64
 	undecodable atomic.Uint64
@@ -64,8 +66,8 @@ type denyLog struct {
 	done chan struct{}
 }
 
-func newDenyLog(log *slog.Logger, rate uint32, names func(netip.Addr) string) *denyLog {
-	return &denyLog{log: log, q: openflow.NewPacketInQueue(DenyLogQueueSize), rate: rate, names: names,
+func newDenyLog(log *slog.Logger, rate uint32, names func(netip.Addr) string, podAddr func(id uint32) (netip.Addr, bool)) *denyLog {
+	return &denyLog{log: log, q: openflow.NewPacketInQueue(DenyLogQueueSize), rate: rate, names: names, podAddr: podAddr,
 		stop: make(chan struct{}), done: make(chan struct{})}
 }
 
@@ -184,9 +186,11 @@ func (d *denyLog) decode(p openflow.PacketIn) (deniedEntry, error) {
 		return e, fmt.Errorf("packet-in from table %s cookie %s: %w", flows.TableID(p.TableID).Name(), ck, err)
 	}
 	e.Headers = h
-	id := ck.OwnerID()
-	iso := netip.AddrFrom4([4]byte{byte(id >> 24), byte(id >> 16), byte(id >> 8), byte(id)})
-	e.IsolatedPod = d.name(iso)
+	if iso, ok := d.podAddr(ck.OwnerID()); ok {
+		e.IsolatedPod = d.name(iso)
+	} else {
+		e.IsolatedPod = fmt.Sprintf("pod owner id %d (gone)", ck.OwnerID())
+	}
 	e.Src, e.Dst = d.name(h.Src), d.name(h.Dst)
 	return e, nil
 }
@@ -262,6 +266,26 @@ func (n *Node) DenyLogStats(ctx context.Context) (*DenyLogStats, error) {
 	var err error
 	st.MeterDropped, err = d.meterDrops(ctx, n.sw)
 	return st, err
+}
+
+// podAddrOfOwner returns the address of the local attachment, or else of the IP lease,
+// whose flow owner id is id.
+func (n *Node) podAddrOfOwner(id uint32) (netip.Addr, bool) {
+	for _, a := range n.Pods() {
+		if a.OwnerID == id && a.IP != nil {
+			if ip, ok := netip.AddrFromSlice(a.IP.IP.To4()); ok {
+				return ip, true
+			}
+		}
+	}
+	for _, l := range n.leases.List() {
+		if l.OwnerID == id {
+			if ip, ok := netip.AddrFromSlice(l.IP.To4()); ok {
+				return ip, true
+			}
+		}
+	}
+	return netip.Addr{}, false
 }
 
 // podName names ip: a local attachment's pod, else a pod of the policy model, else "".

@@ -133,7 +133,9 @@ func TestDenyLogRealPacketsRateLimited(t *testing.T) {
 	const rate, sent = 10, 200
 	logs := &lockedBuf{}
 	names := map[netip.Addr]string{netip.MustParseAddr("10.244.1.5"): "x/a", netip.MustParseAddr("10.244.1.6"): "x/b"}
-	d := newDenyLog(slog.New(slog.NewJSONHandler(logs, nil)), rate, func(ip netip.Addr) string { return names[ip] })
+	owners := map[uint32]netip.Addr{31: netip.MustParseAddr("10.244.1.5"), 32: netip.MustParseAddr("10.244.1.6")}
+	d := newDenyLog(slog.New(slog.NewJSONHandler(logs, nil)), rate, func(ip netip.Addr) string { return names[ip] },
+		func(id uint32) (netip.Addr, bool) { ip, ok := owners[id]; return ip, ok })
 	go d.run()
 	defer d.close()
 
@@ -154,8 +156,8 @@ func TestDenyLogRealPacketsRateLimited(t *testing.T) {
 	gwMAC, _ := net.ParseMAC("0a:58:0a:f4:01:01")
 	cfg := flows.NodeConfig{GatewayOFPort: 2, GatewayMAC: gwMAC, GatewayIP: net.ParseIP("10.244.1.1").To4(), PodSubnet: subnet,
 		Generation: 5, Policy: true, DenyLog: true}
-	a := flows.Pod{OFPort: 3, MAC: macA, IPs: []net.IP{net.ParseIP("10.244.1.5").To4()}}
-	b := flows.Pod{OFPort: 4, MAC: macB, IPs: []net.IP{net.ParseIP("10.244.1.6").To4()}}
+	a := flows.Pod{OFPort: 3, MAC: macA, IPs: []net.IP{net.ParseIP("10.244.1.5").To4()}, OwnerID: 31}
+	b := flows.Pod{OFPort: 4, MAC: macB, IPs: []net.IP{net.ParseIP("10.244.1.6").To4()}, OwnerID: 32}
 	want := append(flows.PipelineFlows(cfg), flows.PodFlows(cfg, a)...)
 	want = append(want, flows.PodFlows(cfg, b)...)
 	deny := flows.PodPolicyFlows(cfg, b, true, false)

@@ -73,9 +73,12 @@ func TestParsePacket(t *testing.T) {
 func TestDenyLogDecodeAndLine(t *testing.T) {
 	var buf bytes.Buffer
 	names := map[netip.Addr]string{netip.MustParseAddr("10.244.1.5"): "x/a"}
-	d := newDenyLog(slog.New(slog.NewJSONHandler(&buf, nil)), 100, func(ip netip.Addr) string { return names[ip] })
+	// The isolated pod is found by its flow owner id, which is not its address.
+	owners := map[uint32]netip.Addr{17: netip.MustParseAddr("10.244.1.5")}
+	d := newDenyLog(slog.New(slog.NewJSONHandler(&buf, nil)), 100, func(ip netip.Addr) string { return names[ip] },
+		func(id uint32) (netip.Addr, bool) { ip, ok := owners[id]; return ip, ok })
 	egress, ingress := policyTables()
-	pod := flows.Pod{IPs: []net.IP{net.ParseIP("10.244.1.5")}}
+	pod := flows.Pod{IPs: []net.IP{net.ParseIP("10.244.1.5")}, OwnerID: 17}
 	ck, _ := flows.PodCookie(pod)
 	ck |= uint64(flows.NewCookie(7, flows.OwnerPod, 0)) // version and generation bits as on the switch
 	frame := ipv4Frame(0, 5, 6, 0, "10.244.9.9", "10.244.1.5", ports(40001, 81))

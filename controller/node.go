@@ -324,7 +324,7 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 		if rate == 0 {
 			rate = 100
 		}
-		n.denyLog = newDenyLog(n.log, rate, n.podName)
+		n.denyLog = newDenyLog(n.log, rate, n.podName, n.podAddrOfOwner)
 		if err := n.denyLog.loadMeter(n.store.Store); err != nil {
 			close(n.denyLog.done) // its loop never ran: fail's close must not wait for it
 			return fail(err)
@@ -1012,6 +1012,7 @@ func (n *Node) restorePods(ctx context.Context) {
 			n.log.Warn("port has no ofport yet; leaving it for garbage collection", "port", p.Name, "container_id", a.ContainerID)
 			continue
 		}
+		n.fillOwnerID(a)
 		n.loadRestored(a)
 		fromPorts = append(fromPorts, a)
 	}
@@ -1095,6 +1096,7 @@ func (n *Node) restoreFromLease(ctx context.Context, l ipam.Lease, hostVeth stri
 		MAC:     podnet.MACFromIP(l.IP),
 		Gateway: n.config().GatewayIP,
 		OFPort:  uint32(l.OFPort),
+		OwnerID: l.OwnerID,
 	}
 	if a.Netns != "" {
 		if err := n.netns.Check(a.Netns, a.IfName, a.IP, a.Gateway, a.MAC); err != nil {
@@ -1122,7 +1124,7 @@ func (n *Node) restoreLease(ctx context.Context, a *Attachment) error {
 		return err
 	}
 	return n.ipam.Restore(ipam.Lease{IP: a.IP.IP, ContainerID: a.ContainerID, IfName: a.IfName,
-		Owner: a.PodNamespace + "/" + a.PodName, Network: a.Network})
+		Owner: a.PodNamespace + "/" + a.PodName, Network: a.Network, OwnerID: a.OwnerID})
 }
 
 func maskOnes(n *net.IPNet) int {

@@ -189,8 +189,8 @@ func (w *world) ReserveLease(want ipam.Lease) (net.IP, func() error, error) {
 		return l.IP, durable(false), nil
 	}
 	ip := nthIP(w.subnet, w.nextIP)
+	want.IP, want.OwnerID = ip, 500+w.nextIP-2 // an owner id apart from the address, as ipam.Store allocates; as put gives
 	w.nextIP++
-	want.IP = ip
 	w.leases[k] = want
 	return ip, durable(true), nil
 }
@@ -336,7 +336,7 @@ func podReq(id string) PodRequest {
 // port (also when the failing transaction committed its row) and flows.
 func TestAddPodUndoesInReverse(t *testing.T) {
 	veth := podnet.HostVethName("c1", "eth0")
-	pod := "pod 10.128.0.2"
+	pod := "pod owner 500" // the owner id the lease was given (world.ReserveLease), not the address
 	for _, c := range []struct {
 		name    string
 		fail    string
@@ -519,7 +519,7 @@ func TestDelPodWithResourcesGone(t *testing.T) {
 	if err := n.DelPod(context.Background(), podReq("c1")); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"flows.DeleteOwner pod 10.128.0.2", "ovsdb.DeletePort " + veth, "podnet.Teardown " + veth, "ipam.Release c1/eth0"}
+	want := []string{"flows.DeleteOwner pod owner 500", "ovsdb.DeletePort " + veth, "podnet.Teardown " + veth, "ipam.Release c1/eth0"}
 	if got := w.log(); !reflect.DeepEqual(got, want) {
 		t.Errorf("DEL journal %v, want %v", got, want)
 	}
@@ -557,12 +557,13 @@ type attachment struct {
 	notOurs bool   // the port carries no ofsdn external_ids (another program's port)
 }
 
-// put builds a's pieces in w and n; lease i is 10.128.0.(i+2).
+// put builds a's pieces in w and n; lease i is 10.128.0.(i+2), flow owner id 500+i.
 func (a attachment) put(w *world, n *Node, i int) {
 	veth := podnet.HostVethName(a.id, "eth0")
 	ip := nthIP(w.subnet, uint32(i+2))
 	at := &Attachment{ContainerID: a.id, IfName: "eth0", Netns: "/var/run/netns/" + a.id, HostVeth: veth, Network: a.network,
-		IP: &net.IPNet{IP: ip, Mask: w.subnet.Mask}, MAC: podnet.MACFromIP(ip), OFPort: uint32(max(a.ofport, 0)), Gateway: n.cfg.GatewayIP}
+		IP: &net.IPNet{IP: ip, Mask: w.subnet.Mask}, MAC: podnet.MACFromIP(ip), OFPort: uint32(max(a.ofport, 0)), Gateway: n.cfg.GatewayIP,
+		OwnerID: uint32(500 + i)}
 	if a.port {
 		ext := at.externalIDs()
 		if a.notOurs {
@@ -574,7 +575,7 @@ func (a attachment) put(w *world, n *Node, i int) {
 		w.veths[veth] = true
 	}
 	if a.lease {
-		w.leases[attachmentKey(a.id, "eth0")] = ipam.Lease{IP: ip, ContainerID: a.id, IfName: "eth0", Network: a.network}
+		w.leases[attachmentKey(a.id, "eth0")] = ipam.Lease{IP: ip, ContainerID: a.id, IfName: "eth0", Network: a.network, OwnerID: at.OwnerID}
 	}
 	if a.flows {
 		w.flows[at.owner()] = flows.PodFlows(n.cfg, at.flowPod())
@@ -597,7 +598,7 @@ func (a attachment) remains(w *world, i int) string {
 	if _, ok := w.leases[attachmentKey(a.id, "eth0")]; ok {
 		out = append(out, "lease")
 	}
-	if _, ok := w.flows[flows.Owner{Kind: flows.OwnerPod, ID: ipv4(nthIP(w.subnet, uint32(i+2)))}]; ok {
+	if _, ok := w.flows[flows.Owner{Kind: flows.OwnerPod, ID: uint32(500 + i)}]; ok {
 		out = append(out, "flows")
 	}
 	return strings.Join(out, "+")

@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync"
 	"time"
 
@@ -57,6 +58,11 @@ const (
 	// Network configuration format") the attachment was added with. Ports written before
 	// ofsdn recorded it lack the key; they belong to every network (scope.go).
 	ExtIDNetwork = "ofsdn-network"
+	// ExtIDOwnerID holds the attachment's flow owner id (Attachment.OwnerID, decimal), so
+	// that its flows can be found from its port when its lease is gone. Ports written
+	// before ofsdn recorded it lack the key; their flows carry the pod's IPv4 address as
+	// the id (ownerIDOf).
+	ExtIDOwnerID = "ofsdn-owner-id"
 )
 
 // PodRequest is what the pod manager needs from a CNI request, in the CNI wire format's
@@ -108,6 +114,10 @@ type Attachment struct {
 	ContainerIfIndex int
 	// MTU is the pod interface's MTU in bytes.
 	MTU int
+	// OwnerID is the attachment's flow owner id (the id of its flows' cookies, kind
+	// flows.OwnerPod), 1..2^32-1: the one its IP lease holds (ipam.Lease.OwnerID), also
+	// recorded on its port (ExtIDOwnerID).
+	OwnerID uint32
 }
 
 func (a *Attachment) key() string { return attachmentKey(a.ContainerID, a.IfName) }
@@ -115,7 +125,28 @@ func (a *Attachment) key() string { return attachmentKey(a.ContainerID, a.IfName
 // owner is the attachment's flow owner: its flows' store key and cookie (flows.PodOwner).
 func (a *Attachment) owner() flows.Owner { return flows.PodOwner(a.flowPod()) }
 func (a *Attachment) flowPod() flows.Pod {
-	return flows.Pod{OFPort: a.OFPort, MAC: a.MAC, IPs: []net.IP{a.IP.IP.To4()}}
+	return flows.Pod{OFPort: a.OFPort, MAC: a.MAC, IPs: []net.IP{a.IP.IP.To4()}, OwnerID: a.OwnerID}
+}
+
+// ownerIDOf returns the flow owner id of the attachment (containerID, ifName) at ip when a
+// does not know it (rebuilt from a port of an older ofsdn, or from a lease): the id its
+// lease holds, else the one ofsdn gave pods before it recorded owner ids, the IPv4
+// address as a big-endian uint32 (what the flows of such a pod carry).
+func (n *Node) ownerIDOf(containerID, ifName string, ip net.IP) uint32 {
+	if l, ok := n.leases.Get(containerID, ifName); ok && l.IP.Equal(ip) && l.OwnerID != 0 {
+		return l.OwnerID
+	}
+	if ip4 := ip.To4(); ip4 != nil {
+		return uint32(ip4[0])<<24 | uint32(ip4[1])<<16 | uint32(ip4[2])<<8 | uint32(ip4[3])
+	}
+	return 0
+}
+
+// fillOwnerID gives a (when not nil) its flow owner id if it has none (ownerIDOf).
+func (n *Node) fillOwnerID(a *Attachment) {
+	if a != nil && a.OwnerID == 0 && a.IP != nil {
+		a.OwnerID = n.ownerIDOf(a.ContainerID, a.IfName, a.IP.IP)
+	}
 }
 
 func attachmentKey(containerID, ifName string) string { return containerID + "/" + ifName }
@@ -231,6 +262,7 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 		Gateway:  n.config().GatewayIP,
 		MTU:      n.opts.MTU,
 	}
+	n.fillOwnerID(a) // the id the lease was given with the address
 
 	// 2. veth pair, pod end born in the pod netns, configured with the reserved address
 	// (nothing outside the pod's netns and the host veth sees it before step 3).
@@ -363,8 +395,9 @@ func (n *Node) DelPod(ctx context.Context, req PodRequest) error {
 	lease, leased := n.leases.Get(req.ContainerID, req.IfName)
 	if a == nil && leased {
 		a = &Attachment{ContainerID: req.ContainerID, IfName: req.IfName, HostVeth: hostVeth, Network: lease.Network,
-			IP: &net.IPNet{IP: lease.IP.To4(), Mask: n.opts.PodSubnet.Mask}}
+			IP: &net.IPNet{IP: lease.IP.To4(), Mask: n.opts.PodSubnet.Mask}, OwnerID: lease.OwnerID}
 	}
+	n.fillOwnerID(a)
 	// Another network's attachment with the same container ID and interface name (its
 	// ADD for this network failed on the conflict, and the runtime cleans up): not ours
 	// to remove. DEL of this network has nothing to do.
@@ -775,6 +808,9 @@ func (a *Attachment) externalIDs() map[string]string {
 	if a.Network != "" {
 		ids[ExtIDNetwork] = a.Network
 	}
+	if a.OwnerID != 0 {
+		ids[ExtIDOwnerID] = strconv.FormatUint(uint64(a.OwnerID), 10)
+	}
 	return ids
 }
 
@@ -795,6 +831,9 @@ func attachmentFromPort(p ovsdb.PortInfo) (*Attachment, bool) {
 		ContainerID: cid, IfName: e[ExtIDIfName], Netns: e[ExtIDNetns],
 		PodNamespace: e[ExtIDPodNamespace], PodName: e[ExtIDPodName], Network: e[ExtIDNetwork],
 		HostVeth: p.Name, IP: &net.IPNet{IP: ip.To4(), Mask: ipnet.Mask}, MAC: mac,
+	}
+	if id, err := strconv.ParseUint(e[ExtIDOwnerID], 10, 32); err == nil && id != 0 {
+		a.OwnerID = uint32(id)
 	}
 	if p.OFPort > 0 {
 		a.OFPort = uint32(p.OFPort)

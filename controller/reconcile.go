@@ -120,9 +120,11 @@ func (n *Node) removeBroken(ctx context.Context, containerID, ifName, port strin
 	if a == nil {
 		// As DEL does: the lease names the pod's address, hence its flows' cookie.
 		if lease, ok := n.leases.Get(containerID, ifName); ok {
-			a = &Attachment{ContainerID: containerID, IfName: ifName, IP: &net.IPNet{IP: lease.IP.To4(), Mask: n.opts.PodSubnet.Mask}}
+			a = &Attachment{ContainerID: containerID, IfName: ifName, IP: &net.IPNet{IP: lease.IP.To4(), Mask: n.opts.PodSubnet.Mask},
+				OwnerID: lease.OwnerID}
 		}
 	}
+	n.fillOwnerID(a)
 	var errs []error
 	if n.policy != nil && a != nil {
 		n.policy.detach(a)

@@ -139,7 +139,7 @@ func TestSwitchReconnectReplaysExactDesiredState(t *testing.T) {
 		GatewayIP: net.ParseIP("10.150.0.1").To4(), PodSubnet: subnet, Generation: 7}
 	pod := func(i int) flows.Pod {
 		return flows.Pod{OFPort: uint32(10 + i), MAC: net.HardwareAddr{0x0a, 0x58, 0x0a, 0x96, 0, byte(i)},
-			IPs: []net.IP{net.IPv4(10, 150, 0, byte(i)).To4()}}
+			IPs: []net.IP{net.IPv4(10, 150, 0, byte(i)).To4()}, OwnerID: uint32(0x0a960000 + i)}
 	}
 	store := flowStore{switchstate.New()}
 	store.Load(flows.PipelineOwner, flows.PipelineFlows(cfg))

@@ -30,7 +30,7 @@ func (s nodeSource) Pods() ([]Pod, error) {
 	out := []Pod{}
 	for _, a := range n.Pods() {
 		p := Pod{ContainerID: a.ContainerID, IfName: a.IfName, Namespace: a.PodNamespace,
-			Name: a.PodName, OFPort: a.OFPort, HostVeth: a.HostVeth, Netns: a.Netns}
+			Name: a.PodName, OFPort: a.OFPort, OwnerID: a.OwnerID, HostVeth: a.HostVeth, Netns: a.Netns}
 		if a.IP != nil {
 			p.IP = a.IP.String()
 		}

@@ -54,6 +54,9 @@ type Pod struct {
 	MAC string `json:"mac"`
 	// OFPort is the OVS port's OpenFlow port number.
 	OFPort uint32 `json:"ofport"`
+	// OwnerID is the id of the pod's flow owner: the low 32 bits of its flows' cookies,
+	// whose owner kind (bits 39..32) is 2, pod (flows.Cookie); 1..2^32-1.
+	OwnerID uint32 `json:"ownerID"`
 	// HostVeth is the host end of the veth pair, also the OVS port's name.
 	HostVeth string `json:"hostVeth"`
 	// Netns is the path of the pod's network namespace.

@@ -162,8 +162,12 @@ var (
 //	                                          start so a restart can delete old flows
 //	bits 39..32  owner kind        (8 bits)  OwnerPipeline (1), OwnerPod (2), OwnerPeer (3),
 //	                                          OwnerPolicy (4)
-//	bits 31..0   owner id          (32 bits) pod: its IPv4 address as a big-endian
-//	                                          uint32 (unique among live pods of a node);
+//	bits 31..0   owner id          (32 bits) pod: Pod.OwnerID, allocated with its
+//	                                          IP lease and recorded there (unique
+//	                                          among the node's leases, kept across
+//	                                          restarts; for a lease written before
+//	                                          ofsdn recorded owner ids, its IPv4
+//	                                          address as a big-endian uint32);
 //	                                          peer: the network address of its pod subnet
 //	                                          (unique among peers; stable when the peer's
 //	                                          node IP changes); policy: the conjunction
@@ -187,7 +191,7 @@ type OwnerKind uint8
 const (
 	// OwnerPipeline: the node's own flows (table defaults, gateway), built by PipelineFlows.
 	OwnerPipeline OwnerKind = 1
-	// OwnerPod: one local pod's flows, built by PodFlows; owner id = pod IPv4 address.
+	// OwnerPod: one local pod's flows, built by PodFlows; owner id = Pod.OwnerID.
 	OwnerPod OwnerKind = 2
 	// OwnerPeer: one peer node's flows, built by PeerFlows; owner id = the network address
 	// of the peer's pod subnet.
@@ -234,7 +238,7 @@ func (c Cookie) Generation() uint16 { return uint16(uint64(c) >> cookieGeneratio
 // Owner returns the owner kind.
 func (c Cookie) Owner() OwnerKind { return OwnerKind(uint64(c) >> cookieOwnerShift) }
 
-// OwnerID returns the owner id (a pod's IPv4 address or a peer's pod subnet address as
+// OwnerID returns the owner id (a pod's Pod.OwnerID, a peer's pod subnet address as
 // uint32, 0 for the pipeline).
 func (c Cookie) OwnerID() uint32 { return uint32(c) }
 
@@ -255,9 +259,9 @@ type Owner struct {
 // PipelineOwner owns the node's own flows (PipelineFlows).
 var PipelineOwner = Owner{Kind: OwnerPipeline}
 
-// PodOwner returns the owner of a local pod's flows (PodFlows): kind OwnerPod, id = the
-// pod's IPv4 address, unique among the node's live pods.
-func PodOwner(p Pod) Owner { return Owner{Kind: OwnerPod, ID: ipv4ToUint32(p.IPv4())} }
+// PodOwner returns the owner of a local pod's flows (PodFlows): kind OwnerPod, id =
+// p.OwnerID, unique among the node's live pods.
+func PodOwner(p Pod) Owner { return Owner{Kind: OwnerPod, ID: p.OwnerID} }
 
 // PeerOwner returns the owner of a peer's flows (PeerFlows): kind OwnerPeer, id =
 // PeerID(p), the network address of its pod subnet, unique among peers.
@@ -270,8 +274,8 @@ func (o Owner) Cookie() (cookie, mask uint64) {
 	return uint64(o.Kind)<<cookieOwnerShift | uint64(o.ID), CookieOwnerKindMask | CookieOwnerIDMask
 }
 
-// String names the owner for logs and errors: "pipeline", "pod 10.244.1.5",
-// "peer 10.244.2.0".
+// String names the owner for logs and errors: "pipeline", "pod owner 7" (the pod's
+// allocated owner id), "peer 10.244.2.0".
 func (o Owner) String() string {
 	id := fmt.Sprintf("%d.%d.%d.%d", byte(o.ID>>24), byte(o.ID>>16), byte(o.ID>>8), byte(o.ID))
 	switch o.Kind {
@@ -281,7 +285,7 @@ func (o Owner) String() string {
 		}
 		return fmt.Sprintf("pipeline %#x", o.ID)
 	case OwnerPod:
-		return "pod " + id
+		return fmt.Sprintf("pod owner %d", o.ID)
 	case OwnerPeer:
 		return "peer " + id
 	}

@@ -40,11 +40,11 @@ func testPeerC() Peer {
 }
 
 func testPodA() Pod {
-	return Pod{OFPort: 3, MAC: mustMAC("0a:58:0a:f4:01:05"), IPs: []net.IP{net.ParseIP("10.244.1.5")}}
+	return Pod{OFPort: 3, MAC: mustMAC("0a:58:0a:f4:01:05"), IPs: []net.IP{net.ParseIP("10.244.1.5")}, OwnerID: 0x0af40105}
 }
 
 func testPodB() Pod {
-	return Pod{OFPort: 4, MAC: mustMAC("0a:58:0a:f4:01:06"), IPs: []net.IP{net.ParseIP("10.244.1.6")}}
+	return Pod{OFPort: 4, MAC: mustMAC("0a:58:0a:f4:01:06"), IPs: []net.IP{net.ParseIP("10.244.1.6")}, OwnerID: 0x0af40106}
 }
 
 func mustMAC(s string) net.HardwareAddr {

@@ -2,7 +2,8 @@ package flows
 
 // One local pod's flows: classify its port, guard its source addresses, deliver ARP and
 // IP for its address to its port. All carry the pod's owner (PodOwner: kind OwnerPod, id
-// = its IPv4 address) in their cookie, so PodCookie selects exactly them for deletion.
+// = Pod.OwnerID, allocated with its IP lease) in their cookie, so PodCookie selects
+// exactly them for deletion.
 
 import (
 	"fmt"
@@ -18,9 +19,14 @@ type Pod struct {
 	MAC net.HardwareAddr
 	// IPs are the pod's addresses, the only ones it may send from; each unique among the
 	// node's live pods. Until dual-stack lands this is exactly one IPv4 address in the
-	// node's pod subnet (its IPv4 address is the cookie's owner id); Validate refuses an
-	// IPv6 address or a second IPv4 one.
+	// node's pod subnet; Validate refuses an IPv6 address or a second IPv4 one.
 	IPs []net.IP
+	// OwnerID is the id of the pod's flow owner (cookie bits 31..0 of its flows, kind
+	// OwnerPod), 1..2^32-1, unique among the node's live pods and kept across daemon
+	// restarts: the node's IPAM allocates it with the pod's lease and records it there
+	// (ipam.Lease.OwnerID). It does not depend on the pod's addresses, so a pod of any
+	// address family has one.
+	OwnerID uint32
 }
 
 // IPv4 returns the pod's IPv4 address (4 bytes), the first of IPs that is one; nil if it
@@ -42,10 +48,14 @@ func (p Pod) String() string {
 	return fmt.Sprint(p.IPs)
 }
 
-// Validate checks that pod can have flows on the node described by cfg: a valid ofport
-// other than the gateway's, a unicast 48-bit MAC, exactly one address, IPv4, in the pod
-// subnet and not the gateway IP. An IPv6 address is refused (dual-stack is not built yet).
+// Validate checks that pod can have flows on the node described by cfg: an owner id, a
+// valid ofport other than the gateway's, a unicast 48-bit MAC, exactly one address, IPv4,
+// in the pod subnet and not the gateway IP. An IPv6 address is refused (dual-stack is not
+// built yet).
 func (p Pod) Validate(cfg NodeConfig) error {
+	if p.OwnerID == 0 {
+		return fmt.Errorf("pod %v: owner id 0 is not a pod owner id (1..2^32-1): take the id its IP lease holds (ipam.Lease.OwnerID)", p)
+	}
 	if p.OFPort == 0 || p.OFPort >= 0xffffff00 || p.OFPort == cfg.GatewayOFPort {
 		return fmt.Errorf("pod %v: ofport %d is not a valid pod port (1..0xfffffeff, not the gateway's %d): read it from the pod Interface's ofport column", p, p.OFPort, cfg.GatewayOFPort)
 	}

@@ -47,3 +47,23 @@ func TestPodAddressList(t *testing.T) {
 	}
 	compareLines(t, "pod flows from a 4-byte address", lines(PodFlows(cfg, p4), nil), goldenPodA)
 }
+
+// A pod's flow owner is its allocated owner id, not its address: the cookie follows
+// Pod.OwnerID, and a pod without one is refused.
+func TestPodOwnerIsAllocatedID(t *testing.T) {
+	cfg := testConfig()
+	a := testPodA()
+	a.OwnerID = 7
+	for _, f := range PodFlows(cfg, a) {
+		if c := Cookie(f.Cookie); c.Owner() != OwnerPod || c.OwnerID() != 7 {
+			t.Fatalf("flow %s: cookie owner kind %d id %d, want pod 7", f, c.Owner(), c.OwnerID())
+		}
+	}
+	if err := a.Validate(cfg); err != nil {
+		t.Fatalf("pod with owner id 7: %v", err)
+	}
+	a.OwnerID = 0
+	if err := a.Validate(cfg); err == nil || !strings.Contains(err.Error(), "owner id") {
+		t.Fatalf("pod without an owner id: Validate = %v, want an error naming the owner id", err)
+	}
+}

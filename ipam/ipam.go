@@ -120,6 +120,14 @@ type Lease struct {
 	// above they are what the node needs to re-create the attachment's OVS port when the
 	// OVS database was lost (an empty conf.db), so they live here, on the node's disk.
 	OFPort int
+	// OwnerID is the attachment's flow owner id (the id bits of its flows' cookies, kind
+	// pod), 1..2^32-1, allocated by the store with the lease and kept for the lease's life,
+	// also across daemon restarts, so a restarted node gives the pod's flows the id they
+	// had. Unique among the store's leases. A lease written before ofsdn recorded owner
+	// ids has the id its flows carried then: its IPv4 address as a big-endian uint32.
+	// ReserveLease and Restore ignore the field of their argument, except that Restore
+	// keeps a free non-zero id it is given.
+	OwnerID uint32
 	// Allocated is when the lease was first handed out (wall clock, UTC).
 	Allocated time.Time
 }
@@ -143,6 +151,7 @@ type key struct{ containerID, ifName string }
 type lease struct {
 	ip        uint32
 	key       key
+	ownerID   uint32 // Lease.OwnerID, never 0
 	owner     string
 	network   string
 	rec       record
@@ -191,12 +200,16 @@ type Store struct {
 
 	lockFD int // flock(2) descriptor on DIR/ipam/lock; -1 once closed
 
-	mu     sync.Mutex
-	idle   *sync.Cond // signalled (with mu) when the flusher stops
-	closed bool       // Close was called: no new changes
-	byIP   map[uint32]*lease
-	byKey  map[key]*lease
-	cursor uint32 // last address handed out; the next scan starts after it
+	mu      sync.Mutex
+	idle    *sync.Cond // signalled (with mu) when the flusher stops
+	closed  bool       // Close was called: no new changes
+	byIP    map[uint32]*lease
+	byKey   map[key]*lease
+	byOwner map[uint32]*lease // by Lease.OwnerID
+	cursor  uint32            // last address handed out; the next scan starts after it
+	// ownerCursor is the last owner id handed out; the next one is the first free id after
+	// it (round robin over 1..2^32-1), so a freed id is not soon given again.
+	ownerCursor uint32
 
 	// Group commit state, guarded by mu.
 	pending  *batch // changes applied in memory, not yet being written
@@ -234,6 +247,7 @@ func Open(dir string, subnet *net.IPNet, reserved ...net.IP) (*Store, error) {
 		lockFD:   -1,
 		byIP:     map[uint32]*lease{},
 		byKey:    map[key]*lease{},
+		byOwner:  map[uint32]*lease{},
 
 		releasing:   map[key]*batch{},
 		releasingIP: map[uint32]*batch{},
@@ -344,8 +358,21 @@ func (s *Store) load() error {
 		if s.reserved[l.ip] {
 			return fmt.Errorf("ipam: lease file %s gives reserved address %s to container %s/%s: release that pod or change the reserved address", path, u32ToIP(l.ip), l.key.containerID, l.key.ifName)
 		}
-		s.byIP[l.ip] = l
-		s.byKey[l.key] = l
+		if l.ownerID == 0 {
+			l.ownerID = l.ip // written before owner ids were recorded: the id its flows carry
+		}
+		if _, dup := s.byOwner[l.ownerID]; dup {
+			l.ownerID, l.entry = 0, nil // given a new one below, written with the next change
+		}
+		s.put(l)
+		s.ownerCursor = max(s.ownerCursor, l.ownerID)
+	}
+	for _, l := range st.leases {
+		if l.ownerID == 0 {
+			delete(s.byOwner, 0)
+			l.ownerID = s.nextOwnerID()
+			s.byOwner[l.ownerID] = l
+		}
 	}
 	s.cursor = s.first - 1
 	if st.cursor >= s.first && st.cursor <= s.last {
@@ -475,9 +502,9 @@ func (s *Store) ReserveLease(want Lease) (ip net.IP, durable func() error, err e
 		return nil, nil, fmt.Errorf("IP pool %v exhausted (%d in use): delete unused pods or give the node a larger pod subnet", s.subnet, len(s.byIP))
 	}
 	b := s.join()
-	l := &lease{ip: u, key: k, owner: owner, network: network, rec: recordOf(want),
+	l := &lease{ip: u, key: k, ownerID: s.nextOwnerID(), owner: owner, network: network, rec: recordOf(want),
 		allocated: time.Now().UTC().Truncate(time.Second), pending: b}
-	s.byIP[u], s.byKey[k] = l, l
+	s.put(l)
 	b.changes = append(b.changes, change{l: l, added: true, prevCursor: s.cursor})
 	s.cursor = u
 	b.waiters++
@@ -527,9 +554,13 @@ func (s *Store) Restore(l Lease) error {
 	if l.Allocated.IsZero() {
 		allocated = time.Now().UTC().Truncate(time.Second)
 	}
+	id := l.OwnerID
+	if _, used := s.byOwner[id]; used || id == 0 {
+		id = s.nextOwnerID()
+	}
 	b := s.join()
-	nl := &lease{ip: u, key: k, owner: l.Owner, network: l.Network, rec: recordOf(l), allocated: allocated, pending: b}
-	s.byIP[u], s.byKey[k] = nl, nl
+	nl := &lease{ip: u, key: k, ownerID: id, owner: l.Owner, network: l.Network, rec: recordOf(l), allocated: allocated, pending: b}
+	s.put(nl)
 	b.changes = append(b.changes, change{l: nl, added: true, prevCursor: s.cursor})
 	b.waiters++
 	s.mu.Unlock()
@@ -554,6 +585,31 @@ func (s *Store) nextFree() (uint32, bool) {
 		}
 	}
 	return 0, false
+}
+
+// nextOwnerID returns the first owner id after ownerCursor that no lease holds (round
+// robin over 1..2^32-1) and moves the cursor to it. A pool has far fewer leases than ids,
+// so the scan ends. Caller holds s.mu.
+func (s *Store) nextOwnerID() uint32 {
+	for {
+		s.ownerCursor++
+		if s.ownerCursor == 0 {
+			continue
+		}
+		if _, used := s.byOwner[s.ownerCursor]; !used {
+			return s.ownerCursor
+		}
+	}
+}
+
+// put indexes l by address, key and owner id, replacing what held them. Caller holds s.mu.
+func (s *Store) put(l *lease) { s.byIP[l.ip], s.byKey[l.key], s.byOwner[l.ownerID] = l, l, l }
+
+// remove drops l from the indexes. Caller holds s.mu.
+func (s *Store) remove(l *lease) {
+	delete(s.byIP, l.ip)
+	delete(s.byKey, l.key)
+	delete(s.byOwner, l.ownerID)
 }
 
 // Release frees the address of (containerID, ifName). Releasing a key that
@@ -610,8 +666,7 @@ func (s *Store) finishRelease(l *lease, held bool, pending *batch) error {
 // error the batch's rollback restores l.
 func (s *Store) drop(l *lease) error {
 	b := s.join()
-	delete(s.byIP, l.ip)
-	delete(s.byKey, l.key)
+	s.remove(l)
 	b.changes = append(b.changes, change{l: l})
 	s.releasing[l.key], s.releasingIP[l.ip] = b, b
 	b.waiters++
@@ -652,7 +707,7 @@ func (s *Store) List() []Lease {
 
 func (l *lease) export() Lease {
 	return Lease{IP: u32ToIP(l.ip), ContainerID: l.key.containerID, IfName: l.key.ifName, Owner: l.owner, Network: l.network,
-		Netns: l.rec.netns, HostVeth: l.rec.hostVeth, OFPort: l.rec.ofport, Allocated: l.allocated}
+		Netns: l.rec.netns, HostVeth: l.rec.hostVeth, OFPort: l.rec.ofport, OwnerID: l.ownerID, Allocated: l.allocated}
 }
 
 func recordOf(l Lease) record { return record{netns: l.Netns, hostVeth: l.HostVeth, ofport: l.OFPort} }
@@ -699,9 +754,9 @@ func (s *Store) Record(updates []Lease) error {
 	}
 	b := s.join()
 	for _, u := range todo {
-		nl := &lease{ip: u.old.ip, key: u.old.key, owner: u.old.owner, network: u.old.network, rec: u.rec,
+		nl := &lease{ip: u.old.ip, key: u.old.key, ownerID: u.old.ownerID, owner: u.old.owner, network: u.old.network, rec: u.rec,
 			allocated: u.old.allocated, pending: b}
-		s.byIP[nl.ip], s.byKey[nl.key] = nl, nl
+		s.put(nl)
 		b.changes = append(b.changes, change{l: nl, prev: u.old})
 	}
 	b.waiters++

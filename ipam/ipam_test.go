@@ -404,7 +404,7 @@ func FuzzDecodeStore(f *testing.F) {
 		if err != nil {
 			t.Fatalf("decoded subnet %v is invalid: %v", d.subnet, err)
 		}
-		s := &Store{subnet: sn, first: first, last: last, cursor: d.cursor, byIP: map[uint32]*lease{}, byKey: map[key]*lease{}}
+		s := &Store{subnet: sn, first: first, last: last, cursor: d.cursor, byIP: map[uint32]*lease{}, byKey: map[key]*lease{}, byOwner: map[uint32]*lease{}}
 		for _, l := range d.leases {
 			if l.ip < first || l.ip > last {
 				t.Fatalf("decoded lease %s outside %v", u32ToIP(l.ip), sn)
@@ -412,7 +412,7 @@ func FuzzDecodeStore(f *testing.F) {
 			if _, dup := s.byIP[l.ip]; dup {
 				t.Fatalf("decoded two leases for %s", u32ToIP(l.ip))
 			}
-			s.byIP[l.ip], s.byKey[l.key] = l, l
+			s.put(l)
 		}
 		out, err := s.encodeState()
 		if err != nil {

@@ -26,14 +26,18 @@ const formatVersion = 1
 //	    "10.128.0.7": {"containerID": "3f1c…", "ifName": "eth0",
 //	                   "owner": "default/web-0", "network": "ofsdn",
 //	                   "netns": "/var/run/netns/cni-1234", "hostVeth": "ofs4be1c2d3e4f5",
-//	                   "ofport": 32775, "allocated": "2025-01-02T03:04:05Z"}
+//	                   "ofport": 32775, "ownerID": 7, "allocated": "2025-01-02T03:04:05Z"}
 //
 // "network" (the CNI network name the attachment was added with) is absent in files
 // written before ofsdn recorded it; such a lease belongs to every network. "netns",
 // "hostVeth" and "ofport" (the attachment's record, Lease.Netns/HostVeth/OFPort: what the
 // node needs to re-create the attachment's OVS port when the OVS database is lost) are
-// absent in files written before ofsdn recorded them, and each is optional; readers that
-// do not know them (an older ofsdn) ignore them, so the layout's version stays 1.
+// absent in files written before ofsdn recorded them, and each is optional. So is
+// "ownerID" (Lease.OwnerID, the attachment's flow owner id): a lease without it has the id
+// its flows carried before ofsdn recorded owner ids, its IPv4 address as a big-endian
+// uint32, and two leases with one id (a hand-edited file) get a new one for the second.
+// Readers that do not know these keys (an older ofsdn) ignore them, so the layout's
+// version stays 1.
 //
 //	  }
 //	}
@@ -52,6 +56,7 @@ type fileLease struct {
 	Netns       string    `json:"netns,omitempty"`
 	HostVeth    string    `json:"hostVeth,omitempty"`
 	OFPort      int       `json:"ofport,omitempty"`
+	OwnerID     uint32    `json:"ownerID,omitempty"`
 	Allocated   time.Time `json:"allocated"`
 }
 
@@ -109,7 +114,7 @@ func decodeState(data []byte) (*decoded, error) {
 		}
 		seen[k] = ipStr
 		d.leases = append(d.leases, &lease{ip: u, key: k, owner: fl.Owner, network: fl.Network,
-			rec: record{netns: fl.Netns, hostVeth: fl.HostVeth, ofport: fl.OFPort}, allocated: fl.Allocated})
+			rec: record{netns: fl.Netns, hostVeth: fl.HostVeth, ofport: fl.OFPort}, ownerID: fl.OwnerID, allocated: fl.Allocated})
 	}
 	return d, nil
 }
@@ -179,8 +184,12 @@ func (l *lease) encode() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	ownerID := l.ownerID
+	if ownerID == l.ip {
+		ownerID = 0 // what a reader takes for an absent ownerID: the entry reads as before
+	}
 	v, err := json.Marshal(fileLease{ContainerID: l.key.containerID, IfName: l.key.ifName, Owner: l.owner, Network: l.network,
-		Netns: l.rec.netns, HostVeth: l.rec.hostVeth, OFPort: l.rec.ofport, Allocated: l.allocated})
+		Netns: l.rec.netns, HostVeth: l.rec.hostVeth, OFPort: l.rec.ofport, OwnerID: ownerID, Allocated: l.allocated})
 	if err != nil {
 		return nil, err
 	}
@@ -241,15 +250,14 @@ func (s *Store) rollback(b *batch) {
 	for i := len(b.changes) - 1; i >= 0; i-- {
 		c := b.changes[i]
 		if c.prev != nil { // a record update: the lease before it comes back
-			s.byIP[c.prev.ip], s.byKey[c.prev.key] = c.prev, c.prev
+			s.put(c.prev)
 			continue
 		}
 		if c.added {
-			delete(s.byIP, c.l.ip)
-			delete(s.byKey, c.l.key)
+			s.remove(c.l)
 			s.cursor = c.prevCursor
 		} else {
-			s.byIP[c.l.ip], s.byKey[c.l.key] = c.l, c.l
+			s.put(c.l)
 		}
 	}
 }

@@ -22,7 +22,7 @@ func auditTestConfig() flows.NodeConfig {
 
 func auditTestPod(i int) flows.Pod {
 	return flows.Pod{OFPort: uint32(10 + i), MAC: net.HardwareAddr{0x0a, 0x58, 0x0a, 0x98, 0, byte(i)},
-		IPs: []net.IP{net.IPv4(10, 152, 0, byte(i)).To4()}}
+		IPs: []net.IP{net.IPv4(10, 152, 0, byte(i)).To4()}, OwnerID: uint32(0x0a980000 + i)}
 }
 
 // stageTable returns the table id of the stage named name.

@@ -97,7 +97,7 @@ func storeTestConfig() flows.NodeConfig {
 }
 
 func storePod(i int, ofport uint32) flows.Pod {
-	return flows.Pod{OFPort: ofport, MAC: net.HardwareAddr{0x0a, 0x58, 0x0a, 0x96, 0, byte(i)}, IPs: []net.IP{net.IPv4(10, 150, 0, byte(i)).To4()}}
+	return flows.Pod{OFPort: ofport, MAC: net.HardwareAddr{0x0a, 0x58, 0x0a, 0x96, 0, byte(i)}, IPs: []net.IP{net.IPv4(10, 150, 0, byte(i)).To4()}, OwnerID: uint32(0x0a960000 + i)}
 }
 
 // adds returns the names of ADDs of fs as owner o sends them, sorted.

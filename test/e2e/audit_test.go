@@ -85,7 +85,7 @@ func TestFlowAuditHealsTable(t *testing.T) {
 
 	want := n.flowSet(t)
 	gen := n.generation(t)
-	cookie, mask := flows.PodCookie(flows.Pod{IPs: []net.IP{p1.ip().To4()}})
+	cookie, mask := n.podCookie(t, p1)
 	outputTable, ok := flows.StageTable("output")
 	if !ok {
 		t.Fatal("no output stage in the pipeline")
@@ -129,7 +129,7 @@ func TestFlowAuditHealsTable(t *testing.T) {
 	})
 
 	t.Run("a second repair; the operator's flow is reported once", func(t *testing.T) {
-		c2, m2 := flows.PodCookie(flows.Pod{IPs: []net.IP{p2.ip().To4()}})
+		c2, m2 := n.podCookie(t, p2)
 		n.OVS.Ofctl(t, "del-flows", n.mgmt(), fmt.Sprintf("cookie=%#x/%#x", c2, m2))
 		waitUntil(t, "p2's flows back", 30*time.Second, func() error {
 			if got := len(flowLines(n.OVS.Ofctl(t, "dump-flows", n.mgmt(), fmt.Sprintf("cookie=%#x/%#x", c2, m2)))); got != podFlowCount {

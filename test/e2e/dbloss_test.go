@@ -187,13 +187,13 @@ func keys[V any](m map[string]V) []string {
 }
 
 // podFlowCount returns how many of the switch's flows carry a pod owner's cookie for
-// each pod (owner kind OwnerPod, owner id = the pod's address).
+// each pod (owner kind OwnerPod, owner id = the one its lease holds, podCookie).
 func (n *testNode) podFlowCount(t *testing.T, pods []*testPod) map[string]int {
 	t.Helper()
 	out := map[string]int{}
 	for _, p := range pods {
-		ip := p.ip().To4()
-		id := uint64(ip[0])<<24 | uint64(ip[1])<<16 | uint64(ip[2])<<8 | uint64(ip[3])
+		id, _ := n.podCookie(t, p)
+		id &= flows.CookieOwnerIDMask
 		for _, l := range n.flowSet(t) {
 			m := cookieRe.FindStringSubmatch(l)
 			if m == nil {

@@ -211,7 +211,7 @@ func (n *testNode) assertGone(t *testing.T, p *testPod) {
 	if ports := n.OVS.Vsctl(t, "list-ports", "br-int"); contains(ports, host) {
 		t.Errorf("%s: OVS port %s left on br-int", p.name, host)
 	}
-	cookie, mask := flows.PodCookie(flows.Pod{IPs: []net.IP{p.ip().To4()}})
+	cookie, mask := n.podCookie(t, p)
 	dump := n.OVS.Ofctl(t, "dump-flows", "--no-stats", n.mgmt(), fmt.Sprintf("cookie=%#x/%#x", cookie, mask))
 	if lines := flowLines(dump); len(lines) > 0 {
 		t.Errorf("%s: flows with its cookie left:\n%s", p.name, strings.Join(lines, "\n"))

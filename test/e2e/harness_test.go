@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	current "github.com/containernetworking/cni/pkg/types/100"
 
+	"github.com/ofsdn/ofsdn/flows"
 	"github.com/ofsdn/ofsdn/test/harness"
 )
 
@@ -52,9 +54,28 @@ type testPod struct {
 	containerID string
 	result      *current.Result
 	rt          *libcni.RuntimeConf
+	ownerID     uint32 // its flows' owner id, once podCookie read it
 }
 
 func (p *testPod) ip() net.IP { return p.result.IPs[0].Address.IP }
+
+// podCookie returns the cookie and mask that select pod p's flows (flows.PodCookie of its
+// owner id). The owner id is what the node allocated with the pod's lease; the test reads
+// it, as an operator would, from the pod's OVS interface (external_ids:ofsdn-owner-id)
+// the first time it is asked for, so ask while the port exists (addPod does).
+func (n *testNode) podCookie(t testing.TB, p *testPod) (cookie, mask uint64) {
+	t.Helper()
+	if p.ownerID == 0 {
+		host := p.result.Interfaces[0].Name
+		v := strings.Trim(n.OVS.Vsctl(t, "--if-exists", "get", "Interface", host, "external_ids:ofsdn-owner-id"), "\"\n")
+		id, err := strconv.ParseUint(v, 10, 32)
+		if err != nil || id == 0 {
+			t.Fatalf("%s: interface %s has no flow owner id in external_ids:ofsdn-owner-id (%q)", p.name, host, v)
+		}
+		p.ownerID = uint32(id)
+	}
+	return flows.PodCookie(flows.Pod{OwnerID: p.ownerID})
+}
 
 // The harness's network namespace helpers, under the names the tests use.
 var (
@@ -77,6 +98,7 @@ func (n *testNode) addPod(name string) *testPod {
 	if err != nil {
 		n.T.Fatal(err)
 	}
+	n.podCookie(n.T, p)
 	return p
 }
 

@@ -20,8 +20,6 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
-
-	"github.com/ofsdn/ofsdn/flows"
 )
 
 // netA is the harness's network name (harness.NewNode's netName for startNode); netB is a
@@ -54,6 +52,7 @@ func (n *testNode) addPodOn(conf *libcni.NetworkConfigList, name string) *testPo
 	if p.result, err = current.NewResultFromResult(res); err != nil {
 		n.T.Fatal(err)
 	}
+	n.podCookie(n.T, p)
 	return p
 }
 
@@ -101,7 +100,7 @@ func (n *testNode) assertAlive(t *testing.T, p *testPod, network string, gw net.
 	} else if got := strings.Trim(n.OVS.Vsctl(t, "--if-exists", "get", "Interface", host, "external_ids:ofsdn-network"), `"`); got != network {
 		t.Errorf("%s: port %s external_ids:ofsdn-network = %q, want %q", p.name, host, got, network)
 	}
-	cookie, mask := flows.PodCookie(flows.Pod{IPs: []net.IP{p.ip().To4()}})
+	cookie, mask := n.podCookie(t, p)
 	dump := n.OVS.Ofctl(t, "dump-flows", "--no-stats", n.mgmt(), fmt.Sprintf("cookie=%#x/%#x", cookie, mask))
 	if got := len(flowLines(dump)); got != podFlowCount {
 		t.Errorf("%s: %d flows with its cookie, want %d:\n%s", p.name, got, podFlowCount, dump)

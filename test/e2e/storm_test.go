@@ -163,7 +163,7 @@ func (n *testNode) assertNoLeaks(t *testing.T) {
 	if ports := n.OVS.Vsctl(t, "list-ports", "br-int"); ports != "ofsdn-gw0" {
 		t.Errorf("OVS ports left on br-int: %q", ports)
 	}
-	cookie, _ := flows.PodCookie(flows.Pod{IPs: []net.IP{net.IPv4zero.To4()}})
+	cookie, _ := flows.Owner{Kind: flows.OwnerPod}.Cookie()
 	dump := n.OVS.Ofctl(t, "dump-flows", "--no-stats", n.mgmt(), fmt.Sprintf("cookie=%#x/%#x", cookie, flows.CookieOwnerKindMask))
 	if lines := flowLines(dump); len(lines) > 0 {
 		t.Errorf("%d pod flows left:\n%s", len(lines), strings.Join(lines, "\n"))
