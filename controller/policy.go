@@ -132,7 +132,7 @@ func podKeyOf(a *Attachment) string { return a.PodNamespace + "/" + a.PodName }
 
 func localPodOf(a *Attachment) policy.LocalPod {
 	ip, _ := netip.AddrFromSlice(a.IP.IP.To4())
-	return policy.LocalPod{Namespace: a.PodNamespace, Name: a.PodName, IP: ip, OFPort: a.OFPort}
+	return policy.LocalPod{Namespace: a.PodNamespace, Name: a.PodName, IPs: []netip.Addr{ip}, OFPort: a.OFPort}
 }
 
 // load records the restored attachments in the engine and loads the whole policy state
@@ -189,7 +189,11 @@ func (p *policyRealizer) podFlows(a *Attachment) []flows.Flow {
 func ruleOf(c *policy.Conjunction) flows.PolicyRule {
 	r := flows.PolicyRule{ID: c.ID, Egress: c.Key.Direction == policy.Egress, AnyPeer: c.AnyPeer, AnyPort: c.AnyPort}
 	for _, lp := range c.Pods {
-		r.Pods = append(r.Pods, flows.Pod{OFPort: lp.OFPort, IPs: []net.IP{net.IP(lp.IP.AsSlice())}})
+		p := flows.Pod{OFPort: lp.OFPort}
+		for _, ip := range lp.IPs {
+			p.IPs = append(p.IPs, net.IP(ip.AsSlice()))
+		}
+		r.Pods = append(r.Pods, p)
 	}
 	for _, pr := range c.Peers {
 		r.Peers = append(r.Peers, &net.IPNet{IP: net.IP(pr.Addr().AsSlice()), Mask: net.CIDRMask(pr.Bits(), 32)})

@@ -229,7 +229,7 @@ func (a *Agent) Attach(ctx context.Context, lp LocalPod, install func(Changes) (
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, cur := range a.eng.LocalPods() {
-		if cur.Key() == lp.Key() && cur != lp {
+		if cur.Key() == lp.Key() && !cur.Equal(lp) {
 			return err // the name belongs to a newer attachment now
 		}
 	}

@@ -24,6 +24,7 @@ package policy
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 
 	"k8s.io/apimachinery/pkg/labels"
@@ -54,8 +55,8 @@ type Engine struct {
 }
 
 type podState struct {
-	pod     *Pod       // nil while only the attachment is known
-	localIP netip.Addr // the attachment's address (known before status.podIPs is)
+	pod      *Pod         // nil while only the attachment is known
+	localIPs []netip.Addr // the attachment's addresses (known before status.podIPs is)
 }
 
 // ips returns the pod's IPv4 addresses: status IPs plus the local attachment's.
@@ -64,13 +65,9 @@ func (s *podState) ips() []netip.Addr {
 	if s.pod != nil {
 		out = append(out, s.pod.IPs...)
 	}
-	if s.localIP.IsValid() {
-		found := false
-		for _, a := range out {
-			found = found || a == s.localIP
-		}
-		if !found {
-			out = append(out, s.localIP)
+	for _, ip := range s.localIPs {
+		if !slices.Contains(out, ip) {
+			out = append(out, ip)
 		}
 	}
 	return out
@@ -195,7 +192,7 @@ func (e *Engine) UpsertPod(p *Pod) Changes {
 	old := e.pods[k]
 	st := &podState{pod: p}
 	if old != nil {
-		st.localIP = old.localIP
+		st.localIPs = old.localIPs
 	}
 	e.setPod(k, p.Namespace, st)
 	return e.podChanged(k, old, st)
@@ -210,8 +207,8 @@ func (e *Engine) DeletePod(namespace, name string) Changes {
 		return Changes{}
 	}
 	var st *podState
-	if old.localIP.IsValid() {
-		st = &podState{localIP: old.localIP}
+	if len(old.localIPs) > 0 {
+		st = &podState{localIPs: old.localIPs}
 	}
 	e.setPod(k, namespace, st)
 	return e.podChanged(k, old, st)
@@ -245,7 +242,7 @@ func (e *Engine) SetLocalPod(lp LocalPod) Changes {
 	prevLocal, wasLocal := e.local[k]
 	e.local[k] = lp
 	old := e.pods[k]
-	st := &podState{localIP: lp.IP}
+	st := &podState{localIPs: slices.Clone(lp.IPs)}
 	if old != nil {
 		st.pod = old.pod
 	}
@@ -254,7 +251,7 @@ func (e *Engine) SetLocalPod(lp LocalPod) Changes {
 	e.updateMembership(k, old, st, dirty)
 	for _, ps := range e.polByNS[lp.Namespace] {
 		sel := st.pod != nil && ps.p.PodSelector.Matches(labels.Set(st.pod.Labels))
-		if sel != ps.applied[k] || (sel && wasLocal && prevLocal != lp) {
+		if sel != ps.applied[k] || (sel && wasLocal && !prevLocal.Equal(lp)) {
 			e.setApplied(ps, k, sel)
 			markRules(ps, dirty)
 		}
@@ -823,7 +820,12 @@ func (e *Engine) build(ps *policyState, r *ruleState) map[string]*Conjunction {
 	if len(applied) == 0 {
 		return out
 	}
-	sort.Slice(applied, func(i, j int) bool { return applied[i].IP.Less(applied[j].IP) })
+	sort.Slice(applied, func(i, j int) bool {
+		if c := slices.CompareFunc(applied[i].IPs, applied[j].IPs, netip.Addr.Compare); c != 0 {
+			return c < 0
+		}
+		return applied[i].Key() < applied[j].Key()
+	})
 	rule := r.rule
 	var numeric []PortMatch
 	var named []Port

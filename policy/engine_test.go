@@ -86,7 +86,7 @@ func (w *world) engines() map[string]*Engine {
 		}
 		for j, p := range w.pods {
 			if p.Spec.NodeName == node {
-				e.SetLocalPod(LocalPod{Namespace: p.Namespace, Name: p.Name, IP: netip.MustParseAddr(p.Status.PodIPs[0].IP), OFPort: uint32(10*i + j + 3)})
+				e.SetLocalPod(LocalPod{Namespace: p.Namespace, Name: p.Name, IPs: []netip.Addr{netip.MustParseAddr(p.Status.PodIPs[0].IP)}, OFPort: uint32(10*i + j + 3)})
 			}
 		}
 		out[node] = e
@@ -585,7 +585,7 @@ func TestIncrementalEqualsFromScratch(t *testing.T) {
 			ch = e.UpsertNamespace(ConvertNamespace(n))
 		case 6, 7: // attach
 			p := w.pods[r.Intn(len(w.pods))]
-			lp := LocalPod{Namespace: p.Namespace, Name: p.Name, IP: podIP(p.Namespace, p.Name), OFPort: uint32(3 + r.Intn(20))}
+			lp := LocalPod{Namespace: p.Namespace, Name: p.Name, IPs: []netip.Addr{podIP(p.Namespace, p.Name)}, OFPort: uint32(3 + r.Intn(20))}
 			local[lp.Key()] = lp
 			what = "attach " + lp.Key()
 			ch = e.SetLocalPod(lp)
@@ -692,7 +692,7 @@ func TestDeferredLoadEqualsEventByEvent(t *testing.T) {
 			for _, p := range w.pods {
 				e.UpsertPod(ConvertPod(p))
 				if p.Spec.NodeName == "n1" {
-					e.SetLocalPod(LocalPod{Namespace: p.Namespace, Name: p.Name, IP: podIP(p.Namespace, p.Name), OFPort: 7})
+					e.SetLocalPod(LocalPod{Namespace: p.Namespace, Name: p.Name, IPs: []netip.Addr{podIP(p.Namespace, p.Name)}, OFPort: 7})
 				}
 			}
 			for _, n := range w.namespaces {
@@ -758,7 +758,7 @@ func TestConjunctionShape(t *testing.T) {
 // isolated both ways (fail closed), and becomes open when the Pod appears.
 func TestUnknownLocalPodIsIsolated(t *testing.T) {
 	e := NewEngine(nil)
-	ch := e.SetLocalPod(LocalPod{Namespace: "x", Name: "a", IP: netip.MustParseAddr("10.244.1.5"), OFPort: 3})
+	ch := e.SetLocalPod(LocalPod{Namespace: "x", Name: "a", IPs: []netip.Addr{netip.MustParseAddr("10.244.1.5")}, OFPort: 3})
 	if len(ch.Isolation) != 1 || !ch.Isolation[0].New.Ingress || !ch.Isolation[0].New.Egress {
 		t.Fatalf("unknown local pod: %+v, want isolated both ways", ch.Isolation)
 	}

@@ -7,6 +7,7 @@ package policy
 
 import (
 	"net/netip"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -217,7 +218,7 @@ func engineAllows(src, dst endpoint, srcEng, dstEng *Engine, proto Protocol, por
 			}
 			podOK := false
 			for _, p := range c.Pods {
-				podOK = podOK || p.IP == self.ip
+				podOK = podOK || slices.Contains(p.IPs, self.ip)
 			}
 			peerOK := c.AnyPeer
 			for _, pr := range c.Peers {

@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 
@@ -190,14 +191,21 @@ func portMatchLess(a, b PortMatch) bool {
 type LocalPod struct {
 	// Namespace and Name identify the pod (from CNI_ARGS K8S_POD_NAMESPACE/K8S_POD_NAME).
 	Namespace, Name string
-	// IP is the pod's IPv4 address on this node.
-	IP netip.Addr
+	// IPs are the pod's addresses on this node (its attachment's), in the order of the
+	// node's pod subnets; until dual-stack lands, one IPv4 address.
+	IPs []netip.Addr
 	// OFPort is the pod's ofport on the integration bridge (1..0xfffffeff).
 	OFPort uint32
 }
 
 // Key returns "namespace/name".
 func (p LocalPod) Key() string { return p.Namespace + "/" + p.Name }
+
+// Equal reports whether p and q are the same attachment: name, addresses (in order) and
+// ofport.
+func (p LocalPod) Equal(q LocalPod) bool {
+	return p.Namespace == q.Namespace && p.Name == q.Name && p.OFPort == q.OFPort && slices.Equal(p.IPs, q.IPs)
+}
 
 // RuleKey names one rule of one policy.
 type RuleKey struct {
@@ -255,7 +263,7 @@ func (c *Conjunction) Equal(o *Conjunction) bool {
 		return false
 	}
 	for i := range c.Pods {
-		if c.Pods[i] != o.Pods[i] {
+		if !c.Pods[i].Equal(o.Pods[i]) {
 			return false
 		}
 	}
@@ -280,7 +288,11 @@ func (c *Conjunction) String() string {
 		if i > 0 {
 			b.WriteByte(' ')
 		}
-		fmt.Fprintf(&b, "%s(%s,%d)", p.Key(), p.IP, p.OFPort)
+		ips := make([]string, len(p.IPs))
+		for i, ip := range p.IPs {
+			ips[i] = ip.String()
+		}
+		fmt.Fprintf(&b, "%s(%s,%d)", p.Key(), strings.Join(ips, ","), p.OFPort)
 	}
 	b.WriteString("] peers=")
 	if c.AnyPeer {

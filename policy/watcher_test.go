@@ -92,7 +92,7 @@ func TestWatcherFeedsTheEngine(t *testing.T) {
 	ctx := context.Background()
 
 	// Attach x/a (on this node) once known: the initial load already isolates it.
-	xa := LocalPod{Namespace: "x", Name: "a", IP: podIP("x", "a"), OFPort: 5}
+	xa := LocalPod{Namespace: "x", Name: "a", IPs: []netip.Addr{podIP("x", "a")}, OFPort: 5}
 	var attached Changes
 	if err := a.Attach(ctx, xa, func(ch Changes) func() error { attached = ch; return func() error { return nil } }); err != nil {
 		t.Fatal(err)
@@ -191,7 +191,7 @@ func TestWaitPod(t *testing.T) {
 
 	// Attach whose install fails is undone: the pod is not local afterwards.
 	boom := errors.New("bundle refused")
-	err = a.Attach(ctx, LocalPod{Namespace: "x", Name: "late", IP: netip.MustParseAddr("10.244.1.9"), OFPort: 9}, func(Changes) func() error { return func() error { return boom } })
+	err = a.Attach(ctx, LocalPod{Namespace: "x", Name: "late", IPs: []netip.Addr{netip.MustParseAddr("10.244.1.9")}, OFPort: 9}, func(Changes) func() error { return func() error { return boom } })
 	if !errors.Is(err, boom) {
 		t.Fatalf("Attach = %v, want the install error", err)
 	}

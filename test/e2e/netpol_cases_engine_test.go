@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -58,7 +59,7 @@ func engineAllows(engs map[int]*policy.Engine, from, to string, proto corev1.Pro
 			}
 			ok := false
 			for _, p := range c.Pods {
-				ok = ok || p.IP == selfIP
+				ok = ok || slices.Contains(p.IPs, selfIP)
 			}
 			peerOK := c.AnyPeer
 			for _, p := range c.Peers {
@@ -120,7 +121,7 @@ func TestNetpolCasesAgainstEngine(t *testing.T) {
 			for i, p := range npPods() {
 				pushPod(p)
 				ns, name, _ := strings.Cut(p, "/")
-				engs[npModelNode(p)].SetLocalPod(policy.LocalPod{Namespace: ns, Name: name, IP: netip.MustParseAddr(npModelIP(p)), OFPort: uint32(3 + i)})
+				engs[npModelNode(p)].SetLocalPod(policy.LocalPod{Namespace: ns, Name: name, IPs: []netip.Addr{netip.MustParseAddr(npModelIP(p))}, OFPort: uint32(3 + i)})
 			}
 			live := map[string]*networkingv1.NetworkPolicy{}
 			for si, st := range c.steps {
