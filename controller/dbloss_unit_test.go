@@ -112,7 +112,7 @@ func TestReattachPodsAfterDatabaseLoss(t *testing.T) {
 		}
 		back, ours := attachmentFromPort(p)
 		if !ours || back.ContainerID != a.ContainerID || back.PodNamespace+"/"+back.PodName != a.PodNamespace+"/"+a.PodName ||
-			back.Network != a.Network || back.IP.String() != a.IP.String() || back.MAC.String() != a.MAC.String() || back.Netns != a.Netns {
+			back.Network != a.Network || back.IPv4().String() != a.IPv4().String() || back.MAC.String() != a.MAC.String() || back.Netns != a.Netns {
 			t.Errorf("port %s re-created with identity %+v, want that of %+v", a.HostVeth, p.ExternalIDs, a)
 		}
 	}
@@ -154,7 +154,7 @@ func TestRestorePodsFromLeases(t *testing.T) {
 	}
 	a1, _ := attachmentFromPort(p1)
 	if a1.PodNamespace != "ns" || a1.PodName != "p1" || a1.Network != "net-a" || a1.Netns != "/var/run/netns/c1" ||
-		!a1.IP.IP.Equal(ip1) || a1.MAC.String() != podnet.MACFromIP(ip1).String() {
+		!a1.IPv4().IP.Equal(ip1) || a1.MAC.String() != podnet.MACFromIP(ip1).String() {
 		t.Errorf("port %s has identity %+v", v1, p1.ExternalIDs)
 	}
 	p2, ok := w.GetPort(v2)

@@ -272,8 +272,8 @@ func (n *Node) DenyLogStats(ctx context.Context) (*DenyLogStats, error) {
 // whose flow owner id is id.
 func (n *Node) podAddrOfOwner(id uint32) (netip.Addr, bool) {
 	for _, a := range n.Pods() {
-		if a.OwnerID == id && a.IP != nil {
-			if ip, ok := netip.AddrFromSlice(a.IP.IP.To4()); ok {
+		if a.OwnerID == id && a.IPv4() != nil {
+			if ip, ok := netip.AddrFromSlice(a.IPv4().IP.To4()); ok {
 				return ip, true
 			}
 		}
@@ -292,7 +292,7 @@ func (n *Node) podAddrOfOwner(id uint32) (netip.Addr, bool) {
 func (n *Node) podName(ip netip.Addr) string {
 	want := net.IP(ip.AsSlice())
 	for _, a := range n.Pods() {
-		if a.IP != nil && a.IP.IP.Equal(want) && a.PodName != "" {
+		if a.IPv4() != nil && a.IPv4().IP.Equal(want) && a.PodName != "" {
 			return a.PodNamespace + "/" + a.PodName
 		}
 	}

@@ -866,7 +866,7 @@ func (n *Node) recordLeases(as []*Attachment) {
 	var ups []ipam.Lease
 	for _, a := range as {
 		l, ok := n.leases.Get(a.ContainerID, a.IfName)
-		if !ok || !l.IP.Equal(a.IP.IP) {
+		if !ok || !l.IP.Equal(a.IPv4().IP) {
 			continue
 		}
 		if l.Netns != a.Netns || l.HostVeth != a.HostVeth || l.OFPort != int(a.OFPort) {
@@ -1002,11 +1002,11 @@ func (n *Node) restorePods(ctx context.Context) {
 		if _, ok := n.leases.Get(a.ContainerID, a.IfName); !ok {
 			if err := n.restoreLease(ctx, a); err != nil {
 				n.log.Error("pod port has no IP lease and it cannot be restored; its flows are not installed: DEL the pod",
-					"port", p.Name, "container_id", a.ContainerID, "ip", a.IP, "err", err)
+					"port", p.Name, "container_id", a.ContainerID, "ip", a.IPv4(), "err", err)
 				continue
 			}
 			n.log.Warn("IP lease of a pod port was missing from the lease store; restored from the port's external_ids",
-				"port", p.Name, "container_id", a.ContainerID, "ifname", a.IfName, "ip", a.IP, "network", a.Network)
+				"port", p.Name, "container_id", a.ContainerID, "ifname", a.IfName, "ip", a.IPv4(), "network", a.Network)
 		}
 		if a.OFPort == 0 {
 			n.log.Warn("port has no ofport yet; leaving it for garbage collection", "port", p.Name, "container_id", a.ContainerID)
@@ -1057,7 +1057,7 @@ func (n *Node) restorePods(ctx context.Context) {
 		n.loadRestored(a)
 		n.log.Warn("pod's OVS port was missing (the OVS database lost it); re-created from its IP lease",
 			"port", a.HostVeth, "ofport", a.OFPort, "pod", a.PodNamespace+"/"+a.PodName, "container_id", a.ContainerID,
-			"ifname", a.IfName, "ip", a.IP.String(), "network", a.Network)
+			"ifname", a.IfName, "ip", a.IPv4().String(), "network", a.Network)
 	}
 	n.recordLeases(more)
 }
@@ -1092,14 +1092,14 @@ func (n *Node) restoreFromLease(ctx context.Context, l ipam.Lease, hostVeth stri
 	a := &Attachment{
 		ContainerID: l.ContainerID, IfName: l.IfName, Netns: l.Netns,
 		PodNamespace: ns, PodName: name, Network: l.Network, HostVeth: hostVeth,
-		IP:      &net.IPNet{IP: l.IP.To4(), Mask: n.opts.PodSubnet.Mask},
+		IPs:     []*net.IPNet{{IP: l.IP.To4(), Mask: n.opts.PodSubnet.Mask}},
 		MAC:     podnet.MACFromIP(l.IP),
 		Gateway: n.config().GatewayIP,
 		OFPort:  uint32(l.OFPort),
 		OwnerID: l.OwnerID,
 	}
 	if a.Netns != "" {
-		if err := n.netns.Check(a.Netns, a.IfName, a.IP, a.Gateway, a.MAC); err != nil {
+		if err := n.netns.Check(a.Netns, a.IfName, a.IPv4(), a.Gateway, a.MAC); err != nil {
 			n.log.Warn("restoring a pod from its lease: its interface does not look as ofsdn made it; DEL and ADD the pod if it has no network",
 				"port", hostVeth, "container_id", a.ContainerID, "netns", a.Netns, "err", err)
 		}
@@ -1117,13 +1117,13 @@ func (n *Node) restoreFromLease(ctx context.Context, l ipam.Lease, hostVeth stri
 // restoreLease records a's address as its IP lease (ipam.Store.Restore), with its pod
 // and network, when the address lies in this node's pod subnet with the same prefix.
 func (n *Node) restoreLease(ctx context.Context, a *Attachment) error {
-	if ones, _ := a.IP.Mask.Size(); ones != maskOnes(n.opts.PodSubnet) || !n.opts.PodSubnet.Contains(a.IP.IP) {
-		return fmt.Errorf("address %s is not in this node's pod subnet %s", a.IP, n.opts.PodSubnet)
+	if ones, _ := a.IPv4().Mask.Size(); ones != maskOnes(n.opts.PodSubnet) || !n.opts.PodSubnet.Contains(a.IPv4().IP) {
+		return fmt.Errorf("address %s is not in this node's pod subnet %s", a.IPv4(), n.opts.PodSubnet)
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return n.ipam.Restore(ipam.Lease{IP: a.IP.IP, ContainerID: a.ContainerID, IfName: a.IfName,
+	return n.ipam.Restore(ipam.Lease{IP: a.IPv4().IP, ContainerID: a.ContainerID, IfName: a.IfName,
 		Owner: a.PodNamespace + "/" + a.PodName, Network: a.Network, OwnerID: a.OwnerID})
 }
 

@@ -412,7 +412,7 @@ func TestAddPodUndoesInReverse(t *testing.T) {
 	if got := w.log(); !reflect.DeepEqual(got, want) {
 		t.Errorf("journal of a good ADD: %v, want %v", got, want)
 	}
-	if a.IP.String() != "10.128.0.2/24" || a.OFPort != ovsdb.MinChosenOFPort || len(n.Pods()) != 1 {
+	if a.IPv4().String() != "10.128.0.2/24" || a.OFPort != ovsdb.MinChosenOFPort || len(n.Pods()) != 1 {
 		t.Errorf("attachment %+v, %d recorded; want 10.128.0.2/24 on the chosen ofport %d, recorded", a, len(n.Pods()), ovsdb.MinChosenOFPort)
 	}
 	if fs, _ := w.Owner(a.owner()); !reflect.DeepEqual(fs, flows.PodFlows(n.cfg, a.flowPod())) {
@@ -562,7 +562,7 @@ func (a attachment) put(w *world, n *Node, i int) {
 	veth := podnet.HostVethName(a.id, "eth0")
 	ip := nthIP(w.subnet, uint32(i+2))
 	at := &Attachment{ContainerID: a.id, IfName: "eth0", Netns: "/var/run/netns/" + a.id, HostVeth: veth, Network: a.network,
-		IP: &net.IPNet{IP: ip, Mask: w.subnet.Mask}, MAC: podnet.MACFromIP(ip), OFPort: uint32(max(a.ofport, 0)), Gateway: n.cfg.GatewayIP,
+		IPs: []*net.IPNet{{IP: ip, Mask: w.subnet.Mask}}, MAC: podnet.MACFromIP(ip), OFPort: uint32(max(a.ofport, 0)), Gateway: n.cfg.GatewayIP,
 		OwnerID: uint32(500 + i)}
 	if a.port {
 		ext := at.externalIDs()

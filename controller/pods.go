@@ -101,8 +101,10 @@ type Attachment struct {
 	HostVeth string
 	// OFPort is the port's OpenFlow port number (1..0xfffffeff).
 	OFPort uint32
-	// IP is the pod's address with the pod subnet's prefix length.
-	IP *net.IPNet
+	// IPs are the pod's addresses, each with its pod subnet's prefix length, in the order
+	// of the node's pod subnets (the CNI result's order); until dual-stack lands, one
+	// IPv4 address.
+	IPs []*net.IPNet
 	// Gateway is the pod's default gateway (the node's gateway port address).
 	Gateway net.IP
 	// MAC is the pod interface's MAC address.
@@ -120,12 +122,31 @@ type Attachment struct {
 	OwnerID uint32
 }
 
+// IPv4 returns the pod's IPv4 address with its prefix length, the first of IPs that is
+// one; nil if it has none.
+func (a *Attachment) IPv4() *net.IPNet {
+	for _, ip := range a.IPs {
+		if ip != nil && ip.IP.To4() != nil {
+			return ip
+		}
+	}
+	return nil
+}
+
 func (a *Attachment) key() string { return attachmentKey(a.ContainerID, a.IfName) }
 
 // owner is the attachment's flow owner: its flows' store key and cookie (flows.PodOwner).
 func (a *Attachment) owner() flows.Owner { return flows.PodOwner(a.flowPod()) }
 func (a *Attachment) flowPod() flows.Pod {
-	return flows.Pod{OFPort: a.OFPort, MAC: a.MAC, IPs: []net.IP{a.IP.IP.To4()}, OwnerID: a.OwnerID}
+	p := flows.Pod{OFPort: a.OFPort, MAC: a.MAC, OwnerID: a.OwnerID}
+	for _, ip := range a.IPs {
+		if ip4 := ip.IP.To4(); ip4 != nil {
+			p.IPs = append(p.IPs, ip4)
+		} else {
+			p.IPs = append(p.IPs, ip.IP)
+		}
+	}
+	return p
 }
 
 // ownerIDOf returns the flow owner id of the attachment (containerID, ifName) at ip when a
@@ -144,8 +165,8 @@ func (n *Node) ownerIDOf(containerID, ifName string, ip net.IP) uint32 {
 
 // fillOwnerID gives a (when not nil) its flow owner id if it has none (ownerIDOf).
 func (n *Node) fillOwnerID(a *Attachment) {
-	if a != nil && a.OwnerID == 0 && a.IP != nil {
-		a.OwnerID = n.ownerIDOf(a.ContainerID, a.IfName, a.IP.IP)
+	if a != nil && a.OwnerID == 0 && a.IPv4() != nil {
+		a.OwnerID = n.ownerIDOf(a.ContainerID, a.IfName, a.IPv4().IP)
 	}
 }
 
@@ -258,7 +279,7 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 		ContainerID: req.ContainerID, IfName: req.IfName, Netns: req.Netns,
 		PodNamespace: req.PodNamespace, PodName: req.PodName, Network: req.Network,
 		HostVeth: hostVeth,
-		IP:       &net.IPNet{IP: ip.To4(), Mask: n.opts.PodSubnet.Mask},
+		IPs:      []*net.IPNet{{IP: ip.To4(), Mask: n.opts.PodSubnet.Mask}},
 		Gateway:  n.config().GatewayIP,
 		MTU:      n.opts.MTU,
 	}
@@ -268,7 +289,7 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 	// (nothing outside the pod's netns and the host veth sees it before step 3).
 	res, vethErr := n.netns.Setup(podnet.Spec{
 		Netns: req.Netns, IfName: req.IfName, HostVeth: a.HostVeth, MTU: a.MTU,
-		Addr: a.IP, Gateway: a.Gateway, DisableTxChecksum: n.opts.DatapathType == "netdev",
+		Addr: a.IPv4(), Gateway: a.Gateway, DisableTxChecksum: n.opts.DatapathType == "netdev",
 	})
 	step("veth")
 	if vethErr == nil {
@@ -318,7 +339,7 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 			return err
 		}
 		return n.ports.DeletePort(uctx, n.opts.Bridge, a.HostVeth)
-	}}, undoStep{what: "flows of pod " + a.IP.IP.String(), run: func(uctx context.Context) error {
+	}}, undoStep{what: "flows of pod " + a.IPv4().IP.String(), run: func(uctx context.Context) error {
 		if n.policy != nil {
 			n.policy.detach(a) // its rule flows too; nothing if the attach was undone already
 		}
@@ -395,7 +416,7 @@ func (n *Node) DelPod(ctx context.Context, req PodRequest) error {
 	lease, leased := n.leases.Get(req.ContainerID, req.IfName)
 	if a == nil && leased {
 		a = &Attachment{ContainerID: req.ContainerID, IfName: req.IfName, HostVeth: hostVeth, Network: lease.Network,
-			IP: &net.IPNet{IP: lease.IP.To4(), Mask: n.opts.PodSubnet.Mask}, OwnerID: lease.OwnerID}
+			IPs: []*net.IPNet{{IP: lease.IP.To4(), Mask: n.opts.PodSubnet.Mask}}, OwnerID: lease.OwnerID}
 	}
 	n.fillOwnerID(a)
 	// Another network's attachment with the same container ID and interface name (its
@@ -413,7 +434,7 @@ func (n *Node) DelPod(ctx context.Context, req PodRequest) error {
 		// the rule flows naming it go.
 		n.policy.detach(a)
 	}
-	if a != nil && a.IP != nil {
+	if a != nil && a.IPv4() != nil {
 		if err := n.deletePodFlows(ctx, a); err != nil {
 			return stepErr("openflow", fmt.Errorf("%s: %w", req, err))
 		}
@@ -692,10 +713,10 @@ func (n *Node) CheckPod(ctx context.Context, req PodRequest, wantIP *net.IPNet) 
 	if !sameNetwork(a.Network, req.Network) {
 		return stepErr("check", fmt.Errorf("%s: interface %s is attached to network %q, not %q", req, req.IfName, a.Network, req.Network))
 	}
-	if wantIP != nil && !wantIP.IP.Equal(a.IP.IP) {
-		return stepErr("check", fmt.Errorf("%s: prevResult has IP %s but the pod was given %s", req, wantIP, a.IP))
+	if wantIP != nil && !wantIP.IP.Equal(a.IPv4().IP) {
+		return stepErr("check", fmt.Errorf("%s: prevResult has IP %s but the pod was given %s", req, wantIP, a.IPv4()))
 	}
-	if err := n.netns.Check(req.Netns, req.IfName, a.IP, a.Gateway, a.MAC); err != nil {
+	if err := n.netns.Check(req.Netns, req.IfName, a.IPv4(), a.Gateway, a.MAC); err != nil {
 		return stepErr("check", fmt.Errorf("%s: %w", req, err))
 	}
 	p, ok := n.ports.GetPort(a.HostVeth)
@@ -801,7 +822,7 @@ func (a *Attachment) externalIDs() map[string]string {
 		ExtIDIfName:       a.IfName,
 		ExtIDPodNamespace: a.PodNamespace,
 		ExtIDPodName:      a.PodName,
-		ExtIDIP:           a.IP.String(),
+		ExtIDIP:           a.IPv4().String(),
 		ExtIDMAC:          a.MAC.String(),
 		ExtIDNetns:        a.Netns,
 	}
@@ -830,7 +851,7 @@ func attachmentFromPort(p ovsdb.PortInfo) (*Attachment, bool) {
 	a := &Attachment{
 		ContainerID: cid, IfName: e[ExtIDIfName], Netns: e[ExtIDNetns],
 		PodNamespace: e[ExtIDPodNamespace], PodName: e[ExtIDPodName], Network: e[ExtIDNetwork],
-		HostVeth: p.Name, IP: &net.IPNet{IP: ip.To4(), Mask: ipnet.Mask}, MAC: mac,
+		HostVeth: p.Name, IPs: []*net.IPNet{{IP: ip.To4(), Mask: ipnet.Mask}}, MAC: mac,
 	}
 	if id, err := strconv.ParseUint(e[ExtIDOwnerID], 10, 32); err == nil && id != 0 {
 		a.OwnerID = uint32(id)

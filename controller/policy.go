@@ -131,7 +131,7 @@ func newPolicyRealizer(n *Node, opts PolicyOptions) *policyRealizer {
 func podKeyOf(a *Attachment) string { return a.PodNamespace + "/" + a.PodName }
 
 func localPodOf(a *Attachment) policy.LocalPod {
-	ip, _ := netip.AddrFromSlice(a.IP.IP.To4())
+	ip, _ := netip.AddrFromSlice(a.IPv4().IP.To4())
 	return policy.LocalPod{Namespace: a.PodNamespace, Name: a.PodName, IPs: []netip.Addr{ip}, OFPort: a.OFPort}
 }
 

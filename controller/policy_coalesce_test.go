@@ -41,7 +41,7 @@ func TestPolicyRoundCoalescesConjunctions(t *testing.T) {
 				IPs: []netip.Addr{netip.AddrFrom4([4]byte(ip))}, NodeName: "n1"})
 		})
 		atts[i] = &Attachment{ContainerID: "c" + name, IfName: "eth0", PodNamespace: "x", PodName: name,
-			HostVeth: "veth" + name, OFPort: uint32(100 + i), IP: &net.IPNet{IP: ip, Mask: n.cfg.PodSubnet.Mask},
+			HostVeth: "veth" + name, OFPort: uint32(100 + i), IPs: []*net.IPNet{{IP: ip, Mask: n.cfg.PodSubnet.Mask}},
 			MAC: net.HardwareAddr{0x0a, 0x58, 10, 244, 1, byte(10 + i)}}
 	}
 	fromA := func(ports ...uint16) *policy.Policy {

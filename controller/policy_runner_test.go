@@ -49,7 +49,7 @@ func TestPolicyRealizationOffTheAgentLock(t *testing.T) {
 		})
 		mac := net.HardwareAddr{0x0a, 0x58, 10, 244, 1, byte(10 + i)}
 		atts[i] = &Attachment{ContainerID: "c" + name, IfName: "eth0", PodNamespace: "x", PodName: name,
-			HostVeth: "veth" + name, OFPort: uint32(100 + i), IP: &net.IPNet{IP: ip, Mask: n.cfg.PodSubnet.Mask}, MAC: mac}
+			HostVeth: "veth" + name, OFPort: uint32(100 + i), IPs: []*net.IPNet{{IP: ip, Mask: n.cfg.PodSubnet.Mask}}, MAC: mac}
 	}
 	a.Update(func(e *policy.Engine) policy.Changes {
 		return e.UpsertPolicy(&policy.Policy{Namespace: "x", Name: "from-a", PodSelector: labels.SelectorFromSet(labels.Set{"app": "a"}),
@@ -149,8 +149,8 @@ func TestPolicyRealizationOffTheAgentLock(t *testing.T) {
 		if c := strings.Count(got, "cookie="); c != len(want) || c == 0 {
 			t.Errorf("pod %s: %d flows on the switch, the store wants %d", att.PodName, c, len(want))
 		}
-		if !strings.Contains(dump, "reg1=0x"+fmt.Sprintf("%x", att.OFPort)) && !strings.Contains(dump, fmt.Sprintf("nw_src=%s", att.IP.IP)) {
-			t.Errorf("no rule flow names pod %s (ofport %d, %s)", att.PodName, att.OFPort, att.IP.IP)
+		if !strings.Contains(dump, "reg1=0x"+fmt.Sprintf("%x", att.OFPort)) && !strings.Contains(dump, fmt.Sprintf("nw_src=%s", att.IPv4().IP)) {
+			t.Errorf("no rule flow names pod %s (ofport %d, %s)", att.PodName, att.OFPort, att.IPv4().IP)
 		}
 	}
 	if rules, _ := n.store.Owner(ownerPolicy); len(rules) == 0 {

@@ -120,7 +120,7 @@ func (n *Node) removeBroken(ctx context.Context, containerID, ifName, port strin
 	if a == nil {
 		// As DEL does: the lease names the pod's address, hence its flows' cookie.
 		if lease, ok := n.leases.Get(containerID, ifName); ok {
-			a = &Attachment{ContainerID: containerID, IfName: ifName, IP: &net.IPNet{IP: lease.IP.To4(), Mask: n.opts.PodSubnet.Mask},
+			a = &Attachment{ContainerID: containerID, IfName: ifName, IPs: []*net.IPNet{{IP: lease.IP.To4(), Mask: n.opts.PodSubnet.Mask}},
 				OwnerID: lease.OwnerID}
 		}
 	}
@@ -129,7 +129,7 @@ func (n *Node) removeBroken(ctx context.Context, containerID, ifName, port strin
 	if n.policy != nil && a != nil {
 		n.policy.detach(a)
 	}
-	if a != nil && a.IP != nil {
+	if a != nil && a.IPv4() != nil {
 		if err := n.deletePodFlows(ctx, a); err != nil {
 			errs = append(errs, err)
 		}

@@ -31,8 +31,8 @@ func (s nodeSource) Pods() ([]Pod, error) {
 	for _, a := range n.Pods() {
 		p := Pod{ContainerID: a.ContainerID, IfName: a.IfName, Namespace: a.PodNamespace,
 			Name: a.PodName, OFPort: a.OFPort, OwnerID: a.OwnerID, HostVeth: a.HostVeth, Netns: a.Netns}
-		if a.IP != nil {
-			p.IP = a.IP.String()
+		if a.IPv4() != nil {
+			p.IP = a.IPv4().String()
 		}
 		if a.MAC != nil {
 			p.MAC = a.MAC.String()

@@ -243,7 +243,7 @@ func resultFor(a *controller.Attachment) *current.Result {
 			{Name: a.HostVeth, Mac: a.HostMAC.String()},
 			{Name: a.IfName, Mac: a.MAC.String(), Sandbox: a.Netns, Mtu: a.MTU},
 		},
-		IPs: []*current.IPConfig{{Interface: &idx, Address: *a.IP, Gateway: a.Gateway}},
+		IPs: ipConfigs(a, &idx),
 		Routes: []*types.Route{{
 			Dst: net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)},
 			GW:  a.Gateway,
@@ -268,4 +268,19 @@ func cniError(err error) error {
 		return types.NewError(code, fmt.Sprintf("ofsdn %s step failed: %v", se.Step, se.Err), "")
 	}
 	return types.NewError(code, err.Error(), "")
+}
+
+// ipConfigs returns the CNI result's ips (CNI spec 1.1 "Success": one per address, in the
+// attachment's order, each naming the pod interface idx), with the gateway of the
+// address's family (the node's IPv4 gateway for an IPv4 address).
+func ipConfigs(a *controller.Attachment, idx *int) []*current.IPConfig {
+	out := make([]*current.IPConfig, 0, len(a.IPs))
+	for _, ip := range a.IPs {
+		c := &current.IPConfig{Interface: idx, Address: *ip}
+		if (ip.IP.To4() != nil) == (a.Gateway.To4() != nil) {
+			c.Gateway = a.Gateway
+		}
+		out = append(out, c)
+	}
+	return out
 }

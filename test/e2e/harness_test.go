@@ -62,17 +62,22 @@ func (p *testPod) ip() net.IP { return p.result.IPs[0].Address.IP }
 // podCookie returns the cookie and mask that select pod p's flows (flows.PodCookie of its
 // owner id). The owner id is what the node allocated with the pod's lease; the test reads
 // it, as an operator would, from the pod's OVS interface (external_ids:ofsdn-owner-id)
-// the first time it is asked for, so ask while the port exists (addPod does).
+// the first time it is asked for while the port exists (addPod asks). A port an older
+// ofsdn made has no such key: its flows carry the pod's IPv4 address as the id, and so
+// does what podCookie returns (TestOwnerIDsKeptAcrossRestart checks that a pod of this
+// build has an id apart from its address).
 func (n *testNode) podCookie(t testing.TB, p *testPod) (cookie, mask uint64) {
 	t.Helper()
 	if p.ownerID == 0 {
 		host := p.result.Interfaces[0].Name
 		v := strings.Trim(n.OVS.Vsctl(t, "--if-exists", "get", "Interface", host, "external_ids:ofsdn-owner-id"), "\"\n")
-		id, err := strconv.ParseUint(v, 10, 32)
-		if err != nil || id == 0 {
-			t.Fatalf("%s: interface %s has no flow owner id in external_ids:ofsdn-owner-id (%q)", p.name, host, v)
+		if id, err := strconv.ParseUint(v, 10, 32); err == nil && id != 0 {
+			p.ownerID = uint32(id)
+		} else if ip := p.ip().To4(); v == "" && ip != nil {
+			return flows.PodCookie(flows.Pod{OwnerID: uint32(ip[0])<<24 | uint32(ip[1])<<16 | uint32(ip[2])<<8 | uint32(ip[3])})
+		} else {
+			t.Fatalf("%s: interface %s: external_ids:ofsdn-owner-id %q is not a flow owner id", p.name, host, v)
 		}
-		p.ownerID = uint32(id)
 	}
 	return flows.PodCookie(flows.Pod{OwnerID: p.ownerID})
 }
