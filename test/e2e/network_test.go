@@ -63,8 +63,14 @@ func (n *testNode) runtimeWithoutCache() *libcni.CNIConfig {
 	return libcni.NewCNIConfigWithCacheDir([]string{buildBinaries(n.T)}, n.T.TempDir(), nil)
 }
 
-// leaseNetworks returns the lease file's leases: container ID → recorded network.
-func (n *testNode) leaseNetworks(t *testing.T) map[string]string {
+// leaseEntry is what the e2e tests read of one lease in the lease file.
+type leaseEntry struct {
+	Network string `json:"network"`
+	OwnerID uint32 `json:"ownerID"`
+}
+
+// leaseFile returns the lease file's leases: container ID → entry.
+func (n *testNode) leaseFile(t *testing.T) map[string]leaseEntry {
 	t.Helper()
 	b, err := os.ReadFile(n.LeasesPath())
 	if err != nil {
@@ -73,15 +79,25 @@ func (n *testNode) leaseNetworks(t *testing.T) map[string]string {
 	var st struct {
 		Leases map[string]struct {
 			ContainerID string `json:"containerID"`
-			Network     string `json:"network"`
+			leaseEntry
 		} `json:"leases"`
 	}
 	if err := json.Unmarshal(b, &st); err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]string{}
+	out := map[string]leaseEntry{}
 	for _, l := range st.Leases {
-		out[l.ContainerID] = l.Network
+		out[l.ContainerID] = l.leaseEntry
+	}
+	return out
+}
+
+// leaseNetworks returns the lease file's leases: container ID → recorded network.
+func (n *testNode) leaseNetworks(t *testing.T) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for id, l := range n.leaseFile(t) {
+		out[id] = l.Network
 	}
 	return out
 }

@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 )
@@ -35,28 +33,8 @@ func TestOwnerIDsKeptAcrossRestart(t *testing.T) {
 		}
 		ids[p.name] = p.ownerID
 	}
-	fileIDs := func() map[string]uint32 {
-		data, err := os.ReadFile(n.LeasesPath())
-		if err != nil {
-			t.Fatal(err)
-		}
-		var f struct {
-			Leases map[string]struct {
-				ContainerID string `json:"containerID"`
-				OwnerID     uint32 `json:"ownerID"`
-			} `json:"leases"`
-		}
-		if err := json.Unmarshal(data, &f); err != nil {
-			t.Fatal(err)
-		}
-		out := map[string]uint32{}
-		for _, l := range f.Leases {
-			out[l.ContainerID] = l.OwnerID
-		}
-		return out
-	}
 	for _, p := range live {
-		if got := fileIDs()[p.containerID]; got != p.ownerID {
+		if got := n.leaseFile(t)[p.containerID].OwnerID; got != p.ownerID {
 			t.Errorf("%s: lease file records owner id %d, its interface %d", p.name, got, p.ownerID)
 		}
 	}
