@@ -214,10 +214,17 @@ func (a *Agent) WaitPod(ctx context.Context, namespace, name string) error {
 // longer the attached pod of its name) and the undo's changes go to the realizer; the
 // wait's error is returned.
 func (a *Agent) Attach(ctx context.Context, lp LocalPod, install func(Changes) (wait func() error)) error {
-	if err := a.WaitPod(ctx, lp.Namespace, lp.Name); err != nil {
-		return err
-	}
+	// The pod is usually known already (the ADD waited for it before making the veth):
+	// then the check and the attachment share one hold of the lock, which every event,
+	// attach and detach of a burst queues for.
 	a.mu.Lock()
+	for !a.isSynced || !a.eng.HasPod(lp.Namespace, lp.Name) {
+		a.mu.Unlock()
+		if err := a.WaitPod(ctx, lp.Namespace, lp.Name); err != nil {
+			return err
+		}
+		a.mu.Lock() // known now; an event may have deleted it again meanwhile: check again
+	}
 	ch := a.eng.SetLocalPod(lp)
 	wait := install(ch)
 	a.mu.Unlock()
