@@ -268,10 +268,12 @@ func (b *abBuild) session(t *testing.T, api *kapi.API, on bool, conc, labelReps 
 	s := abSample{Build: b.name, Policy: map[bool]string{true: "on", false: "off"}[on], Round: b.round}
 	n := b.node
 	start := time.Now()
-	n.StartDaemon(filepath.Join(b.dir, "ofsdn-node"), 5*time.Minute,
-		"--topology", "kubernetes", "--kubeconfig", n.kc, "--node-name", b.nodeName, "--cluster-cidr", "10.250.0.0/16",
+	args := []string{"--topology", "kubernetes", "--kubeconfig", n.kc, "--node-name", b.nodeName, "--cluster-cidr", "10.250.0.0/16",
 		"--mtu", "1450", "--start-timeout", "4m", "--add-timeout", "60s", "--flow-audit-interval", "0",
-		"--network-policy="+strconv.FormatBool(on))
+		"--network-policy=" + strconv.FormatBool(on)}
+	// POLICY_AB_DAEMON_ARGS: extra daemon flags for both builds (e.g. --log-level debug for
+	// the runner's per-round timings).
+	n.StartDaemon(filepath.Join(b.dir, "ofsdn-node"), 5*time.Minute, append(args, strings.Fields(os.Getenv("POLICY_AB_DAEMON_ARGS"))...)...)
 	defer func() {
 		n.StopDaemon()
 		if d := os.Getenv("POLICY_AB_LOGS"); d != "" {
