@@ -31,8 +31,11 @@ func (s nodeSource) Pods() ([]Pod, error) {
 	for _, a := range n.Pods() {
 		p := Pod{ContainerID: a.ContainerID, IfName: a.IfName, Namespace: a.PodNamespace,
 			Name: a.PodName, OFPort: a.OFPort, OwnerID: a.OwnerID, HostVeth: a.HostVeth, Netns: a.Netns}
-		if a.IPv4() != nil {
-			p.IP = a.IPv4().String()
+		for _, ip := range a.IPs {
+			p.IPs = append(p.IPs, ip.String())
+		}
+		if len(p.IPs) > 0 {
+			p.IP = p.IPs[0]
 		}
 		if a.MAC != nil {
 			p.MAC = a.MAC.String()

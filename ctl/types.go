@@ -48,8 +48,11 @@ type Pod struct {
 	// runtime did not pass them.
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
-	// IP is the pod's address with prefix length, e.g. "10.128.0.5/24".
+	// IP is the pod's first address with prefix length, e.g. "10.128.0.5/24" (IPs[0]).
 	IP string `json:"ip"`
+	// IPs are all the pod's addresses with prefix length, one per pod subnet of the node,
+	// in the order of the node's pod subnets (the CNI result's order).
+	IPs []string `json:"ips"`
 	// MAC is the pod interface's MAC address.
 	MAC string `json:"mac"`
 	// OFPort is the OVS port's OpenFlow port number.

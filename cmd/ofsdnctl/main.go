@@ -148,10 +148,14 @@ func filterStage(stages []ctl.Stage, name string) ([]ctl.Stage, error) {
 }
 
 func podTable(w io.Writer, pods []ctl.Pod) {
-	fmt.Fprintln(w, "NAMESPACE/NAME\tCONTAINER ID\tIFNAME\tIP\tMAC\tOFPORT\tHOST VETH\tISOLATION")
+	fmt.Fprintln(w, "NAMESPACE/NAME\tCONTAINER ID\tIFNAME\tIPS\tMAC\tOFPORT\tOWNER ID\tHOST VETH\tISOLATION")
 	for _, p := range pods {
-		fmt.Fprintf(w, "%s/%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", dash(p.Namespace), dash(p.Name), p.ContainerID,
-			p.IfName, p.IP, p.MAC, p.OFPort, p.HostVeth, dash(p.Isolation))
+		ips := strings.Join(p.IPs, ",")
+		if ips == "" {
+			ips = p.IP // a daemon of an older build
+		}
+		fmt.Fprintf(w, "%s/%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", dash(p.Namespace), dash(p.Name), p.ContainerID,
+			p.IfName, dash(ips), p.MAC, p.OFPort, p.OwnerID, p.HostVeth, dash(p.Isolation))
 	}
 }
 

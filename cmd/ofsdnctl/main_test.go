@@ -17,7 +17,7 @@ type src struct{}
 
 func (src) Pods() ([]ctl.Pod, error) {
 	return []ctl.Pod{{ContainerID: "abc123", IfName: "eth0", Namespace: "default", Name: "web", IP: "10.128.0.2/24",
-		MAC: "0a:58:0a:80:00:02", OFPort: 2, HostVeth: "ofs0123456789ab", Isolation: "ingress"}}, nil
+		IPs: []string{"10.128.0.2/24", "fd00:128::2/64"}, MAC: "0a:58:0a:80:00:02", OFPort: 2, OwnerID: 4711, HostVeth: "ofs0123456789ab", Isolation: "ingress"}}, nil
 }
 
 func (src) Policies(context.Context) (ctl.PolicyReport, error) {
@@ -72,6 +72,11 @@ func TestCommands(t *testing.T) {
 	_, out, _ = ofsdnctl(t, "-socket", sock, "pods")
 	if !strings.Contains(strings.Split(out, "\n")[0], "ISOLATION") || !strings.Contains(out, "ingress") {
 		t.Errorf("pods table has no ISOLATION column:\n%s", out)
+	}
+	// Every address of the pod, and its flow owner id (to find its flows by cookie).
+	if head := strings.Split(out, "\n")[0]; !strings.Contains(head, "OWNER ID") || !strings.Contains(head, "IPS") ||
+		!strings.Contains(out, "10.128.0.2/24,fd00:128::2/64") || !strings.Contains(out, " 4711 ") {
+		t.Errorf("pods table lacks the addresses or the owner id:\n%s", out)
 	}
 	code, out, errs = ofsdnctl(t, "-socket", sock, "policies")
 	for _, want := range []string{"1 policies", "default/web", "allow-b", "rule default/allow-b ingress[0]", "conj 7", "allowed 2", "priority=200,conj_id=7,ip"} {
