@@ -41,7 +41,6 @@ package flows
 // denied new connections, and they go with the pod's other flows.
 
 import (
-	"fmt"
 	"net"
 	"sort"
 )
@@ -293,7 +292,10 @@ func (s *PolicyFlowSet) Set(r PolicyRule) []string {
 	removed := s.remove(r.ID)
 	after := map[string]part{}
 	for _, c := range s.contributions(r) {
-		k := c.flow.MatchKey()
+		k := c.key
+		if k == "" { // the single-clause path does not dedupe
+			k = c.flow.MatchKey()
+		}
 		e := s.entries[k]
 		if e == nil {
 			e = &policyEntry{flow: c.flow, conj: map[uint32]Conjunction{}, allow: map[uint32]bool{}}
@@ -451,7 +453,8 @@ func (s *PolicyFlowSet) LenIn(t TableID) int {
 }
 
 type contribution struct {
-	flow   Flow // match, table, priority
+	flow   Flow   // match, table, priority
+	key    string // flow.MatchKey(), computed once (dedupe)
 	conj   Conjunction
 	allow  bool   // a single-clause rule: this flow allows
 	conjID uint32 // the conj_id flow of conjunction conjID
@@ -526,10 +529,18 @@ func (s *PolicyFlowSet) contributions(r PolicyRule) []contribution {
 // dedupe drops contributions with the same match and conjunction (two ports that encode
 // alike, a peer listed twice).
 func dedupe(cs []contribution) []contribution {
-	seen := map[string]bool{}
+	type dkey struct {
+		match  string
+		clause uint8
+		conjID uint32
+	}
+	seen := make(map[dkey]bool, len(cs))
 	out := cs[:0]
 	for _, c := range cs {
-		k := fmt.Sprintf("%s|%d|%d", c.flow.MatchKey(), c.conj.Clause, c.conjID)
+		if c.key == "" {
+			c.key = c.flow.MatchKey()
+		}
+		k := dkey{c.key, c.conj.Clause, c.conjID}
 		if !seen[k] {
 			seen[k] = true
 			out = append(out, c)
