@@ -261,7 +261,7 @@ func timeApplyOK(ctx context.Context, sw *openflow.Conn, os []owned) error {
 // flows only load the switch.
 func peerFlows(cfg flows.NodeConfig, i int) (flows.Peer, []flows.Flow, error) {
 	p := flows.Peer{Name: fmt.Sprintf("peer-%d", i), NodeIP: net.IPv4(192, 168, byte(i/250), byte(i%250+1)).To4(),
-		PodSubnet: &net.IPNet{IP: net.IPv4(10, byte(64+i/256), byte(i%256), 0).To4(), Mask: net.CIDRMask(24, 32)}}
+		PodSubnet: &net.IPNet{IP: net.IPv4(10, byte(64+i/256), byte(i%256), 0).To4(), Mask: net.CIDRMask(24, 32)}, OwnerID: uint32(i + 1)}
 	if err := p.Validate(cfg); err != nil {
 		return p, nil, err
 	}

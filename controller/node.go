@@ -314,7 +314,9 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 	}
 	if ov := opts.Overlay; ov != nil {
 		n.overlay = newOverlay(n, *ov)
-		n.overlay.load(ov.Peers)
+		if err := n.overlay.load(ov.Peers); err != nil {
+			return fail(err)
+		}
 	}
 
 	mgmt := filepath.Join(opts.OVSRunDir, opts.Bridge+".mgmt")
@@ -533,9 +535,17 @@ func readGeneration(path string) (uint16, error) {
 	return uint16(g), nil
 }
 
-// writeGeneration replaces GenerationFile atomically and durably: a temp file in the same
-// directory, fsync, rename, fsync of the directory. Temp files a crash left are removed.
+// writeGeneration replaces GenerationFile atomically and durably (writeFileAtomic).
 func writeGeneration(path string, gen uint16) error {
+	return writeFileAtomic(path, []byte(strconv.Itoa(int(gen))+"\n"))
+}
+
+// writeFileAtomic replaces the file at path with data atomically and durably: a temp
+// file in the same directory (created, mode 0600), fsync, rename over path, fsync of the
+// directory, so after a crash path holds either the old or the new content. Temp files
+// a crash left are removed. The data directory's records (GenerationFile, PeerIDsFile)
+// are written with it.
+func writeFileAtomic(path string, data []byte) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
@@ -550,7 +560,7 @@ func writeGeneration(path string, gen uint16) error {
 		return err
 	}
 	tmp := f.Name()
-	_, err = f.WriteString(strconv.Itoa(int(gen)) + "\n")
+	_, err = f.Write(data)
 	if err == nil {
 		err = f.Sync()
 	}

@@ -15,10 +15,11 @@ package controller
 // the start, and the peers the topology lists at start are loaded into the flow store
 // before the first sync, so that one bundle replaces every flow of the earlier run.
 // The host's route for the cluster CIDR is kept on the gateway port until the node
-// closes. Each peer is its own flow-store owner (flows.PeerOwner: its pod subnet) whose
-// cookie selects its flows, so removing a peer deletes exactly its flows by cookie mask,
-// and a peer's new node IP (same subnet) is a diff of that owner only. After start, topology
-// events arrive one peer at a time (topology.Source, Follow); nothing is resynced in full.
+// closes. Each peer is its own flow-store owner (flows.PeerOwner: its owner id, allocated
+// and recorded under its node name, peerids.go) whose cookie selects its flows, so
+// removing a peer deletes exactly its flows by cookie mask, and a peer's new node IP or
+// pod subnet is a diff of that owner only. After start, topology events arrive one peer
+// at a time (topology.Source, Follow); nothing is resynced in full.
 
 import (
 	"context"
@@ -26,6 +27,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"sort"
 	"sync"
 	"time"
@@ -49,7 +51,9 @@ type OverlayOptions struct {
 	// ServiceCIDR is the service IPv4 range sent to the gateway (kube-proxy); nil = none.
 	ServiceCIDR *net.IPNet
 	// Peers are the peer nodes the topology lists at start; their flows are part of the
-	// node's first flow sync. Later changes go through Overlay.Apply / Follow.
+	// node's first flow sync. Later changes go through Overlay.Apply / Follow. Their
+	// OwnerID is ignored: the overlay gives each peer the id recorded for it
+	// (PeerIDsFile).
 	Peers []flows.Peer
 }
 
@@ -61,62 +65,138 @@ type Overlay struct {
 	log  *slog.Logger
 	opts OverlayOptions
 
+	// change serialises peer changes (AddPeer, UpdatePeer, DeletePeer): a peer's record
+	// in ids and its flows change together. It guards ids.
+	change sync.Mutex
+	ids    *peerIDs // the peers' owner ids, recorded in DataDir/PeerIDsFile
+
 	mu    sync.Mutex
-	peers map[flows.Owner]flows.Peer // flows.PeerOwner → peer
+	peers map[string]flows.Peer // peerKey → peer with flows (OwnerID set)
 }
 
 func newOverlay(n *Node, opts OverlayOptions) *Overlay {
 	opts.Peers = nil
-	return &Overlay{n: n, log: n.log, opts: opts, peers: map[flows.Owner]flows.Peer{}}
+	return &Overlay{n: n, log: n.log, opts: opts, peers: map[string]flows.Peer{}}
 }
 
-// load records the initial peers and loads their flows into the store without touching
-// the switch (the first sync installs them). Invalid peers and a second peer claiming a
-// subnet are logged and left out.
-func (o *Overlay) load(peers []flows.Peer) {
+// load reads the record of peer owner ids, gives each initial peer its recorded id (on a
+// node without the record, the id earlier builds derived, flows.LegacyPeerID; a peer new
+// to the record a round-robin one), frees the ids of recorded peers that are no longer
+// listed, writes the record and then loads the peers' flows into the store without
+// touching the switch (the first sync installs them). Invalid peers and a second peer
+// claiming a subnet are logged and left out. An unreadable or corrupt record is logged
+// and replaced (the peers get ids as on a node without one; every flow of the earlier
+// run goes with its generation in the first sync). The error says the record cannot be
+// written: no flow may then carry the ids.
+func (o *Overlay) load(peers []flows.Peer) error {
+	path := filepath.Join(o.n.opts.DataDir, PeerIDsFile)
+	ids, err := readPeerIDs(path)
+	if err != nil {
+		o.log.Warn("peer owner id record unreadable; it is replaced and peers get ids as on a node without one", "file", path, "err", err)
+		ids = &peerIDs{path: path, byKey: map[string]uint32{}, byID: map[uint32]string{}}
+	}
+	o.ids = ids
+	legacy := !ids.found
 	cfg := o.n.config()
 	for _, p := range peers {
-		if err := p.Validate(cfg); err != nil {
+		key := peerKey(p)
+		if cur, ok := o.peers[key]; ok {
+			o.log.Error("topology peer left out", "peer", p.Name,
+				"err", fmt.Sprintf("listed twice (also with pod subnet %v)", cur.PodSubnet))
+			continue
+		}
+		if cur, ok := o.subnetHolder(key, p); ok {
+			o.log.Error("topology peer left out", "peer", p.Name,
+				"err", fmt.Sprintf("pod subnet %v overlaps peer %s's %v: fix the node's podCIDR", p.PodSubnet, cur.Name, cur.PodSubnet))
+			continue
+		}
+		var want uint32
+		if legacy {
+			want = flows.LegacyPeerID(p)
+		}
+		q := p
+		q.OwnerID = ids.peek(key)
+		if _, held := ids.byID[want]; want != 0 && !held {
+			q.OwnerID = want
+		}
+		if err := q.Validate(cfg); err != nil {
 			o.log.Error("topology peer left out", "peer", p.Name, "err", err)
 			continue
 		}
-		owner := flows.PeerOwner(p)
-		if cur, ok := o.peers[owner]; ok {
-			o.log.Error("topology peer left out", "peer", p.Name,
-				"err", fmt.Sprintf("pod subnet %v is already peer %s's: fix the node's podCIDR", p.PodSubnet, cur.Name))
-			continue
-		}
-		o.n.store.Load(owner, flows.PeerFlows(cfg, p))
-		o.peers[owner] = p
+		p.OwnerID, _ = ids.reserve(key, want)
+		o.peers[key] = p
 	}
+	for key := range ids.byKey {
+		if _, listed := o.peers[key]; !listed {
+			ids.release(key)
+		}
+	}
+	if err := ids.save(); err != nil {
+		return fmt.Errorf("overlay: record the peers' owner ids: %w", err)
+	}
+	for _, p := range o.peers {
+		o.n.store.Load(flows.PeerOwner(p), flows.PeerFlows(cfg, p))
+	}
+	return nil
+}
+
+// subnetHolder returns the peer other than the one with key whose pod subnet overlaps
+// p's. o.change is held (or the overlay is loading).
+func (o *Overlay) subnetHolder(key string, p flows.Peer) (flows.Peer, bool) {
+	if p.PodSubnet == nil {
+		return flows.Peer{}, false
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for k, cur := range o.peers {
+		if k != key && cur.PodSubnet != nil && (cur.PodSubnet.Contains(p.PodSubnet.IP) || p.PodSubnet.Contains(cur.PodSubnet.IP)) {
+			return cur, true
+		}
+	}
+	return flows.Peer{}, false
 }
 
 // TunnelOFPort returns the tunnel port's current ofport (1..65279).
 func (o *Overlay) TunnelOFPort() uint32 { return o.n.config().TunnelOFPort }
 
 // AddPeer installs the flows that reach peer p (tunnel ingress, ARP responder, remote
-// route) as one batch. Adding a peer that is already known with the same subnet rewrites
-// its flows (an IP change). Errors: an invalid peer (flows.Peer.Validate), a subnet
-// another peer already holds, or the flow store's error (matching ErrOVSUnavailable while
-// the switch is unreachable).
+// route) as one batch, under the owner id recorded for p (its node name): a peer new to
+// the record gets one round robin, recorded before its flows are installed. Adding a
+// peer that is already known rewrites its flows (a new node IP or pod subnet: a diff of
+// the same owner). p.OwnerID is ignored. Errors: an invalid peer
+// (flows.Peer.Validate), a pod subnet that overlaps another peer's, the record cannot be
+// written (PeerIDsFile), or the flow store's error (matching ErrOVSUnavailable while the
+// switch is unreachable).
 func (o *Overlay) AddPeer(ctx context.Context, p flows.Peer) error {
-	owner := flows.PeerOwner(p)
+	o.change.Lock()
+	defer o.change.Unlock()
+	return o.addPeer(ctx, p)
+}
+
+// addPeer is AddPeer; o.change is held.
+func (o *Overlay) addPeer(ctx context.Context, p flows.Peer) error {
+	key := peerKey(p)
 	for {
 		cfg, ver := o.n.configVersion()
+		if cur, ok := o.subnetHolder(key, p); ok {
+			return fmt.Errorf("peer %s: pod subnet %v overlaps peer %s's %v: fix the node's podCIDR", p.Name, p.PodSubnet, cur.Name, cur.PodSubnet)
+		}
+		// Validated with the id it is about to get, so an invalid peer takes none.
+		p.OwnerID = o.ids.peek(key)
 		if err := p.Validate(cfg); err != nil {
 			return err
 		}
-		o.mu.Lock()
-		if cur, ok := o.peers[owner]; ok && cur.Name != p.Name {
-			o.mu.Unlock()
-			return fmt.Errorf("peer %s: pod subnet %v is already peer %s's: fix the node's podCIDR", p.Name, p.PodSubnet, cur.Name)
+		id, err := o.ids.assign(key)
+		if err != nil {
+			return fmt.Errorf("peer %s: %w", p.Name, err)
 		}
-		o.mu.Unlock()
-		if err := o.n.store.SetOwner(ctx, owner, flows.PeerFlows(cfg, p)); err != nil {
+		p.OwnerID = id
+		if err := o.n.store.SetOwner(ctx, flows.PeerOwner(p), flows.PeerFlows(cfg, p)); err != nil {
+			// The id stays recorded: a retry takes it again, a delete frees it.
 			return fmt.Errorf("peer %s: %w", p.Name, err)
 		}
 		o.mu.Lock()
-		o.peers[owner] = p
+		o.peers[key] = p
 		o.mu.Unlock()
 		// A rebuild (new tunnel ofport) that ran meanwhile may have missed this peer:
 		// build its flows again from the new config.
@@ -126,35 +206,53 @@ func (o *Overlay) AddPeer(ctx context.Context, p flows.Peer) error {
 	}
 }
 
-// UpdatePeer moves a peer from old to p: a new node IP with the same subnet is a diff of
-// that peer's flows; a new subnet deletes the old subnet's flows first. Errors as for
-// AddPeer and DeletePeer.
+// UpdatePeer moves a peer from old to p. The same peer (node name) keeps its owner id:
+// a new node IP or pod subnet is a diff of its flows. If the key changed (a peer without
+// a name, keyed by its subnet), the old peer is deleted first. Errors as for AddPeer and
+// DeletePeer.
 func (o *Overlay) UpdatePeer(ctx context.Context, old, p flows.Peer) error {
-	if old.PodSubnet != nil && p.PodSubnet != nil && old.PodSubnet.String() != p.PodSubnet.String() {
-		if err := o.DeletePeer(ctx, old); err != nil {
+	o.change.Lock()
+	defer o.change.Unlock()
+	if peerKey(old) != peerKey(p) {
+		if err := o.deletePeer(ctx, old); err != nil {
 			return err
 		}
 	}
-	return o.AddPeer(ctx, p)
+	return o.addPeer(ctx, p)
 }
 
-// DeletePeer removes every flow of peer p (selected by flows.PeerCookie, so flows left by
-// an earlier daemon run go too). Deleting an unknown peer is not an error. Errors: the
-// flow store's (matching ErrOVSUnavailable while a resync runs).
+// DeletePeer removes every flow of peer p (selected by flows.PeerCookie of its recorded
+// owner id, so flows of it that the switch still holds from an earlier attempt go too),
+// then frees its id from the record. Deleting an unknown peer is not an error. Errors:
+// the flow store's (matching ErrOVSUnavailable while a resync runs); a record that cannot
+// be written is logged (the id stays recorded until the next start).
 func (o *Overlay) DeletePeer(ctx context.Context, p flows.Peer) error {
-	if p.PodSubnet == nil {
-		return nil
+	o.change.Lock()
+	defer o.change.Unlock()
+	return o.deletePeer(ctx, p)
+}
+
+// deletePeer is DeletePeer; o.change is held.
+func (o *Overlay) deletePeer(ctx context.Context, p flows.Peer) error {
+	key := peerKey(p)
+	id, ok := o.ids.get(key)
+	if !ok {
+		return nil // never given flows in this run: the first sync swept any of earlier runs
 	}
+	p.OwnerID = id
 	if err := o.n.store.DeleteOwner(ctx, flows.PeerOwner(p)); err != nil {
 		return fmt.Errorf("peer %s: %w", p.Name, err)
 	}
 	o.mu.Lock()
-	delete(o.peers, flows.PeerOwner(p))
+	delete(o.peers, key)
 	o.mu.Unlock()
+	if err := o.ids.free(key); err != nil {
+		o.log.Warn("peer's owner id not freed from the record; the next start frees it", "peer", p.Name, "owner_id", id, "err", err)
+	}
 	return nil
 }
 
-// Peers returns the peers with flows installed, sorted by name.
+// Peers returns the peers with flows installed (OwnerID set), sorted by name.
 func (o *Overlay) Peers() []flows.Peer {
 	o.mu.Lock()
 	defer o.mu.Unlock()

@@ -97,7 +97,7 @@ func (s nodeSource) Peers() ([]Peer, error) {
 	}
 	port := ov.TunnelOFPort()
 	for _, p := range ov.Peers() {
-		q := Peer{Node: p.Name, OFPort: port}
+		q := Peer{Node: p.Name, OFPort: port, OwnerID: p.OwnerID}
 		if p.NodeIP != nil {
 			q.IP = p.NodeIP.String()
 		}

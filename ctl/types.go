@@ -113,6 +113,10 @@ type Peer struct {
 	IP string `json:"ip"`
 	// PodSubnet is the peer's pod subnet (CIDR).
 	PodSubnet string `json:"podSubnet"`
+	// OwnerID is the id of the peer's flow owner: the low 32 bits of its flows' cookies,
+	// whose owner kind (bits 39..32) is 3, peer (flows.Cookie); 1..2^32-1, recorded in
+	// the node's data directory (controller.PeerIDsFile).
+	OwnerID uint32 `json:"ownerID"`
 	// OFPort is the OpenFlow port number (1..65279) of the tunnel port that reaches the
 	// peer: one flow-based port serves every peer, so all peers show the same.
 	OFPort uint32 `json:"ofport,omitempty"`

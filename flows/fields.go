@@ -161,17 +161,32 @@ var (
 //	bits 55..40  generation        (16 bits) NodeConfig.Generation: bumped at each daemon
 //	                                          start so a restart can delete old flows
 //	bits 39..32  owner kind        (8 bits)  OwnerPipeline (1), OwnerPod (2), OwnerPeer (3),
-//	                                          OwnerPolicy (4)
-//	bits 31..0   owner id          (32 bits) pod: Pod.OwnerID, allocated with its
-//	                                          IP lease and recorded there (unique
-//	                                          among the node's leases, kept across
-//	                                          restarts; for a lease written before
-//	                                          ofsdn recorded owner ids, its IPv4
-//	                                          address as a big-endian uint32);
-//	                                          peer: the network address of its pod subnet
-//	                                          (unique among peers; stable when the peer's
-//	                                          node IP changes); policy: the conjunction
-//	                                          id of a conj_id flow, else 0; pipeline: 0
+//	                                          OwnerPolicy (4), OwnerService (5)
+//	bits 31..0   owner id          (32 bits) chosen per kind, below
+//
+// How each kind's owner id is chosen, and whether it survives a daemon restart:
+//
+//   - pipeline: always 0 (PipelineOwner), so the same at every run.
+//   - pod: Pod.OwnerID, allocated with the pod's IP lease (ipam.Lease.OwnerID: round
+//     robin over 1..2^32-1, unique among the node's leases) and recorded in the lease file
+//     and on the pod's OVS interface: kept across restarts. A lease written before ofsdn
+//     recorded owner ids has its IPv4 address as a big-endian uint32.
+//   - peer: Peer.OwnerID, allocated by the controller (round robin over 1..2^32-1, unique
+//     among the node's peers) and recorded, before any flow carries it, in the daemon's
+//     data directory (controller.PeerIDsFile) under the peer's node name: kept across
+//     restarts, and stable when the peer's node IP or pod subnet changes. A node without
+//     that record (one upgraded from a build before it) gives each peer the id those
+//     builds derived, the network address of its IPv4 pod subnet (LegacyPeerID).
+//   - policy: the conjunction id of a conj_id flow (policy.ConjIDs), else 0 (every flow
+//     shared by several conjunctions' clauses, PolicyOwner(0)). Conjunction ids are
+//     allocated in memory: a restart renumbers them.
+//   - service: ServicePort.ID, allocated in memory per Service port name
+//     (controller/services.go): a restart renumbers them.
+//
+// Ids that a restart renumbers need no record: the new run's first flow sync replaces
+// every flow of the earlier generation in one bundle (GenerationCookie), whatever its
+// owner id, so no flow with an old id is left; a kept id only keeps an owner's cookie the
+// same for operators and tools across the restart.
 //
 // Match cookies with a mask (OpenFlow 1.3.5 §7.3.4.1 cookie_mask; §7.3.5.2 flow stats):
 // Owner.Cookie (PodCookie, PeerCookie), GenerationCookie.
@@ -193,8 +208,7 @@ const (
 	OwnerPipeline OwnerKind = 1
 	// OwnerPod: one local pod's flows, built by PodFlows; owner id = Pod.OwnerID.
 	OwnerPod OwnerKind = 2
-	// OwnerPeer: one peer node's flows, built by PeerFlows; owner id = the network address
-	// of the peer's pod subnet.
+	// OwnerPeer: one peer node's flows, built by PeerFlows; owner id = Peer.OwnerID.
 	OwnerPeer OwnerKind = 3
 	// OwnerPolicy: the NetworkPolicy rule flows (clauses and conj_id flows), built by
 	// PolicyFlowSet; owner id = the conjunction id for conj_id flows, 0 for flows shared
@@ -238,8 +252,8 @@ func (c Cookie) Generation() uint16 { return uint16(uint64(c) >> cookieGeneratio
 // Owner returns the owner kind.
 func (c Cookie) Owner() OwnerKind { return OwnerKind(uint64(c) >> cookieOwnerShift) }
 
-// OwnerID returns the owner id (a pod's Pod.OwnerID, a peer's pod subnet address as
-// uint32, 0 for the pipeline).
+// OwnerID returns the owner id (a pod's Pod.OwnerID, a peer's Peer.OwnerID, 0 for the
+// pipeline; see Cookie).
 func (c Cookie) OwnerID() uint32 { return uint32(c) }
 
 // String returns the cookie in hex as ovs-ofctl prints it (cookie=0x...).
@@ -264,8 +278,8 @@ var PipelineOwner = Owner{Kind: OwnerPipeline}
 func PodOwner(p Pod) Owner { return Owner{Kind: OwnerPod, ID: p.OwnerID} }
 
 // PeerOwner returns the owner of a peer's flows (PeerFlows): kind OwnerPeer, id =
-// PeerID(p), the network address of its pod subnet, unique among peers.
-func PeerOwner(p Peer) Owner { return Owner{Kind: OwnerPeer, ID: PeerID(p)} }
+// p.OwnerID, unique among the node's peers.
+func PeerOwner(p Peer) Owner { return Owner{Kind: OwnerPeer, ID: p.OwnerID} }
 
 // Cookie returns the cookie and mask that select exactly o's flows: owner kind and owner
 // id, whatever their table, pipeline version and generation. Use them in an OFPFC_DELETE
@@ -275,9 +289,8 @@ func (o Owner) Cookie() (cookie, mask uint64) {
 }
 
 // String names the owner for logs and errors: "pipeline", "pod owner 7" (the pod's
-// allocated owner id), "peer 10.244.2.0".
+// allocated owner id), "peer owner 3" (the peer's).
 func (o Owner) String() string {
-	id := fmt.Sprintf("%d.%d.%d.%d", byte(o.ID>>24), byte(o.ID>>16), byte(o.ID>>8), byte(o.ID))
 	switch o.Kind {
 	case OwnerPipeline:
 		if o.ID == 0 {
@@ -287,7 +300,7 @@ func (o Owner) String() string {
 	case OwnerPod:
 		return fmt.Sprintf("pod owner %d", o.ID)
 	case OwnerPeer:
-		return "peer " + id
+		return fmt.Sprintf("peer owner %d", o.ID)
 	}
 	return fmt.Sprintf("owner kind %d id %#x", o.Kind, o.ID)
 }
@@ -297,7 +310,7 @@ func (o Owner) String() string {
 func PodCookie(pod Pod) (cookie, mask uint64) { return PodOwner(pod).Cookie() }
 
 // PeerCookie returns the cookie and mask that select exactly peer p's flows:
-// PeerOwner(p).Cookie(). They do not depend on the peer's node IP.
+// PeerOwner(p).Cookie(). They do not depend on the peer's node IP or pod subnet.
 func PeerCookie(p Peer) (cookie, mask uint64) { return PeerOwner(p).Cookie() }
 
 // GenerationCookie returns the cookie and mask that select every flow of one daemon

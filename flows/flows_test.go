@@ -29,14 +29,15 @@ func testConfig() NodeConfig {
 	}
 }
 
-// testPeerB is node B of the golden tests: node IP 172.16.0.2, pod subnet 10.244.2.0/24.
+// testPeerB is node B of the golden tests: node IP 172.16.0.2, pod subnet 10.244.2.0/24,
+// owner id 0x0af40200 (its subnet's address, the id an upgraded node gives it).
 func testPeerB() Peer {
-	return Peer{Name: "node-b", NodeIP: net.ParseIP("172.16.0.2"), PodSubnet: mustCIDR("10.244.2.0/24")}
+	return Peer{Name: "node-b", NodeIP: net.ParseIP("172.16.0.2"), PodSubnet: mustCIDR("10.244.2.0/24"), OwnerID: 0x0af40200}
 }
 
-// testPeerC is node C: node IP 172.16.0.3, pod subnet 10.244.3.0/24.
+// testPeerC is node C: node IP 172.16.0.3, pod subnet 10.244.3.0/24, owner id 0x0af40300.
 func testPeerC() Peer {
-	return Peer{Name: "node-c", NodeIP: net.ParseIP("172.16.0.3"), PodSubnet: mustCIDR("10.244.3.0/24")}
+	return Peer{Name: "node-c", NodeIP: net.ParseIP("172.16.0.3"), PodSubnet: mustCIDR("10.244.3.0/24"), OwnerID: 0x0af40300}
 }
 
 func testPodA() Pod {

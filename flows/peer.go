@@ -2,8 +2,8 @@ package flows
 
 // One peer node's flows: accept its tunnels, answer the host's ARP for its pod subnet,
 // send traffic for its pod subnet into the tunnel with tun_dst = its node IP. All carry
-// the peer's owner (PeerOwner: kind OwnerPeer, id = the network address of its pod subnet)
-// in their cookie, so PeerCookie selects exactly them for deletion.
+// the peer's owner (PeerOwner: kind OwnerPeer, id = Peer.OwnerID, allocated and recorded by
+// the controller) in their cookie, so PeerCookie selects exactly them for deletion.
 //
 // Design history: pods on a node get a /24 (or similar) of the cluster CIDR and a default
 // route via the gateway, so a pod never ARPs for a remote pod: it sends every off-subnet
@@ -33,20 +33,29 @@ var VirtualRouterMAC = net.HardwareAddr{0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff}
 
 // Peer is another node of the cluster, reached through the tunnel.
 type Peer struct {
-	// Name is the peer's node name, for logs and errors only.
+	// Name is the peer's node name (the topology's key for it).
 	Name string
 	// NodeIP is the peer's underlay IPv4 address: tunnels go to it (tun_dst) and come
 	// from it (tun_src).
 	NodeIP net.IP
-	// PodSubnet is the peer's IPv4 pod subnet; its network address is the cookie's owner
-	// id, so it must be unique among peers.
+	// PodSubnet is the peer's IPv4 pod subnet.
 	PodSubnet *net.IPNet
+	// OwnerID is the id of the peer's flow owner (cookie bits 31..0 of its flows, kind
+	// OwnerPeer), 1..2^32-1, unique among the node's peers: allocated by the controller
+	// and recorded in its data directory (controller.PeerIDsFile), so a restarted daemon
+	// gives the peer's flows the id they had. It does not depend on the peer's addresses,
+	// so it stays the same when its node IP or pod subnet changes.
+	OwnerID uint32
 }
 
-// Validate checks that peer can have flows on the node described by cfg: the node has
-// a tunnel port, the peer's node IP is IPv4 and not this node's, its pod subnet is IPv4,
-// does not overlap this node's pod subnet and lies in the cluster CIDR (if one is set).
+// Validate checks that peer can have flows on the node described by cfg: it has an
+// owner id, the node has a tunnel port, the peer's node IP is IPv4 and not this node's,
+// its pod subnet is IPv4, does not overlap this node's pod subnet and lies in the
+// cluster CIDR (if one is set).
 func (p Peer) Validate(cfg NodeConfig) error {
+	if p.OwnerID == 0 {
+		return fmt.Errorf("peer %s: owner id 0 is not a peer owner id (1..2^32-1): take the id the controller recorded for the peer", p.Name)
+	}
 	if cfg.TunnelOFPort == 0 {
 		return fmt.Errorf("peer %s: this node has no tunnel port: configure a tunnel (tunnelType) before adding peers", p.Name)
 	}
@@ -65,10 +74,12 @@ func (p Peer) Validate(cfg NodeConfig) error {
 	return nil
 }
 
-// PeerID returns the peer's cookie owner id: the network address of its pod subnet as a
-// big-endian uint32 (10.244.2.0/24 → 0x0af40200). It stays the same when the peer's node
-// IP changes, so an IP change rewrites the same owner's flows.
-func PeerID(p Peer) uint32 {
+// LegacyPeerID returns the owner id that builds before peer owner ids were recorded gave
+// peer p's flows: the network address of its IPv4 pod subnet as a big-endian uint32
+// (10.244.2.0/24 → 0x0af40200), 0 without one. The controller gives it to each peer of a
+// node that has no record of peer ids yet (an upgraded node), so no peer flow changes its
+// cookie on upgrade.
+func LegacyPeerID(p Peer) uint32 {
 	if p.PodSubnet == nil {
 		return 0
 	}

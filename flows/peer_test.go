@@ -9,8 +9,8 @@ import (
 	"github.com/contiv/libOpenflow/openflow13"
 )
 
-// goldenPeerB is PeerFlows(testConfig(), testPeerB()); 0x0af40200 in the cookie is
-// 10.244.2.0, the peer's pod subnet.
+// goldenPeerB is PeerFlows(testConfig(), testPeerB()); 0x0af40200 in the cookie is the
+// peer's owner id, 10.244.2.0 (its pod subnet's address, as an upgraded node gives it).
 var goldenPeerB = []string{
 	`cookie=0x50007030af40200, table="tunnel_ingress", priority=100,ip,tun_src=172.16.0.2,nw_src=10.244.2.0/24 actions=goto_table:service`,
 	`cookie=0x50007030af40200, table=arp, priority=100,arp,reg0=0x1/0xf,arp_tpa=10.244.2.0/24,arp_op=1 actions=move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[],set_field:aa:bb:cc:dd:ee:ff->eth_src,set_field:2->arp_op,move:NXM_NX_ARP_SHA[]->NXM_NX_ARP_THA[],set_field:aa:bb:cc:dd:ee:ff->arp_sha,move:NXM_OF_ARP_TPA[]->NXM_NX_REG2[],move:NXM_OF_ARP_SPA[]->NXM_OF_ARP_TPA[],move:NXM_NX_REG2[]->NXM_OF_ARP_SPA[],IN_PORT`,
@@ -69,8 +69,33 @@ func TestPeerCookieSelectsOnlyThatPeer(t *testing.T) {
 	if c2, m2 := PeerCookie(moved); c2 != cookie || m2 != mask {
 		t.Errorf("peer cookie changed with the node IP: %#x/%#x vs %#x/%#x", c2, m2, cookie, mask)
 	}
-	if PeerID(b) != 0x0af40200 {
-		t.Errorf("PeerID(B) = %#x, want 0x0af40200 (10.244.2.0)", PeerID(b))
+	if LegacyPeerID(b) != 0x0af40200 {
+		t.Errorf("LegacyPeerID(B) = %#x, want 0x0af40200 (10.244.2.0)", LegacyPeerID(b))
+	}
+}
+
+// TestPeerOwnerIsAllocatedID: a peer's flows carry its OwnerID, not its subnet, so the
+// cookie stays with the peer when its pod subnet changes; a peer without one is refused.
+func TestPeerOwnerIsAllocatedID(t *testing.T) {
+	cfg := testConfig()
+	p := testPeerB()
+	p.OwnerID = 7
+	for _, f := range PeerFlows(cfg, p) {
+		if f.Cookie.Owner() != OwnerPeer || f.Cookie.OwnerID() != 7 {
+			t.Errorf("peer flow with owner id 7 has cookie %v (kind %d id %d): %s", f.Cookie, f.Cookie.Owner(), f.Cookie.OwnerID(), f)
+		}
+	}
+	moved := p
+	moved.PodSubnet = mustCIDR("10.244.9.0/24")
+	if PeerOwner(moved) != PeerOwner(p) {
+		t.Errorf("owner changed with the pod subnet: %v vs %v", PeerOwner(moved), PeerOwner(p))
+	}
+	if s := PeerOwner(p).String(); s != "peer owner 7" {
+		t.Errorf("PeerOwner.String() = %q, want \"peer owner 7\"", s)
+	}
+	p.OwnerID = 0
+	if err := p.Validate(cfg); err == nil || !strings.Contains(err.Error(), "owner id 0") {
+		t.Errorf("Validate of a peer without owner id: %v, want an error about owner id 0", err)
 	}
 }
 
@@ -110,11 +135,12 @@ func TestPeerValidate(t *testing.T) {
 		t.Error("peer accepted on a node without a tunnel port")
 	}
 	for name, p := range map[string]Peer{
-		"own node IP":           {Name: "x", NodeIP: net.ParseIP("172.16.0.1"), PodSubnet: mustCIDR("10.244.2.0/24")},
-		"ipv6 node IP":          {Name: "x", NodeIP: net.ParseIP("fd00::2"), PodSubnet: mustCIDR("10.244.2.0/24")},
-		"no subnet":             {Name: "x", NodeIP: net.ParseIP("172.16.0.2")},
-		"overlaps local subnet": {Name: "x", NodeIP: net.ParseIP("172.16.0.2"), PodSubnet: mustCIDR("10.244.0.0/23")},
-		"outside cluster CIDR":  {Name: "x", NodeIP: net.ParseIP("172.16.0.2"), PodSubnet: mustCIDR("10.245.2.0/24")},
+		"own node IP":           {Name: "x", NodeIP: net.ParseIP("172.16.0.1"), PodSubnet: mustCIDR("10.244.2.0/24"), OwnerID: 1},
+		"ipv6 node IP":          {Name: "x", NodeIP: net.ParseIP("fd00::2"), PodSubnet: mustCIDR("10.244.2.0/24"), OwnerID: 1},
+		"no subnet":             {Name: "x", NodeIP: net.ParseIP("172.16.0.2"), OwnerID: 1},
+		"overlaps local subnet": {Name: "x", NodeIP: net.ParseIP("172.16.0.2"), PodSubnet: mustCIDR("10.244.0.0/23"), OwnerID: 1},
+		"outside cluster CIDR":  {Name: "x", NodeIP: net.ParseIP("172.16.0.2"), PodSubnet: mustCIDR("10.245.2.0/24"), OwnerID: 1},
+		"no owner id":           {Name: "x", NodeIP: net.ParseIP("172.16.0.2"), PodSubnet: mustCIDR("10.244.2.0/24")},
 	} {
 		if err := p.Validate(cfg); err == nil {
 			t.Errorf("%s: Peer.Validate accepted %+v", name, p)

@@ -12,7 +12,9 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -25,6 +27,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/ofsdn/ofsdn/controller"
 	"github.com/ofsdn/ofsdn/ctl"
 	"github.com/ofsdn/ofsdn/flows"
 	"github.com/ofsdn/ofsdn/metrics"
@@ -131,19 +134,48 @@ func waitUntil(t *testing.T, what string, limit time.Duration, cond func() error
 	}
 }
 
-// peerFlows returns the flows on n's bridge that carry the cookie of peer (owner kind peer,
-// owner id = its subnet), as dump-flows prints them.
-func (cn *clusterNode) peerFlows(peer *clusterNode) []string {
-	_, subnet, _ := net.ParseCIDR(peer.subnet)
-	cookie, mask := flows.PeerCookie(flows.Peer{PodSubnet: subnet})
-	out := cn.OVS.Ofctl(cn.T, "dump-flows", "--no-stats", cn.mgmt(), fmt.Sprintf("cookie=%#x/%#x", cookie, mask))
-	var got []string
-	for _, l := range strings.Split(out, "\n") {
-		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "OFPST_FLOW") {
-			got = append(got, l)
-		}
+// peerIDRecord returns the peer owner ids node n's daemon recorded (controller.PeerIDsFile,
+// by peer name); nil when there is no record (a build before it).
+func (n *testNode) peerIDRecord(t *testing.T) map[string]uint32 {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(n.DataDir, controller.PeerIDsFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
 	}
-	return got
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Peers map[string]uint32 `json:"peers"`
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatalf("%s: %v", controller.PeerIDsFile, err)
+	}
+	return st.Peers
+}
+
+// peerOwnerID returns the owner id of peer's flows on cn: the one cn's daemon recorded for
+// it, else (no record: a build before it, or a peer no longer recorded) the id older
+// builds derived, its pod subnet's address.
+func (cn *clusterNode) peerOwnerID(peer *clusterNode) uint32 {
+	if id, ok := cn.peerIDRecord(cn.T)[peer.name]; ok {
+		return id
+	}
+	_, subnet, _ := net.ParseCIDR(peer.subnet)
+	return flows.LegacyPeerID(flows.Peer{PodSubnet: subnet})
+}
+
+// peerFlows returns the flows on n's bridge that carry the cookie of peer (owner kind peer,
+// owner id = peerOwnerID), as dump-flows prints them.
+func (cn *clusterNode) peerFlows(peer *clusterNode) []string {
+	return cn.ownerFlows(flows.Owner{Kind: flows.OwnerPeer, ID: cn.peerOwnerID(peer)})
+}
+
+// ownerFlows returns the flows on n's bridge whose cookie carries owner o, as dump-flows
+// prints them.
+func (n *testNode) ownerFlows(o flows.Owner) []string {
+	cookie, mask := o.Cookie()
+	return flowLines(n.OVS.Ofctl(n.T, "dump-flows", "--no-stats", n.mgmt(), fmt.Sprintf("cookie=%#x/%#x", cookie, mask)))
 }
 
 // startCluster makes an underlay namespace with a Linux bridge and three nodes on it, each
@@ -294,9 +326,10 @@ func testMultiNode(t *testing.T, tunnel string, off int, full bool) {
 		if len(a.peerFlows(c)) == 0 {
 			t.Fatal("node-a has no flows for node-c before the removal")
 		}
+		cOwner := flows.Owner{Kind: flows.OwnerPeer, ID: a.peerOwnerID(c)}
 		writeTopology(t, a.topo, topologyYAML(a, []*clusterNode{b}))
 		waitUntil(t, "node-c's flows gone from node-a", 30*time.Second, func() error {
-			if f := a.peerFlows(c); len(f) > 0 {
+			if f := a.ownerFlows(cOwner); len(f) > 0 {
 				return fmt.Errorf("still there: %s", strings.Join(f, "\n"))
 			}
 			return nil

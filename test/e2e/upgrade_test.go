@@ -352,8 +352,9 @@ func upgradeClusterNode(t *testing.T, cn *clusterNode, newCNI *libcni.CNIConfig)
 // from node-a to node-b makes a round trip every 10 ms: no echo request may go unanswered,
 // the connection must keep carrying data, and afterwards every flow of both nodes carries
 // this build's PipelineVersion, of one generation that is not the old daemon's. Each old
-// pod passes CNI CHECK through this build's plugin, and a new pod on node-a reaches the
-// pod on node-b.
+// pod passes CNI CHECK through this build's plugin, each node's flows of its peer keep the
+// owner id the previous release gave them (recorded now), and a new pod on node-a reaches
+// the pod on node-b.
 func TestUpgradeOverlayFromPreviousRelease(t *testing.T) {
 	oldBin := previousReleaseBinaries(t)
 	ul := filepath.Base(newNetns(t, "ofsdn-ul-upg"))
@@ -444,6 +445,12 @@ func TestUpgradeOverlayFromPreviousRelease(t *testing.T) {
 	for _, pr := range [][2]*clusterNode{{a, b}, {b, a}} {
 		if fs := pr[0].peerFlows(pr[1]); len(fs) != 3 {
 			t.Errorf("%s holds %d flows of peer %s after the upgrade, want 3:\n%s", pr[0].name, len(fs), pr[1].name, strings.Join(fs, "\n"))
+		}
+		// The previous release derived a peer's owner id from its pod subnet; the upgraded
+		// daemon, finding no record, keeps that id (and records it).
+		_, sn, _ := net.ParseCIDR(pr[1].subnet)
+		if got, want := pr[0].peerIDRecord(t)[pr[1].name], flows.LegacyPeerID(flows.Peer{PodSubnet: sn}); got != want {
+			t.Errorf("%s records owner id %#x for peer %s after the upgrade, want the previous release's %#x", pr[0].name, got, pr[1].name, want)
 		}
 	}
 	for _, pc := range []struct {
