@@ -146,7 +146,7 @@ func BenchmarkIPAMAllocate(b *testing.B) {
 	for _, par := range []int{1, 8, 32} {
 		b.Run(fmt.Sprintf("goroutines=%d", par), func(b *testing.B) {
 			_, subnet, _ := net.ParseCIDR("10.142.0.0/16")
-			s, err := ipam.Open(b.TempDir(), subnet, net.IPv4(10, 142, 0, 1))
+			s, err := ipam.Open(b.TempDir(), []*net.IPNet{subnet}, net.IPv4(10, 142, 0, 1))
 			if err != nil {
 				b.Fatal(err)
 			}

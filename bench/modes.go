@@ -180,7 +180,7 @@ func newShell(ctx context.Context, sb *Sandbox, subnet *net.IPNet, bundle bool, 
 	if err != nil {
 		return nil, err
 	}
-	store, err := ipam.Open(filepath.Join(sb.Dir, "data"), subnet, n.cfg.GatewayIP)
+	store, err := ipam.Open(filepath.Join(sb.Dir, "data"), []*net.IPNet{subnet}, n.cfg.GatewayIP)
 	if err != nil {
 		n.close()
 		return nil, err
@@ -221,12 +221,12 @@ func (m *shellMode) ofctl(ctx context.Context, stdin string, args ...string) err
 
 func (m *shellMode) Add(ctx context.Context, p Pod) error {
 	step := m.log.timer(m.name)
-	ip, err := m.ipam.Allocate(p.ContainerID, p.IfName, "bench/"+p.Name)
+	ips, err := m.ipam.Allocate(p.ContainerID, p.IfName, "bench/"+p.Name)
 	step("ipam")
 	if err != nil {
 		return err
 	}
-	addr := &net.IPNet{IP: ip.To4(), Mask: m.n.subnet.Mask}
+	addr := &net.IPNet{IP: ips[0].To4(), Mask: m.n.subnet.Mask} // one IPv4 pool
 	hostVeth := podnet.HostVethName(p.ContainerID, p.IfName)
 	res, err := podnet.Setup(podnet.Spec{Netns: p.Netns, IfName: p.IfName, HostVeth: hostVeth, MTU: benchMTU,
 		Addr: addr, Gateway: m.n.cfg.GatewayIP, DisableTxChecksum: true})
@@ -278,8 +278,9 @@ func (m *shellMode) Del(ctx context.Context, p Pod) error {
 	}
 	port, ok := m.n.db.GetPort(hostVeth)
 	if ok && port.OFPort > 0 {
-		mac := podnet.MACFromIP(lease.IP)
-		fs := flows.PodFlows(m.n.cfg, flows.Pod{OFPort: uint32(port.OFPort), MAC: mac, IPs: []net.IP{lease.IP.To4()}, OwnerID: benchOwnerID(lease.IP)})
+		ip := lease.IPs[0].To4() // one IPv4 pool
+		mac := podnet.MACFromIP(ip)
+		fs := flows.PodFlows(m.n.cfg, flows.Pod{OFPort: uint32(port.OFPort), MAC: mac, IPs: []net.IP{ip}, OwnerID: benchOwnerID(ip)})
 		var err error
 		if m.bundle {
 			var b strings.Builder
@@ -315,11 +316,11 @@ func (m *shellMode) Del(ctx context.Context, p Pod) error {
 // Fill attaches a filler pod through the floor's path (the state on the bridge is the same;
 // only the time to get there differs), with its address from the mode's IPAM.
 func (m *shellMode) Fill(ctx context.Context, p Pod) error {
-	ip, err := m.ipam.Allocate(p.ContainerID, p.IfName, "bench/"+p.Name)
+	ips, err := m.ipam.Allocate(p.ContainerID, p.IfName, "bench/"+p.Name)
 	if err != nil {
 		return err
 	}
-	_, err = m.n.wire(ctx, p, &net.IPNet{IP: ip.To4(), Mask: m.n.subnet.Mask}, func(string) {})
+	_, err = m.n.wire(ctx, p, &net.IPNet{IP: ips[0].To4(), Mask: m.n.subnet.Mask}, func(string) {})
 	return err
 }
 

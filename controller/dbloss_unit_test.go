@@ -47,8 +47,8 @@ func (w *world) Record(ups []ipam.Lease) error {
 			return err
 		}
 		l, ok := w.leases[k]
-		if !ok || !l.IP.Equal(u.IP) {
-			return fmt.Errorf("no lease %s at %v", k, u.IP)
+		if !ok || len(l.IPs) != len(u.IPs) || !l.IPs[0].Equal(u.IPs[0]) {
+			return fmt.Errorf("no lease %s at %v", k, u.IPs)
 		}
 		l.Netns, l.HostVeth, l.OFPort = u.Netns, u.HostVeth, u.OFPort
 		w.leases[k] = l
@@ -140,10 +140,10 @@ func TestRestorePodsFromLeases(t *testing.T) {
 	n.store = flowStore{switchstate.New()}
 	ip1, ip2, ip3 := nthIP(w.subnet, 7), nthIP(w.subnet, 8), nthIP(w.subnet, 9)
 	v1, v2 := podnet.HostVethName("c1", "eth0"), podnet.HostVethName("c2", "eth0")
-	w.leases[attachmentKey("c1", "eth0")] = ipam.Lease{IP: ip1, ContainerID: "c1", IfName: "eth0", Owner: "ns/p1", Network: "net-a",
+	w.leases[attachmentKey("c1", "eth0")] = ipam.Lease{IPs: []net.IP{ip1}, ContainerID: "c1", IfName: "eth0", Owner: "ns/p1", Network: "net-a",
 		Netns: "/var/run/netns/c1", HostVeth: v1, OFPort: 32800}
-	w.leases[attachmentKey("c2", "eth0")] = ipam.Lease{IP: ip2, ContainerID: "c2", IfName: "eth0", Owner: "ns/p2"}
-	w.leases[attachmentKey("c3", "eth0")] = ipam.Lease{IP: ip3, ContainerID: "c3", IfName: "eth0", Owner: "ns/p3"}
+	w.leases[attachmentKey("c2", "eth0")] = ipam.Lease{IPs: []net.IP{ip2}, ContainerID: "c2", IfName: "eth0", Owner: "ns/p2"}
+	w.leases[attachmentKey("c3", "eth0")] = ipam.Lease{IPs: []net.IP{ip3}, ContainerID: "c3", IfName: "eth0", Owner: "ns/p3"}
 	w.veths[v1], w.veths[v2] = true, true
 
 	n.restorePods(context.Background())
@@ -219,7 +219,7 @@ func TestAuditKeepsLeasedPods(t *testing.T) {
 	w := newWorld()
 	n := testNode(w)
 	ip := nthIP(w.subnet, 5)
-	w.leases["c/eth0"] = ipam.Lease{IP: ip, ContainerID: "c", IfName: "eth0", OwnerID: 41}
+	w.leases["c/eth0"] = ipam.Lease{IPs: []net.IP{ip}, ContainerID: "c", IfName: "eth0", OwnerID: 41}
 	leased := flows.PodOwner(flows.Pod{IPs: []net.IP{ip}, OwnerID: 41})
 	other := flows.PodOwner(flows.Pod{IPs: []net.IP{nthIP(w.subnet, 6)}, OwnerID: ipv4(ip)})
 	cookie := func(o flows.Owner) uint64 { c, _ := o.Cookie(); return c | uint64(flows.NewCookie(1, 0, 0)) }

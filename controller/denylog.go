@@ -280,8 +280,10 @@ func (n *Node) podAddrOfOwner(id uint32) (netip.Addr, bool) {
 	}
 	for _, l := range n.leases.List() {
 		if l.OwnerID == id {
-			if ip, ok := netip.AddrFromSlice(l.IP.To4()); ok {
-				return ip, true
+			for _, lip := range l.IPs {
+				if ip, ok := netip.AddrFromSlice(lip.To4()); ok {
+					return ip, true // the deny log decodes IPv4 only
+				}
 			}
 		}
 	}

@@ -259,7 +259,7 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 		}
 	}
 
-	n.ipam, err = ipam.Open(opts.DataDir, opts.PodSubnet, gwIP)
+	n.ipam, err = ipam.Open(opts.DataDir, n.podSubnets(), gwIP)
 	if err != nil {
 		n.cancelRun()
 		return nil, fmt.Errorf("node: IPAM store: %w", err)
@@ -876,7 +876,7 @@ func (n *Node) recordLeases(as []*Attachment) {
 	var ups []ipam.Lease
 	for _, a := range as {
 		l, ok := n.leases.Get(a.ContainerID, a.IfName)
-		if !ok || !l.IP.Equal(a.IPv4().IP) {
+		if !ok || !sameAddrs(l.IPs, a.IPs) {
 			continue
 		}
 		if l.Netns != a.Netns || l.HostVeth != a.HostVeth || l.OFPort != int(a.OFPort) {
@@ -1054,7 +1054,7 @@ func (n *Node) restorePods(ctx context.Context) {
 			a, err := n.restoreFromLease(ctx, l, hostVeth)
 			if err != nil {
 				n.log.Error("pod has an IP lease and a host veth but its OVS port (the OVS database lost it) cannot be re-created; its lease and veth are kept: DEL the pod, or restart ofsdn-node to try again",
-					"port", hostVeth, "container_id", l.ContainerID, "ifname", l.IfName, "ip", l.IP.String(), "pod", l.Owner, "err", err)
+					"port", hostVeth, "container_id", l.ContainerID, "ifname", l.IfName, "ips", fmt.Sprint(l.IPs), "pod", l.Owner, "err", err)
 				return
 			}
 			mu.Lock()
@@ -1102,12 +1102,12 @@ func (n *Node) restoreFromLease(ctx context.Context, l ipam.Lease, hostVeth stri
 	a := &Attachment{
 		ContainerID: l.ContainerID, IfName: l.IfName, Netns: l.Netns,
 		PodNamespace: ns, PodName: name, Network: l.Network, HostVeth: hostVeth,
-		IPs:     []*net.IPNet{{IP: l.IP.To4(), Mask: n.opts.PodSubnet.Mask}},
-		MAC:     podnet.MACFromIP(l.IP),
+		IPs:     n.leaseNets(l.IPs),
 		Gateway: n.config().GatewayIP,
 		OFPort:  uint32(l.OFPort),
 		OwnerID: l.OwnerID,
 	}
+	a.MAC = podnet.MACFromIP(a.IPv4().IP)
 	if a.Netns != "" {
 		if err := n.netns.Check(a.Netns, a.IfName, a.IPv4(), a.Gateway, a.MAC); err != nil {
 			n.log.Warn("restoring a pod from its lease: its interface does not look as ofsdn made it; DEL and ADD the pod if it has no network",
@@ -1133,8 +1133,54 @@ func (n *Node) restoreLease(ctx context.Context, a *Attachment) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return n.ipam.Restore(ipam.Lease{IP: a.IPv4().IP, ContainerID: a.ContainerID, IfName: a.IfName,
+	return n.ipam.Restore(ipam.Lease{IPs: addrsOf(a.IPs), ContainerID: a.ContainerID, IfName: a.IfName,
 		Owner: a.PodNamespace + "/" + a.PodName, Network: a.Network, OwnerID: a.OwnerID})
+}
+
+// podSubnets returns the node's pod subnets, one per IP family, in the order the node
+// lists them (the order of every pod's addresses): today the one IPv4 pod subnet.
+func (n *Node) podSubnets() []*net.IPNet { return []*net.IPNet{n.opts.PodSubnet} }
+
+// leaseNets returns a lease's addresses, each with the prefix length of the pod subnet
+// it lies in (an address in none keeps a host prefix), in the lease's order.
+func (n *Node) leaseNets(ips []net.IP) []*net.IPNet {
+	out := make([]*net.IPNet, 0, len(ips))
+	for _, ip := range ips {
+		ipn := &net.IPNet{IP: ip, Mask: net.CIDRMask(8*len(ip), 8*len(ip))}
+		if ip4 := ip.To4(); ip4 != nil {
+			ipn = &net.IPNet{IP: ip4, Mask: net.CIDRMask(32, 32)}
+		}
+		for _, sn := range n.podSubnets() {
+			if sn.Contains(ip) {
+				ipn.Mask = sn.Mask
+				break
+			}
+		}
+		out = append(out, ipn)
+	}
+	return out
+}
+
+// addrsOf returns the addresses of nets, in order.
+func addrsOf(nets []*net.IPNet) []net.IP {
+	out := make([]net.IP, 0, len(nets))
+	for _, ipn := range nets {
+		out = append(out, ipn.IP)
+	}
+	return out
+}
+
+// sameAddrs reports whether a lease's addresses are an attachment's, in order.
+func sameAddrs(ips []net.IP, nets []*net.IPNet) bool {
+	if len(ips) != len(nets) {
+		return false
+	}
+	for i := range ips {
+		if !ips[i].Equal(nets[i].IP) {
+			return false
+		}
+	}
+	return true
 }
 
 func maskOnes(n *net.IPNet) int {

@@ -166,7 +166,7 @@ func (w *world) Owner(o flows.Owner) ([]flows.Flow, bool) {
 
 // ReserveLease journals "ipam.Reserve" at once and "ipam.Durable" when durable is called;
 // a failing durable rolls the new lease back, as ipam.Store does.
-func (w *world) ReserveLease(want ipam.Lease) (net.IP, func() error, error) {
+func (w *world) ReserveLease(want ipam.Lease) ([]net.IP, func() error, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	containerID, ifName := want.ContainerID, want.IfName
@@ -186,13 +186,13 @@ func (w *world) ReserveLease(want ipam.Lease) (net.IP, func() error, error) {
 		}
 	}
 	if l, ok := w.leases[k]; ok {
-		return l.IP, durable(false), nil
+		return l.IPs, durable(false), nil
 	}
 	ip := nthIP(w.subnet, w.nextIP)
-	want.IP, want.OwnerID = ip, 500+w.nextIP-2 // an owner id apart from the address, as ipam.Store allocates; as put gives
+	want.IPs, want.OwnerID = []net.IP{ip}, 500+w.nextIP-2 // an owner id apart from the address, as ipam.Store allocates; as put gives
 	w.nextIP++
 	w.leases[k] = want
-	return ip, durable(true), nil
+	return want.IPs, durable(true), nil
 }
 
 func (w *world) Release(containerID, ifName string) error {
@@ -220,12 +220,12 @@ func (w *world) List() []ipam.Lease {
 	for _, l := range w.leases {
 		out = append(out, l)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].IP.String() < out[j].IP.String() })
+	sort.Slice(out, func(i, j int) bool { return out[i].IPs[0].String() < out[j].IPs[0].String() })
 	return out
 }
 
-func (w *world) InUse() int { w.mu.Lock(); defer w.mu.Unlock(); return len(w.leases) }
-func (w *world) Size() int  { return 253 }
+func (w *world) InUse() int    { w.mu.Lock(); defer w.mu.Unlock(); return len(w.leases) }
+func (w *world) Capacity() int { return 253 }
 
 // podPlumbing
 
@@ -303,7 +303,7 @@ func (w *world) left() string {
 		parts = append(parts, "veth "+n)
 	}
 	for k, l := range w.leases {
-		parts = append(parts, "lease "+k+" "+l.IP.String())
+		parts = append(parts, "lease "+k+" "+l.IPs[0].String())
 	}
 	for o := range w.flows {
 		parts = append(parts, "flows of "+o.String())
@@ -575,7 +575,7 @@ func (a attachment) put(w *world, n *Node, i int) {
 		w.veths[veth] = true
 	}
 	if a.lease {
-		w.leases[attachmentKey(a.id, "eth0")] = ipam.Lease{IP: ip, ContainerID: a.id, IfName: "eth0", Network: a.network, OwnerID: at.OwnerID}
+		w.leases[attachmentKey(a.id, "eth0")] = ipam.Lease{IPs: []net.IP{ip}, ContainerID: a.id, IfName: "eth0", Network: a.network, OwnerID: at.OwnerID}
 	}
 	if a.flows {
 		w.flows[at.owner()] = flows.PodFlows(n.cfg, at.flowPod())

@@ -154,7 +154,7 @@ func (a *Attachment) flowPod() flows.Pod {
 // lease holds, else the one ofsdn gave pods before it recorded owner ids, the IPv4
 // address as a big-endian uint32 (what the flows of such a pod carry).
 func (n *Node) ownerIDOf(containerID, ifName string, ip net.IP) uint32 {
-	if l, ok := n.leases.Get(containerID, ifName); ok && l.IP.Equal(ip) && l.OwnerID != 0 {
+	if l, ok := n.leases.Get(containerID, ifName); ok && len(l.IPs) > 0 && l.IPs[0].Equal(ip) && l.OwnerID != 0 {
 		return l.OwnerID
 	}
 	if ip4 := ip.To4(); ip4 != nil {
@@ -265,21 +265,21 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 	// The ofport stays held until the port is gone: after a failure, until its undo ends.
 	finally = append(finally, release)
 	owner := req.PodNamespace + "/" + req.PodName
-	ip, durable, err := n.leases.ReserveLease(ipam.Lease{ContainerID: req.ContainerID, IfName: req.IfName, Owner: owner,
+	ips, durable, err := n.leases.ReserveLease(ipam.Lease{ContainerID: req.ContainerID, IfName: req.IfName, Owner: owner,
 		Network: req.Network, Netns: req.Netns, HostVeth: hostVeth, OFPort: ofreq})
 	if err != nil {
 		step("ipam")
 		return nil, stepErr("ipam", fmt.Errorf("%s: %w", req, err))
 	}
 	// Runs last. A lease whose write failed is already gone: Release is then a no-op.
-	undo = append(undo, undoStep{what: "IP lease " + ip.String(), last: true, run: func(context.Context) error {
+	undo = append(undo, undoStep{what: fmt.Sprintf("IP lease %v", ips), last: true, run: func(context.Context) error {
 		return n.leases.Release(req.ContainerID, req.IfName)
 	}})
 	a := &Attachment{
 		ContainerID: req.ContainerID, IfName: req.IfName, Netns: req.Netns,
 		PodNamespace: req.PodNamespace, PodName: req.PodName, Network: req.Network,
 		HostVeth: hostVeth,
-		IPs:      []*net.IPNet{{IP: ip.To4(), Mask: n.opts.PodSubnet.Mask}},
+		IPs:      n.leaseNets(ips),
 		Gateway:  n.config().GatewayIP,
 		MTU:      n.opts.MTU,
 	}
@@ -416,7 +416,7 @@ func (n *Node) DelPod(ctx context.Context, req PodRequest) error {
 	lease, leased := n.leases.Get(req.ContainerID, req.IfName)
 	if a == nil && leased {
 		a = &Attachment{ContainerID: req.ContainerID, IfName: req.IfName, HostVeth: hostVeth, Network: lease.Network,
-			IPs: []*net.IPNet{{IP: lease.IP.To4(), Mask: n.opts.PodSubnet.Mask}}, OwnerID: lease.OwnerID}
+			IPs: n.leaseNets(lease.IPs), OwnerID: lease.OwnerID}
 	}
 	n.fillOwnerID(a)
 	// Another network's attachment with the same container ID and interface name (its
@@ -760,8 +760,8 @@ func (n *Node) Status() error {
 	if !n.db.Connected() {
 		return fmt.Errorf("OVSDB connection is down; is ovsdb-server running?")
 	}
-	if n.leases.InUse() >= n.leases.Size() {
-		return fmt.Errorf("IP pool %s exhausted (%d in use)", n.opts.PodSubnet, n.leases.InUse())
+	if n.leases.InUse() >= n.leases.Capacity() {
+		return fmt.Errorf("IP pools %v exhausted (%d in use): delete unused pods or give the node a larger pod subnet", n.podSubnets(), n.leases.InUse())
 	}
 	return nil
 }

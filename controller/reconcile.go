@@ -23,7 +23,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 
 	"github.com/ofsdn/ofsdn/ovsdb"
 	"github.com/ofsdn/ofsdn/podnet"
@@ -120,7 +119,7 @@ func (n *Node) removeBroken(ctx context.Context, containerID, ifName, port strin
 	if a == nil {
 		// As DEL does: the lease names the pod's address, hence its flows' cookie.
 		if lease, ok := n.leases.Get(containerID, ifName); ok {
-			a = &Attachment{ContainerID: containerID, IfName: ifName, IPs: []*net.IPNet{{IP: lease.IP.To4(), Mask: n.opts.PodSubnet.Mask}},
+			a = &Attachment{ContainerID: containerID, IfName: ifName, IPs: n.leaseNets(lease.IPs),
 				OwnerID: lease.OwnerID}
 		}
 	}

@@ -59,7 +59,7 @@ type leaseStore interface {
 	// disk and returns its error; after an error the lease is gone
 	// (ipam.Store.ReserveLease). The address must not be attached or returned before
 	// durable returned nil.
-	ReserveLease(want ipam.Lease) (ip net.IP, durable func() error, err error)
+	ReserveLease(want ipam.Lease) (ips []net.IP, durable func() error, err error)
 	// Record replaces the attachment records of existing leases, in one durable write
 	// (ipam.Store.Record).
 	Record(updates []ipam.Lease) error
@@ -69,9 +69,10 @@ type leaseStore interface {
 	Get(containerID, ifName string) (ipam.Lease, bool)
 	// List returns every lease.
 	List() []ipam.Lease
-	// InUse is the number of leases; Size the number of addresses pods may get.
+	// InUse is the number of leases; Capacity the number of leases the pools can hold
+	// (each lease takes one address of every pool: the smallest pool's size).
 	InUse() int
-	Size() int
+	Capacity() int
 }
 
 // podPlumbing wires pod network namespaces: package podnet (netlink).

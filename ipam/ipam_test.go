@@ -30,7 +30,7 @@ func openT(t *testing.T, dir, cidr string, reserved ...string) *Store {
 	for _, r := range reserved {
 		rs = append(rs, net.ParseIP(r))
 	}
-	s, err := Open(dir, mustCIDR(t, cidr), rs...)
+	s, err := Open(dir, []*net.IPNet{mustCIDR(t, cidr)}, rs...)
 	if err != nil {
 		t.Fatalf("Open(%s, %s): %v", dir, cidr, err)
 	}
@@ -38,9 +38,25 @@ func openT(t *testing.T, dir, cidr string, reserved ...string) *Store {
 	return s
 }
 
+// one is the first address of ips (a single-pool Store's only one), nil if there is none.
+func one(ips []net.IP) net.IP {
+	if len(ips) == 0 {
+		return nil
+	}
+	return ips[0]
+}
+
+// first2 is Allocate's result with one address (one).
+func first2(ips []net.IP, err error) (net.IP, error) { return one(ips), err }
+
+// first3 is Reserve's result with one address (one).
+func first3(ips []net.IP, durable func() error, err error) (net.IP, func() error, error) {
+	return one(ips), durable, err
+}
+
 func alloc(t *testing.T, s *Store, cid, ifn string) string {
 	t.Helper()
-	ip, err := s.Allocate(cid, ifn, "ns/"+cid)
+	ip, err := first2(s.Allocate(cid, ifn, "ns/"+cid))
 	if err != nil {
 		t.Fatalf("Allocate(%s, %s): %v", cid, ifn, err)
 	}
@@ -63,7 +79,7 @@ func TestAllocateIdempotent(t *testing.T) {
 		t.Errorf("InUse = %d, want 2", s.InUse())
 	}
 	l, ok := s.Get("c1", "eth0")
-	if !ok || l.IP.String() != a || l.Owner != "ns/c1" || l.ContainerID != "c1" || l.IfName != "eth0" || l.Allocated.IsZero() {
+	if !ok || one(l.IPs).String() != a || l.Owner != "ns/c1" || l.ContainerID != "c1" || l.IfName != "eth0" || l.Allocated.IsZero() {
 		t.Errorf("Get = %+v, %v", l, ok)
 	}
 	if _, ok := s.Get("c2", "eth0"); ok {
@@ -76,8 +92,8 @@ func TestAllocateIdempotent(t *testing.T) {
 
 func TestExhaustionSlash29(t *testing.T) {
 	s := openT(t, t.TempDir(), "10.0.0.0/29", "10.0.0.1")
-	if s.Size() != 5 { // .0 network, .7 broadcast, .1 gateway
-		t.Fatalf("Size = %d, want 5", s.Size())
+	if s.Capacity() != 5 { // .0 network, .7 broadcast, .1 gateway
+		t.Fatalf("Size = %d, want 5", s.Capacity())
 	}
 	got := map[string]bool{}
 	for i := 0; i < 5; i++ {
@@ -135,7 +151,7 @@ func TestReleaseReuseOrder(t *testing.T) {
 	list := s.List()
 	var ips []string
 	for _, l := range list {
-		ips = append(ips, l.IP.String())
+		ips = append(ips, one(l.IPs).String())
 	}
 	if want := []string{"10.0.0.2", "10.0.0.4", "10.0.0.5", "10.0.0.6"}; !reflect.DeepEqual(ips, want) {
 		t.Errorf("List = %v, want %v", ips, want)
@@ -163,8 +179,8 @@ func TestPersistenceAcrossReopen(t *testing.T) {
 	if after := s2.List(); !reflect.DeepEqual(before, after) {
 		t.Errorf("leases after reopen = %+v, want %+v", after, before)
 	}
-	if l, _ := s2.Get("a", "eth0"); l.IP.String() != a {
-		t.Errorf("a = %v, want %s", l.IP, a)
+	if l, _ := s2.Get("a", "eth0"); one(l.IPs).String() != a {
+		t.Errorf("a = %v, want %s", one(l.IPs), a)
 	}
 	if ip := alloc(t, s2, "a", "eth0"); ip != a {
 		t.Errorf("retry after reopen = %s, want %s", ip, a)
@@ -185,10 +201,10 @@ func TestConcurrentAllocate(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ip, err := s.Allocate(fmt.Sprint("c", i), "eth0", "")
+			ip, err := first2(s.Allocate(fmt.Sprint("c", i), "eth0", ""))
 			ips[i], errs[i] = ip.String(), err
 			// A concurrent retry must agree.
-			if ip2, err := s.Allocate(fmt.Sprint("c", i), "eth0", ""); err != nil || !ip2.Equal(ip) {
+			if ip2, err := first2(s.Allocate(fmt.Sprint("c", i), "eth0", "")); err != nil || !ip2.Equal(ip) {
 				errs[i] = fmt.Errorf("retry gave %v, %v", ip2, err)
 			}
 		}()
@@ -251,8 +267,8 @@ func TestCrashSafety(t *testing.T) {
 			}
 			continue
 		}
-		if !ok || l.IP.String() != ip {
-			t.Errorf("after crash c%d = %v (%v), want %s", i, l.IP, ok, ip)
+		if !ok || one(l.IPs).String() != ip {
+			t.Errorf("after crash c%d = %v (%v), want %s", i, one(l.IPs), ok, ip)
 		}
 	}
 	if _, err := os.Stat(stale); !os.IsNotExist(err) {
@@ -269,7 +285,7 @@ func TestWriteFailureAllocatesNothing(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(dir, "ipam")); err != nil {
 		t.Fatal(err)
 	}
-	if ip, err := s.Allocate("b", "eth0", ""); err == nil {
+	if ip, err := first2(s.Allocate("b", "eth0", "")); err == nil {
 		t.Fatalf("Allocate with an unwritable directory returned %v", ip)
 	}
 	if s.InUse() != 1 {
@@ -278,7 +294,7 @@ func TestWriteFailureAllocatesNothing(t *testing.T) {
 	if err := s.Release("a", "eth0"); err == nil {
 		t.Error("Release with an unwritable directory succeeded")
 	}
-	if l, ok := s.Get("a", "eth0"); !ok || l.IP.String() != a {
+	if l, ok := s.Get("a", "eth0"); !ok || one(l.IPs).String() != a {
 		t.Errorf("lease a lost after failed Release: %v %v", l, ok)
 	}
 	// Once the directory is back, the next allocation continues after a.
@@ -293,25 +309,25 @@ func TestOpenErrors(t *testing.T) {
 	s := openT(t, dir, "10.5.0.0/24", "10.5.0.1")
 	alloc(t, s, "a", "eth0")
 
-	if _, err := Open(dir, mustCIDR(t, "10.5.0.0/24")); err == nil || !strings.Contains(err.Error(), "in use by another") {
+	if _, err := Open(dir, []*net.IPNet{mustCIDR(t, "10.5.0.0/24")}); err == nil || !strings.Contains(err.Error(), "in use by another") {
 		t.Errorf("second Open while the first is open: %v", err)
 	}
 	s.Close()
 
-	_, err := Open(dir, mustCIDR(t, "10.6.0.0/24"))
+	_, err := Open(dir, []*net.IPNet{mustCIDR(t, "10.6.0.0/24")})
 	if err == nil || !strings.Contains(err.Error(), "10.5.0.0/24") || !strings.Contains(err.Error(), "10.6.0.0/24") {
 		t.Errorf("subnet mismatch error = %v, want both subnets named", err)
 	}
 	// The lease at 10.5.0.2 conflicts with a new reserved address.
-	if _, err := Open(dir, mustCIDR(t, "10.5.0.0/24"), net.ParseIP("10.5.0.2")); err == nil || !strings.Contains(err.Error(), "reserved") {
+	if _, err := Open(dir, []*net.IPNet{mustCIDR(t, "10.5.0.0/24")}, net.ParseIP("10.5.0.2")); err == nil || !strings.Contains(err.Error(), "reserved") {
 		t.Errorf("lease on reserved address: %v", err)
 	}
 	// Host bits in the subnet are cleared: 10.5.0.7/24 is the same pool.
-	s3, err := Open(dir, &net.IPNet{IP: net.ParseIP("10.5.0.7"), Mask: net.CIDRMask(24, 32)})
+	s3, err := Open(dir, []*net.IPNet{{IP: net.ParseIP("10.5.0.7"), Mask: net.CIDRMask(24, 32)}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := s3.Subnet().String(); got != "10.5.0.0/24" {
+	if got := s3.Subnets()[0].String(); got != "10.5.0.0/24" {
 		t.Errorf("Subnet = %s", got)
 	}
 	s3.Close()
@@ -319,7 +335,7 @@ func TestOpenErrors(t *testing.T) {
 	for _, tc := range []struct {
 		cidr, reserved string
 	}{
-		{"fd00::/64", ""},
+		{"fd00::/127", ""},
 		{"10.0.0.0/31", ""},
 		{"10.0.0.0/24", "10.0.1.1"},
 	} {
@@ -327,7 +343,7 @@ func TestOpenErrors(t *testing.T) {
 		if tc.reserved != "" {
 			rs = append(rs, net.ParseIP(tc.reserved))
 		}
-		if s, err := Open(t.TempDir(), mustCIDR(t, tc.cidr), rs...); err == nil {
+		if s, err := Open(t.TempDir(), []*net.IPNet{mustCIDR(t, tc.cidr)}, rs...); err == nil {
 			s.Close()
 			t.Errorf("Open(%s, reserved %s) succeeded", tc.cidr, tc.reserved)
 		}
@@ -335,7 +351,7 @@ func TestOpenErrors(t *testing.T) {
 
 	path := filepath.Join(dir, "ipam", stateFile)
 	os.WriteFile(path, []byte(`{"version":1,"subnet":"10.5.0.0/24","leases":{"10.5.0.2":`), 0o600)
-	if _, err := Open(dir, mustCIDR(t, "10.5.0.0/24")); err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "corrupt") {
+	if _, err := Open(dir, []*net.IPNet{mustCIDR(t, "10.5.0.0/24")}); err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "corrupt") {
 		t.Errorf("corrupt file error = %v, want it to name %s", err, path)
 	}
 }
@@ -367,7 +383,7 @@ func TestDecodeStateRejects(t *testing.T) {
 // realStateFile returns the bytes of a leases.json written by a Store.
 func realStateFile(t testing.TB) []byte {
 	dir := t.TempDir()
-	s, err := Open(dir, mustCIDR(t, "10.128.0.0/24"), net.ParseIP("10.128.0.1"))
+	s, err := Open(dir, []*net.IPNet{mustCIDR(t, "10.128.0.0/24")}, net.ParseIP("10.128.0.1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -395,22 +411,25 @@ func FuzzDecodeStore(f *testing.F) {
 	f.Add([]byte(`{"version":1,"subnet":"10.0.0.0/30","lastAllocated":"10.0.0.2","leases":{"10.0.0.1":{"containerID":"a","ifName":"eth0","allocated":"2025-01-02T03:04:05Z"}}}`))
 	f.Add([]byte(`{"version":1,"subnet":"0.0.0.0/0","leases":null}`))
 	f.Add([]byte(`{}`))
+	f.Add(realDualStateFile(f))
+	f.Add([]byte(`{"version":2,"subnet":"fd00:10::/120","subnets":["fd00:10::/120"],"lastAllocatedIPs":[""],"leases":{"fd00:10::1":{"containerID":"a","ifName":"eth0","allocated":"2025-01-02T03:04:05Z"}}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		d, err := decodeState(data)
 		if err != nil {
 			return
 		}
-		sn, first, last, err := canonicalSubnet(d.subnet)
-		if err != nil {
-			t.Fatalf("decoded subnet %v is invalid: %v", d.subnet, err)
+		s := &Store{pools: d.pools, byKey: map[key]*lease{}, byOwner: map[uint32]*lease{}}
+		if _, err := newPools(subnetsOf(d.pools)); err != nil {
+			t.Fatalf("decoded subnets %v are invalid: %v", subnetsOf(d.pools), err)
 		}
-		s := &Store{subnet: sn, first: first, last: last, cursor: d.cursor, byIP: map[uint32]*lease{}, byKey: map[key]*lease{}, byOwner: map[uint32]*lease{}}
 		for _, l := range d.leases {
-			if l.ip < first || l.ip > last {
-				t.Fatalf("decoded lease %s outside %v", u32ToIP(l.ip), sn)
-			}
-			if _, dup := s.byIP[l.ip]; dup {
-				t.Fatalf("decoded two leases for %s", u32ToIP(l.ip))
+			for i, p := range s.pools {
+				if l.off[i] < p.first || l.off[i] > p.last {
+					t.Fatalf("decoded lease %s outside %v", p.ip(l.off[i]), p.subnet)
+				}
+				if _, dup := p.byOff[l.off[i]]; dup {
+					t.Fatalf("decoded two leases for %s", p.ip(l.off[i]))
+				}
 			}
 			s.put(l)
 		}
@@ -422,13 +441,18 @@ func FuzzDecodeStore(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-decoding our own output failed: %v\n%s", err, out)
 		}
-		if d2.subnet.String() != d.subnet.String() || len(d2.leases) != len(d.leases) {
-			t.Fatalf("round trip changed the state: %v/%d → %v/%d", d.subnet, len(d.leases), d2.subnet, len(d2.leases))
+		if !sameSubnets(d2.pools, d.pools) || len(d2.leases) != len(d.leases) {
+			t.Fatalf("round trip changed the state: %v/%d → %v/%d", subnetsOf(d.pools), len(d.leases), subnetsOf(d2.pools), len(d2.leases))
+		}
+		for i, p := range d.pools {
+			if d2.pools[i].cursor != p.cursor && p.lastAllocated() != "" {
+				t.Fatalf("round trip changed the cursor of %v: %s → %s", p.subnet, p.lastAllocated(), d2.pools[i].lastAllocated())
+			}
 		}
 		for _, l := range d2.leases {
-			o := s.byIP[l.ip]
-			if o == nil || o.key != l.key || o.owner != l.owner || !o.allocated.Equal(l.allocated) {
-				t.Fatalf("round trip changed lease %s: %+v → %+v", u32ToIP(l.ip), o, l)
+			o := s.pools[0].byOff[l.off[0]]
+			if o == nil || o.off != l.off || o.key != l.key || o.owner != l.owner || !o.allocated.Equal(l.allocated) {
+				t.Fatalf("round trip changed lease %v: %+v → %+v", s.ips(l), o, l)
 			}
 		}
 	})
@@ -456,7 +480,7 @@ func copyOpen(t *testing.T, dir, cidr string, reserved ...string) *Store {
 	for _, r := range reserved {
 		rs = append(rs, net.ParseIP(r))
 	}
-	s, err := Open(crashed, mustCIDR(t, cidr), rs...)
+	s, err := Open(crashed, []*net.IPNet{mustCIDR(t, cidr)}, rs...)
 	if err != nil {
 		t.Errorf("Open of a copy of %s: %v", dir, err)
 		return nil
@@ -502,7 +526,7 @@ func TestGroupCommit(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					cid := fmt.Sprint("c", i)
-					ip, err := s.Allocate(cid, "eth0", "")
+					ip, err := first2(s.Allocate(cid, "eth0", ""))
 					if err != nil {
 						t.Errorf("Allocate(%s): %v", cid, err)
 						return
@@ -512,8 +536,8 @@ func TestGroupCommit(t *testing.T) {
 					if c == nil {
 						return
 					}
-					if l, ok := c.Get(cid, "eth0"); !ok || !l.IP.Equal(ip) {
-						t.Errorf("Allocate(%s) returned %s but the lease file holds %v (%v)", cid, ip, l.IP, ok)
+					if l, ok := c.Get(cid, "eth0"); !ok || !one(l.IPs).Equal(ip) {
+						t.Errorf("Allocate(%s) returned %s but the lease file holds %v (%v)", cid, ip, one(l.IPs), ok)
 					}
 				}()
 			}
@@ -581,12 +605,12 @@ func TestWriteFailureRollsBackBatch(t *testing.T) {
 	}
 	run("release a", func() (net.IP, error) { return nil, s.Release("a", "eth0") })
 	<-entered // the release is being written
-	run("x", func() (net.IP, error) { return s.Allocate("x", "eth0", "") })
+	run("x", func() (net.IP, error) { return first2(s.Allocate("x", "eth0", "")) })
 	waitFor(t, "x applied", func() bool { _, ok := s.Get("x", "eth0"); return ok })
-	run("y", func() (net.IP, error) { return s.Allocate("y", "eth0", "") })
+	run("y", func() (net.IP, error) { return first2(s.Allocate("y", "eth0", "")) })
 	waitFor(t, "y applied", func() bool { _, ok := s.Get("y", "eth0"); return ok })
-	if l, _ := s.Get("y", "eth0"); l.IP.String() != "10.0.0.2" {
-		t.Fatalf("y got %v in memory, want 10.0.0.2 (a's address, released in the batch being written)", l.IP)
+	if l, _ := s.Get("y", "eth0"); one(l.IPs).String() != "10.0.0.2" {
+		t.Fatalf("y got %v in memory, want 10.0.0.2 (a's address, released in the batch being written)", one(l.IPs))
 	}
 	close(release)
 	wg.Wait()
@@ -599,8 +623,8 @@ func TestWriteFailureRollsBackBatch(t *testing.T) {
 	if string(after) != string(before) {
 		t.Errorf("lease file changed by a failed write:\n%s\nwant\n%s", after, before)
 	}
-	if l, ok := s.Get("a", "eth0"); !ok || l.IP.String() != "10.0.0.2" {
-		t.Errorf("lease a after the failed release = %v %v, want 10.0.0.2", l.IP, ok)
+	if l, ok := s.Get("a", "eth0"); !ok || one(l.IPs).String() != "10.0.0.2" {
+		t.Errorf("lease a after the failed release = %v %v, want 10.0.0.2", one(l.IPs), ok)
 	}
 	for _, c := range []string{"x", "y"} {
 		if _, ok := s.Get(c, "eth0"); ok {
@@ -651,7 +675,7 @@ func TestRetryWaitsForWrite(t *testing.T) {
 			errs := make(chan error, 2)
 			for i := 0; i < 2; i++ {
 				go func() {
-					ip, err := s.Allocate("a", "eth0", "")
+					ip, err := first2(s.Allocate("a", "eth0", ""))
 					if err == nil && ip.String() != "10.8.0.2" {
 						err = fmt.Errorf("got %v, want 10.8.0.2", ip)
 					}
@@ -728,21 +752,21 @@ func TestRestore(t *testing.T) {
 	dir := t.TempDir()
 	s := openT(t, dir, "10.128.0.0/29", "10.128.0.1")
 	ip := net.ParseIP("10.128.0.4")
-	if err := s.Restore(Lease{IP: ip, ContainerID: "p", IfName: "eth0", Owner: "ns/p", Network: "net-a"}); err != nil {
+	if err := s.Restore(Lease{IPs: []net.IP{ip}, ContainerID: "p", IfName: "eth0", Owner: "ns/p", Network: "net-a"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Restore(Lease{IP: ip, ContainerID: "p", IfName: "eth0"}); err != nil {
+	if err := s.Restore(Lease{IPs: []net.IP{ip}, ContainerID: "p", IfName: "eth0"}); err != nil {
 		t.Errorf("repeated Restore: %v", err)
 	}
 	for _, bad := range []Lease{
-		{IP: ip, ContainerID: "q", IfName: "eth0"},                        // another holder
-		{IP: net.ParseIP("10.128.0.5"), ContainerID: "p", IfName: "eth0"}, // second address
-		{IP: net.ParseIP("10.128.0.1"), ContainerID: "r", IfName: "eth0"}, // reserved
-		{IP: net.ParseIP("10.128.0.7"), ContainerID: "r", IfName: "eth0"}, // broadcast
-		{IP: net.ParseIP("10.9.0.2"), ContainerID: "r", IfName: "eth0"},   // outside
-		{IP: net.ParseIP("10.128.0.3"), ContainerID: "", IfName: "eth0"},  // no key
-		{IP: net.ParseIP("fd00::3"), ContainerID: "r", IfName: "eth0"},    // not IPv4
-		{IP: net.ParseIP("10.128.0.0"), ContainerID: "r", IfName: "eth0"}, // network
+		{IPs: []net.IP{ip}, ContainerID: "q", IfName: "eth0"},                        // another holder
+		{IPs: []net.IP{net.ParseIP("10.128.0.5")}, ContainerID: "p", IfName: "eth0"}, // second address
+		{IPs: []net.IP{net.ParseIP("10.128.0.1")}, ContainerID: "r", IfName: "eth0"}, // reserved
+		{IPs: []net.IP{net.ParseIP("10.128.0.7")}, ContainerID: "r", IfName: "eth0"}, // broadcast
+		{IPs: []net.IP{net.ParseIP("10.9.0.2")}, ContainerID: "r", IfName: "eth0"},   // outside
+		{IPs: []net.IP{net.ParseIP("10.128.0.3")}, ContainerID: "", IfName: "eth0"},  // no key
+		{IPs: []net.IP{net.ParseIP("fd00::3")}, ContainerID: "r", IfName: "eth0"},    // not IPv4
+		{IPs: []net.IP{net.ParseIP("10.128.0.0")}, ContainerID: "r", IfName: "eth0"}, // network
 	} {
 		if err := s.Restore(bad); err == nil {
 			t.Errorf("Restore(%+v) accepted", bad)
@@ -750,7 +774,7 @@ func TestRestore(t *testing.T) {
 	}
 	s.Close()
 	s = openT(t, dir, "10.128.0.0/29", "10.128.0.1")
-	if l, ok := s.Get("p", "eth0"); !ok || !l.IP.Equal(ip) || l.Network != "net-a" || l.Owner != "ns/p" {
+	if l, ok := s.Get("p", "eth0"); !ok || !one(l.IPs).Equal(ip) || l.Network != "net-a" || l.Owner != "ns/p" {
 		t.Fatalf("restored lease after reopen: %+v", l)
 	}
 	for i := 0; i < 4; i++ { // .2 .3 .5 .6: everything but the restored .4
@@ -780,7 +804,7 @@ func onDisk(t *testing.T, dir string) []string {
 	}
 	var ips []string
 	for _, l := range st.leases {
-		ips = append(ips, u32ToIP(l.ip).String())
+		ips = append(ips, st.pools[0].ip(l.off[0]).String())
 	}
 	sort.Strings(ips)
 	return ips
@@ -801,19 +825,19 @@ func TestReserve(t *testing.T) {
 	}
 
 	// The write is held: Reserve has returned, memory has the lease, the disk not yet.
-	ip, durable, err := s.Reserve("a", "eth0", "ns/a", "net-a")
+	ip, durable, err := first3(s.Reserve("a", "eth0", "ns/a", "net-a"))
 	if err != nil || ip.String() != "10.5.0.2" {
 		t.Fatalf("Reserve = %v, %v; want 10.5.0.2", ip, err)
 	}
 	<-entered
-	if l, ok := s.Get("a", "eth0"); !ok || !l.IP.Equal(ip) || l.Network != "net-a" {
+	if l, ok := s.Get("a", "eth0"); !ok || !one(l.IPs).Equal(ip) || l.Network != "net-a" {
 		t.Errorf("Get during the write = %+v, %v; want the reserved lease", l, ok)
 	}
 	if got := onDisk(t, dir); len(got) != 0 {
 		t.Errorf("leases.json holds %v before the write was let through", got)
 	}
 	// A retried ADD of the key gets the same address and waits for the same write.
-	ip2, durable2, err := s.Reserve("a", "eth0", "", "")
+	ip2, durable2, err := first3(s.Reserve("a", "eth0", "", ""))
 	if err != nil || !ip2.Equal(ip) {
 		t.Errorf("second Reserve = %v, %v; want %v", ip2, err, ip)
 	}
@@ -833,7 +857,7 @@ func TestReserve(t *testing.T) {
 
 	// A failed write: durable says so, the lease is gone, Release is a no-op, and the
 	// address goes to the next caller.
-	ip, durable, err = s.Reserve("b", "eth0", "ns/b", "")
+	ip, durable, err = first3(s.Reserve("b", "eth0", "ns/b", ""))
 	if err != nil || ip.String() != "10.5.0.3" {
 		t.Fatalf("Reserve b = %v, %v", ip, err)
 	}
@@ -848,7 +872,7 @@ func TestReserve(t *testing.T) {
 	if err := s.Release("b", "eth0"); err != nil {
 		t.Errorf("Release after a failed write: %v", err)
 	}
-	ip, durable, _ = s.Reserve("c", "eth0", "", "")
+	ip, durable, _ = first3(s.Reserve("c", "eth0", "", ""))
 	<-entered
 	release <- nil
 	if err := durable(); err != nil || ip.String() != "10.5.0.3" {
@@ -878,7 +902,7 @@ func TestReserve(t *testing.T) {
 // BenchmarkSnapshot renders leases.json for 500 leases, what the flusher does on every
 // ADD and DEL of a node with 500 pods.
 func BenchmarkSnapshot(b *testing.B) {
-	s, err := Open(b.TempDir(), mustCIDR(b, "10.128.0.0/22"), net.ParseIP("10.128.0.1"))
+	s, err := Open(b.TempDir(), []*net.IPNet{mustCIDR(b, "10.128.0.0/22")}, net.ParseIP("10.128.0.1"))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -108,13 +108,13 @@ func TestRestoreOwnerID(t *testing.T) {
 	s := openT(t, t.TempDir(), "10.9.0.0/24", "10.9.0.1")
 	alloc(t, s, "a", "eth0")
 	a, _ := s.Get("a", "eth0")
-	if err := s.Restore(Lease{IP: net.ParseIP("10.9.0.50"), ContainerID: "r1", IfName: "eth0", OwnerID: 4242}); err != nil {
+	if err := s.Restore(Lease{IPs: []net.IP{net.ParseIP("10.9.0.50")}, ContainerID: "r1", IfName: "eth0", OwnerID: 4242}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Restore(Lease{IP: net.ParseIP("10.9.0.51"), ContainerID: "r2", IfName: "eth0", OwnerID: a.OwnerID}); err != nil {
+	if err := s.Restore(Lease{IPs: []net.IP{net.ParseIP("10.9.0.51")}, ContainerID: "r2", IfName: "eth0", OwnerID: a.OwnerID}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Restore(Lease{IP: net.ParseIP("10.9.0.52"), ContainerID: "r3", IfName: "eth0"}); err != nil {
+	if err := s.Restore(Lease{IPs: []net.IP{net.ParseIP("10.9.0.52")}, ContainerID: "r3", IfName: "eth0"}); err != nil {
 		t.Fatal(err)
 	}
 	r1, _ := s.Get("r1", "eth0")

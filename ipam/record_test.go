@@ -6,6 +6,7 @@ package ipam
 
 import (
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,8 +21,8 @@ import (
 func TestRecordPersisted(t *testing.T) {
 	dir := t.TempDir()
 	s := openT(t, dir, "10.128.0.0/24", "10.128.0.1")
-	ip, durable, err := s.ReserveLease(Lease{ContainerID: "a", IfName: "eth0", Owner: "ns/a", Network: "net-a",
-		Netns: "/var/run/netns/a", HostVeth: "ofsaaaa", OFPort: 32770})
+	ip, durable, err := first3(s.ReserveLease(Lease{ContainerID: "a", IfName: "eth0", Owner: "ns/a", Network: "net-a",
+		Netns: "/var/run/netns/a", HostVeth: "ofsaaaa", OFPort: 32770}))
 	if err != nil || durable() != nil {
 		t.Fatalf("ReserveLease: %v, %v", err, durable())
 	}
@@ -30,7 +31,7 @@ func TestRecordPersisted(t *testing.T) {
 
 	s = openT(t, dir, "10.128.0.0/24", "10.128.0.1")
 	l, ok := s.Get("a", "eth0")
-	if !ok || !l.IP.Equal(ip) || l.Netns != "/var/run/netns/a" || l.HostVeth != "ofsaaaa" || l.OFPort != 32770 || l.Network != "net-a" || l.Owner != "ns/a" {
+	if !ok || !one(l.IPs).Equal(ip) || l.Netns != "/var/run/netns/a" || l.HostVeth != "ofsaaaa" || l.OFPort != 32770 || l.Network != "net-a" || l.Owner != "ns/a" {
 		t.Errorf("lease of a after reopen: %+v", l)
 	}
 	old, _ := s.Get("old", "eth0")
@@ -58,9 +59,9 @@ func TestRecordPersisted(t *testing.T) {
 
 	// Refused: an unknown key, another address, an ofport out of range.
 	for _, bad := range []Lease{
-		{ContainerID: "nobody", IfName: "eth0", IP: ip},
-		{ContainerID: "a", IfName: "eth0", IP: old.IP},
-		{ContainerID: "a", IfName: "eth0", IP: ip, OFPort: MaxOFPort + 1},
+		{ContainerID: "nobody", IfName: "eth0", IPs: []net.IP{ip}},
+		{ContainerID: "a", IfName: "eth0", IPs: []net.IP{one(old.IPs)}},
+		{ContainerID: "a", IfName: "eth0", IPs: []net.IP{ip}, OFPort: MaxOFPort + 1},
 	} {
 		if err := s.Record([]Lease{bad}); err == nil {
 			t.Errorf("Record(%+v) succeeded", bad)

@@ -11,12 +11,21 @@ import (
 	"time"
 )
 
-// formatVersion is the version of the leases.json layout written by this
-// package. Open refuses other versions rather than guess.
-const formatVersion = 1
+// formatVersion is the version of the leases.json layout of a Store with one IPv4 pool,
+// the layout of every file ofsdn wrote before it had pools. formatVersionPools is the
+// version of any other Store's file (a dual-stack or an IPv6-only node): the layout with
+// the keys of the further pools ("subnets", "lastAllocatedIPs", per lease "moreIPs").
+// An older ofsdn refuses a version 2 file (a downgrade of a dual-stack node) instead of
+// reading its first pool only and dropping the others' addresses. Open refuses other
+// versions rather than guess.
+const (
+	formatVersion      = 1
+	formatVersionPools = 2
+)
 
 // fileState is the JSON layout of DIR/ipam/leases.json (written compact, leases in
-// address order; shown indented here):
+// address order of the first pool; shown indented here). A Store with one IPv4 pool
+// writes version 1:
 //
 //	{
 //	  "version": 1,
@@ -41,16 +50,40 @@ const formatVersion = 1
 //
 //	  }
 //	}
+//
+// Any other Store (two pools, or one IPv6 pool) writes version 2, which adds the keys
+// of every pool, in pool order, and keeps "subnet", "lastAllocated" and the leases' keys
+// as the first pool's:
+//
+//	{
+//	  "version": 2,
+//	  "subnet": "10.128.0.0/24",
+//	  "subnets": ["10.128.0.0/24", "fd00:10:128::/64"],
+//	  "lastAllocated": "10.128.0.7",
+//	  "lastAllocatedIPs": ["10.128.0.7", "fd00:10:128::7"],
+//	  "leases": {
+//	    "10.128.0.7": {"containerID": "3f1c…", "ifName": "eth0", "moreIPs": ["fd00:10:128::7"],
+//	                   "ownerID": 7, "allocated": "2025-01-02T03:04:05Z"}
+//	  }
+//	}
+//
+// "subnets" lists every pool's subnet (the first equals "subnet"); "lastAllocatedIPs"
+// every pool's cursor ("" for a pool that has handed out nothing; the first equals
+// "lastAllocated"); "moreIPs" a lease's addresses of the pools after the first. A lease
+// without "ownerID" in a version 2 file whose first pool is IPv6 gets a new id.
 type fileState struct {
-	Version       int                  `json:"version"`
-	Subnet        string               `json:"subnet"`
-	LastAllocated string               `json:"lastAllocated,omitempty"`
-	Leases        map[string]fileLease `json:"leases"`
+	Version          int                  `json:"version"`
+	Subnet           string               `json:"subnet"`
+	Subnets          []string             `json:"subnets,omitempty"`
+	LastAllocated    string               `json:"lastAllocated,omitempty"`
+	LastAllocatedIPs []string             `json:"lastAllocatedIPs,omitempty"`
+	Leases           map[string]fileLease `json:"leases"`
 }
 
 type fileLease struct {
 	ContainerID string    `json:"containerID"`
 	IfName      string    `json:"ifName"`
+	MoreIPs     []string  `json:"moreIPs,omitempty"`
 	Owner       string    `json:"owner,omitempty"`
 	Network     string    `json:"network,omitempty"`
 	Netns       string    `json:"netns,omitempty"`
@@ -62,9 +95,23 @@ type fileLease struct {
 
 // decoded is a validated fileState.
 type decoded struct {
-	subnet *net.IPNet
-	cursor uint32 // 0 when lastAllocated is absent
+	pools  []*pool // the file's pools, with their cursors (before the first address when absent), no leases
 	leases []*lease
+}
+
+// singleV4 reports whether pools is one IPv4 pool: the Store that writes version 1.
+func singleV4(pools []*pool) bool { return len(pools) == 1 && pools[0].v4 }
+
+// parseSubnet parses a subnet of leases.json, which must be canonical, into its pool.
+func parseSubnet(str string) (*pool, error) {
+	_, n, err := net.ParseCIDR(str)
+	if err != nil {
+		return nil, fmt.Errorf("subnet %q: %w", str, err)
+	}
+	if n.String() != str {
+		return nil, fmt.Errorf("subnet %q is not in canonical form %q", str, n.String())
+	}
+	return newPool(n)
 }
 
 // decodeState parses and validates the content of leases.json. It never
@@ -74,33 +121,91 @@ func decodeState(data []byte) (*decoded, error) {
 	if err := json.Unmarshal(data, &fsx); err != nil {
 		return nil, fmt.Errorf("invalid JSON: %w", err)
 	}
-	if fsx.Version != formatVersion {
-		return nil, fmt.Errorf("version %d is not supported (want %d)", fsx.Version, formatVersion)
+	d := &decoded{}
+	switch fsx.Version {
+	case formatVersion:
+		if fsx.Subnets != nil || fsx.LastAllocatedIPs != nil {
+			return nil, fmt.Errorf("version %d has no subnets or lastAllocatedIPs (those of version %d)", formatVersion, formatVersionPools)
+		}
+		p, err := parseSubnet(fsx.Subnet)
+		if err != nil {
+			return nil, err
+		}
+		if !p.v4 {
+			return nil, fmt.Errorf("subnet %s is not IPv4: a version %d file has one IPv4 pool", fsx.Subnet, formatVersion)
+		}
+		d.pools = []*pool{p}
+		if fsx.LastAllocated != "" {
+			fsx.LastAllocatedIPs = []string{fsx.LastAllocated}
+		}
+	case formatVersionPools:
+		if len(fsx.Subnets) == 0 || fsx.Subnets[0] != fsx.Subnet {
+			return nil, fmt.Errorf("subnets %q do not start with subnet %q", fsx.Subnets, fsx.Subnet)
+		}
+		subnets := make([]*net.IPNet, len(fsx.Subnets))
+		for i, str := range fsx.Subnets {
+			p, err := parseSubnet(str)
+			if err != nil {
+				return nil, fmt.Errorf("subnets: %w", err)
+			}
+			subnets[i] = p.subnet
+		}
+		pools, err := newPools(subnets)
+		if err != nil {
+			return nil, fmt.Errorf("subnets: %w", err)
+		}
+		if singleV4(pools) {
+			return nil, fmt.Errorf("version %d with the one IPv4 subnet %s: that is a version %d file", formatVersionPools, fsx.Subnet, formatVersion)
+		}
+		d.pools = pools
+		if fsx.LastAllocatedIPs != nil && len(fsx.LastAllocatedIPs) != len(pools) {
+			return nil, fmt.Errorf("lastAllocatedIPs %q has %d entries for %d subnets", fsx.LastAllocatedIPs, len(fsx.LastAllocatedIPs), len(pools))
+		}
+		first := ""
+		if len(fsx.LastAllocatedIPs) > 0 {
+			first = fsx.LastAllocatedIPs[0]
+		}
+		if first != fsx.LastAllocated {
+			return nil, fmt.Errorf("lastAllocated %q is not the first of lastAllocatedIPs %q", fsx.LastAllocated, fsx.LastAllocatedIPs)
+		}
+	default:
+		return nil, fmt.Errorf("version %d is not supported (want %d or %d)", fsx.Version, formatVersion, formatVersionPools)
 	}
-	_, n, err := net.ParseCIDR(fsx.Subnet)
-	if err != nil {
-		return nil, fmt.Errorf("subnet %q: %w", fsx.Subnet, err)
-	}
-	if n.String() != fsx.Subnet {
-		return nil, fmt.Errorf("subnet %q is not in canonical form %q", fsx.Subnet, n.String())
-	}
-	sn, first, last, err := canonicalSubnet(n)
-	if err != nil {
-		return nil, err
-	}
-	d := &decoded{subnet: sn}
-	if fsx.LastAllocated != "" {
-		u, err := parsePoolIP(fsx.LastAllocated, first, last)
+	for i, str := range fsx.LastAllocatedIPs {
+		if str == "" {
+			continue
+		}
+		u, err := parsePoolIP(str, d.pools[i])
 		if err != nil {
 			return nil, fmt.Errorf("lastAllocated: %w", err)
 		}
-		d.cursor = u
+		d.pools[i].cursor = u
 	}
 	seen := make(map[key]string, len(fsx.Leases))
+	held := make([]map[uint32]string, len(d.pools)) // the further pools' addresses: offset → lease
+	for i := 1; i < len(d.pools); i++ {
+		held[i] = make(map[uint32]string, len(fsx.Leases))
+	}
 	for ipStr, fl := range fsx.Leases {
-		u, err := parsePoolIP(ipStr, first, last)
+		var off offsets
+		u, err := parsePoolIP(ipStr, d.pools[0])
 		if err != nil {
 			return nil, fmt.Errorf("lease %q: %w", ipStr, err)
+		}
+		off[0] = u
+		if len(fl.MoreIPs) != len(d.pools)-1 {
+			return nil, fmt.Errorf("lease %s: %d moreIPs %q for %d further subnets", ipStr, len(fl.MoreIPs), fl.MoreIPs, len(d.pools)-1)
+		}
+		for j, more := range fl.MoreIPs {
+			i := j + 1
+			u, err := parsePoolIP(more, d.pools[i])
+			if err != nil {
+				return nil, fmt.Errorf("lease %s: moreIPs: %w", ipStr, err)
+			}
+			if other, dup := held[i][u]; dup {
+				return nil, fmt.Errorf("leases %s and %s both hold %s", other, ipStr, more)
+			}
+			held[i][u], off[i] = ipStr, u
 		}
 		if fl.ContainerID == "" || fl.IfName == "" {
 			return nil, fmt.Errorf("lease %s: containerID and ifName must not be empty", ipStr)
@@ -113,82 +218,104 @@ func decodeState(data []byte) (*decoded, error) {
 			return nil, fmt.Errorf("lease %s: ofport %d is outside 0..%d", ipStr, fl.OFPort, MaxOFPort)
 		}
 		seen[k] = ipStr
-		d.leases = append(d.leases, &lease{ip: u, key: k, owner: fl.Owner, network: fl.Network,
+		d.leases = append(d.leases, &lease{off: off, key: k, owner: fl.Owner, network: fl.Network,
 			rec: record{netns: fl.Netns, hostVeth: fl.HostVeth, ofport: fl.OFPort}, ownerID: fl.OwnerID, allocated: fl.Allocated})
 	}
 	return d, nil
 }
 
-// parsePoolIP parses a canonical dotted-quad IPv4 address inside [first,last].
-func parsePoolIP(s string, first, last uint32) (uint32, error) {
-	ip := net.ParseIP(s).To4()
+// parsePoolIP parses a canonical address (dotted quad for IPv4, RFC 5952 for IPv6) of
+// pool p's family at an allocatable offset (reserved addresses aside: the file does not
+// know them) and returns the offset.
+func parsePoolIP(s string, p *pool) (uint32, error) {
+	ip := net.ParseIP(s)
 	if ip == nil || ip.String() != s {
-		return 0, fmt.Errorf("%q is not a dotted-quad IPv4 address", s)
+		if p.v4 {
+			return 0, fmt.Errorf("%q is not a dotted-quad IPv4 address", s)
+		}
+		return 0, fmt.Errorf("%q is not an IPv6 address in canonical form", s)
 	}
-	u := ipToU32(ip)
-	if u < first || u > last {
-		return 0, fmt.Errorf("%s is outside the allocatable range %s-%s", s, u32ToIP(first), u32ToIP(last))
+	u, ok := p.offset(ip)
+	if !ok || u < p.first || u > p.last {
+		return 0, fmt.Errorf("%s is outside the allocatable range %s-%s", s, p.ip(p.first), p.ip(p.last))
 	}
 	return u, nil
 }
 
 // encodeState renders the in-memory state as leases.json (the fileState layout, compact,
-// leases in address order). Each lease's entry is encoded once, when first written, and
-// kept (a lease does not change while it lives), so a write of N leases costs copying N
-// entries rather than encoding them: at 500 leases the re-encoding with MarshalIndent on
-// every ADD and DEL was a fifth of the daemon's CPU (bench/RESULTS.md). Caller holds s.mu.
+// leases in address order of the first pool). Each lease's entry is encoded once, when
+// first written, and kept (a lease does not change while it lives), so a write of N
+// leases costs copying N entries rather than encoding them: at 500 leases the re-encoding
+// with MarshalIndent on every ADD and DEL was a fifth of the daemon's CPU
+// (bench/RESULTS.md). Caller holds s.mu.
 func (s *Store) encodeState() ([]byte, error) {
-	head, err := json.Marshal(struct {
-		Version       int    `json:"version"`
-		Subnet        string `json:"subnet"`
-		LastAllocated string `json:"lastAllocated,omitempty"`
-	}{Version: formatVersion, Subnet: s.subnet.String(), LastAllocated: s.lastAllocated()})
+	h := struct {
+		Version          int      `json:"version"`
+		Subnet           string   `json:"subnet"`
+		Subnets          []string `json:"subnets,omitempty"`
+		LastAllocated    string   `json:"lastAllocated,omitempty"`
+		LastAllocatedIPs []string `json:"lastAllocatedIPs,omitempty"`
+	}{Version: formatVersion, Subnet: s.pools[0].subnet.String(), LastAllocated: s.pools[0].lastAllocated()}
+	if !singleV4(s.pools) {
+		h.Version = formatVersionPools
+		for _, p := range s.pools {
+			h.Subnets = append(h.Subnets, p.subnet.String())
+			h.LastAllocatedIPs = append(h.LastAllocatedIPs, p.lastAllocated())
+		}
+	}
+	head, err := json.Marshal(h)
 	if err != nil {
 		return nil, err
 	}
-	ips := make([]uint32, 0, len(s.byIP))
+	first := s.pools[0].byOff
+	offs := make([]uint32, 0, len(first))
 	size := len(head) + 16
-	for ip, l := range s.byIP {
+	for off, l := range first {
 		if l.entry == nil {
-			if l.entry, err = l.encode(); err != nil {
+			if l.entry, err = s.encode(l); err != nil {
 				return nil, err
 			}
 		}
-		ips = append(ips, ip)
+		offs = append(offs, off)
 		size += len(l.entry) + 1
 	}
-	slices.Sort(ips)
+	slices.Sort(offs)
 	out := make([]byte, 0, size)
 	out = append(out, head[:len(head)-1]...) // without its closing brace
 	out = append(out, `,"leases":{`...)
-	for i, ip := range ips {
+	for i, off := range offs {
 		if i > 0 {
 			out = append(out, ',')
 		}
-		out = append(out, s.byIP[ip].entry...)
+		out = append(out, first[off].entry...)
 	}
 	return append(out, "}}\n"...), nil
 }
 
-// lastAllocated is the cursor as leases.json writes it ("" when unset).
-func (s *Store) lastAllocated() string {
-	if s.cursor >= s.first && s.cursor <= s.last {
-		return u32ToIP(s.cursor).String()
+// lastAllocated is the pool's cursor as leases.json writes it ("" when unset).
+func (p *pool) lastAllocated() string {
+	if p.cursor >= p.first && p.cursor <= p.last {
+		return p.ip(p.cursor).String()
 	}
 	return ""
 }
 
-// encode renders l as its leases.json entry: "IP":{fileLease}.
-func (l *lease) encode() ([]byte, error) {
-	k, err := json.Marshal(u32ToIP(l.ip).String())
+// encode renders l as its leases.json entry: "IP":{fileLease}, IP its first pool's
+// address.
+func (s *Store) encode(l *lease) ([]byte, error) {
+	k, err := json.Marshal(s.pools[0].ip(l.off[0]).String())
 	if err != nil {
 		return nil, err
 	}
 	ownerID := l.ownerID
-	if ownerID == l.ip {
+	if ownerID == s.legacyOwnerID(l) {
 		ownerID = 0 // what a reader takes for an absent ownerID: the entry reads as before
 	}
-	v, err := json.Marshal(fileLease{ContainerID: l.key.containerID, IfName: l.key.ifName, Owner: l.owner, Network: l.network,
+	var more []string
+	for i := 1; i < len(s.pools); i++ {
+		more = append(more, s.pools[i].ip(l.off[i]).String())
+	}
+	v, err := json.Marshal(fileLease{ContainerID: l.key.containerID, IfName: l.key.ifName, MoreIPs: more, Owner: l.owner, Network: l.network,
 		Netns: l.rec.netns, HostVeth: l.rec.hostVeth, OFPort: l.rec.ofport, OwnerID: ownerID, Allocated: l.allocated})
 	if err != nil {
 		return nil, err
@@ -255,7 +382,9 @@ func (s *Store) rollback(b *batch) {
 		}
 		if c.added {
 			s.remove(c.l)
-			s.cursor = c.prevCursor
+			for i, p := range s.pools {
+				p.cursor = c.prevCursors[i]
+			}
 		} else {
 			s.put(c.l)
 		}
@@ -275,8 +404,10 @@ func (s *Store) finish(b *batch, err error) {
 		if s.releasing[c.l.key] == b {
 			delete(s.releasing, c.l.key)
 		}
-		if s.releasingIP[c.l.ip] == b {
-			delete(s.releasingIP, c.l.ip)
+		for i, p := range s.pools {
+			if p.releasing[c.l.off[i]] == b {
+				delete(p.releasing, c.l.off[i])
+			}
 		}
 	}
 	b.err = err

@@ -137,7 +137,7 @@ func (o *observer) stats() metrics.NodeStats {
 	}
 	if n := o.node.Load(); n != nil {
 		s.LocalPods = len(n.Pods())
-		s.PoolAddresses, s.AllocatedAddresses = n.IPAM().Size(), n.IPAM().InUse()
+		s.PoolAddresses, s.AllocatedAddresses = n.IPAM().Capacity(), n.IPAM().InUse()
 		s.FlowsByTable = n.Store().CountByTable()
 		s.OpenFlowUp = n.OpenFlowConnected()
 		s.OpenFlowReconnects = n.Switch().Reconnects()
