@@ -380,10 +380,16 @@ func TestDecodeStateRejects(t *testing.T) {
 	}
 }
 
-// realStateFile returns the bytes of a leases.json written by a Store.
+// realStateFile returns the bytes of a leases.json written by a Store of one IPv4 pool.
 func realStateFile(t testing.TB) []byte {
+	return writtenStateFile(t, []*net.IPNet{mustCIDR(t, "10.128.0.0/24")}, net.ParseIP("10.128.0.1"))
+}
+
+// writtenStateFile returns the bytes of the leases.json a Store of subnets writes after
+// three allocations and the release of the second.
+func writtenStateFile(t testing.TB, subnets []*net.IPNet, reserved ...net.IP) []byte {
 	dir := t.TempDir()
-	s, err := Open(dir, []*net.IPNet{mustCIDR(t, "10.128.0.0/24")}, net.ParseIP("10.128.0.1"))
+	s, err := Open(dir, subnets, reserved...)
 	if err != nil {
 		t.Fatal(err)
 	}

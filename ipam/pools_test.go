@@ -335,21 +335,7 @@ func TestIPv4FileRoundTripsByteForByte(t *testing.T) {
 
 // realDualStateFile returns the bytes of a leases.json written by a Store of two pools.
 func realDualStateFile(t testing.TB) []byte {
-	dir := t.TempDir()
-	s, err := Open(dir, cidrList(t, dual...), ipList("10.20.0.1", "fd00:20::1")...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	for i, owner := range []string{"default/web-0", "kube-system/coredns-abc", ""} {
-		if _, err := s.Allocate(fmt.Sprintf("%064x", i+1), "eth0", owner); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := s.Release(fmt.Sprintf("%064x", 2), "eth0"); err != nil {
-		t.Fatal(err)
-	}
-	return []byte(readState(t, dir))
+	return writtenStateFile(t, cidrList(t, dual...), ipList("10.20.0.1", "fd00:20::1")...)
 }
 
 // A file of two pools reopened with the same subnets keeps every lease (addresses, owner
