@@ -1107,7 +1107,9 @@ func (n *Node) restoreFromLease(ctx context.Context, l ipam.Lease, hostVeth stri
 		OFPort:  uint32(l.OFPort),
 		OwnerID: l.OwnerID,
 	}
-	a.MAC = podnet.MACFromIP(a.IPv4().IP)
+	if v4 := a.IPv4(); v4 != nil {
+		a.MAC = podnet.MACFromIP(v4.IP) // what every ADD gives the pod: derived from its IPv4 address
+	}
 	if a.Netns != "" {
 		if err := n.netns.Check(a.Netns, a.IfName, a.IPv4(), a.Gateway, a.MAC); err != nil {
 			n.log.Warn("restoring a pod from its lease: its interface does not look as ofsdn made it; DEL and ADD the pod if it has no network",

@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -154,7 +155,7 @@ func (a *Attachment) flowPod() flows.Pod {
 // lease holds, else the one ofsdn gave pods before it recorded owner ids, the IPv4
 // address as a big-endian uint32 (what the flows of such a pod carry).
 func (n *Node) ownerIDOf(containerID, ifName string, ip net.IP) uint32 {
-	if l, ok := n.leases.Get(containerID, ifName); ok && len(l.IPs) > 0 && l.IPs[0].Equal(ip) && l.OwnerID != 0 {
+	if l, ok := n.leases.Get(containerID, ifName); ok && slices.ContainsFunc(l.IPs, ip.Equal) && l.OwnerID != 0 {
 		return l.OwnerID
 	}
 	if ip4 := ip.To4(); ip4 != nil {

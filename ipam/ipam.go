@@ -18,7 +18,7 @@
 //     (offset 0 and the last), so a /24 offers 254 and a /30 (the longest accepted
 //     prefix) 2.
 //   - IPv6: the subnet's first IPv6PoolSpan (2^16) addresses, or the whole subnet when it
-//     is smaller (a /112 or longer), but the subnet-router anycast address (offset 0,
+//     is smaller (a /113 or longer), but the subnet-router anycast address (offset 0,
 //     RFC 4291 section 2.6.1): a /64 offers 65535 addresses, base+1 .. base+0xffff, and a
 //     /126 (the longest accepted prefix) 3. The cap keeps the arithmetic, the index and
 //     the lease file small; a node never runs anywhere near 2^16 pods.
