@@ -40,7 +40,8 @@ const (
 	PodAddStepDuration = "ofsdn_pod_add_step_duration_seconds"
 	// LocalPods is a gauge: pod interfaces attached on this node.
 	LocalPods = "ofsdn_local_pods"
-	// IPAMPoolAddresses is a gauge: addresses the pod subnet offers to pods.
+	// IPAMPoolAddresses is a gauge: leases the pod subnets can hold (ipam.Store.Capacity:
+	// the addresses the smallest pool offers to pods).
 	IPAMPoolAddresses = "ofsdn_ipam_pool_addresses"
 	// IPAMAllocatedAddresses is a gauge: addresses leased to pods.
 	IPAMAllocatedAddresses = "ofsdn_ipam_allocated_addresses"
@@ -141,7 +142,8 @@ var Version string
 type NodeStats struct {
 	// LocalPods is the number of pod interfaces attached on this node.
 	LocalPods int
-	// PoolAddresses and AllocatedAddresses are the IP pool's size and its leases.
+	// PoolAddresses and AllocatedAddresses are the leases the IP pools can hold
+	// (ipam.Store.Capacity) and the leases held (ipam.Store.InUse).
 	PoolAddresses, AllocatedAddresses int
 	// FlowsByTable is the desired-state store's flow count per OpenFlow table id.
 	FlowsByTable map[uint8]int
@@ -339,7 +341,7 @@ type nodeCollector struct{ m *Metrics }
 
 var (
 	descLocalPods  = prometheus.NewDesc(LocalPods, "Pod interfaces attached on this node.", nil, nil)
-	descPool       = prometheus.NewDesc(IPAMPoolAddresses, "Addresses of the node's pod subnet available to pods (without network, broadcast and gateway addresses).", nil, nil)
+	descPool       = prometheus.NewDesc(IPAMPoolAddresses, "Leases the node's pod subnets can hold: addresses available to pods (without network, broadcast and gateway addresses), the smallest pool's where there is one pool per IP family.", nil, nil)
 	descAllocated  = prometheus.NewDesc(IPAMAllocatedAddresses, "Addresses of the node's pod subnet leased to pods.", nil, nil)
 	descFlows      = prometheus.NewDesc(OpenFlowFlows, "Flows installed by the daemon per pipeline stage, from its desired-state flow store.", []string{"stage"}, nil)
 	descOFUp       = prometheus.NewDesc(OpenFlowConnected, "1 while the OpenFlow connection to the integration bridge is up, else 0.", nil, nil)
