@@ -19,6 +19,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -761,6 +762,15 @@ func (e *env) testDaemonRestart(t *testing.T) {
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	time.Sleep(2 * time.Second)
 
+	// The old daemon's log to its end, for a failure's report.
+	oldLog := &syncWriter{}
+	logs := e.c.KubectlCmd("logs", "-f", "--timestamps", "-n", sysNS, old.Name)
+	logs.Stdout, logs.Stderr = oldLog, oldLog
+	if err := logs.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = logs.Process.Kill(); _ = logs.Wait() }()
+
 	start := time.Now()
 	e.c.MustKubectl(t, "delete", "pod", "-n", sysNS, old.Name, "--wait=true")
 	var ds []corev1.Pod
@@ -802,10 +812,55 @@ func (e *env) testDaemonRestart(t *testing.T) {
 	}
 	if received != sent {
 		t.Errorf("%d of %d echo requests lost across the ofsdn-node restart: %s", sent-received, sent, line)
+		var newName string
+		for _, p := range ds {
+			if p.Spec.NodeName == node.Name && p.UID != old.UID {
+				newName = p.Name
+			}
+		}
+		newLog, _ := e.c.Kubectl("logs", "--timestamps", "-n", sysNS, newName)
+		t.Logf("ping output:\n%s\npod %s deleted at %s (UTC)\n---- old daemon %s (last 40 lines) ----\n%s\n---- new daemon %s (last 60 lines) ----\n%s\n---- %s ovs-vswitchd.log (last 40 lines) ----\n%s",
+			out.String(), old.Name, start.UTC().Format("15:04:05.000"), old.Name, lastLines(oldLog.String(), 40), newName, lastLines(newLog, 60),
+			node.Name, node.OVSLogTail(40))
+		// Where the datapath dropped what, on both nodes: drop reasons and port counters.
+		for _, n := range e.c.Nodes {
+			var drops []string
+			for _, l := range strings.Split(n.OVS.AppctlOutput("coverage/show"), "\n") {
+				if strings.Contains(l, "drop") || strings.Contains(l, "upcall") || strings.Contains(l, "tnl") {
+					drops = append(drops, l)
+				}
+			}
+			t.Logf("---- %s ovs-vswitchd coverage (drop, upcall, tnl) ----\n%s\n---- %s dpctl/show -s ----\n%s",
+				n.Name, strings.Join(drops, "\n"), n.Name, n.OVS.AppctlOutput("dpctl/show", "-s"))
+		}
 	}
 	if genAfter := flowGenerations(t, node); len(genAfter) != 1 || equalKeys(genAfter, genBefore) {
 		t.Errorf("flow generations on %s before %v, after %v: want one new generation (the new daemon's)", node.Name, genBefore, genAfter)
 	}
+}
+
+// lastLines returns the last n lines of s.
+func lastLines(s string, n int) string {
+	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(l[max(0, len(l)-n):], "\n")
+}
+
+// syncWriter appends to b under a lock, so that b can be read while a command still writes.
+type syncWriter struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
 }
 
 // flowGenerations returns the generations (cookie bits 55..40) of the flows on the node's

@@ -108,6 +108,11 @@ func (n *Node) LogTail(name string, lines int) string {
 	return tail(filepath.Join(n.Dir, "logs", name+".log"), lines)
 }
 
+// OVSLogTail returns the last lines of the node's ovs-vswitchd log.
+func (n *Node) OVSLogTail(lines int) string {
+	return tail(filepath.Join(n.OVS.Dir, "ovs-vswitchd.log"), lines)
+}
+
 // Ofctl runs `ovs-ofctl -O OpenFlow13 COMMAND BR-INT ARGS...` against the node's br-int
 // and returns the output.
 func (n *Node) Ofctl(t testing.TB, command string, args ...string) string {

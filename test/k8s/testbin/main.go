@@ -12,7 +12,8 @@
 //	                               exits 0 (the caller reads the lines)
 //	testbin ping [-i 10ms] [-max 5m] IP
 //	                               ICMP echo every interval until stdin closes (or max), then
-//	                               prints "sent N received M missing [SEQ...]"
+//	                               prints "lost seq N sent at HH:MM:SS.mmm" (UTC) for each
+//	                               unanswered request, then "sent N received M missing [SEQ...]"
 //	testbin pause                  sleeps until SIGINT/SIGTERM, reaping children (PID 1 of
 //	                               a pod sandbox)
 package main
@@ -207,6 +208,7 @@ func ping(args []string) error {
 	tick := time.NewTicker(*interval)
 	defer tick.Stop()
 	sent := 0
+	sentAt := map[int]time.Time{}
 loop:
 	for {
 		select {
@@ -216,6 +218,7 @@ loop:
 			break loop
 		case <-tick.C:
 			sent++
+			sentAt[sent] = time.Now()
 			b, _ := (&icmp.Message{Type: ipv4.ICMPTypeEcho, Body: &icmp.Echo{ID: id, Seq: sent & 0xffff, Data: []byte("ofsdn")}}).Marshal(nil)
 			if _, err := conn.WriteTo(b, &net.IPAddr{IP: dst}); err != nil {
 				fmt.Fprintln(os.Stderr, "send:", err)
@@ -232,6 +235,9 @@ loop:
 		}
 	}
 	sort.Ints(missing)
+	for _, s := range missing {
+		fmt.Printf("lost seq %d sent at %s\n", s, sentAt[s].UTC().Format("15:04:05.000"))
+	}
 	fmt.Printf("sent %d received %d missing %v\n", sent, sent-len(missing), missing)
 	return nil
 }
