@@ -84,7 +84,8 @@ func sourceName(src Source) string {
 
 // Prepare starts src (it runs until runCtx ends) and waits, bounded by waitCtx, for this
 // node's settings and then for the peers the source is about to report (a File's listed
-// peers, else until the source is quiet; initialPeersSettle, initialPeersWait); then it
+// peers, the Kubernetes source's initial list, else until the source is quiet;
+// initialPeersSettle, initialPeersWait); then it
 // derives the pod subnet, cluster and service CIDRs, node IP, MTU and masquerade choice
 // (o first, then the source, then detection). Errors name the source and the fix: this
 // node's pod subnet not known before waitCtx ends, the source stopped, no cluster CIDR,
@@ -121,7 +122,11 @@ func Prepare(waitCtx, runCtx context.Context, src Source, o ClusterOptions) (*Cl
 	if f, ok := src.(*File); ok {
 		expect = filePeers(f.Path)
 	}
-	if err := c.collectPeers(waitCtx, src.Events(), expect, initialPeersSettle, initialPeersWait); err != nil {
+	var synced <-chan struct{}
+	if s, ok := src.(interface{ Synced() <-chan struct{} }); ok {
+		synced = s.Synced()
+	}
+	if err := c.collectPeers(waitCtx, src.Events(), expect, synced, initialPeersSettle, initialPeersWait); err != nil {
 		return nil, fmt.Errorf("topology %s: %w", name, err)
 	}
 	go func() {
@@ -198,17 +203,20 @@ func (c *Cluster) track(e Event) {
 }
 
 // collectPeers reads the events that follow this node's settings into the peer set:
-// with expect (peer names the source will report) until all of them are in, else until
-// no event came for settle; at most for limit. An EventLocal here is a change of this
-// node's settings between two reads: the first one stays (logged by the overlay later).
-// Errors: ctx ended, or the source stopped.
-func (c *Cluster) collectPeers(ctx context.Context, events <-chan Event, expect map[string]bool, settle, limit time.Duration) error {
+// with synced (a source that says when its initial state is reported, such as the
+// Kubernetes source) until it is closed and the events already sent are read; else with
+// expect (peer names the source will report) until all of them are in; else until no
+// event came for settle; at most for limit. A quiet moment ends the wait only without
+// synced and expect: a busy machine can pause a source longer than settle. An EventLocal
+// here is a change of this node's settings between two reads: the first one stays
+// (logged by the overlay later). Errors: ctx ended, or the source stopped.
+func (c *Cluster) collectPeers(ctx context.Context, events <-chan Event, expect map[string]bool, synced <-chan struct{}, settle, limit time.Duration) error {
 	deadline := time.NewTimer(limit)
 	defer deadline.Stop()
 	quiet := time.NewTimer(settle)
 	defer quiet.Stop()
 	complete := func() bool {
-		if expect == nil {
+		if expect == nil || synced != nil {
 			return false
 		}
 		for name := range expect {
@@ -225,8 +233,21 @@ func (c *Cluster) collectPeers(ctx context.Context, events <-chan Event, expect 
 		case <-deadline.C:
 			return nil
 		case <-quiet.C:
-			if expect == nil {
+			if expect == nil && synced == nil {
 				return nil
+			}
+		case <-synced:
+			// Every initial event was sent before synced closed: read what is buffered.
+			for {
+				select {
+				case e, ok := <-events:
+					if !ok {
+						return errors.New("the source stopped while reporting the peers")
+					}
+					c.track(e)
+				default:
+					return nil
+				}
 			}
 		case e, ok := <-events:
 			if !ok {

@@ -34,13 +34,21 @@ type Kubernetes struct {
 	// Logger gets skipped nodes; nil = slog.Default().
 	Logger *slog.Logger
 
-	t *tracker
+	t      *tracker
+	synced chan struct{}
 }
 
 // NewKubernetes returns a Kubernetes source for nodeName.
 func NewKubernetes(client kubernetes.Interface, nodeName string, clusterCIDR *net.IPNet) *Kubernetes {
-	return &Kubernetes{Client: client, NodeName: nodeName, ClusterCIDR: clusterCIDR, t: newTracker()}
+	return &Kubernetes{Client: client, NodeName: nodeName, ClusterCIDR: clusterCIDR, t: newTracker(),
+		synced: make(chan struct{})}
 }
+
+// Synced returns a channel closed once every Node of the informer's initial list has been
+// reported on Events (the event handler's registration has synced, client-go
+// ResourceEventHandlerRegistration.HasSynced): the peers known at start are then all in
+// the channel or already read. It is never closed if Run fails before.
+func (k *Kubernetes) Synced() <-chan struct{} { return k.synced }
 
 // Events returns the event channel (Source).
 func (k *Kubernetes) Events() <-chan Event { return k.t.out }
@@ -61,7 +69,7 @@ func (k *Kubernetes) Run(ctx context.Context) error {
 	defer cancel()
 	factory := informers.NewSharedInformerFactory(k.Client, k.Resync)
 	inf := factory.Core().V1().Nodes().Informer()
-	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { k.onNode(ictx, log, obj) },
 		UpdateFunc: func(_, obj any) { k.onNode(ictx, log, obj) },
 		DeleteFunc: func(obj any) {
@@ -82,12 +90,13 @@ func (k *Kubernetes) Run(ctx context.Context) error {
 	// Stop the informer (and wait for its handlers) before the deferred close of Events.
 	defer factory.Shutdown()
 	defer cancel()
-	if !cache.WaitForCacheSync(ictx.Done(), inf.HasSynced) {
+	if !cache.WaitForCacheSync(ictx.Done(), inf.HasSynced, reg.HasSynced) {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		return fmt.Errorf("topology: Node informer did not sync: check the API server and RBAC (get/list/watch nodes)")
 	}
+	close(k.synced)
 	<-ctx.Done()
 	return ctx.Err()
 }
