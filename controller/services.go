@@ -111,11 +111,12 @@ type serviceProxy struct {
 	opts ServiceOptions
 	log  *slog.Logger
 
-	mu    sync.Mutex // held by Sync (never concurrent with itself) and readers
-	ids   map[proxy.ServicePortName]uint32
-	ports map[proxy.ServicePortName]flows.ServicePort
-	free  []uint32
-	next  uint32
+	mu       sync.Mutex // held by Sync (never concurrent with itself) and readers
+	ids      map[proxy.ServicePortName]uint32
+	ports    map[proxy.ServicePortName]flows.ServicePort
+	verdicts map[proxy.ServicePortName]proxy.Verdict
+	free     []uint32
+	next     uint32
 
 	q                  *openflow.PacketInQueue
 	rejected, rejDrop  atomic.Uint64
@@ -128,7 +129,8 @@ func newServiceProxy(n *Node, opts ServiceOptions) *serviceProxy {
 	lb, _ := flows.StageTable(flows.StageServiceLB)
 	return &serviceProxy{n: n, opts: opts, log: n.log.With("component", "service-proxy"),
 		ids: map[proxy.ServicePortName]uint32{}, ports: map[proxy.ServicePortName]flows.ServicePort{},
-		q: openflow.NewPacketInQueue(ServiceRejectQueueSize), stop: make(chan struct{}), done: make(chan struct{}),
+		verdicts: map[proxy.ServicePortName]proxy.Verdict{},
+		q:        openflow.NewPacketInQueue(ServiceRejectQueueSize), stop: make(chan struct{}), done: make(chan struct{}),
 		lbTable: lb}
 }
 
@@ -176,6 +178,67 @@ func (n *Node) ServiceStats() *ServiceStats {
 	st.Rejected, st.RejectDropped = s.rejected.Load(), s.rejDrop.Load()+s.q.Dropped()
 	st.Flushed, st.FlushErrors = s.flushed.Load(), s.flushErrs.Load()
 	return st
+}
+
+// ServicePortInfo is one Service port as the node's switch holds it after the last
+// confirmed sync (ofsdnctl services).
+type ServicePortInfo struct {
+	// Name is the Service port (namespace/name:port/PROTOCOL).
+	Name proxy.ServicePortName
+	// Port is what the switch was given: owner id, ClusterIP, protocol, port and the
+	// endpoints its group's buckets send to.
+	Port flows.ServicePort
+	// GroupID is the port's OpenFlow group id (flows.ServiceGroupID: GroupIDMin + ID).
+	GroupID uint32
+	// Verdict is what a new connection gets: Forward (to an endpoint), Reject (no
+	// endpoint: TCP RST, ICMP port unreachable) or Drop (none usable under the traffic
+	// policy, as kube-proxy drops).
+	Verdict proxy.Verdict
+}
+
+// ServicePorts returns the Service ports on the switch sorted by name, or nil when the
+// Service proxy is off.
+func (n *Node) ServicePorts() []ServicePortInfo {
+	s := n.services
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	out := make([]ServicePortInfo, 0, len(s.ports))
+	for name, sp := range s.ports {
+		sp.Endpoints = append([]flows.ServiceEndpoint(nil), sp.Endpoints...)
+		out = append(out, ServicePortInfo{Name: name, Port: sp, GroupID: flows.ServiceGroupID(sp), Verdict: s.verdicts[name]})
+	}
+	s.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Name.String() < out[j].Name.String() })
+	return out
+}
+
+// ServiceConnections returns, per Service port owner id (ServicePortInfo.Port.ID), the
+// packets its service_lb flow has matched since it was installed: the new connections the
+// switch sent to the port's group, or refused or dropped without endpoints (OpenFlow
+// 1.3.5 §7.3.5.2 flow statistics, one request for the table). Nil when the Service proxy
+// is off. Errors: the OpenFlow connection is down (matching ErrOVSUnavailable), ctx's.
+func (n *Node) ServiceConnections(ctx context.Context) (map[uint32]uint64, error) {
+	s := n.services
+	if s == nil {
+		return nil, nil
+	}
+	sw := n.Switch()
+	if sw == nil {
+		return nil, fmt.Errorf("bridge %s: no OpenFlow connection yet", n.opts.Bridge)
+	}
+	stats, err := sw.DumpFlows(ctx, uint8(s.lbTable), 0, 0)
+	if err != nil {
+		return nil, ovsUnavailable(err)
+	}
+	out := map[uint32]uint64{}
+	for _, st := range stats {
+		if c := flows.Cookie(st.Cookie); c.Owner() == flows.OwnerService {
+			out[c.OwnerID()] += st.PacketCount
+		}
+	}
+	return out, nil
 }
 
 // alloc returns name's id, allocating one. s.mu is held.
@@ -231,6 +294,7 @@ func (s *serviceProxy) Sync(ctx context.Context, u *proxy.Update) error {
 	want := map[proxy.ServicePortName]bool{}
 	var ups []OwnerUpdate
 	built := map[proxy.ServicePortName]flows.ServicePort{}
+	verdicts := map[proxy.ServicePortName]proxy.Verdict{}
 	newIDs := map[proxy.ServicePortName]bool{}
 	var errs []error
 	for _, st := range u.Changed {
@@ -260,7 +324,7 @@ func (s *serviceProxy) Sync(ctx context.Context, u *proxy.Update) error {
 			sp.Endpoints = nil
 		}
 		ups = append(ups, OwnerUpdate{Owner: flows.ServicePortOwner(sp), Replace: true, Flows: fs, Groups: gs})
-		built[name] = sp
+		built[name], verdicts[name] = sp, verdict
 	}
 	var gone []proxy.ServicePortName
 	for _, name := range u.Deleted {
@@ -307,12 +371,13 @@ func (s *serviceProxy) Sync(ctx context.Context, u *proxy.Update) error {
 		return fmt.Errorf("service proxy: %w", errors.Join(errs...))
 	}
 	for name, sp := range built {
-		s.ports[name] = sp
+		s.ports[name], s.verdicts[name] = sp, verdicts[name]
 	}
 	for _, name := range gone {
 		if seen[name] {
 			delete(s.ids, name)
 			delete(s.ports, name)
+			delete(s.verdicts, name)
 		}
 	}
 	s.free = append(s.free, freed...)

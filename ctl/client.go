@@ -56,6 +56,13 @@ func (c *Client) Peers(ctx context.Context) ([]Peer, error) {
 	return out, c.get(ctx, PathPeers, &out)
 }
 
+// Services reports the Service ports load-balanced in the switch (GET /v1/services).
+func (c *Client) Services(ctx context.Context) (ServiceReport, error) {
+	var r ServiceReport
+	err := c.get(ctx, PathServices, &r)
+	return r, err
+}
+
 // get fetches path into v. Errors name the socket: cannot connect (is ofsdn-node running,
 // are you root?), the daemon's own error message, or an undecodable answer.
 // Policies reports the node's NetworkPolicy enforcement (PathPolicies).

@@ -40,6 +40,10 @@ func (f fakeSource) Policies(ctx context.Context) (PolicyReport, error) {
 		IngressIsolated: true, IngressPolicies: []string{"deny"}, Denied: map[string]uint64{"ingress": 3}}}}, nil
 }
 
+func (f fakeSource) Services(context.Context) (ServiceReport, error) {
+	return ServiceReport{Ports: []ServicePort{}}, nil
+}
+
 func (f fakeSource) PolicyStatus() (PolicyReport, error) {
 	r, err := f.Policies(context.Background())
 	r.PodPolicies = []PodPolicy{}

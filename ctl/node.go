@@ -3,7 +3,9 @@ package ctl
 import (
 	"context"
 	"fmt"
+	"net"
 	"sort"
+	"strconv"
 
 	"github.com/ofsdn/ofsdn/controller"
 )
@@ -108,6 +110,38 @@ func (s nodeSource) Peers() ([]Peer, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
 	return out, nil
+}
+
+// Services reports the node's Service proxy: its counters and, per Service port on the
+// switch, frontend, owner and group id, verdict, endpoints and the packet count of its
+// service_lb flow. The counts need the switch; while it cannot be asked they are -1 and
+// the rest is still reported.
+func (s nodeSource) Services(ctx context.Context) (ServiceReport, error) {
+	n, err := s.get()
+	if err != nil {
+		return ServiceReport{}, err
+	}
+	st := n.ServiceStats()
+	if st == nil {
+		return ServiceReport{Ports: []ServicePort{}}, nil
+	}
+	rep := ServiceReport{Enabled: true, Rejected: st.Rejected, RejectDropped: st.RejectDropped,
+		ConntrackFlushes: st.Flushed, ConntrackFlushErrors: st.FlushErrors, Ports: []ServicePort{}}
+	conns, cerr := n.ServiceConnections(ctx)
+	for _, sp := range n.ServicePorts() {
+		p := ServicePort{Namespace: sp.Name.Namespace, Name: sp.Name.Name, Port: sp.Name.Port,
+			Protocol: string(sp.Name.Protocol), Frontend: net.JoinHostPort(sp.Port.ClusterIP.String(), strconv.Itoa(int(sp.Port.Port))),
+			OwnerID: sp.Port.ID, GroupID: sp.GroupID, Verdict: sp.Verdict.String(),
+			Endpoints: []string{}, Connections: -1}
+		for _, ep := range sp.Port.Endpoints {
+			p.Endpoints = append(p.Endpoints, net.JoinHostPort(ep.IP.String(), strconv.Itoa(int(ep.Port))))
+		}
+		if cerr == nil {
+			p.Connections = int64(conns[sp.Port.ID])
+		}
+		rep.Ports = append(rep.Ports, p)
+	}
+	return rep, nil
 }
 
 func isolationText(ingress, egress bool) string {

@@ -34,6 +34,9 @@ type Source interface {
 	Policies(ctx context.Context) (PolicyReport, error)
 	// PolicyStatus is Policies without PodPolicies (and so without the switch's counters).
 	PolicyStatus() (PolicyReport, error)
+	// Services reports the Service ports load-balanced in the switch (with flow counters
+	// from the switch).
+	Services(ctx context.Context) (ServiceReport, error)
 }
 
 // Server serves the inspection API on a unix socket. Create it with NewServer, then Start.
@@ -92,8 +95,14 @@ func (s *Server) Start() error {
 		rep, err := s.src.PolicyStatus()
 		s.answer(w, r, rep, err)
 	})
+	mux.HandleFunc(PathServices, func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), FlowDumpTimeout)
+		defer cancel()
+		rep, err := s.src.Services(ctx)
+		s.answer(w, r, rep, err)
+	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusNotFound, errorBody{Error: fmt.Sprintf("no endpoint at %s: try %s, %s, %s or %s", r.URL.Path, PathPods, PathFlows, PathPeers, PathPolicies)})
+		writeJSON(w, http.StatusNotFound, errorBody{Error: fmt.Sprintf("no endpoint at %s: try %s, %s, %s, %s or %s", r.URL.Path, PathPods, PathFlows, PathPeers, PathPolicies, PathServices)})
 	})
 	srv, err := rootsock.Serve(s.path, "inspection socket", &http.Server{
 		Handler:           rootOnly(mux),

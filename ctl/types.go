@@ -16,6 +16,8 @@
 //	/v1/policies/status → PolicyReport without PodPolicies: the counts, the realized
 //	             versions and the error state only, cheap at any scale (no flow dump, no
 //	             flow text); for polling until a change is realized
+//	/v1/services → ServiceReport: the Service ports the switch load-balances (config
+//	             serviceProxy: ofsdn), with endpoints and connection counts
 package ctl
 
 import "time"
@@ -36,6 +38,8 @@ const (
 	PathPolicies = "/v1/policies"
 	// PathPolicyStatus reports NetworkPolicy enforcement without the per-pod detail.
 	PathPolicyStatus = "/v1/policies/status"
+	// PathServices reports the Service ports load-balanced in the switch.
+	PathServices = "/v1/services"
 )
 
 // Pod is one pod interface attached on the node.
@@ -120,6 +124,49 @@ type Peer struct {
 	// OFPort is the OpenFlow port number (1..65279) of the tunnel port that reaches the
 	// peer: one flow-based port serves every peer, so all peers show the same.
 	OFPort uint32 `json:"ofport,omitempty"`
+}
+
+// ServiceReport is the node's Service proxy (config serviceProxy: ofsdn).
+type ServiceReport struct {
+	// Enabled is false when the node leaves Services to kube-proxy (serviceProxy:
+	// kube-proxy); the rest is then empty.
+	Enabled bool `json:"enabled"`
+	// Rejected counts packets of new connections to Service ports without endpoints that
+	// the daemon answered (TCP RST, ICMP port unreachable); RejectDropped those it did not
+	// answer (not a TCP SYN or UDP, over the reject meter's rate, a full queue).
+	Rejected      uint64 `json:"rejected"`
+	RejectDropped uint64 `json:"rejectDropped"`
+	// ConntrackFlushes counts flushes of stale UDP/SCTP conntrack entries after an
+	// endpoint left; ConntrackFlushErrors the failed ones.
+	ConntrackFlushes     uint64 `json:"conntrackFlushes"`
+	ConntrackFlushErrors uint64 `json:"conntrackFlushErrors"`
+	// Ports are the Service ports on the switch, sorted by namespace/name:port/PROTOCOL.
+	Ports []ServicePort `json:"ports"`
+}
+
+// ServicePort is one Service port load-balanced in the switch.
+type ServicePort struct {
+	// Namespace and Name are the Service's; Port is the port's name ("" for the unnamed
+	// one); Protocol is TCP, UDP or SCTP.
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Port      string `json:"port"`
+	Protocol  string `json:"protocol"`
+	// Frontend is the ClusterIP and port, "IP:PORT".
+	Frontend string `json:"frontend"`
+	// OwnerID is the Service port's flow owner id (cookie owner kind 4, service); its
+	// OpenFlow group id is GroupID (flows.GroupIDMin + OwnerID).
+	OwnerID uint32 `json:"ownerID"`
+	GroupID uint32 `json:"groupID"`
+	// Verdict is what a new connection gets: "forward" (to one of Endpoints), "reject"
+	// (no endpoint: TCP RST or ICMP port unreachable) or "drop" (no endpoint usable under
+	// the traffic policy).
+	Verdict string `json:"verdict"`
+	// Endpoints are the group's buckets, "IP:PORT", in bucket order.
+	Endpoints []string `json:"endpoints"`
+	// Connections is the packet count of the port's service_lb flow: new connections
+	// sent to the group, or refused/dropped; -1 when the switch could not be asked.
+	Connections int64 `json:"connections"`
 }
 
 // PolicyReport is the node's NetworkPolicy enforcement.

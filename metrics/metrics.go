@@ -102,6 +102,18 @@ const (
 	// band counter), queue (the daemon's packet-in queue was full), undecodable (not a
 	// default-deny flow's IPv4 packet).
 	NetworkPolicyDenyLogDropped = "ofsdn_network_policy_deny_log_dropped_total"
+	// ServicePorts is a gauge: Service ports load-balanced in the switch (serviceProxy:
+	// ofsdn), one select group each.
+	ServicePorts = "ofsdn_service_ports"
+	// ServiceEndpoints is a gauge: buckets over all Service ports' groups.
+	ServiceEndpoints = "ofsdn_service_endpoints"
+	// ServiceRejected is a counter: packets of new connections to Service ports without
+	// endpoints, by result: answered (TCP RST or ICMP port unreachable sent) or dropped
+	// (not answered: not a TCP SYN or UDP, undecodable, queue full, packet-out failed).
+	ServiceRejected = "ofsdn_service_rejected_total"
+	// ServiceConntrackFlushes is a counter: flushes of stale UDP/SCTP conntrack entries
+	// after an endpoint left, by result: ok or error.
+	ServiceConntrackFlushes = "ofsdn_service_conntrack_flushes_total"
 )
 
 // Label values of the event metrics, pre-created so that the set of series is fixed.
@@ -112,6 +124,10 @@ var (
 	AddSteps = []string{"policy", "ipam", "veth", "ovsdb", "openflow"}
 	// Directions are the direction label's values of the NetworkPolicy metrics.
 	Directions = []string{"ingress", "egress"}
+	// RejectResults are the result label's values of ServiceRejected.
+	RejectResults = []string{"answered", "dropped"}
+	// FlushResults are the result label's values of ServiceConntrackFlushes.
+	FlushResults = []string{"ok", "error"}
 	// DenyLogDropReasons are the reason label's values of NetworkPolicyDenyLogDropped.
 	DenyLogDropReasons = []string{"meter", "queue", "undecodable"}
 	// BatchKinds are the kind label's values (controller.Hooks.FlowOp's set).
@@ -163,6 +179,17 @@ type NodeStats struct {
 	Ready bool
 	// Policy is the NetworkPolicy state; nil when the node does not enforce it.
 	Policy *PolicyStats
+	// Services is the Service proxy's state; nil when kube-proxy does Services.
+	Services *ServiceStats
+}
+
+// ServiceStats is the Service proxy part of a NodeStats sample.
+type ServiceStats struct {
+	// Ports and Endpoints are the Service ports on the switch and their buckets.
+	Ports, Endpoints int
+	// Rejected and RejectDropped count refused connections' packets answered and not
+	// answered; Flushed and FlushErrors the stale conntrack flushes. All monotonic.
+	Rejected, RejectDropped, Flushed, FlushErrors uint64
 }
 
 // PolicyStats is the NetworkPolicy part of a NodeStats sample.
@@ -355,8 +382,12 @@ var (
 	descPolFlows   = prometheus.NewDesc(NetworkPolicyFlows, "NetworkPolicy rule flows on this node, by direction.", []string{"direction"}, nil)
 	descPolDenied  = prometheus.NewDesc(NetworkPolicyDenied, "Packets (first packets of new connections) dropped by isolated pods' default-deny flows, by direction.", []string{"direction"}, nil)
 	descDenyLogged = prometheus.NewDesc(NetworkPolicyDenyLogEntries, "NetworkPolicy deny log lines logged (denied packets that passed the switch's rate-limiting meter).", nil, nil)
+	descSvcPorts   = prometheus.NewDesc(ServicePorts, "Service ports load-balanced in the switch (serviceProxy: ofsdn), one select group each.", nil, nil)
+	descSvcEPs     = prometheus.NewDesc(ServiceEndpoints, "Endpoints (group buckets) over all Service ports in the switch.", nil, nil)
+	descSvcReject  = prometheus.NewDesc(ServiceRejected, "Packets of new connections to Service ports without endpoints, by result: answered (TCP RST or ICMP port unreachable sent by the daemon) or dropped (not answered).", []string{"result"}, nil)
+	descSvcFlush   = prometheus.NewDesc(ServiceConntrackFlushes, "Flushes of stale UDP/SCTP conntrack entries of ofsdn's zone after an endpoint left, by result: ok or error.", []string{"result"}, nil)
 	descDenyLogDrp = prometheus.NewDesc(NetworkPolicyDenyLogDropped, "Denied packets not logged, by reason: meter (over policyDenyLogRate, dropped in the switch), queue (daemon's queue full), undecodable.", []string{"reason"}, nil)
-	nodeCollectors = []*prometheus.Desc{descLocalPods, descPool, descAllocated, descFlows, descOFUp, descOVSDBUp, descOFRecon, descOVSDBRecon, descPeers, descReady,
+	nodeCollectors = []*prometheus.Desc{descSvcPorts, descSvcEPs, descSvcReject, descSvcFlush, descLocalPods, descPool, descAllocated, descFlows, descOFUp, descOVSDBUp, descOFRecon, descOVSDBRecon, descPeers, descReady,
 		descPolicies, descPolRules, descPolFlows, descPolDenied, descDenyLogged, descDenyLogDrp}
 )
 
@@ -396,6 +427,17 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(descDenyLogDrp, prometheus.CounterValue, float64(dl.Dropped[r]), r)
 			}
 		}
+	}
+	if sv := s.Services; sv != nil {
+		gauge(descSvcPorts, float64(sv.Ports))
+		gauge(descSvcEPs, float64(sv.Endpoints))
+		counter := func(d *prometheus.Desc, v uint64, label string) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), label)
+		}
+		counter(descSvcReject, sv.Rejected, RejectResults[0])
+		counter(descSvcReject, sv.RejectDropped, RejectResults[1])
+		counter(descSvcFlush, sv.Flushed, FlushResults[0])
+		counter(descSvcFlush, sv.FlushErrors, FlushResults[1])
 	}
 }
 

@@ -377,3 +377,35 @@ func TestDenyLogCounters(t *testing.T) {
 		}
 	}
 }
+
+// TestServiceMetrics: the Service proxy's series exist only with it on, and carry the
+// sample's values under the fixed result labels.
+func TestServiceMetrics(t *testing.T) {
+	m := New()
+	f := newFake()
+	m.SetSource(f.get)
+	mfs, _ := m.Registry().Gather()
+	for _, mf := range mfs {
+		if n := mf.GetName(); strings.HasPrefix(n, "ofsdn_service_") {
+			t.Errorf("%s exported with serviceProxy kube-proxy", n)
+		}
+	}
+	f.update(func(s *NodeStats) {
+		s.Services = &ServiceStats{Ports: 3, Endpoints: 5, Rejected: 7, RejectDropped: 2, Flushed: 4, FlushErrors: 1}
+	})
+	mfs, _ = m.Registry().Gather()
+	if got := gaugeValue(t, mfs, ServicePorts, nil); got != 3 {
+		t.Errorf("%s = %v, want 3", ServicePorts, got)
+	}
+	if got := gaugeValue(t, mfs, ServiceEndpoints, nil); got != 5 {
+		t.Errorf("%s = %v, want 5", ServiceEndpoints, got)
+	}
+	for _, c := range []struct {
+		name, result string
+		want         float64
+	}{{ServiceRejected, "answered", 7}, {ServiceRejected, "dropped", 2}, {ServiceConntrackFlushes, "ok", 4}, {ServiceConntrackFlushes, "error", 1}} {
+		if got := counterValue(t, mfs, c.name, map[string]string{"result": c.result}); got != c.want {
+			t.Errorf("%s{result=%s} = %v, want %v", c.name, c.result, got, c.want)
+		}
+	}
+}

@@ -155,6 +155,10 @@ func (o *observer) stats() metrics.NodeStats {
 			}
 			cancel()
 		}
+		if st := n.ServiceStats(); st != nil {
+			s.Services = &metrics.ServiceStats{Ports: st.Ports, Endpoints: st.Endpoints, Rejected: st.Rejected,
+				RejectDropped: st.RejectDropped, Flushed: st.Flushed, FlushErrors: st.FlushErrors}
+		}
 		s.Ready = o.readiness() == nil
 	}
 	return s

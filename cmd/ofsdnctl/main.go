@@ -4,6 +4,8 @@
 //	ofsdnctl [-socket PATH] [-o table|json] pods    local pods: container ID, namespace/name, IP, MAC, ofport, host veth
 //	ofsdnctl [-socket PATH] [-o table|json] flows   installed flows by pipeline stage, with packet and byte counts
 //	ofsdnctl [-socket PATH] [-o table|json] peers   peer nodes known to this node
+//	ofsdnctl [-socket PATH] [-o table|json] policies  NetworkPolicy per local pod
+//	ofsdnctl [-socket PATH] [-o table|json] services  Service ports load-balanced in the switch
 //
 // Flags may come before or after the command. flows also takes -stage NAME to show one
 // stage. The socket is root-only, so run it as root. Exit status: 0 on success, 1 when the
@@ -38,6 +40,8 @@ commands:
   peers   list the peer nodes this node knows
   policies  NetworkPolicy per local pod: the policies isolating it per direction, each
           rule's flows with packet counts, and the packets its default deny refused
+  services  the Service ports the switch load-balances (serviceProxy: ofsdn): frontend,
+          verdict, endpoints, group id and the new connections each has taken
 
 flags (before or after the command):
 `
@@ -110,8 +114,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		var rep ctl.PolicyReport
 		rep, err = c.Policies(ctx)
 		v, table = rep, func(w *tabwriter.Writer) { policyTable(w, rep) }
+	case "services":
+		var rep ctl.ServiceReport
+		rep, err = c.Services(ctx)
+		v, table = rep, func(w *tabwriter.Writer) { serviceTable(w, rep) }
 	default:
-		fmt.Fprintf(stderr, "ofsdnctl: unknown command %q: want pods, flows, peers or policies\n", cmd)
+		fmt.Fprintf(stderr, "ofsdnctl: unknown command %q: want pods, flows, peers, policies or services\n", cmd)
 		return 2
 	}
 	if err != nil {
@@ -156,6 +164,25 @@ func podTable(w io.Writer, pods []ctl.Pod) {
 		}
 		fmt.Fprintf(w, "%s/%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", dash(p.Namespace), dash(p.Name), p.ContainerID,
 			p.IfName, dash(ips), p.MAC, p.OFPort, p.OwnerID, p.HostVeth, dash(p.Isolation))
+	}
+}
+
+// serviceTable prints the Service proxy's counters, then one line per Service port.
+func serviceTable(w io.Writer, r ctl.ServiceReport) {
+	if !r.Enabled {
+		fmt.Fprintln(w, "Services are not load-balanced in the switch on this node (serviceProxy: kube-proxy): kube-proxy on the host does it")
+		return
+	}
+	fmt.Fprintf(w, "Services in OVS: %d ports; rejected %d (not answered %d); stale UDP/SCTP conntrack flushes %d (failed %d)\n",
+		len(r.Ports), r.Rejected, r.RejectDropped, r.ConntrackFlushes, r.ConntrackFlushErrors)
+	fmt.Fprintln(w, "SERVICE PORT\tFRONTEND\tVERDICT\tENDPOINTS\tGROUP\tOWNER ID\tCONNECTIONS")
+	for _, p := range r.Ports {
+		conns := fmt.Sprint(p.Connections)
+		if p.Connections < 0 {
+			conns = "?"
+		}
+		fmt.Fprintf(w, "%s/%s:%s/%s\t%s\t%s\t%s\t%d\t%d\t%s\n", p.Namespace, p.Name, p.Port, p.Protocol, p.Frontend,
+			p.Verdict, dash(strings.Join(p.Endpoints, ",")), p.GroupID, p.OwnerID, conns)
 	}
 }
 

@@ -44,6 +44,14 @@ func (src) Flows(context.Context) ([]ctl.Stage, error) {
 
 func (src) Peers() ([]ctl.Peer, error) { return []ctl.Peer{}, nil }
 
+func (src) Services(context.Context) (ctl.ServiceReport, error) {
+	return ctl.ServiceReport{Enabled: true, Rejected: 3, Ports: []ctl.ServicePort{
+		{Namespace: "default", Name: "web", Port: "http", Protocol: "TCP", Frontend: "10.96.0.10:80", OwnerID: 1, GroupID: 1048577,
+			Verdict: "forward", Endpoints: []string{"10.128.0.2:8080", "10.128.1.3:8080"}, Connections: 12},
+		{Namespace: "default", Name: "empty", Port: "", Protocol: "UDP", Frontend: "10.96.0.11:53", OwnerID: 2, GroupID: 1048578,
+			Verdict: "reject", Endpoints: []string{}, Connections: -1}}}, nil
+}
+
 func ofsdnctl(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
@@ -82,6 +90,13 @@ func TestCommands(t *testing.T) {
 	for _, want := range []string{"1 policies", "default/web", "allow-b", "rule default/allow-b ingress[0]", "conj 7", "allowed 2", "priority=200,conj_id=7,ip"} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("policies lacks %q: %d\n%s%s", want, code, out, errs)
+		}
+	}
+	code, out, errs = ofsdnctl(t, "-socket", sock, "services")
+	for _, want := range []string{"2 ports; rejected 3", "CONNECTIONS", "default/web:http/TCP", "10.96.0.10:80", "forward",
+		"10.128.0.2:8080,10.128.1.3:8080", "1048577", " 12", "default/empty:/UDP", "reject", "?"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("services lacks %q: %d\n%s%s", want, code, out, errs)
 		}
 	}
 	code, out, _ = ofsdnctl(t, "-socket", sock, "flows")
