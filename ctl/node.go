@@ -130,7 +130,7 @@ func (s nodeSource) Services(ctx context.Context) (ServiceReport, error) {
 	conns, cerr := n.ServiceConnections(ctx)
 	for _, sp := range n.ServicePorts() {
 		p := ServicePort{Namespace: sp.Name.Namespace, Name: sp.Name.Name, Port: sp.Name.Port,
-			Protocol: string(sp.Name.Protocol), Frontend: net.JoinHostPort(sp.Port.ClusterIP.String(), strconv.Itoa(int(sp.Port.Port))),
+			Protocol: sp.Name.Protocol.String(), Frontend: net.JoinHostPort(sp.Port.ClusterIP.String(), strconv.Itoa(int(sp.Port.Port))),
 			OwnerID: sp.Port.ID, GroupID: sp.GroupID, Verdict: sp.Verdict.String(),
 			Endpoints: []string{}, Connections: -1}
 		for _, ep := range sp.Port.Endpoints {
