@@ -165,6 +165,9 @@ const (
 	// FeatureServices: Services load-balanced in OVS (service.go): conntrack with NAT and
 	// per Service port a select group; on with NodeConfig.Services.
 	FeatureServices = "services"
+	// FeatureIPv6: a dual-stack node's IPv6 (dualstack.go): the nd stage, and IPv6 flows
+	// in the pod_forwarding stages; on with NodeConfig.PodSubnetIPv6.
+	FeatureIPv6 = "ipv6"
 	// FeatureDenyLog: default-deny flows send to the controller through DenyLogMeter; on
 	// with NodeConfig.Policy and NodeConfig.DenyLog. It has no stage of its own.
 	FeatureDenyLog = "deny_log"
@@ -213,6 +216,13 @@ var features = []Feature{
 		// rest goes on.
 		{ID: 70, Name: "remote", Miss: MissNext, node: remoteNode,
 			Purpose: "peer pod subnets to the tunnel (tun_dst); unknown cluster addresses drop"},
+	}},
+	{Name: FeatureIPv6, Purpose: "dual-stack: neighbor discovery delivered to the port owning its target (spoof guard and forwarding flows in the pod_forwarding stages)", On: ipv6On, Stages: []Stage{
+		// 32: NS for the gateway's IPv6 address or a pod's address → that port; ND
+		// addressed to a local MAC (advertisements, unicast probes) → that port. Only ND
+		// the spoof guard let through gets here; the rest drops.
+		{ID: 32, Name: "nd", Miss: MissDrop, node: ndNode,
+			Purpose: "deliver neighbor discovery (RFC 4861) to the port owning the target or the destination MAC (reg1)"},
 	}},
 	{Name: FeatureServices, Purpose: "Services in OVS: DNAT to an endpoint by select group, un-NAT replies", On: func(c NodeConfig) bool { return c.Services }, Stages: []Stage{
 		// 34: all IP → ct(nat, zone=ConntrackZone) → service_lb: replies are un-NATed and
