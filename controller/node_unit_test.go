@@ -773,3 +773,17 @@ func concurrentUndosSorted(journal []string) []string {
 	}
 	return out
 }
+
+func TestNthIP6(t *testing.T) {
+	for _, c := range []struct {
+		subnet string
+		n      uint32
+		want   string
+	}{{"fd00:10:244:1::/64", 1, "fd00:10:244:1::1"}, {"fd00:10:244:1::/64", 0, "fd00:10:244:1::"},
+		{"fd00::ff/120", 0x101, "fd00::101"}, {"fd00::/64", 0xffffffff, "fd00::ffff:ffff"}} {
+		_, sn, _ := net.ParseCIDR(c.subnet)
+		if got := nthIP6(sn, c.n); !got.Equal(net.ParseIP(c.want)) || len(got) != net.IPv6len {
+			t.Errorf("nthIP6(%s, %d) = %v, want %s", c.subnet, c.n, got, c.want)
+		}
+	}
+}
