@@ -9,7 +9,8 @@
 // so `ovs-ofctl -O OpenFlow13 dump-flows --names br-int` and `ofproto/trace` show them).
 // The stages are declared once, by feature, in the list `features` below: pod forwarding
 // (always on), the overlay, the host's service path (kube-proxy), NetworkPolicy and its
-// deny log, each with its stages in order, each stage with its table id, name, purpose,
+// deny log, Services in OVS, and a dual-stack node's IPv6 (dualstack.go), each with its
+// stages in order, each stage with its table id, name, purpose,
 // miss behaviour and the node's own flows in it. The pipeline is every feature's stages
 // in table-id order. A packet enters table 0 and only moves forward, by goto_table
 // (OpenFlow 1.3.5 §5.1), to the next stage in use or to a stage named by a builder; no
