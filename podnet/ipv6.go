@@ -104,6 +104,11 @@ func prepareIPv6(link netlink.Link, ifName, netnsPath string) error {
 	return nil
 }
 
+// testHookBeforeIPv6Route, when set by tests, runs in Setup after the pod's IPv6
+// addresses are added and before its IPv6 route, to exercise the rollback of a
+// dual-stack pod's half-configured interface.
+var testHookBeforeIPv6Route func() error
+
 // addIPv6 adds the pod's link-local address (LinkLocalFromMAC(mac)/64) and its global
 // address, both IFA_F_NODAD, and the IPv6 default route via gw, to link (in the calling
 // thread's netns, the link up). Addresses and a route already present are fine (a retry).
@@ -112,6 +117,11 @@ func addIPv6(link netlink.Link, ifName, netnsPath string, mac net.HardwareAddr, 
 	for _, a := range []*net.IPNet{ll, addr} {
 		if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: a, Flags: unix.IFA_F_NODAD}); err != nil && !errors.Is(err, unix.EEXIST) {
 			return fmt.Errorf("podnet: add address %v (nodad) to %s in pod netns %s: %w", a, ifName, netnsPath, err)
+		}
+	}
+	if testHookBeforeIPv6Route != nil {
+		if err := testHookBeforeIPv6Route(); err != nil {
+			return err
 		}
 	}
 	route := &netlink.Route{

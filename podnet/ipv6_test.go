@@ -1,6 +1,7 @@
 package podnet
 
 import (
+	"errors"
 	"net"
 	"os/exec"
 	"path/filepath"
@@ -167,4 +168,34 @@ func TestConfigureGatewayIPv6(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestSetupDualStackRollback: a failure after the pod's IPv6 addresses are in (before its
+// IPv6 route) removes the whole pair: no host veth, no pod interface with its addresses.
+func TestSetupDualStackRollback(t *testing.T) {
+	host, pod := newNS(t), newNS(t)
+	spec := dualSpec(t, testSpec(t, pod, "container-v6rb"))
+	boom := errors.New("injected IPv6 failure")
+	testHookBeforeIPv6Route = func() error { return boom }
+	defer func() { testHookBeforeIPv6Route = nil }()
+	if _, err := setupIn(t, host, spec); !errors.Is(err, boom) {
+		t.Fatalf("Setup = %v, want the injected failure", err)
+	}
+	in(t, host, func() error {
+		if HostVethExists(spec.HostVeth) {
+			t.Errorf("host veth %s left behind after a failed dual-stack Setup", spec.HostVeth)
+		}
+		return nil
+	})
+	in(t, pod, func() error {
+		if _, err := netlink.LinkByName("eth0"); err == nil {
+			t.Error("eth0 left in the pod after a failed dual-stack Setup")
+		}
+		return nil
+	})
+	// The same spec then succeeds.
+	testHookBeforeIPv6Route = nil
+	if _, err := setupIn(t, host, spec); err != nil {
+		t.Fatalf("Setup after the failure: %v", err)
+	}
 }
