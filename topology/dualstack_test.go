@@ -60,3 +60,21 @@ func TestNodePodSubnets(t *testing.T) {
 		}
 	}
 }
+
+// TestFlannelEnvIPv6: a dual-stack flannel's subnet.env gives the IPv6 pod subnet.
+func TestFlannelEnvIPv6(t *testing.T) {
+	l, err := ParseFlannelEnv([]byte("FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.1.1/24\nFLANNEL_IPV6_NETWORK=fd00:10:244::/56\nFLANNEL_IPV6_SUBNET=fd00:10:244:1::1/64\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.PodSubnet.String() != "10.244.1.0/24" || l.PodSubnetIPv6.String() != "fd00:10:244:1::/64" {
+		t.Fatalf("subnets %v %v", l.PodSubnet, l.PodSubnetIPv6)
+	}
+	if _, err := ParseFlannelEnv([]byte("FLANNEL_SUBNET=10.244.1.1/24\nFLANNEL_IPV6_SUBNET=10.9.0.1/24\n")); err == nil || !strings.Contains(err.Error(), "FLANNEL_IPV6_SUBNET") {
+		t.Fatalf("an IPv4 FLANNEL_IPV6_SUBNET: %v", err)
+	}
+	l, err = ParseFlannelEnv([]byte("FLANNEL_SUBNET=10.244.1.1/24\n"))
+	if err != nil || l.PodSubnetIPv6 != nil {
+		t.Fatalf("IPv4-only subnet.env: %v, %v", l.PodSubnetIPv6, err)
+	}
+}

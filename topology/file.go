@@ -234,8 +234,10 @@ func ParseFileSpec(b []byte) (Local, map[string]Peer, error) {
 // ParseFlannelEnv parses flannel's subnet.env (KEY=VALUE lines, as flanneld writes
 // /run/flannel/subnet.env): FLANNEL_NETWORK (cluster CIDR), FLANNEL_SUBNET (this node's
 // subnet, written with the gateway address, e.g. 10.244.1.1/24), FLANNEL_MTU (bytes),
-// FLANNEL_IPMASQ (true/false). FLANNEL_SUBNET is required; other keys are ignored. The
-// node name is the host name.
+// FLANNEL_IPMASQ (true/false), and on a dual-stack flannel FLANNEL_IPV6_SUBNET (this
+// node's IPv6 subnet, e.g. fd00:10:244:1::1/64: a dual-stack node). FLANNEL_SUBNET is
+// required; other keys (FLANNEL_IPV6_NETWORK among them: no IPv6 cluster CIDR is used
+// yet) are ignored. The node name is the host name.
 func ParseFlannelEnv(b []byte) (Local, error) {
 	var l Local
 	vals := map[string]string{}
@@ -258,6 +260,11 @@ func ParseFlannelEnv(b []byte) (Local, error) {
 	}
 	if l.PodSubnet, err = parseIPv4Net(sub); err != nil {
 		return l, fmt.Errorf("FLANNEL_SUBNET: %w", err)
+	}
+	if v, ok := vals["FLANNEL_IPV6_SUBNET"]; ok && v != "" {
+		if l.PodSubnetIPv6, err = parseIPv6Net(v); err != nil {
+			return l, fmt.Errorf("FLANNEL_IPV6_SUBNET: %w", err)
+		}
 	}
 	if v, ok := vals["FLANNEL_NETWORK"]; ok {
 		if l.ClusterCIDR, err = parseIPv4Net(v); err != nil {
