@@ -43,11 +43,14 @@ import (
 //     and table not negative, scope 0..255;
 //   - dns: nameservers are IP addresses;
 //   - after conversion: for 0.1.0 and 0.2.0 an "ip4" with "ip" (what those versions
-//     carry of an IPv4 pod), for 0.3.0 .. 0.4.0 each ip's "version" matching its
-//     address and its interface index inside interfaces.
+//     carry of an IPv4 pod) and, for a dual-stack pod, an "ip6" with its IPv6 address
+//     (those versions carry at most one address per family: a result with two of one
+//     family is refused for them, code 1, rather than losing one); for 0.3.0 .. 0.4.0
+//     every address, each ip's "version" matching its address and its interface index
+//     inside interfaces.
 //
 // What the ofsdn daemon promises and is checked as well (an ofsdn pod has one IPv4
-// address on its interface CNI_IFNAME): interfaces hold CNI_IFNAME with "sandbox"
+// address on its interface CNI_IFNAME, and one IPv6 address on a dual-stack node): interfaces hold CNI_IFNAME with "sandbox"
 // CNI_NETNS; ips hold at least one IPv4 address; every ip names its interface, and that
 // interface is in the sandbox.
 //
@@ -79,6 +82,9 @@ func ResultForVersion(raw json.RawMessage, cniVersion, ifName, netns string) (ty
 	if err := checkResult(result, ifName, netns); err != nil {
 		return nil, err
 	}
+	if err := checkCarried(result, cniVersion); err != nil {
+		return nil, err
+	}
 	converted, err := result.GetAsVersion(cniVersion)
 	if err != nil {
 		return nil, types.NewError(types.ErrIncompatibleCNIVersion,
@@ -88,7 +94,38 @@ func ResultForVersion(raw json.RawMessage, cniVersion, ifName, netns string) (ty
 	if err := checkConverted(converted); err != nil {
 		return nil, err
 	}
+	if r, ok := converted.(*types020.Result); ok {
+		for _, ip := range result.IPs {
+			if ipFamily(ip.Address.IP) == 6 && (r.IP6 == nil || !r.IP6.IP.IP.Equal(ip.Address.IP)) {
+				return nil, badResult("converted to CNI %s lost the IPv6 address %s", r.CNIVersion, ipNetString(ip.Address))
+			}
+		}
+	}
 	return converted, nil
+}
+
+// checkCarried refuses a conversion that would drop addresses: CNI 0.1.0 and 0.2.0
+// results carry one "ip4" and one "ip6" (SPEC.md of those versions), so a result with
+// two addresses of one family cannot be said in them. Error: code 1
+// (ErrIncompatibleCNIVersion), naming the addresses and the fix (cniVersion 0.3.0 or
+// later, which carry a list).
+func checkCarried(r *current.Result, cniVersion string) error {
+	if cniVersion != "0.1.0" && cniVersion != "0.2.0" {
+		return nil
+	}
+	var n4, n6 int
+	for _, ip := range r.IPs {
+		if ipFamily(ip.Address.IP) == 4 {
+			n4++
+		} else {
+			n6++
+		}
+	}
+	if n4 > 1 || n6 > 1 {
+		return types.NewError(types.ErrIncompatibleCNIVersion,
+			fmt.Sprintf("the pod has %d IPv4 and %d IPv6 addresses, but a CNI %s result carries at most one of each (ip4, ip6): set cniVersion 0.3.0 or later in the network configuration", n4, n6, cniVersion), "")
+	}
+	return nil
 }
 
 // badResult is the code-999 error for a result that breaks the rules of ResultForVersion.

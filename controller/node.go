@@ -62,6 +62,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -87,6 +88,11 @@ type NodeOptions struct {
 	DatapathType string
 	// PodSubnet is this node's pod subnet (IPv4); its first address is the gateway's.
 	PodSubnet *net.IPNet
+	// PodSubnetIPv6 is this node's IPv6 pod subnet on a dual-stack node (/126 or shorter;
+	// its first address, ::1 of it, is the gateway's IPv6 address), nil on an IPv4-only
+	// node. Every pod then gets one address of each (the IPv4 one first, the order of
+	// the CNI result), from one lease. NetworkPolicy is refused with it (flows.NodeConfig).
+	PodSubnetIPv6 *net.IPNet
 	// MTU is the pods' and the gateway's MTU in bytes (68..65535).
 	MTU int
 	// OVSRunDir is Open vSwitch's run directory; the bridge's OpenFlow management socket is
@@ -145,13 +151,14 @@ type Hooks struct {
 // Node is one node's switch state: the OVSDB client, the OpenFlow connection, the desired
 // flow store, the IPAM store and the local pods. Create it with StartNode.
 type Node struct {
-	opts   NodeOptions
-	log    *slog.Logger
-	db     *ovsdb.Client // the bridge, its own ports, generation, flow-restore-wait
-	sw     *openflow.Switch
-	store  flowStore
-	ipam   *ipam.Store
-	gwAddr *net.IPNet
+	opts    NodeOptions
+	log     *slog.Logger
+	db      *ovsdb.Client // the bridge, its own ports, generation, flow-restore-wait
+	sw      *openflow.Switch
+	store   flowStore
+	ipam    *ipam.Store
+	gwAddr  *net.IPNet
+	gwAddr6 *net.IPNet // nil on an IPv4-only node
 
 	// The collaborators of pod wiring (seams.go): in a running node ports is db, owners
 	// is store, leases is ipam and netns is package podnet.
@@ -215,6 +222,9 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 	if opts.PodSubnet == nil || opts.PodSubnet.IP.To4() == nil {
 		return nil, errors.New("node: pod subnet must be an IPv4 CIDR (set podSubnet in the config)")
 	}
+	if sn := opts.PodSubnetIPv6; sn != nil && (sn.IP.To4() != nil || len(sn.IP) != net.IPv6len) {
+		return nil, fmt.Errorf("node: IPv6 pod subnet %v is not an IPv6 CIDR (set the IPv6 entry of podSubnets in the config)", sn)
+	}
 	if ov := opts.Overlay; ov != nil && ov.ClusterCIDR == nil {
 		return nil, errors.New("overlay: no cluster CIDR: set clusterCIDR in the config or the topology")
 	}
@@ -222,20 +232,27 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 		pods: map[string]*Attachment{}, stop: make(chan struct{})}
 	gwIP := nthIP(opts.PodSubnet, 1)
 	n.gwAddr = &net.IPNet{IP: gwIP, Mask: opts.PodSubnet.Mask}
+	var gwIP6 net.IP
+	if sn := opts.PodSubnetIPv6; sn != nil {
+		gwIP6 = nthIP6(sn, 1)
+		n.gwAddr6 = &net.IPNet{IP: gwIP6, Mask: sn.Mask}
+	}
 
 	ports, err := n.ensureSwitchConfig(ctx)
 	if err != nil {
 		return nil, err
 	}
-	gwMAC, err := podnet.ConfigureGateway(ctx, opts.Gateway, n.gwAddr, opts.MTU)
+	gwMAC, err := n.configureGateway(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("node: configure gateway %s with %s: %w", opts.Gateway, n.gwAddr, err)
+		return nil, err
 	}
 	n.cfg = flows.NodeConfig{
 		GatewayOFPort: uint32(ports.gateway),
 		GatewayMAC:    gwMAC,
 		GatewayIP:     gwIP,
 		PodSubnet:     opts.PodSubnet,
+		PodSubnetIPv6: opts.PodSubnetIPv6,
+		GatewayIPv6:   gwIP6,
 		Policy:        opts.Policy != nil,
 		DenyLog:       opts.Policy != nil && opts.Policy.DenyLog,
 		Services:      opts.Services != nil,
@@ -259,7 +276,11 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 		}
 	}
 
-	n.ipam, err = ipam.Open(opts.DataDir, n.podSubnets(), gwIP)
+	reserved := []net.IP{gwIP}
+	if gwIP6 != nil {
+		reserved = append(reserved, gwIP6)
+	}
+	n.ipam, err = ipam.Open(opts.DataDir, n.podSubnets(), reserved...)
 	if err != nil {
 		n.cancelRun()
 		return nil, fmt.Errorf("node: IPAM store: %w", err)
@@ -373,13 +394,29 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 	}
 	n.log.Info("node ready", "bridge", opts.Bridge, "datapath_type", opts.DatapathType,
 		"gateway", opts.Gateway, "gateway_ofport", ports.gateway, "gateway_ip", n.gwAddr.String(),
-		"pod_subnet", opts.PodSubnet.String(), "pods", len(n.pods), "generation", n.Generation())
+		"pod_subnet", opts.PodSubnet.String(), "pod_subnet_ipv6", fmt.Sprint(opts.PodSubnetIPv6), "pods", len(n.pods), "generation", n.Generation())
 	if ov := opts.Overlay; ov != nil {
 		n.log.Info("overlay ready", "tunnel", ov.TunnelName, "type", ov.TunnelType, "tunnel_ofport", ports.tunnel,
 			"node_ip", ov.NodeIP, "cluster_cidr", ov.ClusterCIDR, "service_cidr", ov.ServiceCIDR,
 			"peers", len(n.overlay.Peers()))
 	}
 	return n, nil
+}
+
+// configureGateway gives the gateway port its MTU and IPv4 address, sets it up
+// (podnet.ConfigureGateway) and, on a dual-stack node, its IPv6 address
+// (podnet.ConfigureGatewayIPv6); it returns the port's MAC. Idempotent.
+func (n *Node) configureGateway(ctx context.Context) (net.HardwareAddr, error) {
+	gwMAC, err := podnet.ConfigureGateway(ctx, n.opts.Gateway, n.gwAddr, n.opts.MTU)
+	if err != nil {
+		return nil, fmt.Errorf("node: configure gateway %s with %s: %w", n.opts.Gateway, n.gwAddr, err)
+	}
+	if n.gwAddr6 != nil {
+		if err := podnet.ConfigureGatewayIPv6(n.opts.Gateway, n.gwAddr6); err != nil {
+			return nil, fmt.Errorf("node: configure gateway %s with %s: %w", n.opts.Gateway, n.gwAddr6, err)
+		}
+	}
+	return gwMAC, nil
 }
 
 // switchPorts are the ofports of the node's own ports (1..65279; tunnel 0 = none).
@@ -606,7 +643,7 @@ func (n *Node) onConnect(ctx context.Context, c *openflow.Conn, first bool) erro
 		pre = []openflow.FlowModOp{{Mod: flows.DeleteByCookie(0, 0), Name: "delete every flow before the replay"}}
 		// On the userspace datapath a restarted ovs-vswitchd re-opens the gateway's tap;
 		// make sure it is up with its address (idempotent).
-		if _, err := podnet.ConfigureGateway(ctx, n.opts.Gateway, n.gwAddr, n.opts.MTU); err != nil {
+		if _, err := n.configureGateway(ctx); err != nil {
 			n.log.Warn("gateway not reconfigured after reconnect", "gateway", n.opts.Gateway, "err", err)
 		}
 	}
@@ -716,9 +753,9 @@ func (n *Node) reensure(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	gwMAC, err := podnet.ConfigureGateway(ctx, n.opts.Gateway, n.gwAddr, n.opts.MTU)
+	gwMAC, err := n.configureGateway(ctx)
 	if err != nil {
-		return fmt.Errorf("node: configure gateway %s with %s: %w", n.opts.Gateway, n.gwAddr, err)
+		return err
 	}
 	cfg := n.config()
 	if n.rebuildPending || uint32(ports.gateway) != cfg.GatewayOFPort || uint32(ports.tunnel) != cfg.TunnelOFPort ||
@@ -1018,6 +1055,10 @@ func (n *Node) restorePods(ctx context.Context) {
 			n.log.Warn("IP lease of a pod port was missing from the lease store; restored from the port's external_ids",
 				"port", p.Name, "container_id", a.ContainerID, "ifname", a.IfName, "ip", a.IPv4(), "network", a.Network)
 		}
+		if l, ok := n.leases.Get(a.ContainerID, a.IfName); ok && len(l.IPs) > len(a.IPs) && slices.ContainsFunc(l.IPs, a.IPv4().IP.Equal) {
+			// The port records the IPv4 address only; a dual-stack pod's IPv6 one is in its lease.
+			a.IPs = n.leaseNets(l.IPs)
+		}
 		if a.OFPort == 0 {
 			n.log.Warn("port has no ofport yet; leaving it for garbage collection", "port", p.Name, "container_id", a.ContainerID)
 			continue
@@ -1078,7 +1119,7 @@ func (n *Node) restorePods(ctx context.Context) {
 // (podnet.IsolateHostEnd; idempotent).
 func (n *Node) loadRestored(a *Attachment) {
 	cfg := n.config()
-	a.Gateway, a.MTU = cfg.GatewayIP, n.opts.MTU
+	a.Gateway, a.Gateway6, a.MTU = cfg.GatewayIP, cfg.GatewayIPv6, n.opts.MTU
 	n.store.Load(a.owner(), flows.PodFlows(cfg, a.flowPod()))
 	n.mu.Lock()
 	n.pods[a.key()] = a
@@ -1102,10 +1143,11 @@ func (n *Node) restoreFromLease(ctx context.Context, l ipam.Lease, hostVeth stri
 	a := &Attachment{
 		ContainerID: l.ContainerID, IfName: l.IfName, Netns: l.Netns,
 		PodNamespace: ns, PodName: name, Network: l.Network, HostVeth: hostVeth,
-		IPs:     n.leaseNets(l.IPs),
-		Gateway: n.config().GatewayIP,
-		OFPort:  uint32(l.OFPort),
-		OwnerID: l.OwnerID,
+		IPs:      n.leaseNets(l.IPs),
+		Gateway:  n.config().GatewayIP,
+		Gateway6: n.config().GatewayIPv6,
+		OFPort:   uint32(l.OFPort),
+		OwnerID:  l.OwnerID,
 	}
 	if v4 := a.IPv4(); v4 != nil {
 		a.MAC = podnet.MACFromIP(v4.IP) // what every ADD gives the pod: derived from its IPv4 address
@@ -1140,8 +1182,14 @@ func (n *Node) restoreLease(ctx context.Context, a *Attachment) error {
 }
 
 // podSubnets returns the node's pod subnets, one per IP family, in the order the node
-// lists them (the order of every pod's addresses): today the one IPv4 pod subnet.
-func (n *Node) podSubnets() []*net.IPNet { return []*net.IPNet{n.opts.PodSubnet} }
+// lists them (the order of every pod's addresses and of the CNI result): the IPv4 pod
+// subnet, then on a dual-stack node the IPv6 one.
+func (n *Node) podSubnets() []*net.IPNet {
+	if n.opts.PodSubnetIPv6 != nil {
+		return []*net.IPNet{n.opts.PodSubnet, n.opts.PodSubnetIPv6}
+	}
+	return []*net.IPNet{n.opts.PodSubnet}
+}
 
 // leaseNets returns a lease's addresses, each with the prefix length of the pod subnet
 // it lies in (an address in none keeps a host prefix), in the lease's order.
@@ -1196,6 +1244,19 @@ func nthIP(subnet *net.IPNet, n uint32) net.IP {
 	v := uint32(ip[0])<<24 | uint32(ip[1])<<16 | uint32(ip[2])<<8 | uint32(ip[3])
 	v += n
 	return net.IPv4(byte(v>>24), byte(v>>16), byte(v>>8), byte(v)).To4()
+}
+
+// nthIP6 returns the n-th address of an IPv6 subnet (0 is the subnet-router anycast
+// address), 16 bytes.
+func nthIP6(subnet *net.IPNet, n uint32) net.IP {
+	ip := append(net.IP(nil), subnet.IP.To16().Mask(subnet.Mask)...)
+	carry := uint64(n)
+	for i := len(ip) - 1; i >= 0 && carry > 0; i-- {
+		v := uint64(ip[i]) + carry&0xff
+		ip[i] = byte(v)
+		carry = carry>>8 + v>>8
+	}
+	return ip
 }
 
 // keyedMutex serialises operations per key (a container ID) without a global lock held

@@ -49,7 +49,9 @@ type world struct {
 	flows  map[flows.Owner][]flows.Flow
 
 	subnet     *net.IPNet
-	nextIP     uint32 // next host number to lease
+	subnet6    *net.IPNet  // a dual-stack world's IPv6 pod subnet: leases hold an address of each
+	lastSpec   podnet.Spec // what the last Setup was asked
+	nextIP     uint32      // next host number to lease
 	nextOFPort int
 	nextChosen int // ReserveOFPort's count
 }
@@ -189,7 +191,10 @@ func (w *world) ReserveLease(want ipam.Lease) ([]net.IP, func() error, error) {
 		return l.IPs, durable(false), nil
 	}
 	ip := nthIP(w.subnet, w.nextIP)
-	want.IPs, want.OwnerID = []net.IP{ip}, 500+w.nextIP-2 // an owner id apart from the address, as ipam.Store allocates; as put gives
+	want.IPs, want.OwnerID = []net.IP{ip}, 500+w.nextIP-2
+	if w.subnet6 != nil {
+		want.IPs = append(want.IPs, nthIP6(w.subnet6, w.nextIP))
+	} // an owner id apart from the address, as ipam.Store allocates; as put gives
 	w.nextIP++
 	w.leases[k] = want
 	return want.IPs, durable(true), nil
@@ -232,6 +237,7 @@ func (w *world) Capacity() int { return 253 }
 func (w *world) Setup(spec podnet.Spec) (podnet.Result, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.lastSpec = spec
 	if err := w.do("podnet.Setup", spec.HostVeth); err != nil {
 		return podnet.Result{}, err
 	}
@@ -772,4 +778,67 @@ func concurrentUndosSorted(journal []string) []string {
 		}
 	}
 	return out
+}
+
+func TestNthIP6(t *testing.T) {
+	for _, c := range []struct {
+		subnet string
+		n      uint32
+		want   string
+	}{{"fd00:10:244:1::/64", 1, "fd00:10:244:1::1"}, {"fd00:10:244:1::/64", 0, "fd00:10:244:1::"},
+		{"fd00::ff/120", 0x101, "fd00::101"}, {"fd00::/64", 0xffffffff, "fd00::ffff:ffff"}} {
+		_, sn, _ := net.ParseCIDR(c.subnet)
+		if got := nthIP6(sn, c.n); !got.Equal(net.ParseIP(c.want)) || len(got) != net.IPv6len {
+			t.Errorf("nthIP6(%s, %d) = %v, want %s", c.subnet, c.n, got, c.want)
+		}
+	}
+}
+
+// TestAddPodDualStack: on a dual-stack node ADD asks podnet for both addresses and both
+// gateways, the attachment holds them in the pod subnets' order, its flows hold the IPv6
+// guard; a failure at any later step undoes everything, as on an IPv4-only node.
+func TestAddPodDualStack(t *testing.T) {
+	dual := func() (*world, *Node) {
+		w := newWorld()
+		_, w.subnet6, _ = net.ParseCIDR("fd00:10:128::/64")
+		n := testNode(w)
+		n.opts.PodSubnetIPv6 = w.subnet6
+		n.cfg.PodSubnetIPv6, n.cfg.GatewayIPv6 = w.subnet6, nthIP6(w.subnet6, 1)
+		if err := n.cfg.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		return w, n
+	}
+	w, n := dual()
+	a, err := n.AddPod(context.Background(), podReq("c1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp := w.lastSpec
+	if sp.Addr.String() != "10.128.0.2/24" || sp.Addr6.String() != "fd00:10:128::2/64" || !sp.Gateway6.Equal(net.ParseIP("fd00:10:128::1")) || !sp.Gateway.Equal(net.ParseIP("10.128.0.1")) {
+		t.Fatalf("podnet.Setup asked for %v via %v and %v via %v, want 10.128.0.2/24 via 10.128.0.1 and fd00:10:128::2/64 via fd00:10:128::1", sp.Addr, sp.Gateway, sp.Addr6, sp.Gateway6)
+	}
+	if len(a.IPs) != 2 || a.IPv4().String() != "10.128.0.2/24" || a.IPv6().String() != "fd00:10:128::2/64" || !a.Gateway6.Equal(sp.Gateway6) {
+		t.Fatalf("attachment IPs %v gateway6 %v", a.IPs, a.Gateway6)
+	}
+	fs, _ := w.Owner(a.owner())
+	var v6 int
+	for _, f := range fs {
+		if f.Match.EthType == flows.EthTypeIPv6 {
+			v6++
+		}
+	}
+	if v6 != 12 {
+		t.Errorf("pod has %d IPv6 flows, want 12 (2 sources, 2 NS, 4 NA, 3 ND deliveries, 1 forwarding)", v6)
+	}
+	for _, fail := range []string{"podnet.Setup", "ovsdb.AddPort", "flows.SetOwner"} {
+		w, n := dual()
+		w.fail[fail] = errInjected
+		if _, err := n.AddPod(context.Background(), podReq("c2")); err == nil {
+			t.Fatalf("%s failing: ADD succeeded", fail)
+		}
+		if left := w.left(); left != "" {
+			t.Errorf("%s failing: left behind %s", fail, left)
+		}
+	}
 }

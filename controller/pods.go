@@ -103,11 +103,14 @@ type Attachment struct {
 	// OFPort is the port's OpenFlow port number (1..0xfffffeff).
 	OFPort uint32
 	// IPs are the pod's addresses, each with its pod subnet's prefix length, in the order
-	// of the node's pod subnets (the CNI result's order); until dual-stack lands, one
-	// IPv4 address.
+	// of the node's pod subnets (the CNI result's order): one IPv4 address and, on a
+	// dual-stack node, one IPv6 address.
 	IPs []*net.IPNet
 	// Gateway is the pod's default gateway (the node's gateway port address).
 	Gateway net.IP
+	// Gateway6 is the pod's IPv6 default gateway (the gateway port's IPv6 address) on a
+	// dual-stack node, nil on an IPv4-only one.
+	Gateway6 net.IP
 	// MAC is the pod interface's MAC address.
 	MAC net.HardwareAddr
 	// HostMAC is the host veth's MAC address (nil after a daemon restart).
@@ -128,6 +131,17 @@ type Attachment struct {
 func (a *Attachment) IPv4() *net.IPNet {
 	for _, ip := range a.IPs {
 		if ip != nil && ip.IP.To4() != nil {
+			return ip
+		}
+	}
+	return nil
+}
+
+// IPv6 returns the pod's IPv6 address with its prefix length, the first of IPs that is
+// one; nil if it has none (an IPv4-only node's pods).
+func (a *Attachment) IPv6() *net.IPNet {
+	for _, ip := range a.IPs {
+		if ip != nil && ip.IP.To4() == nil && len(ip.IP) == net.IPv6len {
 			return ip
 		}
 	}
@@ -284,13 +298,17 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 		Gateway:  n.config().GatewayIP,
 		MTU:      n.opts.MTU,
 	}
+	if a.IPv6() != nil {
+		a.Gateway6 = n.config().GatewayIPv6
+	}
 	n.fillOwnerID(a) // the id the lease was given with the address
 
 	// 2. veth pair, pod end born in the pod netns, configured with the reserved address
 	// (nothing outside the pod's netns and the host veth sees it before step 3).
 	res, vethErr := n.netns.Setup(podnet.Spec{
 		Netns: req.Netns, IfName: req.IfName, HostVeth: a.HostVeth, MTU: a.MTU,
-		Addr: a.IPv4(), Gateway: a.Gateway, DisableTxChecksum: n.opts.DatapathType == "netdev",
+		Addr: a.IPv4(), Gateway: a.Gateway, Addr6: a.IPv6(), Gateway6: a.Gateway6,
+		DisableTxChecksum: n.opts.DatapathType == "netdev",
 	})
 	step("veth")
 	if vethErr == nil {

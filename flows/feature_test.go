@@ -146,8 +146,18 @@ func TestFeatureTables(t *testing.T) {
 		}
 	}
 	cfg.Policy, cfg.Services = true, true
-	if got := len(TablesOn(cfg)); got != len(all) {
-		t.Errorf("golden node with policy: %d stages in use, want all %d", got, len(all))
+	if got := len(TablesOn(cfg)); got != len(all)-1 {
+		t.Errorf("golden node with policy: %d stages in use, want all %d but nd (IPv6 and NetworkPolicy exclude each other)", got, len(all)-1)
+	}
+	for _, st := range TablesOn(cfg) {
+		if st.Feature == FeatureIPv6 {
+			t.Errorf("IPv4-only node, yet stage %s in use", st.Name)
+		}
+	}
+	ds := testDualStackConfig()
+	ds.Services = true
+	if got := len(TablesOn(ds)); got != len(all)-5 {
+		t.Errorf("dual-stack node with Services: %d stages in use, want all %d but the 5 of NetworkPolicy", got, len(all)-5)
 	}
 	if FeatureOn("no_such_feature", cfg) {
 		t.Error("an unknown feature is on")

@@ -23,6 +23,15 @@ type NodeConfig struct {
 	GatewayIP net.IP
 	// PodSubnet is this node's IPv4 pod subnet (e.g. a /24 of the cluster CIDR).
 	PodSubnet *net.IPNet
+	// PodSubnetIPv6 is this node's IPv6 pod subnet on a dual-stack node (e.g.
+	// fd00:10:244:1::/64), nil on an IPv4-only node, whose flows it leaves exactly as
+	// they were. With it the node uses the ipv6 feature (dualstack.go): the IPv6 spoof
+	// guard, neighbor discovery delivery (RFC 4861) and local IPv6 forwarding.
+	PodSubnetIPv6 *net.IPNet
+	// GatewayIPv6 is the gateway's IPv6 address, by convention the subnet's first
+	// address (PodSubnetIPv6 + 1, "::1" of it); pods' IPv6 default route is via it. Set
+	// exactly when PodSubnetIPv6 is.
+	GatewayIPv6 net.IP
 	// Generation is this daemon run's generation (cookie bits 55..40), bumped at each
 	// start so that flows of earlier runs can be deleted by GenerationCookie.
 	Generation uint16
@@ -56,7 +65,9 @@ type NodeConfig struct {
 }
 
 // Validate checks that the config can build a pipeline: a valid gateway ofport, a
-// unicast 48-bit gateway MAC, IPv4 gateway and subnet, the gateway inside the subnet.
+// unicast 48-bit gateway MAC, IPv4 gateway and subnet, the gateway inside the subnet;
+// on a dual-stack node an IPv6 subnet of /64../120 with its gateway inside it, and
+// neither NetworkPolicy nor the deny log (IPv6 policy is not built: see validateIPv6).
 func (c NodeConfig) Validate() error {
 	if c.GatewayOFPort == 0 || c.GatewayOFPort >= 0xffffff00 {
 		return fmt.Errorf("node config: gateway ofport %d is not a valid OpenFlow port (1..0xfffffeff): read it from the gateway Interface's ofport column", c.GatewayOFPort)
@@ -79,6 +90,9 @@ func (c NodeConfig) Validate() error {
 		if c.ServiceCIDR.IP.To4() == nil || len(c.ServiceCIDR.Mask) != net.IPv4len || overlaps(c.ServiceCIDR, c.PodSubnet) {
 			return fmt.Errorf("node config: service CIDR %v is not an IPv4 prefix apart from pod subnet %v: set serviceCIDR to the cluster's --service-cluster-ip-range", c.ServiceCIDR, c.PodSubnet)
 		}
+	}
+	if err := c.validateIPv6(); err != nil {
+		return err
 	}
 	if c.TunnelOFPort != 0 {
 		if c.TunnelOFPort >= 0xffffff00 || c.TunnelOFPort == c.GatewayOFPort {
@@ -119,9 +133,10 @@ func classifierNode(b builder) []Flow {
 	return append(fs, classifierGateway(b))
 }
 
-// spoofGuardNode: the host's IP and ARP are trusted.
+// spoofGuardNode: the host's IP and ARP are trusted; on a dual-stack node its IPv6 too,
+// and pods' router messages and foreign ND drop (dualstack.go).
 func spoofGuardNode(b builder) []Flow {
-	return []Flow{spoofGuardGatewayIP(b), spoofGuardGatewayARP(b)}
+	return append([]Flow{spoofGuardGatewayIP(b), spoofGuardGatewayARP(b)}, spoofGuardNodeIPv6(b)...)
 }
 
 // arpNode: ARP for the gateway IP.
@@ -135,9 +150,10 @@ func serviceNode(b builder) []Flow {
 	return []Flow{serviceToGateway(b)}
 }
 
-// l3ForwardingNode: the gateway IP, the pod subnet's miss, off-subnet IP.
+// l3ForwardingNode: the gateway IP, the pod subnet's miss, off-subnet IP; on a dual-stack
+// node the gateway's IPv6 address.
 func l3ForwardingNode(b builder) []Flow {
-	return []Flow{l3ToGateway(b), l3PodSubnetMiss(b), l3OffSubnet(b)}
+	return append([]Flow{l3ToGateway(b), l3PodSubnetMiss(b), l3OffSubnet(b)}, l3ForwardingNodeIPv6(b)...)
 }
 
 // remoteNode: the cluster CIDR's miss (with ClusterCIDR).

@@ -9,7 +9,8 @@
 // so `ovs-ofctl -O OpenFlow13 dump-flows --names br-int` and `ofproto/trace` show them).
 // The stages are declared once, by feature, in the list `features` below: pod forwarding
 // (always on), the overlay, the host's service path (kube-proxy), NetworkPolicy and its
-// deny log, each with its stages in order, each stage with its table id, name, purpose,
+// deny log, Services in OVS, and a dual-stack node's IPv6 (dualstack.go), each with its
+// stages in order, each stage with its table id, name, purpose,
 // miss behaviour and the node's own flows in it. The pipeline is every feature's stages
 // in table-id order. A packet enters table 0 and only moves forward, by goto_table
 // (OpenFlow 1.3.5 §5.1), to the next stage in use or to a stage named by a builder; no
@@ -165,6 +166,9 @@ const (
 	// FeatureServices: Services load-balanced in OVS (service.go): conntrack with NAT and
 	// per Service port a select group; on with NodeConfig.Services.
 	FeatureServices = "services"
+	// FeatureIPv6: a dual-stack node's IPv6 (dualstack.go): the nd stage, and IPv6 flows
+	// in the pod_forwarding stages; on with NodeConfig.PodSubnetIPv6.
+	FeatureIPv6 = "ipv6"
 	// FeatureDenyLog: default-deny flows send to the controller through DenyLogMeter; on
 	// with NodeConfig.Policy and NodeConfig.DenyLog. It has no stage of its own.
 	FeatureDenyLog = "deny_log"
@@ -213,6 +217,13 @@ var features = []Feature{
 		// rest goes on.
 		{ID: 70, Name: "remote", Miss: MissNext, node: remoteNode,
 			Purpose: "peer pod subnets to the tunnel (tun_dst); unknown cluster addresses drop"},
+	}},
+	{Name: FeatureIPv6, Purpose: "dual-stack: neighbor discovery delivered to the port owning its target (spoof guard and forwarding flows in the pod_forwarding stages)", On: ipv6On, Stages: []Stage{
+		// 32: NS for the gateway's IPv6 address or a pod's address → that port; ND
+		// addressed to a local MAC (advertisements, unicast probes) → that port. Only ND
+		// the spoof guard let through gets here; the rest drops.
+		{ID: 32, Name: "nd", Miss: MissDrop, node: ndNode,
+			Purpose: "deliver neighbor discovery (RFC 4861) to the port owning the target or the destination MAC (reg1)"},
 	}},
 	{Name: FeatureServices, Purpose: "Services in OVS: DNAT to an endpoint by select group, un-NAT replies", On: func(c NodeConfig) bool { return c.Services }, Stages: []Stage{
 		// 34: all IP → ct(nat, zone=ConntrackZone) → service_lb: replies are un-NATed and

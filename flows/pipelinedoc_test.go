@@ -91,3 +91,53 @@ func docFlows() (NodeConfig, []Flow) {
 	all = append(all, set.Flows()...)
 	return cfg, append(all, PeerFlows(cfg, testPeerB())...)
 }
+
+// TestPipelineDocDualStack: the block of docs/pipeline.md's section "Dual-stack node: the
+// IPv6 flows" is exactly the flows the dual-stack node (the doc's node with an IPv6 pod
+// subnet and NetworkPolicy off) and its pod A have beyond the IPv4-only node's, in the
+// order of a dump (table, priority, owner kind).
+func TestPipelineDocDualStack(t *testing.T) {
+	data, err := os.ReadFile("../docs/pipeline.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(data), "\n## Dual-stack node: the IPv6 flows\n")
+	if !ok {
+		t.Fatal(`docs/pipeline.md has no section "## Dual-stack node: the IPv6 flows"`)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	var doc []string
+	inBlock := false
+	for _, l := range strings.Split(section, "\n") {
+		if strings.HasPrefix(l, "```") {
+			inBlock = !inBlock
+			continue
+		}
+		if inBlock && strings.HasPrefix(l, " cookie=") {
+			doc = append(doc, strings.TrimPrefix(l, " "))
+		}
+	}
+	v4 := testConfig()
+	old := map[string]bool{}
+	for _, f := range append(PipelineFlows(v4), PodFlows(v4, testPodA())...) {
+		old[f.Format(docPorts)] = true
+	}
+	cfg := testDualStackConfig()
+	var fs []Flow
+	for _, f := range append(PipelineFlows(cfg), PodFlows(cfg, testDualPodA())...) {
+		if !old[f.Format(docPorts)] {
+			fs = append(fs, f)
+		}
+	}
+	sort.SliceStable(fs, func(i, j int) bool {
+		a, b := fs[i], fs[j]
+		if a.Table != b.Table {
+			return a.Table < b.Table
+		}
+		if a.Priority != b.Priority {
+			return a.Priority > b.Priority
+		}
+		return a.Cookie.Owner() < b.Cookie.Owner()
+	})
+	compareLines(t, "docs/pipeline.md, dual-stack section (with a leading space in the file)", doc, lines(fs, docPorts))
+}

@@ -18,8 +18,9 @@ type Pod struct {
 	// send from.
 	MAC net.HardwareAddr
 	// IPs are the pod's addresses, the only ones it may send from; each unique among the
-	// node's live pods. Until dual-stack lands this is exactly one IPv4 address in the
-	// node's pod subnet; Validate refuses an IPv6 address or a second IPv4 one.
+	// node's live pods: exactly one IPv4 address in the node's pod subnet and, on a
+	// dual-stack node, at most one IPv6 address in its IPv6 pod subnet (Validate). Its
+	// link-local address is not listed: it is LinkLocalFromMAC(MAC).
 	IPs []net.IP
 	// OwnerID is the id of the pod's flow owner (cookie bits 31..0 of its flows, kind
 	// OwnerPod), 1..2^32-1, unique among the node's live pods and kept across daemon
@@ -49,9 +50,11 @@ func (p Pod) String() string {
 }
 
 // Validate checks that pod can have flows on the node described by cfg: an owner id, a
-// valid ofport other than the gateway's, a unicast 48-bit MAC, exactly one address, IPv4,
-// in the pod subnet and not the gateway IP. An IPv6 address is refused (dual-stack is not
-// built yet).
+// valid ofport other than the gateway's, a unicast 48-bit MAC, exactly one IPv4 address
+// in the pod subnet other than the gateway IP and, on a dual-stack node (cfg's
+// PodSubnetIPv6), at most one IPv6 address in the IPv6 pod subnet other than the IPv6
+// gateway. An IPv6 address on an IPv4-only node is refused, as is a pod without IPv4
+// (IPv6-only pods are a later slice of issue 23).
 func (p Pod) Validate(cfg NodeConfig) error {
 	if p.OwnerID == 0 {
 		return fmt.Errorf("pod %v: owner id 0 is not a pod owner id (1..2^32-1): take the id its IP lease holds (ipam.Lease.OwnerID)", p)
@@ -62,16 +65,25 @@ func (p Pod) Validate(cfg NodeConfig) error {
 	if len(p.MAC) != 6 || p.MAC[0]&1 != 0 {
 		return fmt.Errorf("pod %v: MAC %q is not a unicast Ethernet address: use the pod interface's address", p, p.MAC)
 	}
+	var v4, v6 int
 	for _, ip := range p.IPs {
 		if ip.To4() == nil && len(ip) == net.IPv6len {
-			return fmt.Errorf("pod %v: address %s is IPv6, and IPv6 pod addresses are not supported yet (dual-stack, issue 21): give the pod IPv4 addresses only", p, ip)
+			if err := p.validateIPv6Addr(cfg, ip); err != nil {
+				return err
+			}
+			v6++
+			continue
 		}
+		v4++
 	}
-	if len(p.IPs) != 1 {
+	if v4 != 1 || v6 > 1 {
+		if cfg.PodSubnetIPv6 != nil {
+			return fmt.Errorf("pod %v: has %d IPv4 and %d IPv6 addresses, want exactly one IPv4 address and at most one IPv6 address: allocate them from the node's IPAM", p, v4, v6)
+		}
 		return fmt.Errorf("pod %v: has %d addresses, want exactly one IPv4 address: allocate one from the node's IPAM", p, len(p.IPs))
 	}
-	ip := p.IPs[0]
-	if ip.To4() == nil || cfg.PodSubnet == nil || !cfg.PodSubnet.Contains(ip) || ip.Equal(cfg.GatewayIP) {
+	ip := p.IPv4()
+	if ip == nil || cfg.PodSubnet == nil || !cfg.PodSubnet.Contains(ip) || ip.Equal(cfg.GatewayIP) {
 		return fmt.Errorf("pod %v: address is not an IPv4 address of pod subnet %v other than the gateway %v: allocate it from the node's IPAM", p, cfg.PodSubnet, cfg.GatewayIP)
 	}
 	return nil
@@ -85,13 +97,20 @@ func PodFlows(cfg NodeConfig, pod Pod) []Flow {
 
 // podFlows is PodFlows on b's pipeline.
 func (b builder) podFlows(pod Pod) []Flow {
-	return []Flow{
-		classifierPod(b, pod),
-		spoofGuardPodIP(b, pod),
-		spoofGuardPodARP(b, pod),
-		arpToPod(b, pod),
-		l3ToPod(b, pod),
+	if pod.IPv6() == nil || !ipv6On(b.cfg) {
+		return []Flow{
+			classifierPod(b, pod),
+			spoofGuardPodIP(b, pod),
+			spoofGuardPodARP(b, pod),
+			arpToPod(b, pod),
+			l3ToPod(b, pod),
+		}
 	}
+	guard, nd, l3 := b.podFlowsIPv6(pod)
+	fs := []Flow{classifierPod(b, pod), spoofGuardPodIP(b, pod), spoofGuardPodARP(b, pod)}
+	fs = append(append(fs, guard...), arpToPod(b, pod))
+	fs = append(append(fs, nd...), l3ToPod(b, pod))
+	return append(fs, l3...)
 }
 
 // classifierPod marks packets from the pod's port as SourcePod.

@@ -6,9 +6,10 @@ import (
 	"testing"
 )
 
-// TestPodAddressList checks the pod's address list: one IPv4 address builds today's flows;
-// an IPv6 address (alone or beside the IPv4 one), a second IPv4 address or none is refused
-// by Validate with an error that says why and what to do.
+// TestPodAddressList checks the pod's address list on an IPv4-only node: one IPv4 address
+// builds today's flows; an IPv6 address (alone or beside the IPv4 one: the node has no
+// IPv6 pod subnet), a second IPv4 address or none is refused by Validate with an error
+// that says why and what to do (dual-stack nodes: TestDualStackValidate).
 func TestPodAddressList(t *testing.T) {
 	cfg := testConfig()
 	a := testPodA()
@@ -28,7 +29,7 @@ func TestPodAddressList(t *testing.T) {
 		pod  Pod
 		want string
 	}{
-		{"IPv6 only", with("fd00:10:244:1::5"), "address fd00:10:244:1::5 is IPv6, and IPv6 pod addresses are not supported yet"},
+		{"IPv6 only", with("fd00:10:244:1::5"), "address fd00:10:244:1::5 is IPv6 but this node has no IPv6 pod subnet"},
 		{"dual-stack", with("10.244.1.5", "fd00:10:244:1::5"), "address fd00:10:244:1::5 is IPv6"},
 		{"IPv6 first", with("fd00:10:244:1::5", "10.244.1.5"), "address fd00:10:244:1::5 is IPv6"},
 		{"two IPv4", with("10.244.1.5", "10.244.1.7"), "has 2 addresses, want exactly one IPv4 address"},

@@ -35,8 +35,12 @@ func withInserted(after int, extra Stage) ([]Feature, []Stage) {
 // allFlows is every builder's output on b: the node's, pod A's and B's, peer B's and C's.
 func allFlows(b builder) []Flow {
 	fs := b.pipelineFlows()
-	fs = append(fs, b.podFlows(testPodA())...)
-	fs = append(fs, b.podFlows(testPodB())...)
+	a, pb := testPodA(), testPodB()
+	if b.cfg.PodSubnetIPv6 != nil {
+		a, pb = testDualPodA(), testDualPodB()
+	}
+	fs = append(fs, b.podFlows(a)...)
+	fs = append(fs, b.podFlows(pb)...)
 	fs = append(fs, b.peerFlows(testPeerB())...)
 	return append(fs, b.peerFlows(testPeerC())...)
 }
@@ -87,9 +91,24 @@ var continuesToNext = map[string]bool{"service_conntrack": true, "service_lb": t
 // priority-0 drop, and for a MissNext stage the priority-1 goto to its next stage); every
 // stage must still be reached from table 0; and after a stage of continuesToNext the
 // new stage must be reached, with no flow jumping past it.
+//
+// It runs on two nodes, which together use every stage: IPv4-only with every other
+// feature on, and dual-stack with Services (IPv6 and NetworkPolicy exclude each other).
+// A stage of a feature that is off on the node is neither reached nor checked.
 func TestInsertedStage(t *testing.T) {
-	cfg := testConfig()
-	cfg.Policy, cfg.Services = true, true // every stage in use
+	ipv4 := testConfig()
+	ipv4.Policy, ipv4.Services = true, true
+	dual := testDualStackConfig()
+	dual.Services = true
+	for _, c := range []struct {
+		name string
+		cfg  NodeConfig
+	}{{"ipv4", ipv4}, {"dual-stack", dual}} {
+		t.Run(c.name, func(t *testing.T) { testInsertedStage(t, c.cfg) })
+	}
+}
+
+func testInsertedStage(t *testing.T, cfg NodeConfig) {
 	orig := allFlows(builder{p: std, cfg: cfg})
 	checkMissFlows(t, std, cfg, orig)
 	n := len(Tables())
@@ -102,6 +121,13 @@ func TestInsertedStage(t *testing.T) {
 		name := fmt.Sprintf("stage inserted after %s", ss[after].Name)
 		t.Run(name, func(t *testing.T) {
 			fs := allFlows(builder{p: p, cfg: cfg})
+			if !p.on(after+1, cfg) {
+				// The inserted stage's feature is off on this node: nothing changes.
+				if len(fs) != len(orig) {
+					t.Errorf("%d flows, want the %d of the package's pipeline (the new stage's feature is off)", len(fs), len(orig))
+				}
+				return
+			}
 			if len(fs) != len(orig)+2 {
 				t.Errorf("%d flows, want the %d of the package's pipeline and the new stage's 2 miss flows", len(fs), len(orig))
 			}
@@ -125,8 +151,8 @@ func TestInsertedStage(t *testing.T) {
 			// Every stage is still reached from table 0; after a stage whose traffic goes on
 			// to the next stage, the new stage is reached and nothing skips it.
 			seen := reachable(fs)
-			for _, st := range ss {
-				if st.Name != "inserted" && !seen[TableID(st.ID)] {
+			for i, st := range ss {
+				if st.Name != "inserted" && p.on(i, cfg) && !seen[TableID(st.ID)] {
 					t.Errorf("stage %s is no longer reached from table 0", st.Name)
 				}
 			}

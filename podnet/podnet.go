@@ -68,6 +68,14 @@ type Spec struct {
 	Addr *net.IPNet
 	// Gateway is the pod's default gateway; it must lie in Addr's subnet.
 	Gateway net.IP
+	// Addr6 is the pod's IPv6 address with the IPv6 pod subnet's prefix length (e.g.
+	// fd00:10:128::5/64) on a dual-stack node, nil on an IPv4-only one. With it the pod
+	// interface also gets the link-local address LinkLocalFromMAC(MAC)/64 (the kernel's
+	// own generation off), both without duplicate address detection (ipv6.go).
+	Addr6 *net.IPNet
+	// Gateway6 is the pod's IPv6 default gateway, set exactly with Addr6; it must lie in
+	// Addr6's subnet (the gateway port's IPv6 address).
+	Gateway6 net.IP
 	// MAC is the pod interface's MAC. Optional: nil means MACFromIP(Addr.IP).
 	// It must be a 6-byte unicast address.
 	MAC net.HardwareAddr
@@ -100,8 +108,11 @@ type Result struct {
 // pod namespace with its MAC and MTU; keep the host's IP stack off the host end
 // (IsolateHostEnd: no ARP answers, no forwarding, strict reverse-path filter, no
 // IPv6); bring the host end up; in the pod
-// namespace turn off TX checksum offload (if asked), bring the interface up,
-// add the address and the default route via Gateway. Calling Setup again
+// namespace turn off TX checksum offload (if asked), with Addr6 turn IPv6 on and
+// duplicate address detection and the kernel's link-local generation off, bring the
+// interface up, add the address and the default route via Gateway and, with Addr6, the
+// link-local address LinkLocalFromMAC(MAC), Addr6 (both IFA_F_NODAD) and the IPv6
+// default route via Gateway6. Calling Setup again
 // with the same spec after a success or a partial failure is a retry and
 // succeeds. If HostVeth exists with a peer anywhere else, Setup fails
 // naming the collision and changes nothing. On any error, links this call
@@ -182,6 +193,9 @@ func (s *Spec) validate() (net.HardwareAddr, error) {
 		return nil, fmt.Errorf("podnet: gateway %v must be an IPv4 address in pod subnet %v other than the pod's", s.Gateway, addr)
 	}
 	s.Gateway = gw
+	if err := s.validateIPv6(); err != nil {
+		return nil, err
+	}
 	mac := s.MAC
 	if mac == nil {
 		mac = MACFromIP(addr.IP)
@@ -299,6 +313,12 @@ func configurePod(podNS ns.NetNS, spec Spec, mac net.HardwareAddr) (index int, e
 				return fmt.Errorf("podnet: pod netns %s: %w", spec.Netns, err)
 			}
 		}
+		if spec.Addr6 != nil {
+			// Before the link is up: no DAD, no link-local address of the kernel's own.
+			if err := prepareIPv6(link, spec.IfName, spec.Netns); err != nil {
+				return err
+			}
+		}
 		if err := netlink.LinkSetUp(link); err != nil {
 			return fmt.Errorf("podnet: set %s up in pod netns %s: %w", spec.IfName, spec.Netns, err)
 		}
@@ -313,6 +333,9 @@ func configurePod(podNS ns.NetNS, spec Spec, mac net.HardwareAddr) (index int, e
 		}
 		if err := netlink.RouteReplace(route); err != nil {
 			return fmt.Errorf("podnet: add default route via %v dev %s in pod netns %s: %w", spec.Gateway, spec.IfName, spec.Netns, err)
+		}
+		if spec.Addr6 != nil {
+			return addIPv6(link, spec.IfName, spec.Netns, mac, spec.Addr6, spec.Gateway6)
 		}
 		return nil
 	})

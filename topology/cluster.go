@@ -29,6 +29,9 @@ type Cluster struct {
 	Peers map[string]Peer
 	// PodSubnet is this node's IPv4 pod subnet (the source's).
 	PodSubnet *net.IPNet
+	// PodSubnetIPv6 is this node's IPv6 pod subnet (the source's) on a dual-stack node,
+	// nil = IPv4-only.
+	PodSubnetIPv6 *net.IPNet
 	// ClusterCIDR is the IPv4 prefix every pod subnet is cut from (config, else the
 	// source's); never nil.
 	ClusterCIDR *net.IPNet
@@ -136,6 +139,7 @@ func Prepare(waitCtx, runCtx context.Context, src Source, o ClusterOptions) (*Cl
 	}()
 
 	c.PodSubnet = local.PodSubnet
+	c.PodSubnetIPv6 = local.PodSubnetIPv6
 	c.ClusterCIDR = local.ClusterCIDR
 	if o.ClusterCIDR != nil {
 		c.ClusterCIDR = o.ClusterCIDR
@@ -176,7 +180,7 @@ func Prepare(waitCtx, runCtx context.Context, src Source, o ClusterOptions) (*Cl
 	if o.Masquerade != nil {
 		c.Masquerade = *o.Masquerade
 	}
-	log.Info("cluster settings", "topology", name, "node", o.NodeName, "pod_subnet", c.PodSubnet,
+	log.Info("cluster settings", "topology", name, "node", o.NodeName, "pod_subnet", c.PodSubnet, "pod_subnet_ipv6", fmt.Sprint(c.PodSubnetIPv6),
 		"cluster_cidr", c.ClusterCIDR, "service_cidr", c.ServiceCIDR, "node_ip", c.NodeIP,
 		"underlay", underlay.Name, "underlay_mtu", underlay.MTU, "mtu", c.MTU, "masquerade", c.Masquerade)
 	return c, nil

@@ -28,13 +28,20 @@ import (
 //	nodeIP: 172.16.0.1
 //	peers:
 //	- {name: node-b, podSubnet: 10.244.2.0/24, nodeIP: 172.16.0.2}
+//
+// A dual-stack node lists its pod subnets, IPv4 first, instead of (or beside an equal)
+// podSubnet: podSubnets: [10.244.1.0/24, fd00:10:244:1::/64]; a peer likewise (its IPv6
+// subnet is carried, not yet forwarded to: cross-node IPv6 is a later slice of issue 23).
 type FileSpec struct {
 	// ClusterCIDR is the IPv4 prefix every pod subnet is cut from.
 	ClusterCIDR string `json:"clusterCIDR"`
 	// NodeName is this node's name.
 	NodeName string `json:"nodeName"`
 	// PodSubnet is this node's IPv4 pod subnet.
-	PodSubnet string `json:"podSubnet"`
+	PodSubnet string `json:"podSubnet,omitempty"`
+	// PodSubnets are this node's pod subnets, one per family, IPv4 first (dual-stack);
+	// empty = [PodSubnet].
+	PodSubnets []string `json:"podSubnets,omitempty"`
 	// NodeIP is this node's underlay IPv4 address (optional: the daemon's config or
 	// interface detection fills it).
 	NodeIP string `json:"nodeIP,omitempty"`
@@ -49,7 +56,9 @@ type FilePeer struct {
 	// Name is the peer's node name (unique in the file).
 	Name string `json:"name"`
 	// PodSubnet is its IPv4 pod subnet.
-	PodSubnet string `json:"podSubnet"`
+	PodSubnet string `json:"podSubnet,omitempty"`
+	// PodSubnets are its pod subnets, one per family, IPv4 first; empty = [PodSubnet].
+	PodSubnets []string `json:"podSubnets,omitempty"`
 	// NodeIP is its underlay IPv4 address.
 	NodeIP string `json:"nodeIP"`
 }
@@ -169,7 +178,7 @@ func (f *File) reload(ctx context.Context) error {
 func ParseFileSpec(b []byte) (Local, map[string]Peer, error) {
 	var s FileSpec
 	if err := yaml.UnmarshalStrict(b, &s); err != nil {
-		return Local{}, nil, fmt.Errorf("%w (keys: clusterCIDR, nodeName, podSubnet, nodeIP, mtu, peers[].name/podSubnet/nodeIP)", err)
+		return Local{}, nil, fmt.Errorf("%w (keys: clusterCIDR, nodeName, podSubnet, podSubnets, nodeIP, mtu, peers[].name/podSubnet/podSubnets/nodeIP)", err)
 	}
 	var l Local
 	var err error
@@ -177,7 +186,11 @@ func ParseFileSpec(b []byte) (Local, map[string]Peer, error) {
 		return Local{}, nil, errors.New("nodeName is empty: set this node's name")
 	}
 	l.Name = s.NodeName
-	if l.PodSubnet, err = parseIPv4Net(s.PodSubnet); err != nil {
+	if len(s.PodSubnets) > 0 {
+		if l.PodSubnet, l.PodSubnetIPv6, err = podSubnetList(s.PodSubnets, s.PodSubnet); err != nil {
+			return Local{}, nil, fmt.Errorf("podSubnets: %w", err)
+		}
+	} else if l.PodSubnet, err = parseIPv4Net(s.PodSubnet); err != nil {
 		return Local{}, nil, fmt.Errorf("podSubnet: %w", err)
 	}
 	if s.ClusterCIDR != "" {
@@ -203,7 +216,11 @@ func ParseFileSpec(b []byte) (Local, map[string]Peer, error) {
 			return Local{}, nil, fmt.Errorf("peers[%d]: name %q appears twice", i, fp.Name)
 		}
 		p := Peer{Name: fp.Name}
-		if p.PodSubnet, err = parseIPv4Net(fp.PodSubnet); err != nil {
+		if len(fp.PodSubnets) > 0 {
+			if p.PodSubnet, p.PodSubnetIPv6, err = podSubnetList(fp.PodSubnets, fp.PodSubnet); err != nil {
+				return Local{}, nil, fmt.Errorf("peers[%d] (%s) podSubnets: %w", i, fp.Name, err)
+			}
+		} else if p.PodSubnet, err = parseIPv4Net(fp.PodSubnet); err != nil {
 			return Local{}, nil, fmt.Errorf("peers[%d] (%s) podSubnet: %w", i, fp.Name, err)
 		}
 		if p.NodeIP, err = parseIPv4(fp.NodeIP); err != nil {
@@ -217,8 +234,10 @@ func ParseFileSpec(b []byte) (Local, map[string]Peer, error) {
 // ParseFlannelEnv parses flannel's subnet.env (KEY=VALUE lines, as flanneld writes
 // /run/flannel/subnet.env): FLANNEL_NETWORK (cluster CIDR), FLANNEL_SUBNET (this node's
 // subnet, written with the gateway address, e.g. 10.244.1.1/24), FLANNEL_MTU (bytes),
-// FLANNEL_IPMASQ (true/false). FLANNEL_SUBNET is required; other keys are ignored. The
-// node name is the host name.
+// FLANNEL_IPMASQ (true/false), and on a dual-stack flannel FLANNEL_IPV6_SUBNET (this
+// node's IPv6 subnet, e.g. fd00:10:244:1::1/64: a dual-stack node). FLANNEL_SUBNET is
+// required; other keys (FLANNEL_IPV6_NETWORK among them: no IPv6 cluster CIDR is used
+// yet) are ignored. The node name is the host name.
 func ParseFlannelEnv(b []byte) (Local, error) {
 	var l Local
 	vals := map[string]string{}
@@ -241,6 +260,11 @@ func ParseFlannelEnv(b []byte) (Local, error) {
 	}
 	if l.PodSubnet, err = parseIPv4Net(sub); err != nil {
 		return l, fmt.Errorf("FLANNEL_SUBNET: %w", err)
+	}
+	if v, ok := vals["FLANNEL_IPV6_SUBNET"]; ok && v != "" {
+		if l.PodSubnetIPv6, err = parseIPv6Net(v); err != nil {
+			return l, fmt.Errorf("FLANNEL_IPV6_SUBNET: %w", err)
+		}
 	}
 	if v, ok := vals["FLANNEL_NETWORK"]; ok {
 		if l.ClusterCIDR, err = parseIPv4Net(v); err != nil {

@@ -107,14 +107,14 @@ func (k *Kubernetes) onNode(ctx context.Context, log *slog.Logger, obj any) {
 	if !ok {
 		return
 	}
-	subnet := nodePodSubnet(n)
+	subnet, subnet6 := nodePodSubnets(n)
 	ip := nodeInternalIP(n)
 	if n.Name == k.NodeName {
 		if subnet == nil {
 			log.Info("this node has no IPv4 podCIDR yet; waiting for kube-controller-manager to allocate one", "node", n.Name)
 			return
 		}
-		l := Local{Name: n.Name, NodeIP: ip, PodSubnet: subnet, ClusterCIDR: k.ClusterCIDR}
+		l := Local{Name: n.Name, NodeIP: ip, PodSubnet: subnet, PodSubnetIPv6: subnet6, ClusterCIDR: k.ClusterCIDR}
 		k.emit(ctx, k.t.diff(&l, nil, false))
 		return
 	}
@@ -124,7 +124,7 @@ func (k *Kubernetes) onNode(ctx context.Context, log *slog.Logger, obj any) {
 		k.emit(ctx, k.t.deletePeer(n.Name))
 		return
 	}
-	k.emit(ctx, k.t.diff(nil, map[string]Peer{n.Name: {Name: n.Name, NodeIP: ip, PodSubnet: subnet}}, false))
+	k.emit(ctx, k.t.diff(nil, map[string]Peer{n.Name: {Name: n.Name, NodeIP: ip, PodSubnet: subnet, PodSubnetIPv6: subnet6}}, false))
 }
 
 func (k *Kubernetes) emit(ctx context.Context, evs []Event) {
@@ -138,16 +138,29 @@ func (k *Kubernetes) emit(ctx context.Context, evs []Event) {
 // nodePodSubnet returns the node's first IPv4 pod CIDR (spec.podCIDRs, else
 // spec.podCIDR), or nil.
 func nodePodSubnet(n *corev1.Node) *net.IPNet {
+	v4, _ := nodePodSubnets(n)
+	return v4
+}
+
+// nodePodSubnets returns the node's first IPv4 and first IPv6 pod CIDR (spec.podCIDRs,
+// one per family on a dual-stack cluster, else spec.podCIDR), each nil if it has none.
+// The IPv6 one is nil without an IPv4 one: IPv6-only nodes are a later slice of issue 23.
+func nodePodSubnets(n *corev1.Node) (v4, v6 *net.IPNet) {
 	cidrs := n.Spec.PodCIDRs
 	if len(cidrs) == 0 && n.Spec.PodCIDR != "" {
 		cidrs = []string{n.Spec.PodCIDR}
 	}
 	for _, c := range cidrs {
-		if s, err := parseIPv4Net(c); err == nil {
-			return s
+		if s, err := parseIPv4Net(c); err == nil && v4 == nil {
+			v4 = s
+		} else if s, err := parseIPv6Net(c); err == nil && v6 == nil {
+			v6 = s
 		}
 	}
-	return nil
+	if v4 == nil {
+		return nil, nil
+	}
+	return v4, v6
 }
 
 // nodeInternalIP returns the node's first IPv4 InternalIP address, or nil.

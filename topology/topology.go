@@ -29,6 +29,9 @@ type Local struct {
 	NodeIP net.IP
 	// PodSubnet is this node's IPv4 pod subnet (Node.spec.podCIDRs, FLANNEL_SUBNET).
 	PodSubnet *net.IPNet
+	// PodSubnetIPv6 is this node's IPv6 pod subnet on a dual-stack node (the IPv6 entry of
+	// Node.spec.podCIDRs, the topology file's podSubnets); nil = IPv4-only.
+	PodSubnetIPv6 *net.IPNet
 	// ClusterCIDR is the IPv4 prefix every pod subnet is cut from (FLANNEL_NETWORK);
 	// nil when the source does not say (Kubernetes: it comes from the daemon's config).
 	ClusterCIDR *net.IPNet
@@ -46,6 +49,9 @@ type Peer struct {
 	NodeIP net.IP
 	// PodSubnet is the node's IPv4 pod subnet.
 	PodSubnet *net.IPNet
+	// PodSubnetIPv6 is the node's IPv6 pod subnet on a dual-stack node, nil if none.
+	// Carried only: cross-node IPv6 is not forwarded yet (issue 23), so no flow uses it.
+	PodSubnetIPv6 *net.IPNet
 }
 
 // String returns "name (ip, subnet)".
@@ -53,7 +59,8 @@ func (p Peer) String() string { return fmt.Sprintf("%s (%v, %v)", p.Name, p.Node
 
 // Equal reports whether p and q name the same node with the same address and subnet.
 func (p Peer) Equal(q Peer) bool {
-	return p.Name == q.Name && p.NodeIP.Equal(q.NodeIP) && netEqual(p.PodSubnet, q.PodSubnet)
+	return p.Name == q.Name && p.NodeIP.Equal(q.NodeIP) && netEqual(p.PodSubnet, q.PodSubnet) &&
+		netEqual(p.PodSubnetIPv6, q.PodSubnetIPv6)
 }
 
 // EventKind says what an Event reports.
@@ -178,7 +185,7 @@ func (t *tracker) deletePeer(name string) []Event {
 
 func localEqual(a, b Local) bool {
 	return a.Name == b.Name && a.NodeIP.Equal(b.NodeIP) && netEqual(a.PodSubnet, b.PodSubnet) &&
-		netEqual(a.ClusterCIDR, b.ClusterCIDR) && a.MTU == b.MTU &&
+		netEqual(a.PodSubnetIPv6, b.PodSubnetIPv6) && netEqual(a.ClusterCIDR, b.ClusterCIDR) && a.MTU == b.MTU &&
 		(a.IPMasq == nil) == (b.IPMasq == nil) && (a.IPMasq == nil || *a.IPMasq == *b.IPMasq)
 }
 
@@ -197,6 +204,42 @@ func parseIPv4Net(s string) (*net.IPNet, error) {
 	}
 	n.IP = n.IP.To4()
 	return n, nil
+}
+
+// parseIPv6Net parses an IPv6 CIDR of /126 or shorter (a pod subnet), 16-byte address.
+func parseIPv6Net(s string) (*net.IPNet, error) {
+	ip, n, err := net.ParseCIDR(s)
+	if err != nil || ip.To4() != nil {
+		return nil, fmt.Errorf("%q is not an IPv6 CIDR", s)
+	}
+	if ones, _ := n.Mask.Size(); ones > 126 {
+		return nil, fmt.Errorf("%q: prefix /%d leaves no room for pods; use /126 or shorter", s, ones)
+	}
+	return n, nil
+}
+
+// podSubnetList parses a list of pod subnets, one per family, IPv4 first: the IPv4 one
+// and, if listed, the IPv6 one. single is the form's podSubnet, which must be empty or
+// the list's IPv4 entry.
+func podSubnetList(list []string, single string) (v4, v6 *net.IPNet, err error) {
+	want := "want one IPv4 CIDR, then optionally one IPv6 CIDR (IPv6-first and IPv6-only nodes are not supported yet, issue 23)"
+	if len(list) == 0 || len(list) > 2 {
+		return nil, nil, fmt.Errorf("%d entries %q: %s", len(list), list, want)
+	}
+	if v4, err = parseIPv4Net(list[0]); err != nil {
+		return nil, nil, fmt.Errorf("first entry: %w; %s", err, want)
+	}
+	if len(list) == 2 {
+		if v6, err = parseIPv6Net(list[1]); err != nil {
+			return nil, nil, fmt.Errorf("second entry: %w; %s", err, want)
+		}
+	}
+	if single != "" {
+		if s, err := parseIPv4Net(single); err != nil || s.String() != v4.String() {
+			return nil, nil, fmt.Errorf("podSubnet %q is not the list's IPv4 entry %v: leave podSubnet out, or make them agree", single, v4)
+		}
+	}
+	return v4, v6, nil
 }
 
 // parseIPv4 parses an IPv4 address.

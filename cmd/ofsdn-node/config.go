@@ -22,6 +22,11 @@ import (
 type Config struct {
 	// PodSubnet is this node's pod subnet (IPv4 CIDR); the gateway takes its first address.
 	PodSubnet string `json:"podSubnet"`
+	// PodSubnets are this node's pod subnets, one per IP family, IPv4 first (a dual-stack
+	// node: e.g. [10.128.0.0/24, fd00:10:128::/64]; the IPv6 gateway takes the IPv6
+	// subnet's first address, ::1 of it). Empty = [PodSubnet], an IPv4-only node as
+	// before. When set, podSubnet must be left out or be its IPv4 entry.
+	PodSubnets []string `json:"podSubnets"`
 	// Bridge is the integration bridge's name.
 	Bridge string `json:"bridge"`
 	// Gateway is the gateway internal port's name (at most 15 bytes).
@@ -172,6 +177,10 @@ func loadConfig(args []string) (Config, error) {
 	fs := flag.NewFlagSet("ofsdn-node", flag.ContinueOnError)
 	file := fs.String("config", "", "config file (YAML or JSON); flags given explicitly override it")
 	fs.StringVar(&cfg.PodSubnet, "pod-subnet", cfg.PodSubnet, "this node's pod subnet (IPv4 CIDR)")
+	fs.Func("pod-subnets", "this node's pod subnets, comma-separated, one per IP family, IPv4 first (dual-stack: 10.128.0.0/24,fd00:10:128::/64)", func(v string) error {
+		cfg.PodSubnets = strings.Split(v, ",")
+		return nil
+	})
 	fs.StringVar(&cfg.Bridge, "bridge", cfg.Bridge, "integration bridge name")
 	fs.StringVar(&cfg.Gateway, "gateway", cfg.Gateway, "gateway internal port name")
 	fs.StringVar(&cfg.DatapathType, "datapath-type", cfg.DatapathType, "bridge datapath_type: system or netdev")
@@ -225,7 +234,7 @@ func loadConfig(args []string) (Config, error) {
 			return cfg, fmt.Errorf("config file %s: %w", *file, err)
 		}
 		if err := yaml.UnmarshalStrict(b, &fromFile); err != nil {
-			return cfg, fmt.Errorf("config file %s: %w (keys are: podSubnet, bridge, gateway, datapathType, ovsdb, ovsRunDir, socket, dataDir, mtu, startTimeout, addTimeout, flowAuditInterval, logLevel, logFormat, metricsAddress, ctlSocket, topology, topologyFile, nodeName, kubeconfig, clusterCIDR, serviceCIDR, nodeIP, tunnelType, tunnelPort, masquerade, cniBinDir, cniConfDir, pluginBinary, networkPolicy, policyDenyLog, policyDenyLogRate, serviceProxy)", *file, err)
+			return cfg, fmt.Errorf("config file %s: %w (keys are: podSubnet, podSubnets, bridge, gateway, datapathType, ovsdb, ovsRunDir, socket, dataDir, mtu, startTimeout, addTimeout, flowAuditInterval, logLevel, logFormat, metricsAddress, ctlSocket, topology, topologyFile, nodeName, kubeconfig, clusterCIDR, serviceCIDR, nodeIP, tunnelType, tunnelPort, masquerade, cniBinDir, cniConfDir, pluginBinary, networkPolicy, policyDenyLog, policyDenyLogRate, serviceProxy)", *file, err)
 		}
 		// The flag variables point into cfg: parsing again re-applies only the flags given
 		// explicitly, over the file's values.
@@ -252,13 +261,60 @@ func loadConfig(args []string) (Config, error) {
 	return cfg, cfg.validate()
 }
 
+// podSubnets returns the node's IPv4 pod subnet and, on a dual-stack node, its IPv6 one,
+// from podSubnets (or podSubnet). Errors name the key and the fix: podSubnets that is not
+// one IPv4 CIDR optionally followed by one IPv6 CIDR (/126 or shorter), or a podSubnet
+// that differs from podSubnets' IPv4 entry.
+func (c Config) podSubnets() (v4, v6 *net.IPNet, err error) {
+	if len(c.PodSubnets) == 0 {
+		_, v4, err = net.ParseCIDR(c.PodSubnet)
+		if err != nil || v4.IP.To4() == nil {
+			return nil, nil, fmt.Errorf("config podSubnet %q: want an IPv4 CIDR such as 10.128.0.0/24", c.PodSubnet)
+		}
+		return v4, nil, nil
+	}
+	want := "one IPv4 CIDR, then optionally one IPv6 CIDR, e.g. [10.128.0.0/24, fd00:10:128::/64] (IPv6-first and IPv6-only nodes are not supported yet, issue 23)"
+	if len(c.PodSubnets) > 2 {
+		return nil, nil, fmt.Errorf("config podSubnets %q: %d entries; want %s", c.PodSubnets, len(c.PodSubnets), want)
+	}
+	var nets []*net.IPNet
+	for _, s := range c.PodSubnets {
+		_, n, err := net.ParseCIDR(strings.TrimSpace(s))
+		if err != nil {
+			return nil, nil, fmt.Errorf("config podSubnets %q: entry %q is not a CIDR; want %s", c.PodSubnets, s, want)
+		}
+		nets = append(nets, n)
+	}
+	if nets[0].IP.To4() == nil {
+		return nil, nil, fmt.Errorf("config podSubnets %q: the first entry is not IPv4; want %s", c.PodSubnets, want)
+	}
+	if len(nets) == 2 {
+		if nets[1].IP.To4() != nil {
+			return nil, nil, fmt.Errorf("config podSubnets %q: two IPv4 subnets; want %s", c.PodSubnets, want)
+		}
+		if ones, _ := nets[1].Mask.Size(); ones > 126 {
+			return nil, nil, fmt.Errorf("config podSubnets %q: IPv6 prefix /%d leaves no room for pods; use /126 or shorter (a /64 is usual)", c.PodSubnets, ones)
+		}
+		v6 = nets[1]
+	}
+	if c.PodSubnet != "" && c.PodSubnet != defaultConfig().PodSubnet {
+		if _, p, err := net.ParseCIDR(c.PodSubnet); err != nil || p.String() != nets[0].String() {
+			return nil, nil, fmt.Errorf("config podSubnet %q and podSubnets %q disagree: leave podSubnet out, or make it podSubnets' IPv4 entry", c.PodSubnet, c.PodSubnets)
+		}
+	}
+	return nets[0], v6, nil
+}
+
 func (c Config) validate() error {
-	_, n, err := net.ParseCIDR(c.PodSubnet)
-	if err != nil || n.IP.To4() == nil {
-		return fmt.Errorf("config podSubnet %q: want an IPv4 CIDR such as 10.128.0.0/24", c.PodSubnet)
+	n, v6, err := c.podSubnets()
+	if err != nil {
+		return err
 	}
 	if ones, _ := n.Mask.Size(); ones > 30 {
-		return fmt.Errorf("config podSubnet %q: prefix /%d leaves no room for pods; use /30 or shorter", c.PodSubnet, ones)
+		return fmt.Errorf("config podSubnet %q: prefix /%d leaves no room for pods; use /30 or shorter", n, ones)
+	}
+	if v6 != nil && c.policyOn() {
+		return fmt.Errorf("config podSubnets %q with networkPolicy on: NetworkPolicy is not built for IPv6 yet (issue 23), and the pods' IPv6 would pass unpoliced; set networkPolicy: false, or leave the IPv6 subnet out", c.PodSubnets)
 	}
 	if c.DatapathType != "system" && c.DatapathType != "netdev" {
 		return fmt.Errorf("config datapathType %q: want system or netdev", c.DatapathType)

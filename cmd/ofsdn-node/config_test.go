@@ -83,3 +83,38 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		})
 	}
 }
+
+// TestConfigPodSubnets: podSubnets makes a dual-stack node (IPv4 first); today's configs
+// with podSubnet alone work unchanged; NetworkPolicy with IPv6 is refused.
+func TestConfigPodSubnets(t *testing.T) {
+	cfg, err := loadConfig([]string{"-pod-subnets", "10.200.3.0/24,fd00:10:200:3::/64", "-data-dir", t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v4, v6, err := cfg.podSubnets()
+	if err != nil || v4.String() != "10.200.3.0/24" || v6.String() != "fd00:10:200:3::/64" {
+		t.Fatalf("podSubnets() = %v, %v, %v", v4, v6, err)
+	}
+	cfg, err = loadConfig([]string{"-pod-subnet", "10.200.4.0/24"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v4, v6, err := cfg.podSubnets(); err != nil || v4.String() != "10.200.4.0/24" || v6 != nil {
+		t.Fatalf("IPv4-only: podSubnets() = %v, %v, %v", v4, v6, err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-pod-subnets", "fd00::/64,10.0.0.0/24"}, "the first entry is not IPv4"},
+		{[]string{"-pod-subnets", "10.0.0.0/24,10.1.0.0/24"}, "two IPv4 subnets"},
+		{[]string{"-pod-subnets", "10.0.0.0/24,fd00::/64,fd01::/64"}, "3 entries"},
+		{[]string{"-pod-subnets", "10.0.0.0/24,fd00::/127"}, "/126 or shorter"},
+		{[]string{"-pod-subnet", "10.9.0.0/24", "-pod-subnets", "10.0.0.0/24,fd00::/64"}, "disagree"},
+		{[]string{"-pod-subnets", "10.0.0.0/24,fd00::/64", "-topology", "kubernetes"}, "NetworkPolicy is not built for IPv6"},
+	} {
+		if _, err := loadConfig(c.args); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want an error saying %q", c.args, err, c.want)
+		}
+	}
+}

@@ -234,20 +234,25 @@ func parseGC(config []byte) (network string, valid []controller.AttachmentID, pr
 
 // resultFor renders an attachment as a CNI 1.1.0 ADD result (SPEC.md "Section 5: Result
 // Types", "ADD Success"): the host veth (no sandbox) and the pod interface (with sandbox
-// and mtu), the IP with gateway on interface 1, the default route.
+// and mtu), the IPs in the order of the node's pod subnets (IPv4 first) each with its
+// family's gateway on interface 1, and one default route per family.
 func resultFor(a *controller.Attachment) *current.Result {
 	idx := 1
+	routes := []*types.Route{{
+		Dst: net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)},
+		GW:  a.Gateway,
+	}}
+	if a.IPv6() != nil && a.Gateway6 != nil {
+		routes = append(routes, &types.Route{Dst: net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}, GW: a.Gateway6})
+	}
 	return &current.Result{
 		CNIVersion: current.ImplementedSpecVersion,
 		Interfaces: []*current.Interface{
 			{Name: a.HostVeth, Mac: a.HostMAC.String()},
 			{Name: a.IfName, Mac: a.MAC.String(), Sandbox: a.Netns, Mtu: a.MTU},
 		},
-		IPs: ipConfigs(a, &idx),
-		Routes: []*types.Route{{
-			Dst: net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)},
-			GW:  a.Gateway,
-		}},
+		IPs:    ipConfigs(a, &idx),
+		Routes: routes,
 	}
 }
 
@@ -272,13 +277,17 @@ func cniError(err error) error {
 
 // ipConfigs returns the CNI result's ips (CNI spec 1.1 "Success": one per address, in the
 // attachment's order, each naming the pod interface idx), with the gateway of the
-// address's family (the node's IPv4 gateway for an IPv4 address).
+// address's family (the node's IPv4 gateway for an IPv4 address, its IPv6 gateway for an
+// IPv6 one).
 func ipConfigs(a *controller.Attachment, idx *int) []*current.IPConfig {
 	out := make([]*current.IPConfig, 0, len(a.IPs))
 	for _, ip := range a.IPs {
 		c := &current.IPConfig{Interface: idx, Address: *ip}
-		if (ip.IP.To4() != nil) == (a.Gateway.To4() != nil) {
+		switch {
+		case ip.IP.To4() != nil && a.Gateway.To4() != nil:
 			c.Gateway = a.Gateway
+		case ip.IP.To4() == nil && a.Gateway6 != nil:
+			c.Gateway = a.Gateway6
 		}
 		out = append(out, c)
 	}

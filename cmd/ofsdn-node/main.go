@@ -12,7 +12,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -94,7 +93,7 @@ func run(args []string) error {
 	}
 	defer db.Close()
 	obs.setDB(db)
-	_, subnet, _ := net.ParseCIDR(cfg.PodSubnet)
+	subnet, subnet6, _ := cfg.podSubnets() // checked by loadConfig
 	mtu := cfg.MTU
 	if mtu == 0 {
 		mtu = defaultMTU
@@ -106,7 +105,7 @@ func run(args []string) error {
 	}
 	var overlay *controller.OverlayOptions
 	if cl != nil {
-		subnet, mtu = cl.PodSubnet, cl.MTU
+		subnet, subnet6, mtu = cl.PodSubnet, cl.PodSubnetIPv6, cl.MTU
 		// The overlay (tunnel port, cluster flows, the peers known now) is part of the
 		// node's first flow sync: a restart replaces the earlier run's flows in one bundle.
 		overlay = controller.OverlayOptionsFor(cl, cfg.TunnelType, cfg.TunnelPort)
@@ -119,7 +118,7 @@ func run(args []string) error {
 	auditInterval, _ := time.ParseDuration(cfg.FlowAuditInterval) // checked by loadConfig
 	node, err := controller.StartNode(sctx, db, controller.NodeOptions{
 		Bridge: cfg.Bridge, Gateway: cfg.Gateway, DatapathType: cfg.DatapathType,
-		PodSubnet: subnet, MTU: mtu, OVSRunDir: cfg.OVSRunDir, DataDir: cfg.DataDir,
+		PodSubnet: subnet, PodSubnetIPv6: subnet6, MTU: mtu, OVSRunDir: cfg.OVSRunDir, DataDir: cfg.DataDir,
 		EchoInterval: 5 * time.Second, Logger: log, Hooks: obs.hooks(), Overlay: overlay,
 		FlowAuditInterval: auditInterval, Policy: pol, Services: serviceOptions(cfg),
 	})
