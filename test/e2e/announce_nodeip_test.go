@@ -129,6 +129,7 @@ func (c *arpCapture) waitFor(from int, limit time.Duration, match func(garp) boo
 // the new MAC; never the old IP from the new MAC (what peers then cached: the new IP kept
 // the stale MAC until the daemon restarted).
 func TestNodeIPChangeAnnounced(t *testing.T) {
+	serial(t)
 	n := &testNode{harness.NewNode(t, "10.157.0.0/24", "ofsdn-e2e")}
 	o := n.OVS
 	peer := newNetns(t, "ofsdn-garp-peer")

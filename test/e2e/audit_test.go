@@ -60,6 +60,7 @@ func (n *testNode) logCount(sub string) int {
 // logged once, the operator's flow is reported once, and the OpenFlow connection was
 // never re-established.
 func TestFlowAuditHealsTable(t *testing.T) {
+	serial(t)
 	n := &testNode{harness.NewNode(t, "10.153.0.0/24", netA)}
 	n.StartDaemon(daemonBinary(t), 30*time.Second, "--pod-subnet", n.Subnet, "--log-level", "debug",
 		"--flow-audit-interval", "200ms")

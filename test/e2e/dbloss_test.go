@@ -228,6 +228,7 @@ func (n *testNode) podFlowLines(t *testing.T) []string {
 // within dbLossBound, and ofsdnctl shows the pods on their ports. The generation is
 // written into the new database too.
 func TestOVSDBLossWhileRunning(t *testing.T) {
+	serial(t)
 	n := startNode(t, "10.160.0.0/24")
 	pods := []*testPod{n.addPod("l1"), n.addPod("l2"), n.addPod("l3")}
 	gw := pods[0].result.IPs[0].Gateway
@@ -273,6 +274,7 @@ func TestOVSDBLossWhileRunning(t *testing.T) {
 // ofsdnctl right, leases unchanged; and flow audits afterwards delete none of the pods'
 // flows (they are owned: the issue saw the audit delete all 15 as owned by nobody).
 func TestOVSDBLossAcrossDaemonRestart(t *testing.T) {
+	serial(t)
 	n := startNode(t, "10.161.0.0/24")
 	pods := []*testPod{n.addPod("m1"), n.addPod("m2"), n.addPod("m3")}
 	gw := pods[0].result.IPs[0].Gateway
@@ -324,6 +326,7 @@ func TestOVSDBLossAcrossDaemonRestart(t *testing.T) {
 // the bridge's external_ids and the daemon's data directory, are removed while flows of
 // the current generation are on the switch: the next run still takes another one.
 func TestGenerationNeverRepeats(t *testing.T) {
+	serial(t)
 	n := startNode(t, "10.162.0.0/24")
 	pods := []*testPod{n.addPod("g1"), n.addPod("g2")}
 	gw := pods[0].result.IPs[0].Gateway

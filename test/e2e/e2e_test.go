@@ -25,6 +25,7 @@ import (
 // into a real OVS, all pairs ping and exchange TCP and UDP data, pods reach the gateway and
 // the host reaches pods, CHECK passes, and DEL leaves nothing behind.
 func TestPodsWiredEndToEnd(t *testing.T) {
+	serial(t)
 	n := startNode(t, "10.128.0.0/24")
 	pods := []*testPod{n.addPod("a"), n.addPod("b"), n.addPod("c")}
 	_, subnet, _ := net.ParseCIDR("10.128.0.0/24")
@@ -153,6 +154,7 @@ func TestPodsWiredEndToEnd(t *testing.T) {
 // TestDelAfterNetnsGone: DEL succeeds when the pod's netns was deleted first, and when
 // CNI_NETNS is empty, and for a container never added; nothing is left behind.
 func TestDelAfterNetnsGone(t *testing.T) {
+	serial(t)
 	n := startNode(t, "10.129.0.0/24")
 	p := n.addPod("gone")
 	if out, err := exec.Command("ip", "netns", "del", filepath.Base(p.netns)).CombinedOutput(); err != nil {
@@ -180,6 +182,7 @@ func TestDelAfterNetnsGone(t *testing.T) {
 // TestGCKeepsValidAttachments: CNI GC with cni.dev/valid-attachments naming two of five
 // attachments leaves exactly those two.
 func TestGCKeepsValidAttachments(t *testing.T) {
+	serial(t)
 	n := startNode(t, "10.130.0.0/24")
 	var pods []*testPod
 	for i := 0; i < 5; i++ {

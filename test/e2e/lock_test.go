@@ -14,6 +14,7 @@ import (
 // the first one's flows: it waits, pods keep forwarding, and it takes over once the first
 // daemon is gone.
 func TestSecondDaemonWaitsForTheBridge(t *testing.T) {
+	serial(t)
 	n := startNode(t, "10.143.0.0/24")
 	a, b := n.addPod("la"), n.addPod("lb")
 	flowsBefore := n.OVS.Ofctl(t, "dump-flows", "--no-stats", n.mgmt())

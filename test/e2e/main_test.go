@@ -10,9 +10,11 @@ import (
 	"github.com/ofsdn/ofsdn/test/testenv"
 )
 
-// TestMain removes the binaries the tests built once the package's tests are done.
+// TestMain raises -parallel for the lanes (lanes_test.go) and removes the binaries the
+// tests built once the package's tests are done.
 func TestMain(m *testing.M) {
 	testenv.PrivilegedMain(m)
+	raiseParallel()
 	code := m.Run()
 	harness.RemoveBinaries()
 	for _, dir := range []string{dirOf(raceBin), dirOf(ctlBin), dirOf(releaseBin)} {

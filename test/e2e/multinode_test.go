@@ -213,6 +213,7 @@ func startCluster(t *testing.T, off int, extra ...string) (string, *clusterNode,
 // ofsdn sends it carries no options: the same 50 bytes as VXLAN). Over VXLAN also:
 // masqueraded egress, and a peer removed from and added back to the topology.
 func TestMultiNode(t *testing.T) {
+	serial(t)
 	for _, tc := range []struct {
 		tunnel string
 		off    int  // address offset (startCluster)
@@ -464,6 +465,7 @@ func (cn *clusterNode) flowGenerations(t *testing.T) map[uint16]int {
 // ofsdnctl peers and the ofsdn_peers gauge list node-a's two peers, and ofsdnctl flows
 // pairs every flow on the switch (MAC matches included) with a desired flow.
 func TestMultiNodeRestarts(t *testing.T) {
+	serial(t)
 	_, a, b, c := startCluster(t, 10)
 	pa, pb, pc := a.addPod("rs-a"), b.addPod("rs-b"), c.addPod("rs-c")
 	for _, dst := range []*testPod{pb, pc} {

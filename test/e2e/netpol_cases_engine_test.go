@@ -83,6 +83,7 @@ func engineAllows(engs map[int]*policy.Engine, from, to string, proto corev1.Pro
 // against an implementation, and the engine against upstream's cases, before the e2e test
 // spends minutes on real packets.
 func TestNetpolCasesAgainstEngine(t *testing.T) {
+	serial(t)
 	cases := npCases(npModelIP)
 	if len(cases) != 48 {
 		t.Fatalf("%d cases, want the upstream suite's 48", len(cases))

@@ -542,19 +542,44 @@ func (c *npCluster) reset(created map[string]*networkingv1.NetworkPolicy, labels
 // through real pods on two nodes, each step checked against its whole truth table (9×8
 // ordered pairs × TCP, UDP, SCTP × ports 80, 81), then the behaviour the upstream tables
 // do not show (netpol_behaviour_test.go).
+//
+// The cases run on two such clusters at once (npClusters of them, each its own API server,
+// nodes and pods, in namespaces of its own), a case on one cluster at a time: case i on
+// cluster i mod npClusters, one after the other there, each undoing what it did (reset) as
+// before. The probes are mostly waiting out the timeouts of denied connections, so two
+// clusters take about half the time of one. The behaviour tests run on the first cluster
+// afterwards, as before.
 func TestNetworkPolicy(t *testing.T) {
-	c := startNPCluster(t)
+	beside(t)
+	var cs []*npCluster
+	for i := 0; i < npClusters; i++ {
+		cs = append(cs, startNPCluster(t))
+	}
+	c := cs[0]
 	all := func(corev1.Protocol, int32) reach { return newReach(true) }
 	t.Run("no policy: every pod reaches every pod", func(t *testing.T) {
-		c.t = t
-		c.checkTables("baseline", all)
+		for i, c := range cs {
+			c.t = t
+			c.checkTables(fmt.Sprintf("baseline (cluster %d)", i+1), all)
+		}
 	})
 	if t.Failed() {
 		t.FailNow()
 	}
 	t.Run("upstream", func(t *testing.T) {
-		for _, tc := range npCases(func(p string) string { return c.ips[p] }) {
+		// Each cluster's cases, built with its pods' addresses (the ipBlock cases).
+		cases := make([][]npCase, len(cs))
+		for k, c := range cs {
+			cases[k] = npCases(func(p string) string { return c.ips[p] })
+		}
+		busy := make([]sync.Mutex, len(cs))
+		for i := range cases[0] {
+			k := i % len(cs)
+			c, tc := cs[k], cases[k][i]
 			t.Run(tc.upstream, func(t *testing.T) {
+				t.Parallel()
+				busy[k].Lock()
+				defer busy[k].Unlock()
 				c.t = t
 				created := map[string]*networkingv1.NetworkPolicy{}
 				added := map[string][]string{}
@@ -581,5 +606,10 @@ func TestNetworkPolicy(t *testing.T) {
 			b.f(t, c)
 		})
 	}
-	c.t = t
+	for _, c := range cs {
+		c.t = t
+	}
 }
+
+// npClusters is how many clusters TestNetworkPolicy runs its upstream cases on at once.
+const npClusters = 2

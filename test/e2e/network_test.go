@@ -134,6 +134,7 @@ func (n *testNode) assertAlive(t *testing.T, p *testPod, network string, gw net.
 // cni.dev/valid-attachments removes nothing; a GC for B with an empty list removes B's
 // pod and nothing of A's.
 func TestGCScopedToNetwork(t *testing.T) {
+	serial(t)
 	n := startNode(t, "10.150.0.0/24")
 	gw := net.ParseIP("10.150.0.1")
 	confB := n.netconf(netB)
@@ -201,6 +202,7 @@ func TestGCScopedToNetwork(t *testing.T) {
 // third pod's lease and veth are kept; the operator's flow is still there. Then a GC for
 // network B, as a runtime sends at its own start, keeps network A's pod.
 func TestRestartKeepsWhatMayBeInUse(t *testing.T) {
+	serial(t)
 	n := startNode(t, "10.151.0.0/24")
 	gw := net.ParseIP("10.151.0.1")
 	confB := n.netconf(netB)

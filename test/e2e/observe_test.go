@@ -231,6 +231,7 @@ func runCtl(t *testing.T, n *testNode, args ...string) []byte {
 // promlint; ofsdnctl's pod list matches ovs-vsctl and the CNI results, its flow dump
 // matches ovs-ofctl flow for flow with packet counts between two ovs-ofctl dumps.
 func TestObserveNode(t *testing.T) {
+	serial(t)
 	n := startNode(t, "10.128.0.0/24")
 	a, b, c := n.addPod("a"), n.addPod("b"), n.addPod("c")
 	if err := ping(a.netns, b.ip()); err != nil {
@@ -515,6 +516,7 @@ func TestObserveNode(t *testing.T) {
 // (a symlink to the sandbox's database socket) the daemon connects, installs the pipeline
 // and /readyz turns 200.
 func TestReadyzBeforeOVSReachable(t *testing.T) {
+	serial(t)
 	bin := buildBinaries(t)
 	o := sandbox.Start(t)
 	late := filepath.Join(o.Dir, "late-db.sock")
@@ -604,6 +606,7 @@ func TestReadyzBeforeOVSReachable(t *testing.T) {
 // cycles as after 2 (no label grows with pods). The pods share one network namespace so a
 // cycle costs only the CNI round trips.
 func TestMetricSeriesStableOverPodChurn(t *testing.T) {
+	serial(t)
 	n := startNode(t, "10.128.0.0/24")
 	hc := netnsHTTP(t, n.OVS.NetnsPath())
 	netns := newNetns(t, "ofsdn-e2e-churn")

@@ -21,6 +21,7 @@ import (
 // the new generation, nothing of the earlier generation is left, a new pod gets an id no
 // live pod holds, and a DEL removes exactly the pod's flows.
 func TestOwnerIDsKeptAcrossRestart(t *testing.T) {
+	serial(t)
 	n := startNode(t, "10.171.0.0/24")
 	p1, p2, p3 := n.addPod("o1"), n.addPod("o2"), n.addPod("o3")
 	if err := n.delPod(p2); err != nil {
@@ -142,6 +143,7 @@ func (n *testNode) peerFlowsByID(t *testing.T) map[uint32][]string {
 // id or of the earlier generation is left. The peers are topology entries only (no daemon
 // behind them): their flows do not depend on it.
 func TestPeerOwnerIDsKeptAcrossRestart(t *testing.T) {
+	serial(t)
 	ul := filepath.Base(newNetns(t, "ofsdn-ul"))
 	mustRun(t, "ip", "netns", "exec", ul, "ip", "link", "add", "br0", "type", "bridge")
 	mustRun(t, "ip", "netns", "exec", ul, "ip", "link", "set", "br0", "up")

@@ -56,6 +56,7 @@ func icmpCounter(t *testing.T, n *testNode, name string) int {
 // connection to the second is refused on its first SYN: well under the 1 s after which the
 // kernel would retransmit it (bound 500 ms; measured 1.0 s before the fix, a few ms after).
 func TestServiceRejectNotDelayedByRedirects(t *testing.T) {
+	serial(t)
 	n := &testNode{harness.NewNode(t, "10.158.0.0/24", "ofsdn-e2e")}
 	topo := filepath.Join(n.Dir, "topology.yaml")
 	writeTopology(t, topo, "clusterCIDR: 10.158.0.0/16\nnodeName: node-x\npodSubnet: 10.158.0.0/24\n"+

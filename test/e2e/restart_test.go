@@ -34,6 +34,7 @@ import (
 // pings again, and the flow table is exactly what it was (the daemon's desired state), with
 // nothing missing and nothing extra.
 func TestVswitchdRestartReplaysFlows(t *testing.T) {
+	serial(t)
 	n := startNode(t, "10.140.0.0/24")
 	pods := []*testPod{n.addPod("r1"), n.addPod("r2"), n.addPod("r3")}
 	gw := net.ParseIP("10.140.0.1")
@@ -82,6 +83,7 @@ func TestVswitchdRestartReplaysFlows(t *testing.T) {
 // leaves nothing behind); after the restart a new ADD succeeds without restarting the
 // daemon, and old and new pods reach each other.
 func TestOVSDBRestart(t *testing.T) {
+	serial(t)
 	n := startNode(t, "10.141.0.0/24")
 	a := n.addPod("o1")
 	before := n.flowSet(t)
@@ -158,6 +160,7 @@ func TestOVSDBRestart(t *testing.T) {
 // again; DEL of a pod from before the crash frees its IP; and a CNI GC removes a valid
 // attachment whose veth was deleted by hand.
 func TestDaemonCrash(t *testing.T) {
+	serial(t)
 	n := startNode(t, "10.142.0.0/24")
 	a, b, gone := n.addPod("d1"), n.addPod("d2"), n.addPod("d3")
 	gen1 := n.generation(t)

@@ -177,6 +177,7 @@ func addSvcPod(t *testing.T, api *kapi.API, cn *clusterNode, name string, labels
 }
 
 func TestServiceProxy(t *testing.T) {
+	serial(t)
 	api, nodes := startSvcNodes(t, 1)
 	cn := nodes[0]
 	ctx := context.Background()
@@ -440,6 +441,7 @@ func waitServiceBuckets(t *testing.T, cn *clusterNode, svcPort, svcEPPort int, e
 // kernel would not accept it); a client on node 2 reaches the same endpoint locally. With
 // the endpoint gone, node 1 refuses the connection.
 func TestServiceProxyRemoteEndpoint(t *testing.T) {
+	serial(t)
 	api, nodes := startSvcNodes(t, 2)
 	ctx := context.Background()
 	client := addSvcPod(t, api, nodes[0], "client", map[string]string{"app": "client"})

@@ -210,6 +210,7 @@ func neighMAC(t *testing.T, netnsPath string, ip net.IP) net.HardwareAddr {
 }
 
 func TestSpoofing(t *testing.T) {
+	serial(t)
 	n := startNode(t, "10.143.0.0/24")
 	attacker, victim, witness := n.addPod("attacker"), n.addPod("victim"), n.addPod("witness")
 	gw := net.ParseIP("10.143.0.1").To4()

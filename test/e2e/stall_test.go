@@ -49,6 +49,7 @@ const (
 // failed ADDs leave nothing behind (the flow table is exactly what it was before), the
 // runtime's DELs of them succeed, and a new pod is wired and reaches the old one.
 func TestAddBoundedWhileOVSStalls(t *testing.T) {
+	serial(t)
 	pidOf := func(t *testing.T, o *sandbox.OVS, daemon string) int {
 		b, err := os.ReadFile(filepath.Join(o.Dir, daemon+".pid"))
 		if err != nil {

@@ -209,6 +209,7 @@ func (n *testNode) assertNoLeaks(t *testing.T) {
 //
 // Afterwards nothing may be left: leases, ports, pod flows, host veths, files.
 func TestStorm(t *testing.T) {
+	serial(t)
 	n := startNodeWith(t, "10.140.0.0/24", daemonBinary(t), "--log-level", "info")
 	const workers = 16
 	type job func(c *stormCounter, i int)
@@ -375,6 +376,7 @@ func TestStorm(t *testing.T) {
 // give 13 pods and 3 clear errors naming the pool and how many addresses are in use; DEL
 // of all leaves nothing, and an address freed is handed out again.
 func TestPoolExhaustion(t *testing.T) {
+	serial(t)
 	n := startNodeWith(t, "10.141.0.0/28", daemonBinary(t), "--log-level", "info")
 	var c stormCounter
 	pods := make([]*stormPod, 16)
@@ -434,6 +436,7 @@ func TestPoolExhaustion(t *testing.T) {
 // global lock across the wait); after SIGCONT the next ADD works and the earlier pod still
 // forwards.
 func TestAddDeadlineWhenOVSStuck(t *testing.T) {
+	serial(t)
 	n := startNodeWith(t, "10.142.0.0/24", daemonBinary(t), "--add-timeout", "6s")
 	before := n.addPod("before")
 
@@ -559,6 +562,7 @@ func TestAddDeadlineWhenOVSStuck(t *testing.T) {
 // a path that does not exist or is not a network namespace gets code 4 naming CNI_NETNS,
 // the daemon's own namespace code 8; nothing is allocated.
 func TestDaemonRefusesBadNetns(t *testing.T) {
+	serial(t)
 	n := startNode(t, "10.144.0.0/24")
 	file := filepath.Join(t.TempDir(), "not-a-netns")
 	if err := os.WriteFile(file, nil, 0o600); err != nil {

@@ -10,6 +10,7 @@ import (
 // naming the sysctl (host ports mapped by portmap are unreachable from other hosts
 // without it), and leaves the setting alone; with forwarding on it says nothing.
 func TestIPForwardWarning(t *testing.T) {
+	serial(t)
 	n := &testNode{harness.NewNode(t, "10.155.0.0/24", netA)}
 	const sysctl = "/proc/sys/net/ipv4/ip_forward"
 	set := func(v string) { n.OVS.Exec(t, "sh", "-c", "echo "+v+" > "+sysctl) }

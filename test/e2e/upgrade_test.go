@@ -234,6 +234,7 @@ func (n *testNode) flowLayout(t *testing.T) (versions map[uint8]int, gens map[ui
 // CHECK of each old pod passes through this build's plugin, and a pod added by the new
 // daemon reaches the old ones and is deleted without leaving anything.
 func TestUpgradeFromPreviousRelease(t *testing.T) {
+	serial(t)
 	const subnet = "10.157.0.0/24"
 	gw := net.ParseIP("10.157.0.1")
 	oldBin := previousReleaseBinaries(t)
@@ -356,6 +357,7 @@ func upgradeClusterNode(t *testing.T, cn *clusterNode, newCNI *libcni.CNIConfig)
 // owner id the previous release gave them (recorded now), and a new pod on node-a reaches
 // the pod on node-b.
 func TestUpgradeOverlayFromPreviousRelease(t *testing.T) {
+	serial(t)
 	oldBin := previousReleaseBinaries(t)
 	ul := filepath.Base(newNetns(t, "ofsdn-ul-upg"))
 	mustRun(t, "ip", "netns", "exec", ul, "ip", "link", "add", "br0", "type", "bridge")

@@ -1,25 +1,29 @@
 package harness
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"os/exec"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/ofsdn/ofsdn/test/testenv"
 )
 
-// NewNetns creates a network namespace named name plus a suffix (`ip netns add`), brings
-// its loopback up, deletes it when the test ends, and returns its path under
-// /var/run/netns.
+// NewNetns creates a network namespace named name plus a random suffix (`ip netns add`),
+// brings its loopback up, deletes it when the test ends, and returns its path under
+// /var/run/netns. The suffix keeps tests that run at once (in one test binary or in
+// several) from asking for the same name.
 func NewNetns(t testing.TB, name string) string {
 	t.Helper()
 	testenv.Privileged(t)
-	full := fmt.Sprintf("%s-%d", name, time.Now().UnixNano()%1e6)
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	full := name + "-" + hex.EncodeToString(b)
 	if out, err := exec.Command("ip", "netns", "add", full).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns add %s: %v\n%s", full, err, out)
 	}

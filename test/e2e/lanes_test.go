@@ -1,0 +1,71 @@
+package e2e
+
+// How the package's tests share the machine. The tests are mostly waiting (on daemons,
+// OVS, timeouts that prove a packet is dropped), not computing, so they need not run one
+// after the other. Two lanes run side by side:
+//
+//   - TestNetworkPolicy (two clusters, each its own kube-apiserver and etcd, two sandbox
+//     nodes and nine pods; its upstream cases run on both at once, see there) runs in a
+//     lane of its own;
+//   - every other test calls serial, and these run one at a time, as the whole package
+//     did before, in whatever order they get the lane.
+//
+// Nothing the two lanes make is shared: every node is a sandbox of its own (test/sandbox:
+// its own OVS, run directory and network namespace, random names), pods are network
+// namespaces named with a random suffix (harness.NewNetns), underlays and API servers live
+// in namespaces of the test's own, so the same addresses and ports in two tests never meet.
+//
+// A test waiting for the serial lane holds one of go test's -parallel slots (GOMAXPROCS by
+// default, 2 here), which could keep TestNetworkPolicy from starting until most of the
+// serial lane has run; TestMain therefore raises -parallel (raiseParallel) unless it was
+// given. -parallel 1 still runs every test one at a time.
+
+import (
+	"flag"
+	"fmt"
+	"sync"
+	"testing"
+)
+
+// serialLane is held by the test running in the serial lane.
+var serialLane sync.Mutex
+
+// serial makes t a parallel test that runs alone in the serial lane: it returns once no
+// other serial test is running, and t keeps the lane until it and its subtests are done.
+func serial(t *testing.T) {
+	t.Helper()
+	t.Parallel()
+	serialLane.Lock()
+	t.Cleanup(serialLane.Unlock)
+}
+
+// beside makes t a parallel test outside the serial lane: it runs beside the serial
+// tests (see the top of this file for what it must not share with them).
+func beside(t *testing.T) {
+	t.Helper()
+	t.Parallel()
+}
+
+// laneSlots is the -parallel TestMain sets unless given: enough for every test of the
+// package and every upstream case of TestNetworkPolicy to hold a slot while it waits for
+// its lane or its cluster.
+const laneSlots = 128
+
+// raiseParallel sets -test.parallel to laneSlots unless it was set on the command line.
+// It parses the flags (m.Run would), so call it first in TestMain.
+func raiseParallel() {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	given := false
+	flag.Visit(func(f *flag.Flag) {
+		if f.Name == "test.parallel" {
+			given = true
+		}
+	})
+	if !given {
+		if err := flag.Set("test.parallel", fmt.Sprint(laneSlots)); err != nil {
+			panic(err)
+		}
+	}
+}
