@@ -262,6 +262,7 @@ func neighMAC6(t *testing.T, netnsPath string, ip net.IP) net.HardwareAddr {
 }
 
 func TestDualStack(t *testing.T) {
+	serial(t)
 	n := startDualStackNode(t)
 	a, b, w := n.addPod("ds-a"), n.addPod("ds-b"), n.addPod("ds-w")
 	for _, p := range []*testPod{a, b, w} {

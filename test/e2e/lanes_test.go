@@ -23,6 +23,11 @@ package e2e
 import (
 	"flag"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -68,4 +73,50 @@ func raiseParallel() {
 			panic(err)
 		}
 	}
+}
+
+// TestEveryTestHasALane: each top-level test of the package starts with serial(t) or
+// beside(t). A test with neither would run beside the serial lane's tests without anyone
+// having checked that it shares nothing with them (see the top of this file).
+func TestEveryTestHasALane(t *testing.T) {
+	fset := token.NewFileSet()
+	pkgs, err := parser.ParseDir(fset, ".", func(fi fs.FileInfo) bool { return strings.HasSuffix(fi.Name(), "_test.go") }, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, pkg := range pkgs {
+		for _, f := range pkg.Files {
+			for _, d := range f.Decls {
+				fn, ok := d.(*ast.FuncDecl)
+				if !ok || fn.Recv != nil || !strings.HasPrefix(fn.Name.Name, "Test") || fn.Name.Name == "TestMain" ||
+					fn.Name.Name == "TestEveryTestHasALane" || len(fn.Type.Params.List) != 1 {
+					continue
+				}
+				n++
+				if !startsWithLane(fn) {
+					t.Errorf("%s (%s): its first statement must be serial(t) or beside(t)", fn.Name.Name, fset.Position(fn.Pos()))
+				}
+			}
+		}
+	}
+	if n < 30 {
+		t.Errorf("found %d tests, want the package's 30 or more: is the parse looking at the right files?", n)
+	}
+}
+
+func startsWithLane(fn *ast.FuncDecl) bool {
+	if fn.Body == nil || len(fn.Body.List) == 0 {
+		return false
+	}
+	es, ok := fn.Body.List[0].(*ast.ExprStmt)
+	if !ok {
+		return false
+	}
+	call, ok := es.X.(*ast.CallExpr)
+	if !ok {
+		return false
+	}
+	id, ok := call.Fun.(*ast.Ident)
+	return ok && (id.Name == "serial" || id.Name == "beside")
 }
