@@ -69,6 +69,22 @@ const (
 	StageServiceConntrack = "service_conntrack"
 	// StageServiceLB sends new connections to a ClusterIP:port to the port's group.
 	StageServiceLB = "service_lb"
+	// StageServiceAffinity holds the learned session-affinity flows.
+	StageServiceAffinity = "service_affinity"
+	// StageServiceEndpoint DNATs an affinity hit to its endpoint, the rest to the group.
+	StageServiceEndpoint = "service_endpoint"
+)
+
+// Session affinity (sessionAffinity: ClientIP). Priorities and the learn action's limit.
+const (
+	// PriorityAffinityLearned (200) is the priority of learned flows in
+	// service_affinity and of the per-endpoint hit flows in service_endpoint.
+	PriorityAffinityLearned uint16 = 200
+	// MaxLearnTimeout is the largest idle timeout a learn action can give, seconds
+	// (nx_action_learn.idle_timeout is 16 bits). A longer affinity timeout is learned
+	// with this one and LearnSendFlowRem, and the daemon carries the remainder
+	// (controller/services.go).
+	MaxLearnTimeout = 65535
 )
 
 // ServiceRejectMeter is the meter id of the no-endpoint flows: it limits the packet-ins
@@ -99,6 +115,9 @@ type ServicePort struct {
 	// Endpoints are the ready endpoints, each a bucket; none = new connections are
 	// refused (sent to the controller).
 	Endpoints []ServiceEndpoint
+	// AffinitySeconds is sessionAffinity ClientIP's timeoutSeconds (1..86400, the API's
+	// range); 0 = no affinity. With it every endpoint needs an AffinityID.
+	AffinitySeconds uint32
 }
 
 // ServiceEndpoint is one endpoint of a Service port: a pod address and its target port.
@@ -109,6 +128,10 @@ type ServiceEndpoint struct {
 	Port uint16
 	// Weight is the endpoint's share of new connections, 1..65535; 0 counts as 1.
 	Weight uint16
+	// AffinityID is the owner id (kind OwnerServiceAffinity) of the flows the switch
+	// learns for clients affined to this endpoint of this Service port, 1..2^32-1,
+	// unique among live (Service port, endpoint) pairs; only with AffinitySeconds.
+	AffinityID uint32
 }
 
 // String names the Service port for errors: "10.96.0.10:80/tcp (id 7)".
@@ -135,12 +158,54 @@ func (sp ServicePort) Validate() error {
 	if sp.Port == 0 {
 		return fmt.Errorf("service port %v: port 0: give the Service port's port", sp)
 	}
+	if sp.AffinitySeconds > 86400 {
+		return fmt.Errorf("service port %v: session affinity timeout %d s above the API's maximum of 86400 s: use sessionAffinityConfig.clientIP.timeoutSeconds 1..86400", sp, sp.AffinitySeconds)
+	}
 	for _, ep := range sp.Endpoints {
 		if ep.IP.To4() == nil || ep.Port == 0 {
 			return fmt.Errorf("service port %v: endpoint %v:%d is not an IPv4 address with a port: use the EndpointSlice's address and the target port", sp, ep.IP, ep.Port)
 		}
+		if sp.AffinitySeconds != 0 && ep.AffinityID == 0 {
+			return fmt.Errorf("service port %v: endpoint %v:%d has no affinity id: allocate one per (Service port, endpoint) for session affinity", sp, ep.IP, ep.Port)
+		}
 	}
 	return nil
+}
+
+// AffinityCookie is the cookie of the flows the switch learns for clients affined to
+// endpoint ep of a Service port (kind OwnerServiceAffinity, id ep.AffinityID), in
+// generation gen: delete by it (with CookieOwnerKindMask|CookieOwnerIDMask) to forget
+// them.
+func AffinityCookie(gen uint16, ep ServiceEndpoint) Cookie {
+	return NewCookie(gen, OwnerServiceAffinity, ep.AffinityID)
+}
+
+// AffinityLearnTimeout returns the idle timeout, seconds, of a learned affinity flow for
+// a timeout of seconds: min(seconds, MaxLearnTimeout); and whether the learned flow asks
+// for a flow-removed message (the remainder, seconds - MaxLearnTimeout, is carried by
+// the daemon).
+func AffinityLearnTimeout(seconds uint32) (idle uint16, sendFlowRem bool) {
+	if seconds > MaxLearnTimeout {
+		return MaxLearnTimeout, true
+	}
+	return uint16(seconds), false
+}
+
+// affinityLearn is the learn action that remembers ep for the packet's client and Service port.
+func (b builder) affinityLearn(sp ServicePort, ep ServiceEndpoint) Learn {
+	idle, rem := AffinityLearnTimeout(sp.AffinitySeconds)
+	tp := map[uint8]NXMField{IPProtoTCP: FieldTCPDst, IPProtoUDP: FieldUDPDst, IPProtoSCTP: FieldSCTPDst}[sp.Proto]
+	l := Learn{Table: b.goTo(StageServiceAffinity).Table, IdleTimeout: idle, Priority: PriorityAffinityLearned,
+		Cookie: AffinityCookie(b.cfg.Generation, ep),
+		Match: []LearnMatch{{Field: fieldEthType, Imm: uint64(EthTypeIPv4), HasImm: true},
+			{Field: fieldIPProto, Imm: uint64(sp.Proto), HasImm: true},
+			{Field: FieldIPSrc}, {Field: FieldIPDst}, {Field: tp}},
+		Load: []LearnLoad{{Dst: AffinityEndpointIPField, Value: uint64(ipv4ToUint32(ep.IP))},
+			{Dst: AffinityEndpointField, Value: uint64(ep.Port) | 1<<16}}}
+	if rem {
+		l.Flags |= LearnSendFlowRem
+	}
+	return l
 }
 
 // ServicePortOwner is the owner of sp's flows and group (kind OwnerService, id sp.ID).
@@ -171,15 +236,42 @@ func (b builder) servicePortFlows(sp ServicePort) ([]Flow, []Group) {
 		return []Flow{f}, nil
 	}
 	g := Group{ID: ServiceGroupID(sp), Type: GroupSelect}
+	dnat := func(ep ServiceEndpoint) CT {
+		return CT{Commit: true, Zone: ConntrackZone, Table: b.goTo("l3_forwarding").Table,
+			NAT: &CTNAT{DNAT: true, MinIP: ep.IP.To4(), MinPort: ep.Port}}
+	}
 	for _, ep := range sp.Endpoints {
 		w := ep.Weight
 		if w == 0 {
 			w = 1
 		}
-		g.Buckets = append(g.Buckets, Bucket{Weight: w, Actions: []Action{CT{Commit: true, Zone: ConntrackZone,
-			Table: b.goTo("l3_forwarding").Table, NAT: &CTNAT{DNAT: true, MinIP: ep.IP.To4(), MinPort: ep.Port}}}})
+		acts := []Action{dnat(ep)}
+		if sp.AffinitySeconds != 0 {
+			// The bucket names the endpoint in reg3/reg4, as a learned flow does, and the
+			// endpoint's flow in service_endpoint learns and DNATs.
+			acts = []Action{Load{Dst: AffinityEndpointIPField, Value: uint64(ipv4ToUint32(ep.IP))},
+				Load{Dst: AffinityEndpointField, Value: uint64(ep.Port) | 1<<16},
+				Resubmit{Table: b.goTo(StageServiceEndpoint).Table}}
+		}
+		g.Buckets = append(g.Buckets, Bucket{Weight: w, Actions: acts})
 	}
-	return []Flow{s.flow(ServicePortOwner(sp), PriorityServicePort, m, GroupAction{ID: g.ID})}, []Group{g}
+	if sp.AffinitySeconds == 0 {
+		return []Flow{s.flow(ServicePortOwner(sp), PriorityServicePort, m, GroupAction{ID: g.ID})}, []Group{g}
+	}
+	// Affinity: look the client up in the learned flows, then DNAT to the endpoint they
+	// name if it is still one of the port's, else the group (whose bucket learns).
+	fs := []Flow{s.flow(ServicePortOwner(sp), PriorityServicePort, m,
+		Resubmit{Table: b.goTo(StageServiceAffinity).Table}, s.next())}
+	e := b.in(StageServiceEndpoint)
+	pm := Match{EthType: EthTypeIPv4, IPProto: sp.Proto, IPDst: hostPrefix(sp.ClusterIP), TPDst: sp.Port, TPDstMask: 0xffff}
+	for _, ep := range sp.Endpoints {
+		hm := pm
+		hm.Regs = []RegMark{{Range: AffinityEndpointIPField, Value: ipv4ToUint32(ep.IP)},
+			{Range: AffinityEndpointField, Value: uint32(ep.Port) | 1<<16}}
+		fs = append(fs, e.flow(ServicePortOwner(sp), PriorityAffinityLearned, hm, b.affinityLearn(sp, ep), dnat(ep)))
+	}
+	fs = append(fs, e.flow(ServicePortOwner(sp), PriorityServicePort, pm, GroupAction{ID: g.ID}))
+	return fs, []Group{g}
 }
 
 // serviceConntrackNode: every IP packet through ct(nat) in ConntrackZone, then service_lb.
