@@ -55,12 +55,24 @@ package flows
 // in_port, so the connection fails. The fix is an SNAT of such connections to a virtual
 // address in a second zone (after the DNAT, per local pod nw_src=nw_dst=its IP), with the
 // reply un-SNATed in that zone before service_conntrack's ct(nat), as Antrea's SNAT zone
-// does. Session affinity, NodePort and external IPs are also still to come. The daemon
+// does. NodePort and external IPs are also still to come.
+//
+// Session affinity (sessionAffinity: ClientIP): an affinity port's service_lb flow
+// resubmits to service_affinity, where the switch's learned flows (one per client address
+// and Service port, owner kind OwnerServiceAffinity) load the remembered endpoint into
+// reg3/reg4, then goes on to service_endpoint: an endpoint flow matching reg3/reg4
+// (so only an endpoint still in the port) runs the learn action again and DNATs; anything
+// else goes to the group, whose bucket loads its endpoint into reg3/reg4 and resubmits to
+// that endpoint's flow (a learn action in the bucket itself learned nothing on OVS 3.1's
+// userspace datapath). Idle timeout min(T, MaxLearnTimeout); above it send_flow_rem, for
+// the daemon to carry the remainder (docs/design.md, "Session affinity"). The daemon
 // builds these flows with config serviceProxy: ofsdn (controller/services.go).
 
 import (
 	"fmt"
 	"net"
+
+	"github.com/contiv/libOpenflow/openflow13"
 )
 
 // The Services stages' names (pipeline.go declares them).
@@ -178,6 +190,21 @@ func (sp ServicePort) Validate() error {
 // them.
 func AffinityCookie(gen uint16, ep ServiceEndpoint) Cookie {
 	return NewCookie(gen, OwnerServiceAffinity, ep.AffinityID)
+}
+
+// AffinityPortDelete returns the OFPFC_DELETE flow mod (OpenFlow 1.3.5 §7.3.4.1) that
+// removes every learned affinity flow of Service port sp from service_affinity, whatever
+// endpoint or affinity id it carries: match on the port (protocol, ClusterIP, port),
+// cookie = owner kind OwnerServiceAffinity under CookieOwnerKindMask. For a changed
+// timeout or removed affinity (a learn action's modify of an existing learned flow takes
+// the new cookie but keeps the old timeouts, so deleting by the old ids alone misses it).
+func AffinityPortDelete(cfg NodeConfig, sp ServicePort) *openflow13.FlowMod {
+	b := builder{p: std, cfg: cfg}
+	f := b.in(StageServiceAffinity).flow(Owner{Kind: OwnerServiceAffinity}, 0,
+		Match{EthType: EthTypeIPv4, IPProto: sp.Proto, IPDst: hostPrefix(sp.ClusterIP), TPDst: sp.Port, TPDstMask: 0xffff})
+	fm := f.FlowMod(openflow13.FC_DELETE)
+	fm.Cookie, fm.CookieMask = uint64(OwnerServiceAffinity)<<cookieOwnerShift, CookieOwnerKindMask
+	return fm
 }
 
 // AffinityLearnTimeout returns the idle timeout, seconds, of a learned affinity flow for

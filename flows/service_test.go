@@ -177,3 +177,21 @@ func TestServiceAffinityFlowsGolden(t *testing.T) {
 		t.Error("Validate accepted an affinity endpoint without an affinity id")
 	}
 }
+
+// TestAffinityPortDelete: the delete of a Service port's learned affinity flows selects
+// table service_affinity, the port's match and owner kind 6 by cookie, any id.
+func TestAffinityPortDelete(t *testing.T) {
+	cfg := testConfig()
+	cfg.Services = true
+	fm := AffinityPortDelete(cfg, testAffinityPort())
+	tbl, _ := StageTable(StageServiceAffinity)
+	if fm.Command != 3 /* OFPFC_DELETE */ || fm.TableId != uint8(tbl) {
+		t.Errorf("command %d table %d, want OFPFC_DELETE (3) in table %d", fm.Command, fm.TableId, tbl)
+	}
+	if fm.Cookie != uint64(OwnerServiceAffinity)<<32 || fm.CookieMask != CookieOwnerKindMask {
+		t.Errorf("cookie %#x/%#x, want kind 6 under the owner kind mask", fm.Cookie, fm.CookieMask)
+	}
+	if n := len(fm.Match.Fields); n != 4 {
+		t.Errorf("%d match fields, want 4 (eth_type, ip_proto, ipv4_dst, tcp_dst)", n)
+	}
+}
