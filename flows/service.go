@@ -65,7 +65,8 @@ package flows
 // else goes to the group, whose bucket loads its endpoint into reg3/reg4 and resubmits to
 // that endpoint's flow (a learn action in the bucket itself learned nothing on OVS 3.1's
 // userspace datapath). Idle timeout min(T, MaxLearnTimeout); above it send_flow_rem, for
-// the daemon to carry the remainder (docs/design.md, "Session affinity"). The daemon
+// the daemon to carry the remainder (docs/design.md, "Session affinity"; that handler
+// is not built yet). The daemon
 // builds these flows with config serviceProxy: ofsdn (controller/services.go).
 
 import (
@@ -94,8 +95,9 @@ const (
 	PriorityAffinityLearned uint16 = 200
 	// MaxLearnTimeout is the largest idle timeout a learn action can give, seconds
 	// (nx_action_learn.idle_timeout is 16 bits). A longer affinity timeout is learned
-	// with this one and LearnSendFlowRem, and the daemon carries the remainder
-	// (controller/services.go).
+	// with this one and LearnSendFlowRem, for the daemon to carry the remainder from
+	// the flow-removed message (docs/design.md; the daemon's handler is not built yet, so
+	// such a timeout acts as 65535 s today).
 	MaxLearnTimeout = 65535
 )
 
@@ -209,8 +211,8 @@ func AffinityPortDelete(cfg NodeConfig, sp ServicePort) *openflow13.FlowMod {
 
 // AffinityLearnTimeout returns the idle timeout, seconds, of a learned affinity flow for
 // a timeout of seconds: min(seconds, MaxLearnTimeout); and whether the learned flow asks
-// for a flow-removed message (the remainder, seconds - MaxLearnTimeout, is carried by
-// the daemon).
+// for a flow-removed message (the remainder, seconds - MaxLearnTimeout, is for the
+// daemon to carry; not built yet).
 func AffinityLearnTimeout(seconds uint32) (idle uint16, sendFlowRem bool) {
 	if seconds > MaxLearnTimeout {
 		return MaxLearnTimeout, true
