@@ -105,6 +105,12 @@ type ServiceStats struct {
 	Flushed, FlushErrors uint64
 }
 
+// affinityKey names one endpoint of one Service port for its learned affinity flows.
+type affinityKey struct {
+	port proxy.ServicePortName
+	ep   string // "IP:port"
+}
+
 // serviceProxy is the node's proxy.Sink.
 type serviceProxy struct {
 	n    *Node
@@ -118,6 +124,12 @@ type serviceProxy struct {
 	free     []uint32
 	next     uint32
 
+	// affIDs are the affinity ids (flows.ServiceEndpoint.AffinityID, owner kind
+	// OwnerServiceAffinity) of the (Service port, endpoint) pairs of ports with session
+	// affinity; affNext is the last one handed out (round robin over 1..2^32-1).
+	affIDs  map[affinityKey]uint32
+	affNext uint32
+
 	q                  *openflow.PacketInQueue
 	rejected, rejDrop  atomic.Uint64
 	flushed, flushErrs atomic.Uint64
@@ -129,8 +141,8 @@ func newServiceProxy(n *Node, opts ServiceOptions) *serviceProxy {
 	lb, _ := flows.StageTable(flows.StageServiceLB)
 	return &serviceProxy{n: n, opts: opts, log: n.log.With("component", "service-proxy"),
 		ids: map[proxy.ServicePortName]uint32{}, ports: map[proxy.ServicePortName]flows.ServicePort{},
-		verdicts: map[proxy.ServicePortName]proxy.Verdict{},
-		q:        openflow.NewPacketInQueue(ServiceRejectQueueSize), stop: make(chan struct{}), done: make(chan struct{}),
+		verdicts: map[proxy.ServicePortName]proxy.Verdict{}, affIDs: map[affinityKey]uint32{},
+		q: openflow.NewPacketInQueue(ServiceRejectQueueSize), stop: make(chan struct{}), done: make(chan struct{}),
 		lbTable: lb}
 }
 
@@ -280,7 +292,52 @@ func servicePort(id uint32, st *proxy.ServicePortState) (sp flows.ServicePort, v
 			ch.Verdict = proxy.Reject
 		}
 	}
+	sp.AffinitySeconds = st.Port.AffinitySeconds
 	return sp, ch.Verdict, true
+}
+
+// affinityID returns the affinity id of endpoint ep of Service port name, allocating
+// one (never 0, never one in use). s.mu is held.
+func (s *serviceProxy) affinityID(name proxy.ServicePortName, ep flows.ServiceEndpoint) uint32 {
+	k := affinityKey{port: name, ep: fmt.Sprintf("%s:%d", ep.IP, ep.Port)}
+	if id, ok := s.affIDs[k]; ok {
+		return id
+	}
+	used := map[uint32]bool{}
+	for _, id := range s.affIDs {
+		used[id] = true
+	}
+	for {
+		s.affNext++
+		if s.affNext != 0 && !used[s.affNext] {
+			break
+		}
+	}
+	s.affIDs[k] = s.affNext
+	return s.affNext
+}
+
+// staleAffinity returns the affinity ids of old's endpoints whose learned flows must go
+// when old becomes now (nil now: the port is gone): every endpoint's when the affinity
+// timeout changed or affinity was turned off (kube-proxy starts over then too), else
+// those of the endpoints no longer selected.
+func staleAffinity(old flows.ServicePort, now *flows.ServicePort) []uint32 {
+	if old.AffinitySeconds == 0 {
+		return nil
+	}
+	keep := map[uint32]bool{}
+	if now != nil && now.AffinitySeconds == old.AffinitySeconds {
+		for _, ep := range now.Endpoints {
+			keep[ep.AffinityID] = true
+		}
+	}
+	var out []uint32
+	for _, ep := range old.Endpoints {
+		if !keep[ep.AffinityID] {
+			out = append(out, ep.AffinityID)
+		}
+	}
+	return out
 }
 
 // Sync realizes u on the switch (proxy.Sink): every changed Service port's group and
@@ -313,6 +370,18 @@ func (s *serviceProxy) Sync(ctx context.Context, u *proxy.Update) error {
 		if !ok {
 			want[name] = false
 			continue
+		}
+		if sp.AffinitySeconds != 0 {
+			if old, ok := s.ports[name]; ok && old.AffinitySeconds != sp.AffinitySeconds {
+				// A new timeout starts over: new ids, so the old learned flows (deleted
+				// below) and the new ones never share a cookie.
+				for _, ep := range old.Endpoints {
+					delete(s.affIDs, affinityKey{port: name, ep: fmt.Sprintf("%s:%d", ep.IP, ep.Port)})
+				}
+			}
+			for i := range sp.Endpoints {
+				sp.Endpoints[i].AffinityID = s.affinityID(name, sp.Endpoints[i])
+			}
 		}
 		if err := sp.Validate(); err != nil {
 			errs = append(errs, err)
@@ -370,11 +439,27 @@ func (s *serviceProxy) Sync(ctx context.Context, u *proxy.Update) error {
 		}
 		return fmt.Errorf("service proxy: %w", errors.Join(errs...))
 	}
+	// Learned affinity flows of endpoints that left (or of a changed or removed
+	// affinity) go after the switch dropped the flows that learn them.
+	var staleAff []uint32
+	var staleAffPorts []flows.ServicePort // every learned flow of these ports goes
 	for name, sp := range built {
+		if old, ok := s.ports[name]; ok {
+			staleAff = append(staleAff, staleAffinity(old, &sp)...)
+			if old.AffinitySeconds != 0 && old.AffinitySeconds != sp.AffinitySeconds {
+				staleAffPorts = append(staleAffPorts, old)
+			}
+		}
 		s.ports[name], s.verdicts[name] = sp, verdicts[name]
 	}
 	for _, name := range gone {
 		if seen[name] {
+			if old, ok := s.ports[name]; ok {
+				staleAff = append(staleAff, staleAffinity(old, nil)...)
+				if old.AffinitySeconds != 0 {
+					staleAffPorts = append(staleAffPorts, old)
+				}
+			}
 			delete(s.ids, name)
 			delete(s.ports, name)
 			delete(s.verdicts, name)
@@ -386,8 +471,64 @@ func (s *serviceProxy) Sync(ctx context.Context, u *proxy.Update) error {
 			s.log.Warn("datapath flows not purged after a Service change; the revalidators update them instead", "err", err)
 		}
 	}
+	// After the purge: a datapath flow that ran a learn action keeps it in its
+	// translation cache, and ovs-vswitchd re-adds a deleted learned flow from there
+	// when it pushes that datapath flow's statistics (ofproto_flow_mod_learn_refresh);
+	// the purge drops those caches, and a second one after the delete drops any made in
+	// between.
+	if s.forgetAffinity(ctx, cfg, staleAff, staleAffPorts) && s.opts.PurgeDatapath != nil {
+		if err := s.opts.PurgeDatapath(ctx); err != nil {
+			s.log.Warn("datapath flows not purged after deleting learned affinity flows; a cached datapath flow may re-add one", "err", err)
+		}
+	}
 	s.flushStale(ctx, u.Stale)
 	return nil
+}
+
+// forgetAffinity deletes the learned affinity flows of ids from the switch (by owner
+// cookie, kind OwnerServiceAffinity) and every learned flow of ports (a changed or
+// removed affinity: flows.AffinityPortDelete), frees the ids no live port still uses and
+// reports whether it deleted anything. A
+// failure is logged: the endpoint's flow in service_endpoint is gone already, so a
+// remaining learned flow only sends its client to the select group (and is relearned).
+func (s *serviceProxy) forgetAffinity(ctx context.Context, cfg flows.NodeConfig, ids []uint32, ports []flows.ServicePort) bool {
+	if len(ids) == 0 && len(ports) == 0 {
+		return false
+	}
+	if len(ports) > 0 {
+		var ops []openflow.FlowModOp
+		for _, sp := range ports {
+			ops = append(ops, openflow.FlowModOp{Mod: flows.AffinityPortDelete(cfg, sp), Name: fmt.Sprintf("service port %v: delete its learned affinity flows", sp)})
+		}
+		c, err := s.n.sw.Conn()
+		if err == nil {
+			err = c.Apply(ctx, ops)
+		}
+		if err != nil {
+			s.log.Warn("learned session-affinity flows of changed Service ports not deleted; they time out instead", "ports", len(ports), "err", err)
+		}
+	}
+	live := map[uint32]bool{}
+	for _, sp := range s.ports {
+		for _, ep := range sp.Endpoints {
+			if sp.AffinitySeconds != 0 {
+				live[ep.AffinityID] = true
+			}
+		}
+	}
+	for _, id := range ids {
+		if err := s.n.store.DeleteOwner(ctx, flows.Owner{Kind: flows.OwnerServiceAffinity, ID: id}); err != nil {
+			s.log.Warn("learned session-affinity flows not deleted; their clients fall back to the select group", "affinity_id", id, "err", err)
+			continue
+		}
+		s.log.Debug("learned session-affinity flows deleted", "affinity_id", id)
+	}
+	for k, id := range s.affIDs {
+		if !live[id] {
+			delete(s.affIDs, k)
+		}
+	}
+	return true
 }
 
 // flushStale flushes each stale entry set from ofsdn's conntrack zone.

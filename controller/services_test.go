@@ -2,8 +2,11 @@ package controller
 
 import (
 	"encoding/binary"
+	"fmt"
 	"net/netip"
 	"testing"
+
+	"github.com/ofsdn/ofsdn/flows"
 )
 
 // synFrame is an Ethernet frame with an IPv4 TCP SYN (or, with udp, a UDP datagram) from
@@ -91,5 +94,30 @@ func TestRejectFrameUDP(t *testing.T) {
 	}
 	if string(icmp[8:]) != string(in[14:14+28]) {
 		t.Error("ICMP does not quote the datagram's IPv4 header and first 8 bytes")
+	}
+}
+
+// TestStaleAffinity: which endpoints' learned affinity flows go with a change of the
+// Service port: the endpoints that left; all of them when the timeout changed, affinity
+// was removed or the port went; none without affinity.
+func TestStaleAffinity(t *testing.T) {
+	ep := func(id uint32) flows.ServiceEndpoint { return flows.ServiceEndpoint{AffinityID: id} }
+	old := flows.ServicePort{AffinitySeconds: 60, Endpoints: []flows.ServiceEndpoint{ep(1), ep(2), ep(3)}}
+	for what, c := range map[string]struct {
+		now  *flows.ServicePort
+		want []uint32
+	}{
+		"endpoint 2 left":   {&flows.ServicePort{AffinitySeconds: 60, Endpoints: []flows.ServiceEndpoint{ep(1), ep(3)}}, []uint32{2}},
+		"unchanged":         {&flows.ServicePort{AffinitySeconds: 60, Endpoints: old.Endpoints}, nil},
+		"timeout changed":   {&flows.ServicePort{AffinitySeconds: 86400, Endpoints: []flows.ServiceEndpoint{ep(4), ep(5), ep(6)}}, []uint32{1, 2, 3}},
+		"affinity removed":  {&flows.ServicePort{Endpoints: old.Endpoints}, []uint32{1, 2, 3}},
+		"Service port gone": {nil, []uint32{1, 2, 3}},
+	} {
+		if got := staleAffinity(old, c.now); fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("%s: stale affinity ids %v, want %v", what, got, c.want)
+		}
+	}
+	if got := staleAffinity(flows.ServicePort{Endpoints: old.Endpoints}, nil); got != nil {
+		t.Errorf("a port without affinity has stale affinity ids %v", got)
 	}
 }

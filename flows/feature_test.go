@@ -47,6 +47,8 @@ func featureFlows(b builder) []Flow {
 			sf, _ := ServicePortFlows(b.cfg, ServicePort{ID: uint32(i + 1), ClusterIP: net.ParseIP("10.96.0.10"), Proto: IPProtoTCP, Port: uint16(80 + i), Endpoints: eps})
 			fs = append(fs, sf...)
 		}
+		sf, _ := ServicePortFlows(b.cfg, testAffinityPort())
+		fs = append(fs, sf...)
 	}
 	if b.p == std {
 		fs = append(fs, PodPolicyFlows(b.cfg, testPodA(), true, true)...)

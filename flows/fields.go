@@ -129,6 +129,15 @@ var (
 	// the ARP responder's swap of arp_spa and arp_tpa (PeerFlows). No flow matches it and
 	// no stage reads a value another stage wrote there.
 	ScratchField = FieldRange{Field: reg(2), Start: 0, End: 31}
+
+	// AffinityEndpointIPField is reg3 (all 32 bits): the IPv4 endpoint a learned
+	// session-affinity flow remembers for the packet's client and Service port, loaded in
+	// service_affinity and matched in service_endpoint (0 = none).
+	AffinityEndpointIPField = FieldRange{Field: reg(3), Start: 0, End: 31}
+	// AffinityEndpointField is reg4[0..16]: the remembered endpoint's port (bits 0..15)
+	// and bit 16 set when a learned flow matched, loaded and matched with
+	// AffinityEndpointIPField.
+	AffinityEndpointField = FieldRange{Field: reg(4), Start: 0, End: 16}
 )
 
 // SourceClass values of SourceClassField (reg0[0..3]).
@@ -217,6 +226,11 @@ const (
 	// OwnerService: one Service port's flows and its select group, built by
 	// ServicePortFlows; owner id = ServicePort.ID (ServicePortOwner).
 	OwnerService OwnerKind = 5
+	// OwnerServiceAffinity: a learned session-affinity flow in service_affinity (not
+	// built here: the switch learns it, service.go); owner id = the endpoint's
+	// ServiceEndpoint.AffinityID, so deleting by that cookie forgets every client's
+	// affinity to that endpoint of that Service port.
+	OwnerServiceAffinity OwnerKind = 6
 )
 
 // Cookie field positions and masks.

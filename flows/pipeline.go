@@ -222,10 +222,15 @@ var features = []Feature{
 		// 32: NS for the gateway's IPv6 address or a pod's address → that port; ND
 		// addressed to a local MAC (advertisements, unicast probes) → that port. Only ND
 		// the spoof guard let through gets here; the rest drops.
-		{ID: 32, Name: "nd", Miss: MissDrop, node: ndNode,
+		{ID: 25, Name: "nd", Miss: MissDrop, node: ndNode,
 			Purpose: "deliver neighbor discovery (RFC 4861) to the port owning the target or the destination MAC (reg1)"},
 	}},
 	{Name: FeatureServices, Purpose: "Services in OVS: DNAT to an endpoint by select group, un-NAT replies", On: func(c NodeConfig) bool { return c.Services }, Stages: []Stage{
+		// 32 (before the other Services stages: only resubmit reaches it): the learned session-affinity flows (one per client address and Service port,
+		// Learn from the buckets and the endpoint flows): reached only by resubmit from a
+		// Service port's service_lb flow; a hit loads the endpoint into reg3/reg4.
+		{ID: 32, Name: StageServiceAffinity, Miss: MissDrop,
+			Purpose: "learned session affinity: client IP and Service port -> endpoint (reg3, reg4)"},
 		// 34: all IP → ct(nat, zone=ConntrackZone) → service_lb: replies are un-NATed and
 		// later packets of a translated connection get their endpoint again.
 		{ID: 34, Name: StageServiceConntrack, Miss: MissDrop, node: serviceConntrackNode,
@@ -235,6 +240,10 @@ var features = []Feature{
 		// endpoints → the controller (reject), metered and counted. The rest goes on.
 		{ID: 36, Name: StageServiceLB, Miss: MissNext,
 			Purpose: "new connections to a ClusterIP:port to its select group (DNAT); no endpoints to the controller"},
+		// 38: per affinity Service port: an affinity hit whose endpoint is still selected →
+		// relearn and DNAT to it; otherwise the port's select group. The rest goes on.
+		{ID: 38, Name: StageServiceEndpoint, Miss: MissNext,
+			Purpose: "session affinity: DNAT to the remembered endpoint if still selected, else the select group"},
 	}},
 	{Name: FeatureServiceHost, Purpose: "service CIDR to the host's kube-proxy", On: func(c NodeConfig) bool { return c.ServiceCIDR != nil }, Stages: []Stage{
 		// 40: a pod's IP to the service CIDR → gateway (eth_dst, reg1) → output, where

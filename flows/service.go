@@ -55,12 +55,25 @@ package flows
 // in_port, so the connection fails. The fix is an SNAT of such connections to a virtual
 // address in a second zone (after the DNAT, per local pod nw_src=nw_dst=its IP), with the
 // reply un-SNATed in that zone before service_conntrack's ct(nat), as Antrea's SNAT zone
-// does. Session affinity, NodePort and external IPs are also still to come. The daemon
+// does. NodePort and external IPs are also still to come.
+//
+// Session affinity (sessionAffinity: ClientIP): an affinity port's service_lb flow
+// resubmits to service_affinity, where the switch's learned flows (one per client address
+// and Service port, owner kind OwnerServiceAffinity) load the remembered endpoint into
+// reg3/reg4, then goes on to service_endpoint: an endpoint flow matching reg3/reg4
+// (so only an endpoint still in the port) runs the learn action again and DNATs; anything
+// else goes to the group, whose bucket loads its endpoint into reg3/reg4 and resubmits to
+// that endpoint's flow (a learn action in the bucket itself learned nothing on OVS 3.1's
+// userspace datapath). Idle timeout min(T, MaxLearnTimeout); above it send_flow_rem, for
+// the daemon to carry the remainder (docs/design.md, "Session affinity"; that handler
+// is not built yet). The daemon
 // builds these flows with config serviceProxy: ofsdn (controller/services.go).
 
 import (
 	"fmt"
 	"net"
+
+	"github.com/contiv/libOpenflow/openflow13"
 )
 
 // The Services stages' names (pipeline.go declares them).
@@ -69,6 +82,23 @@ const (
 	StageServiceConntrack = "service_conntrack"
 	// StageServiceLB sends new connections to a ClusterIP:port to the port's group.
 	StageServiceLB = "service_lb"
+	// StageServiceAffinity holds the learned session-affinity flows.
+	StageServiceAffinity = "service_affinity"
+	// StageServiceEndpoint DNATs an affinity hit to its endpoint, the rest to the group.
+	StageServiceEndpoint = "service_endpoint"
+)
+
+// Session affinity (sessionAffinity: ClientIP). Priorities and the learn action's limit.
+const (
+	// PriorityAffinityLearned (200) is the priority of learned flows in
+	// service_affinity and of the per-endpoint hit flows in service_endpoint.
+	PriorityAffinityLearned uint16 = 200
+	// MaxLearnTimeout is the largest idle timeout a learn action can give, seconds
+	// (nx_action_learn.idle_timeout is 16 bits). A longer affinity timeout is learned
+	// with this one and LearnSendFlowRem, for the daemon to carry the remainder from
+	// the flow-removed message (docs/design.md; the daemon's handler is not built yet, so
+	// such a timeout acts as 65535 s today).
+	MaxLearnTimeout = 65535
 )
 
 // ServiceRejectMeter is the meter id of the no-endpoint flows: it limits the packet-ins
@@ -99,6 +129,9 @@ type ServicePort struct {
 	// Endpoints are the ready endpoints, each a bucket; none = new connections are
 	// refused (sent to the controller).
 	Endpoints []ServiceEndpoint
+	// AffinitySeconds is sessionAffinity ClientIP's timeoutSeconds (1..86400, the API's
+	// range); 0 = no affinity. With it every endpoint needs an AffinityID.
+	AffinitySeconds uint32
 }
 
 // ServiceEndpoint is one endpoint of a Service port: a pod address and its target port.
@@ -109,6 +142,10 @@ type ServiceEndpoint struct {
 	Port uint16
 	// Weight is the endpoint's share of new connections, 1..65535; 0 counts as 1.
 	Weight uint16
+	// AffinityID is the owner id (kind OwnerServiceAffinity) of the flows the switch
+	// learns for clients affined to this endpoint of this Service port, 1..2^32-1,
+	// unique among live (Service port, endpoint) pairs; only with AffinitySeconds.
+	AffinityID uint32
 }
 
 // String names the Service port for errors: "10.96.0.10:80/tcp (id 7)".
@@ -135,12 +172,69 @@ func (sp ServicePort) Validate() error {
 	if sp.Port == 0 {
 		return fmt.Errorf("service port %v: port 0: give the Service port's port", sp)
 	}
+	if sp.AffinitySeconds > 86400 {
+		return fmt.Errorf("service port %v: session affinity timeout %d s above the API's maximum of 86400 s: use sessionAffinityConfig.clientIP.timeoutSeconds 1..86400", sp, sp.AffinitySeconds)
+	}
 	for _, ep := range sp.Endpoints {
 		if ep.IP.To4() == nil || ep.Port == 0 {
 			return fmt.Errorf("service port %v: endpoint %v:%d is not an IPv4 address with a port: use the EndpointSlice's address and the target port", sp, ep.IP, ep.Port)
 		}
+		if sp.AffinitySeconds != 0 && ep.AffinityID == 0 {
+			return fmt.Errorf("service port %v: endpoint %v:%d has no affinity id: allocate one per (Service port, endpoint) for session affinity", sp, ep.IP, ep.Port)
+		}
 	}
 	return nil
+}
+
+// AffinityCookie is the cookie of the flows the switch learns for clients affined to
+// endpoint ep of a Service port (kind OwnerServiceAffinity, id ep.AffinityID), in
+// generation gen: delete by it (with CookieOwnerKindMask|CookieOwnerIDMask) to forget
+// them.
+func AffinityCookie(gen uint16, ep ServiceEndpoint) Cookie {
+	return NewCookie(gen, OwnerServiceAffinity, ep.AffinityID)
+}
+
+// AffinityPortDelete returns the OFPFC_DELETE flow mod (OpenFlow 1.3.5 §7.3.4.1) that
+// removes every learned affinity flow of Service port sp from service_affinity, whatever
+// endpoint or affinity id it carries: match on the port (protocol, ClusterIP, port),
+// cookie = owner kind OwnerServiceAffinity under CookieOwnerKindMask. For a changed
+// timeout or removed affinity (a learn action's modify of an existing learned flow takes
+// the new cookie but keeps the old timeouts, so deleting by the old ids alone misses it).
+func AffinityPortDelete(cfg NodeConfig, sp ServicePort) *openflow13.FlowMod {
+	b := builder{p: std, cfg: cfg}
+	f := b.in(StageServiceAffinity).flow(Owner{Kind: OwnerServiceAffinity}, 0,
+		Match{EthType: EthTypeIPv4, IPProto: sp.Proto, IPDst: hostPrefix(sp.ClusterIP), TPDst: sp.Port, TPDstMask: 0xffff})
+	fm := f.FlowMod(openflow13.FC_DELETE)
+	fm.Cookie, fm.CookieMask = uint64(OwnerServiceAffinity)<<cookieOwnerShift, CookieOwnerKindMask
+	return fm
+}
+
+// AffinityLearnTimeout returns the idle timeout, seconds, of a learned affinity flow for
+// a timeout of seconds: min(seconds, MaxLearnTimeout); and whether the learned flow asks
+// for a flow-removed message (the remainder, seconds - MaxLearnTimeout, is for the
+// daemon to carry; not built yet).
+func AffinityLearnTimeout(seconds uint32) (idle uint16, sendFlowRem bool) {
+	if seconds > MaxLearnTimeout {
+		return MaxLearnTimeout, true
+	}
+	return uint16(seconds), false
+}
+
+// affinityLearn is the learn action that remembers ep for the packet's client and Service port.
+func (b builder) affinityLearn(sp ServicePort, ep ServiceEndpoint) Learn {
+	idle, rem := AffinityLearnTimeout(sp.AffinitySeconds)
+	tp := map[uint8]NXMField{IPProtoTCP: FieldTCPDst, IPProtoUDP: FieldUDPDst, IPProtoSCTP: FieldSCTPDst}[sp.Proto]
+	l := Learn{Table: b.goTo(StageServiceAffinity).Table, IdleTimeout: idle, Priority: PriorityAffinityLearned,
+		Cookie: AffinityCookie(b.cfg.Generation, ep),
+		Match: []LearnMatch{{Field: fieldEthType, Imm: uint64(EthTypeIPv4), HasImm: true},
+			{Field: fieldIPProto, Imm: uint64(sp.Proto), HasImm: true},
+			{Field: FieldIPSrc}, {Field: FieldIPDst}, {Field: tp}},
+		Load: []LearnLoad{{Dst: AffinityEndpointIPField, Value: uint64(ipv4ToUint32(ep.IP))},
+			{Dst: AffinityEndpointField, Value: uint64(ep.Port) | 1<<16}}}
+	if rem {
+		l.Flags |= LearnSendFlowRem
+	}
+	return l
 }
 
 // ServicePortOwner is the owner of sp's flows and group (kind OwnerService, id sp.ID).
@@ -171,15 +265,42 @@ func (b builder) servicePortFlows(sp ServicePort) ([]Flow, []Group) {
 		return []Flow{f}, nil
 	}
 	g := Group{ID: ServiceGroupID(sp), Type: GroupSelect}
+	dnat := func(ep ServiceEndpoint) CT {
+		return CT{Commit: true, Zone: ConntrackZone, Table: b.goTo("l3_forwarding").Table,
+			NAT: &CTNAT{DNAT: true, MinIP: ep.IP.To4(), MinPort: ep.Port}}
+	}
 	for _, ep := range sp.Endpoints {
 		w := ep.Weight
 		if w == 0 {
 			w = 1
 		}
-		g.Buckets = append(g.Buckets, Bucket{Weight: w, Actions: []Action{CT{Commit: true, Zone: ConntrackZone,
-			Table: b.goTo("l3_forwarding").Table, NAT: &CTNAT{DNAT: true, MinIP: ep.IP.To4(), MinPort: ep.Port}}}})
+		acts := []Action{dnat(ep)}
+		if sp.AffinitySeconds != 0 {
+			// The bucket names the endpoint in reg3/reg4, as a learned flow does, and the
+			// endpoint's flow in service_endpoint learns and DNATs.
+			acts = []Action{Load{Dst: AffinityEndpointIPField, Value: uint64(ipv4ToUint32(ep.IP))},
+				Load{Dst: AffinityEndpointField, Value: uint64(ep.Port) | 1<<16},
+				Resubmit{Table: b.goTo(StageServiceEndpoint).Table}}
+		}
+		g.Buckets = append(g.Buckets, Bucket{Weight: w, Actions: acts})
 	}
-	return []Flow{s.flow(ServicePortOwner(sp), PriorityServicePort, m, GroupAction{ID: g.ID})}, []Group{g}
+	if sp.AffinitySeconds == 0 {
+		return []Flow{s.flow(ServicePortOwner(sp), PriorityServicePort, m, GroupAction{ID: g.ID})}, []Group{g}
+	}
+	// Affinity: look the client up in the learned flows, then DNAT to the endpoint they
+	// name if it is still one of the port's, else the group (whose bucket learns).
+	fs := []Flow{s.flow(ServicePortOwner(sp), PriorityServicePort, m,
+		Resubmit{Table: b.goTo(StageServiceAffinity).Table}, s.next())}
+	e := b.in(StageServiceEndpoint)
+	pm := Match{EthType: EthTypeIPv4, IPProto: sp.Proto, IPDst: hostPrefix(sp.ClusterIP), TPDst: sp.Port, TPDstMask: 0xffff}
+	for _, ep := range sp.Endpoints {
+		hm := pm
+		hm.Regs = []RegMark{{Range: AffinityEndpointIPField, Value: ipv4ToUint32(ep.IP)},
+			{Range: AffinityEndpointField, Value: uint32(ep.Port) | 1<<16}}
+		fs = append(fs, e.flow(ServicePortOwner(sp), PriorityAffinityLearned, hm, b.affinityLearn(sp, ep), dnat(ep)))
+	}
+	fs = append(fs, e.flow(ServicePortOwner(sp), PriorityServicePort, pm, GroupAction{ID: g.ID}))
+	return fs, []Group{g}
 }
 
 // serviceConntrackNode: every IP packet through ct(nat) in ConntrackZone, then service_lb.

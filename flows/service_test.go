@@ -2,6 +2,7 @@ package flows
 
 import (
 	"net"
+	"strings"
 	"testing"
 )
 
@@ -14,7 +15,7 @@ func TestServiceFlowsGolden(t *testing.T) {
 	var got []string
 	for _, f := range PipelineFlows(cfg) {
 		switch f.Table.Name() {
-		case StageServiceConntrack, StageServiceLB:
+		case StageServiceAffinity, StageServiceConntrack, StageServiceLB, StageServiceEndpoint:
 			got = append(got, f.String())
 		case StageConntrack, StageConntrackCommit:
 			if f.Priority == PriorityPass && f.Table.Name() == StageConntrack || f.Priority == PriorityNormal {
@@ -44,10 +45,13 @@ func TestServiceFlowsGolden(t *testing.T) {
 	}
 	got = append(got, fs[0].String())
 	want := []string{
+		`cookie=0x500070100000000, table="service_affinity", priority=0 actions=drop`,
 		`cookie=0x500070100000000, table="service_conntrack", priority=1,ip actions=ct(table="service_lb",zone=65280,nat)`,
 		`cookie=0x500070100000000, table="service_conntrack", priority=0 actions=drop`,
-		`cookie=0x500070100000000, table="service_lb", priority=1 actions=goto_table:service`,
+		`cookie=0x500070100000000, table="service_lb", priority=1 actions=goto_table:"service_endpoint"`,
 		`cookie=0x500070100000000, table="service_lb", priority=0 actions=drop`,
+		`cookie=0x500070100000000, table="service_endpoint", priority=1 actions=goto_table:service`,
+		`cookie=0x500070100000000, table="service_endpoint", priority=0 actions=drop`,
 		`cookie=0x500070100000000, table=conntrack, priority=1,ip actions=goto_table:"conntrack_state"`,
 		`cookie=0x500070100000000, table="conntrack_commit", priority=100,ct_state=+new+trk-dnat,ip actions=ct(commit,zone=65280),goto_table:remote`,
 		`cookie=0x500070500000007, table="service_lb", priority=100,ct_state=+new+trk,tcp,reg0=0x2/0xf,nw_dst=10.96.0.10,tp_dst=80 actions=group:1048583`,
@@ -85,5 +89,109 @@ func TestServicePortValidate(t *testing.T) {
 	}
 	if err := ok.Validate(); err != nil {
 		t.Error(err)
+	}
+}
+
+// testAffinityPort is a TCP Service port with session affinity and two endpoints.
+func testAffinityPort() ServicePort {
+	return ServicePort{ID: 8, ClusterIP: net.ParseIP("10.96.0.11"), Proto: IPProtoTCP, Port: 80, AffinitySeconds: 10800,
+		Endpoints: []ServiceEndpoint{{IP: net.ParseIP("10.244.1.6"), Port: 8080, AffinityID: 1},
+			{IP: net.ParseIP("10.244.2.9"), Port: 8080, AffinityID: 2}}}
+}
+
+// TestServiceAffinityFlowsGolden: a Service port with sessionAffinity ClientIP: the
+// service_lb flow looks the client up (resubmit to service_affinity) and goes on to
+// service_endpoint, whose per-endpoint hit flows relearn and DNAT and whose port flow
+// sends the rest to the group, whose buckets name their endpoint in reg3/reg4 and
+// resubmit to its hit flow (a learn action in a group bucket learned nothing on OVS 3.1's
+// userspace datapath, TestServiceOnSwitch). Timeouts: 10800 s is learned as is;
+// 86400 s is learned as 65535 s with send_flow_rem (the daemon carries the remainder);
+// UDP and SCTP learn their own port field. TestServiceProxy checks them on OVS.
+func TestServiceAffinityFlowsGolden(t *testing.T) {
+	cfg := testConfig()
+	cfg.Services, cfg.Policy = true, true
+	sp := testAffinityPort()
+	if err := sp.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	fs, gs := ServicePortFlows(cfg, sp)
+	for _, f := range fs {
+		if err := f.Validate(); err != nil {
+			t.Error(err)
+		}
+		got = append(got, f.String())
+	}
+	for _, g := range gs {
+		if err := g.Validate(); err != nil {
+			t.Error(err)
+		}
+		got = append(got, g.String())
+	}
+	learn := func(idle string, ep, port string, id int) string {
+		return `learn(table="service_affinity",idle_timeout=` + idle + `,priority=200,cookie=0x50007060000000` + string(rune('0'+id)) +
+			`,eth_type=0x800,nw_proto=6,NXM_OF_IP_SRC[],NXM_OF_IP_DST[],NXM_OF_TCP_DST[],load:` + ep + `->NXM_NX_REG3[],load:` + port + `->NXM_NX_REG4[0..16])`
+	}
+	want := []string{
+		`cookie=0x500070500000008, table="service_lb", priority=100,ct_state=+new+trk,tcp,reg0=0x2/0xf,nw_dst=10.96.0.11,tp_dst=80 actions=resubmit(,"service_affinity"),goto_table:"service_endpoint"`,
+		`cookie=0x500070500000008, table="service_endpoint", priority=200,tcp,reg3=0xaf40106,reg4=0x11f90/0x1ffff,nw_dst=10.96.0.11,tp_dst=80 actions=` +
+			learn("10800", "0xaf40106", "0x11f90", 1) + `,ct(commit,table="l3_forwarding",zone=65280,nat(dst=10.244.1.6:8080))`,
+		`cookie=0x500070500000008, table="service_endpoint", priority=200,tcp,reg3=0xaf40209,reg4=0x11f90/0x1ffff,nw_dst=10.96.0.11,tp_dst=80 actions=` +
+			learn("10800", "0xaf40209", "0x11f90", 2) + `,ct(commit,table="l3_forwarding",zone=65280,nat(dst=10.244.2.9:8080))`,
+		`cookie=0x500070500000008, table="service_endpoint", priority=100,tcp,nw_dst=10.96.0.11,tp_dst=80 actions=group:1048584`,
+		`group_id=1048584,type=select,bucket=actions=load:0xaf40106->NXM_NX_REG3[],load:0x11f90->NXM_NX_REG4[0..16],resubmit(,"service_endpoint"),` +
+			`bucket=actions=load:0xaf40209->NXM_NX_REG3[],load:0x11f90->NXM_NX_REG4[0..16],resubmit(,"service_endpoint")`,
+	}
+	compareLines(t, "affinity flows", got, want)
+
+	// 86400 s: the learn action's idle timeout stops at 65535 s and asks for the
+	// flow-removed message that carries the remainder.
+	sp.AffinitySeconds = 86400
+	fs, _ = ServicePortFlows(cfg, sp)
+	if g := fs[1].String(); !strings.Contains(g, `idle_timeout=65535,priority=200,send_flow_rem,cookie=`) {
+		t.Errorf("86400 s affinity: endpoint flow %s, want learn with idle_timeout=65535,priority=200,send_flow_rem", g)
+	}
+	if idle, rem := AffinityLearnTimeout(86400); idle != 65535 || !rem {
+		t.Errorf("AffinityLearnTimeout(86400) = %d, %v; want 65535, true", idle, rem)
+	}
+	if idle, rem := AffinityLearnTimeout(65535); idle != 65535 || rem {
+		t.Errorf("AffinityLearnTimeout(65535) = %d, %v; want 65535, false", idle, rem)
+	}
+	// UDP and SCTP learn their own destination port field.
+	for proto, field := range map[uint8]string{IPProtoUDP: "nw_proto=17,NXM_OF_IP_SRC[],NXM_OF_IP_DST[],NXM_OF_UDP_DST[]", IPProtoSCTP: "nw_proto=132,NXM_OF_IP_SRC[],NXM_OF_IP_DST[],OXM_OF_SCTP_DST[]"} {
+		sp.Proto = proto
+		fs, _ = ServicePortFlows(cfg, sp)
+		if g := fs[1].String(); !strings.Contains(g, field) {
+			t.Errorf("protocol %d: endpoint flow %s, want %s", proto, g, field)
+		}
+	}
+	// Validation: above the API's maximum, and an endpoint without an affinity id.
+	sp = testAffinityPort()
+	sp.AffinitySeconds = 86401
+	if sp.Validate() == nil {
+		t.Error("Validate accepted an affinity timeout of 86401 s")
+	}
+	sp = testAffinityPort()
+	sp.Endpoints[1].AffinityID = 0
+	if sp.Validate() == nil {
+		t.Error("Validate accepted an affinity endpoint without an affinity id")
+	}
+}
+
+// TestAffinityPortDelete: the delete of a Service port's learned affinity flows selects
+// table service_affinity, the port's match and owner kind 6 by cookie, any id.
+func TestAffinityPortDelete(t *testing.T) {
+	cfg := testConfig()
+	cfg.Services = true
+	fm := AffinityPortDelete(cfg, testAffinityPort())
+	tbl, _ := StageTable(StageServiceAffinity)
+	if fm.Command != 3 /* OFPFC_DELETE */ || fm.TableId != uint8(tbl) {
+		t.Errorf("command %d table %d, want OFPFC_DELETE (3) in table %d", fm.Command, fm.TableId, tbl)
+	}
+	if fm.Cookie != uint64(OwnerServiceAffinity)<<32 || fm.CookieMask != CookieOwnerKindMask {
+		t.Errorf("cookie %#x/%#x, want kind 6 under the owner kind mask", fm.Cookie, fm.CookieMask)
+	}
+	if n := len(fm.Match.Fields); n != 4 {
+		t.Errorf("%d match fields, want 4 (eth_type, ip_proto, ipv4_dst, tcp_dst)", n)
 	}
 }

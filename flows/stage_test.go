@@ -42,7 +42,14 @@ func allFlows(b builder) []Flow {
 	fs = append(fs, b.podFlows(a)...)
 	fs = append(fs, b.podFlows(pb)...)
 	fs = append(fs, b.peerFlows(testPeerB())...)
-	return append(fs, b.peerFlows(testPeerC())...)
+	fs = append(fs, b.peerFlows(testPeerC())...)
+	if b.cfg.Services {
+		// A Service port with session affinity: the only flows reaching service_affinity
+		// (resubmit) and service_endpoint.
+		sfs, _ := b.servicePortFlows(testAffinityPort())
+		fs = append(fs, sfs...)
+	}
+	return fs
 }
 
 // gotoOf returns the table f's goto_table instruction names, or the table a ct action
@@ -70,6 +77,11 @@ func reachable(fs []Flow) map[TableID]bool {
 			if to, ok := gotoOf(f); ok && seen[f.Table] && !seen[to] {
 				seen[to], changed = true, true
 			}
+			for _, a := range f.Actions {
+				if r, ok := a.(Resubmit); ok && seen[f.Table] && !seen[r.Table] {
+					seen[r.Table], changed = true, true
+				}
+			}
 		}
 	}
 	return seen
@@ -80,7 +92,7 @@ func reachable(fs []Flow) map[TableID]bool {
 // one of them sees that traffic. The others send packets to stages they name
 // (classifier → tunnel_ingress or spoof_guard, spoof_guard → service or arp, arp →
 // output), so a stage inserted after them is reached only by flows that name it.
-var continuesToNext = map[string]bool{"service_conntrack": true, "service_lb": true, "service": true, "l3_forwarding": true, "conntrack_state": true, "egress_rules": true,
+var continuesToNext = map[string]bool{"service_conntrack": true, "service_lb": true, "service_endpoint": true, "service": true, "l3_forwarding": true, "conntrack_state": true, "egress_rules": true,
 	"ingress_rules": true, "conntrack_commit": true, "remote": true, "egress": true}
 
 // TestInsertedStage inserts a new stage that passes everything on (as a network policy

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -384,6 +385,165 @@ func TestServiceProxy(t *testing.T) {
 		c.updatePolicySpec(svcNamespace, np.Name, np.Spec)
 		connections(6)
 	})
+
+	// Session affinity (sessionAffinity: ClientIP, timeoutSeconds).
+	affTable, _ := flows.StageTable(flows.StageServiceAffinity)
+	epTable, _ := flows.StageTable(flows.StageServiceEndpoint)
+	// learned returns the switch's learned affinity flows for the client to the TCP port.
+	learned := func() []string {
+		t.Helper()
+		var out []string
+		for _, l := range strings.Split(cn.OVS.Ofctl(t, "dump-flows", cn.mgmt(), fmt.Sprintf("table=%d", affTable)), "\n") {
+			if strings.Contains(l, "nw_src="+ips["client"]) && strings.Contains(l, fmt.Sprintf("tp_dst=%d", svcPort)) {
+				out = append(out, strings.TrimSpace(l))
+			}
+		}
+		return out
+	}
+	// epHex is the reg3 value a learned flow loads for endpoint name.
+	epHex := func(name string) string {
+		ip := net.ParseIP(ips[name]).To4()
+		return fmt.Sprintf("load:0x%x->NXM_NX_REG3[]", uint32(ip[0])<<24|uint32(ip[1])<<16|uint32(ip[2])<<8|uint32(ip[3]))
+	}
+	// setAffinity sets the Service's session affinity (0 = None) and waits until the
+	// TCP port's endpoint flows learn with idle timeout min(seconds, 65535) (or, for
+	// None, until service_endpoint holds no flow of the port).
+	setAffinity := func(seconds int32) {
+		t.Helper()
+		cur, err := api.Admin.CoreV1().Services(svcNamespace).Get(ctx, "echo", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seconds == 0 {
+			cur.Spec.SessionAffinity, cur.Spec.SessionAffinityConfig = corev1.ServiceAffinityNone, nil
+		} else {
+			cur.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+			cur.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: &seconds}}
+		}
+		if _, err := api.Admin.CoreV1().Services(svcNamespace).Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		idle := min(seconds, 65535)
+		waitUntil(t, fmt.Sprintf("service_endpoint learns with idle_timeout=%d", idle), 60*time.Second, func() error {
+			n := 0
+			for _, l := range strings.Split(cn.OVS.Ofctl(t, "dump-flows", cn.mgmt(), fmt.Sprintf("table=%d", epTable)), "\n") {
+				if !strings.Contains(l, "nw_dst="+svcClusterIP) || !strings.Contains(l, fmt.Sprintf("tp_dst=%d", svcPort)) {
+					continue
+				}
+				if strings.Contains(l, "learn(") && !strings.Contains(l, fmt.Sprintf("idle_timeout=%d,", idle)) {
+					return fmt.Errorf("endpoint flow with another timeout: %s", l)
+				}
+				if strings.Contains(l, "learn(") {
+					n++
+				}
+			}
+			if seconds == 0 && n != 0 || seconds != 0 && n != 2 {
+				return fmt.Errorf("%d endpoint flows that learn, want %d", n, map[bool]int{true: 0, false: 2}[seconds == 0])
+			}
+			return nil
+		})
+		c.revalidated()
+	}
+	// affined makes one connection (it learns), waits for the learned flow and the
+	// revalidators, and returns the endpoint the flow names.
+	affined := func() string {
+		t.Helper()
+		first := connections(1)
+		var got string
+		waitUntil(t, "a learned affinity flow for the client", 20*time.Second, func() error {
+			l := learned()
+			if len(l) != 1 {
+				return fmt.Errorf("learned flows for the client: %v (after one connection to %v), want 1", l, first)
+			}
+			for _, n := range []string{"ep1", "ep2"} {
+				if strings.Contains(l[0], epHex(n)) {
+					got = n
+				}
+			}
+			if got == "" {
+				return fmt.Errorf("learned flow %s names neither endpoint", l[0])
+			}
+			return nil
+		})
+		c.revalidated()
+		return got
+	}
+	t.Run("session affinity keeps the endpoint", func(t *testing.T) {
+		setAffinity(60)
+		ep := affined()
+		if got := connections(24); got[ep] != 24 {
+			t.Errorf("with ClientIP affinity to %s, 24 new connections went %v: want all to %s", ep, got, ep)
+		}
+	})
+	t.Run("session affinity times out", func(t *testing.T) {
+		setAffinity(2)
+		if l := learned(); len(l) != 0 {
+			t.Errorf("after the timeout changed to 2 s, the learned flows of 60 s are still there: %v", l)
+		}
+		affined()
+		// Idle longer than the timeout: the switch removes the learned flow, and new
+		// connections spread again (each one then learns anew).
+		waitUntil(t, "the learned flow to expire after 2 s idle", 15*time.Second, func() error {
+			if l := learned(); len(l) != 0 {
+				return fmt.Errorf("still learned: %v", l)
+			}
+			return nil
+		})
+		got := map[string]int{}
+		for i := 0; i < 8 && (got["ep1"] == 0 || got["ep2"] == 0); i++ {
+			time.Sleep(3 * time.Second) // > timeout: the next connection is free to go elsewhere
+			for k, v := range connections(1) {
+				got[k] += v
+			}
+		}
+		if got["ep1"] == 0 || got["ep2"] == 0 {
+			t.Errorf("connections more than 2 s apart went %v, want both endpoints (affinity expired)", got)
+		}
+	})
+	t.Run("removed endpoint never picked by an affined client", func(t *testing.T) {
+		setAffinity(600)
+		ep := affined()
+		other := map[string]string{"ep1": "ep2", "ep2": "ep1"}[ep]
+		setEndpoints(other)
+		if l := learned(); len(l) != 0 && strings.Contains(l[0], epHex(ep)) {
+			t.Errorf("after %s left the Service its learned affinity flow is still there: %v", ep, l)
+		}
+		if got := connections(16); got[ep] != 0 {
+			t.Errorf("after %s left the Service, an affined client's 16 new connections went %v", ep, got)
+		}
+		setEndpoints("ep1", "ep2")
+		c.revalidated()
+		// The client is affined to the endpoint it got since.
+		if got := connections(16); got[other] != 16 {
+			t.Errorf("after %s came back, 16 connections went %v: want all to %s (learned while %s was alone)", ep, got, other, ep)
+		}
+	})
+	t.Run("session affinity 86400 s", func(t *testing.T) {
+		setAffinity(86400)
+		if l := learned(); len(l) != 0 {
+			b, _ := os.ReadFile(cn.LogPath)
+			for _, line := range strings.Split(string(b), "\n") {
+				if strings.Contains(line, "affinity") || strings.Contains(line, "service") {
+					t.Log(line)
+				}
+			}
+			t.Errorf("after the timeout changed to 86400 s, the learned flows of 600 s are still there: %v", l)
+		}
+		affined()
+		l := learned()
+		if len(l) != 1 || !strings.Contains(l[0], "idle_timeout=65535") || !strings.Contains(l[0], "send_flow_rem") || strings.Contains(l[0], "hard_timeout") {
+			t.Errorf("learned flow for 86400 s: %v, want one with idle_timeout=65535, send_flow_rem and no hard timeout", l)
+		}
+	})
+	t.Run("session affinity removed", func(t *testing.T) {
+		setAffinity(0)
+		if l := learned(); len(l) != 0 {
+			t.Errorf("after affinity was removed, learned flows remain: %v", l)
+		}
+		if got := connections(24); got["ep1"] == 0 || got["ep2"] == 0 {
+			t.Errorf("without affinity, 24 connections went %v: want both endpoints", got)
+		}
+	})
 }
 
 // waitServiceBuckets waits until the switch holds the Service port as eps say: a select
@@ -410,6 +570,22 @@ func waitServiceBuckets(t *testing.T, cn *clusterNode, svcPort, svcEPPort int, e
 			}
 			return nil
 		}
+		// Session affinity: the group is used from service_endpoint, and the DNAT to each
+		// endpoint is in its flow there (the buckets resubmit to it).
+		var affinityNAT string
+		if strings.Contains(line, "resubmit(") {
+			ept, _ := flows.StageTable(flows.StageServiceEndpoint)
+			for _, l := range strings.Split(cn.OVS.Ofctl(t, "dump-flows", cn.mgmt(), fmt.Sprintf("table=%d", ept)), "\n") {
+				if !strings.Contains(l, "nw_dst="+svcClusterIP) || !strings.Contains(l, fmt.Sprintf("tp_dst=%d", svcPort)) {
+					continue
+				}
+				if strings.Contains(l, "group:") {
+					line = l
+				} else {
+					affinityNAT += l
+				}
+			}
+		}
 		m := regexp.MustCompile(`group:([0-9]+)`).FindStringSubmatch(line)
 		if m == nil {
 			return fmt.Errorf("flow %q uses no group", line)
@@ -421,6 +597,9 @@ func waitServiceBuckets(t *testing.T, cn *clusterNode, svcPort, svcEPPort int, e
 			}
 		}
 		got := map[string]bool{}
+		if affinityNAT != "" {
+			group = affinityNAT
+		}
 		for _, mm := range natRE.FindAllStringSubmatch(group, -1) {
 			got[mm[1]+":"+mm[2]] = true
 		}
