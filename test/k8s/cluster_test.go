@@ -67,7 +67,8 @@ func TestCluster(t *testing.T) {
 		{"DaemonSet from the image makes every node Ready", e.testDaemonSet},
 		{"RBAC is the manifest's ClusterRole, no more", e.testRBAC},
 		{"pods across nodes", e.testPods},
-		{"services through kube-proxy", e.testServices},
+		{"services (load-balanced in OVS, serviceProxy: ofsdn)", e.testServices},
+		{"NetworkPolicy judges Service traffic by the client's own address", e.testPolicyThroughServices},
 		{"ofsdn-node pod deleted: no ping lost", e.testDaemonRestart},
 		{"kubelet restarted: pods keep their IPs", e.testKubeletRestart},
 		{"deleted pods leave no IP, port or flow", e.testDeletion},
@@ -1020,4 +1021,156 @@ func (e *env) testDeletion(t *testing.T) {
 			}
 		}
 	}
+}
+
+// guardedManifest: Service guarded over two pods, one per node, that a NetworkPolicy opens
+// only to pods labelled role=allowed; clients of each kind pinned to each node (%[1]s and
+// %[2]s are the node names); and a pod whose egress a second policy denies entirely.
+var guardedManifest = `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: guarded, namespace: default}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: guarded}}
+  template:
+    metadata: {labels: {app: guarded}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      topologySpreadConstraints:
+      - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: guarded}}}
+      containers:
+      - name: echo
+        image: ofsdn.test/testbin:1
+        imagePullPolicy: Never
+        env: [{name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}]
+        readinessProbe: {httpGet: {path: /healthz, port: 8082}, periodSeconds: 1}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: guarded, namespace: default}
+spec:
+  selector: {app: guarded}
+  ports:
+  - {name: tcp, port: 80, targetPort: 8080}
+  - {name: udp, port: 81, targetPort: 8081, protocol: UDP}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: guarded-ingress, namespace: default}
+spec:
+  podSelector: {matchLabels: {app: guarded}}
+  policyTypes: [Ingress]
+  ingress:
+  - from: [{podSelector: {matchLabels: {role: allowed}}}]
+    ports: [{protocol: TCP, port: 8080}, {protocol: UDP, port: 8081}]
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: sealed-egress, namespace: default}
+spec:
+  podSelector: {matchLabels: {role: sealed}}
+  policyTypes: [Egress]
+` + clientPod("allowed-1", "allowed", "%[1]s") + clientPod("allowed-2", "allowed", "%[2]s") +
+	clientPod("denied-1", "denied", "%[1]s") + clientPod("denied-2", "denied", "%[2]s") + clientPod("sealed", "sealed", "%[1]s")
+
+func clientPod(name, role, node string) string {
+	return `---
+apiVersion: v1
+kind: Pod
+metadata: {name: ` + name + `, namespace: default, labels: {role: ` + role + `}}
+spec:
+  nodeName: ` + node + `
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: echo
+    image: ofsdn.test/testbin:1
+    imagePullPolicy: Never
+    env: [{name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}]
+    readinessProbe: {httpGet: {path: /healthz, port: 8082}, periodSeconds: 1}
+`
+}
+
+// testPolicyThroughServices: the hole of issue 22. Through a Service's ClusterIP, as on
+// pod IPs, an ingress policy admits exactly the pods it selects, on either node, and the
+// endpoint sees the client pod's own address; the pods it does not select are refused;
+// a pod whose egress is denied reaches no Service. Through kube-proxy on the host all
+// three fail: the reply comes back masqueraded to the gateway, which policy lets by.
+func (e *env) testPolicyThroughServices(t *testing.T) {
+	e.apply(t, fmt.Sprintf(guardedManifest, e.c.Nodes[0].Name, e.c.Nodes[1].Name))
+	servers := e.waitPods(t, ns, "app=guarded", 2, 120*time.Second)
+	clients := map[string]*corev1.Pod{}
+	for role, n := range map[string]int{"allowed": 2, "denied": 2, "sealed": 1} {
+		for _, p := range e.waitPods(t, ns, "role="+role, n, 120*time.Second) {
+			clients[p.Name] = &p
+		}
+	}
+	k8s.WaitFor(t, "2 ready endpoints of Service guarded", 60*time.Second, func() error {
+		if n := e.readyEndpoints(t, "guarded"); n != 2 {
+			return fmt.Errorf("%d", n)
+		}
+		return nil
+	})
+	guardedIP, echoIP := e.clusterIP(t, "guarded"), e.clusterIP(t, "echo")
+	tcp, udp := "tcp:"+guardedIP+":80", "udp:"+guardedIP+":81"
+	failed := func(r probeResult) error {
+		if r.ok {
+			return fmt.Errorf("%s answered %q, want no answer", r.target, r.reply)
+		}
+		return nil
+	}
+	// The policies are realized a moment after the API has them.
+	e.waitProbe(t, "denied-1 refused through Service guarded", "denied-1", tcp, failed)
+
+	t.Run("selected pods on both nodes are answered by both endpoints, with their own address", func(t *testing.T) {
+		seen := map[string]bool{}
+		for _, name := range []string{"allowed-1", "allowed-2"} {
+			c := clients[name]
+			e.waitProbe(t, name+" answered through Service guarded", name, tcp, func(r probeResult) error {
+				if !r.ok {
+					return fmt.Errorf("%s: %s", r.target, r.reply)
+				}
+				return nil
+			})
+			var targets []string
+			for i := 0; i < 8; i++ {
+				targets = append(targets, tcp)
+			}
+			targets = append(targets, udp)
+			for _, r := range e.probe(t, name, targets...) {
+				if !r.ok {
+					t.Errorf("%s (%s, role=allowed) → %s: %s", name, c.Spec.NodeName, r.target, r.reply)
+					continue
+				}
+				seen[replyName(r.reply)] = true
+				if got := replyPeerIP(r.reply); got != c.Status.PodIP {
+					t.Errorf("%s → %s: the endpoint saw %s, want the client's own address %s", name, r.target, got, c.Status.PodIP)
+				}
+			}
+		}
+		for _, s := range servers {
+			if !seen[s.Name] {
+				t.Errorf("endpoint %s (%s) never answered an allowed client through the Service: %v", s.Name, s.Spec.NodeName, seen)
+			}
+		}
+	})
+	t.Run("pods the policy does not select are refused on both nodes, TCP and UDP", func(t *testing.T) {
+		for _, name := range []string{"denied-1", "denied-2"} {
+			for _, r := range e.probe(t, name, tcp, udp) {
+				if r.ok {
+					t.Errorf("%s (%s, role=denied) → %s answered %q: the policy admits only role=allowed", name, clients[name].Spec.NodeName, r.target, r.reply)
+				}
+			}
+		}
+	})
+	t.Run("a pod whose egress is denied reaches no Service", func(t *testing.T) {
+		for _, r := range e.probe(t, "sealed", tcp, "tcp:"+echoIP+":80") {
+			if r.ok {
+				t.Errorf("sealed (egress denied) → %s answered %q", r.target, r.reply)
+			}
+		}
+	})
+	// Leave the later steps the cluster they expect.
+	e.c.MustKubectl(t, "delete", "-n", ns, "--wait=true", "deployment/guarded", "service/guarded",
+		"networkpolicy/guarded-ingress", "networkpolicy/sealed-egress",
+		"pod/allowed-1", "pod/allowed-2", "pod/denied-1", "pod/denied-2", "pod/sealed")
 }
