@@ -13,7 +13,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -31,6 +33,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
+	"github.com/ofsdn/ofsdn/ctl"
 	"github.com/ofsdn/ofsdn/flows"
 	"github.com/ofsdn/ofsdn/test/k8s"
 
@@ -1153,6 +1156,46 @@ func (e *env) testPolicyThroughServices(t *testing.T) {
 			}
 		}
 	})
+	t.Run("ofsdnctl services and the metrics show the Service port, its endpoints and connections", func(t *testing.T) {
+		node := e.c.Nodes[0]
+		var daemon string
+		for _, p := range e.pods(t, sysNS, "app=ofsdn-node") {
+			if p.Spec.NodeName == node.Name {
+				daemon = p.Name
+			}
+		}
+		out, err := e.c.Kubectl("exec", "-n", sysNS, daemon, "--", "/usr/local/bin/ofsdnctl", "-o", "json", "services")
+		if err != nil {
+			t.Fatalf("ofsdnctl services on %s: %v\n%s", node.Name, err, out)
+		}
+		var rep ctl.ServiceReport
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatalf("ofsdnctl -o json services: %v\n%s", err, out)
+		}
+		want := map[string]bool{}
+		for _, s := range servers {
+			want[net.JoinHostPort(s.Status.PodIP, "8080")] = true
+		}
+		var found *ctl.ServicePort
+		for i, p := range rep.Ports {
+			if p.Namespace == ns && p.Name == "guarded" && p.Protocol == "TCP" {
+				found = &rep.Ports[i]
+			}
+		}
+		switch {
+		case !rep.Enabled || found == nil:
+			t.Fatalf("ofsdnctl services on %s lists no default/guarded TCP port:\n%s", node.Name, out)
+		case found.Frontend != net.JoinHostPort(guardedIP, "80") || found.Verdict != "forward":
+			t.Errorf("default/guarded:tcp: frontend %s verdict %s, want %s:80 forward", found.Frontend, found.Verdict, guardedIP)
+		case len(found.Endpoints) != len(want) || !want[found.Endpoints[0]] || !want[found.Endpoints[len(found.Endpoints)-1]]:
+			t.Errorf("default/guarded:tcp endpoints %v, want the guarded pods' %v", found.Endpoints, want)
+		case found.Connections < 8:
+			t.Errorf("default/guarded:tcp took %d connections on %s, want at least allowed-1's 8", found.Connections, node.Name)
+		}
+		if m := e.nodeMetrics(t, node); !strings.Contains(m, "\nofsdn_service_ports ") || !strings.Contains(m, "\nofsdn_service_endpoints ") {
+			t.Errorf("%s's metrics lack ofsdn_service_ports or ofsdn_service_endpoints", node.Name)
+		}
+	})
 	t.Run("pods the policy does not select are refused on both nodes, TCP and UDP", func(t *testing.T) {
 		for _, name := range []string{"denied-1", "denied-2"} {
 			for _, r := range e.probe(t, name, tcp, udp) {
@@ -1173,4 +1216,21 @@ func (e *env) testPolicyThroughServices(t *testing.T) {
 	e.c.MustKubectl(t, "delete", "-n", ns, "--wait=true", "deployment/guarded", "service/guarded",
 		"networkpolicy/guarded-ingress", "networkpolicy/sealed-egress",
 		"pod/allowed-1", "pod/allowed-2", "pod/denied-1", "pod/denied-2", "pod/sealed")
+}
+
+// nodeMetrics returns the node's ofsdn-node /metrics text (its metricsAddress, default
+// 127.0.0.1:9469, in the node's network namespace: the DaemonSet uses the host network).
+func (e *env) nodeMetrics(t *testing.T, n *k8s.Node) string {
+	t.Helper()
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: k8s.NetnsDialer(n.NetnsPath())}}
+	resp, err := hc.Get("http://127.0.0.1:9469/metrics")
+	if err != nil {
+		t.Fatalf("%s metrics: %v", n.Name, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
