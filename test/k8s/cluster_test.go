@@ -70,8 +70,8 @@ func TestCluster(t *testing.T) {
 		{"DaemonSet from the image makes every node Ready", e.testDaemonSet},
 		{"RBAC is the manifest's ClusterRole, no more", e.testRBAC},
 		{"pods across nodes", e.testPods},
-		{"services (load-balanced in OVS, serviceProxy: ofsdn)", e.testServices},
-		{"NetworkPolicy judges Service traffic by the client's own address", e.testPolicyThroughServices},
+		{"services through kube-proxy", e.testServices},
+		{"serviceProxy: ofsdn: NetworkPolicy judges Service traffic by the client's own address", e.testPolicyThroughServices},
 		{"ofsdn-node pod deleted: no ping lost", e.testDaemonRestart},
 		{"kubelet restarted: pods keep their IPs", e.testKubeletRestart},
 		{"deleted pods leave no IP, port or flow", e.testDeletion},
@@ -1093,13 +1093,29 @@ spec:
 `
 }
 
-// testPolicyThroughServices: the hole of issue 22. Through a Service's ClusterIP, as on
+// testPolicyThroughServices: the hole of issue 22, closed by serviceProxy: ofsdn (the step
+// rolls the DaemonSet to it and back). Through a Service's ClusterIP, as on
 // pod IPs, an ingress policy admits exactly the pods it selects, on either node, and the
 // endpoint sees the client pod's own address; the pods it does not select are refused;
 // a pod whose egress is denied reaches no Service. Through kube-proxy on the host all
 // three fail: the reply comes back masqueraded to the gateway, which policy lets by.
 func (e *env) testPolicyThroughServices(t *testing.T) {
 	e.apply(t, fmt.Sprintf(guardedManifest, e.c.Nodes[0].Name, e.c.Nodes[1].Name))
+	// Services load-balanced in OVS for this step (the DaemonSet rolled to the config with
+	// serviceProxy: ofsdn), and back to kube-proxy after it: the switch must then hold no
+	// Service flow or group.
+	restore := e.setServiceProxy(t, "ofsdn")
+	defer func() {
+		restore()
+		for _, n := range e.c.Nodes {
+			k8s.WaitFor(t, n.Name+" holds no Service group after serviceProxy: kube-proxy", 60*time.Second, func() error {
+				if g := strings.TrimSpace(n.Ofctl(t, "dump-groups")); strings.Contains(g, "group_id=") {
+					return fmt.Errorf("groups left:\n%s", g)
+				}
+				return nil
+			})
+		}
+	}()
 	servers := e.waitPods(t, ns, "app=guarded", 2, 120*time.Second)
 	clients := map[string]*corev1.Pod{}
 	for role, n := range map[string]int{"allowed": 2, "denied": 2, "sealed": 1} {
@@ -1114,6 +1130,15 @@ func (e *env) testPolicyThroughServices(t *testing.T) {
 		return nil
 	})
 	guardedIP, echoIP := e.clusterIP(t, "guarded"), e.clusterIP(t, "echo")
+	for _, n := range e.c.Nodes {
+		k8s.WaitFor(t, n.Name+": ofsdnctl services lists default/guarded with 2 endpoints", 60*time.Second, func() error {
+			p, out := e.servicePort(t, n, "guarded", "TCP")
+			if p == nil || len(p.Endpoints) != 2 {
+				return fmt.Errorf("not yet:\n%s", out)
+			}
+			return nil
+		})
+	}
 	tcp, udp := "tcp:"+guardedIP+":80", "udp:"+guardedIP+":81"
 	failed := func(r probeResult) error {
 		if r.ok {
@@ -1158,32 +1183,13 @@ func (e *env) testPolicyThroughServices(t *testing.T) {
 	})
 	t.Run("ofsdnctl services and the metrics show the Service port, its endpoints and connections", func(t *testing.T) {
 		node := e.c.Nodes[0]
-		var daemon string
-		for _, p := range e.pods(t, sysNS, "app=ofsdn-node") {
-			if p.Spec.NodeName == node.Name {
-				daemon = p.Name
-			}
-		}
-		out, err := e.c.Kubectl("exec", "-n", sysNS, daemon, "--", "/usr/local/bin/ofsdnctl", "-o", "json", "services")
-		if err != nil {
-			t.Fatalf("ofsdnctl services on %s: %v\n%s", node.Name, err, out)
-		}
-		var rep ctl.ServiceReport
-		if err := json.Unmarshal([]byte(out), &rep); err != nil {
-			t.Fatalf("ofsdnctl -o json services: %v\n%s", err, out)
-		}
+		found, out := e.servicePort(t, node, "guarded", "TCP")
 		want := map[string]bool{}
 		for _, s := range servers {
 			want[net.JoinHostPort(s.Status.PodIP, "8080")] = true
 		}
-		var found *ctl.ServicePort
-		for i, p := range rep.Ports {
-			if p.Namespace == ns && p.Name == "guarded" && p.Protocol == "TCP" {
-				found = &rep.Ports[i]
-			}
-		}
 		switch {
-		case !rep.Enabled || found == nil:
+		case found == nil:
 			t.Fatalf("ofsdnctl services on %s lists no default/guarded TCP port:\n%s", node.Name, out)
 		case found.Frontend != net.JoinHostPort(guardedIP, "80") || found.Verdict != "forward":
 			t.Errorf("default/guarded:tcp: frontend %s verdict %s, want %s:80 forward", found.Frontend, found.Verdict, guardedIP)
@@ -1233,4 +1239,59 @@ func (e *env) nodeMetrics(t *testing.T, n *k8s.Node) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// setServiceProxy rewrites ofsdn-node's ConfigMap with serviceProxy set to mode, rolls the
+// DaemonSet and waits until it is rolled out and every node Ready; it returns the function
+// that puts the original config back the same way.
+func (e *env) setServiceProxy(t *testing.T, mode string) func() {
+	t.Helper()
+	cms := e.c.CP.Client.CoreV1().ConfigMaps(sysNS)
+	cm, err := cms.Get(e.ctx, "ofsdn-config", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	orig := cm.Data["config.yaml"]
+	roll := func(conf string) {
+		t.Helper()
+		cm, err := cms.Get(e.ctx, "ofsdn-config", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cm.Data["config.yaml"] = conf
+		if _, err := cms.Update(e.ctx, cm, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		e.c.MustKubectl(t, "rollout", "restart", "-n", sysNS, "daemonset/"+dsName)
+		e.c.MustKubectl(t, "rollout", "status", "-n", sysNS, "daemonset/"+dsName, "--timeout=180s")
+	}
+	roll(strings.TrimRight(orig, "\n") + "\nserviceProxy: " + mode + "\n")
+	return func() { roll(orig) }
+}
+
+// servicePort asks the ofsdn-node pod on n for `ofsdnctl -o json services` and returns the
+// Service port of Service name (namespace default) with protocol proto, nil if not listed,
+// and the output.
+func (e *env) servicePort(t *testing.T, n *k8s.Node, name, proto string) (*ctl.ServicePort, string) {
+	t.Helper()
+	var daemon string
+	for _, p := range e.pods(t, sysNS, "app=ofsdn-node") {
+		if p.Spec.NodeName == n.Name && p.DeletionTimestamp == nil && podReady(&p) {
+			daemon = p.Name
+		}
+	}
+	out, err := e.c.Kubectl("exec", "-n", sysNS, daemon, "--", "/usr/local/bin/ofsdnctl", "-o", "json", "services")
+	if err != nil {
+		return nil, fmt.Sprintf("ofsdnctl services on %s (%s): %v\n%s", n.Name, daemon, err, out)
+	}
+	var rep ctl.ServiceReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("ofsdnctl -o json services on %s: %v\n%s", n.Name, err, out)
+	}
+	for i, p := range rep.Ports {
+		if p.Namespace == ns && p.Name == name && p.Protocol == proto {
+			return &rep.Ports[i], out
+		}
+	}
+	return nil, out
 }
