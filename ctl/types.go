@@ -154,8 +154,9 @@ type ServicePort struct {
 	Protocol  string `json:"protocol"`
 	// Frontend is the ClusterIP and port, "IP:PORT".
 	Frontend string `json:"frontend"`
-	// OwnerID is the Service port's flow owner id (cookie owner kind 4, service); its
-	// OpenFlow group id is GroupID (flows.GroupIDMin + OwnerID).
+	// OwnerID is the Service port's flow owner id (cookie owner kind 5, service). GroupID
+	// is its OpenFlow select group's id (flows.GroupIDMin + OwnerID) when it has endpoints,
+	// 0 when it has none (reject or drop: a flow, no group).
 	OwnerID uint32 `json:"ownerID"`
 	GroupID uint32 `json:"groupID"`
 	// Verdict is what a new connection gets: "forward" (to one of Endpoints), "reject"

@@ -102,8 +102,8 @@ const (
 	// band counter), queue (the daemon's packet-in queue was full), undecodable (not a
 	// default-deny flow's IPv4 packet).
 	NetworkPolicyDenyLogDropped = "ofsdn_network_policy_deny_log_dropped_total"
-	// ServicePorts is a gauge: Service ports load-balanced in the switch (serviceProxy:
-	// ofsdn), one select group each.
+	// ServicePorts is a gauge: Service ports in the switch (serviceProxy: ofsdn), one flow
+	// each; those with endpoints also have a select group.
 	ServicePorts = "ofsdn_service_ports"
 	// ServiceEndpoints is a gauge: buckets over all Service ports' groups.
 	ServiceEndpoints = "ofsdn_service_endpoints"
@@ -382,7 +382,7 @@ var (
 	descPolFlows   = prometheus.NewDesc(NetworkPolicyFlows, "NetworkPolicy rule flows on this node, by direction.", []string{"direction"}, nil)
 	descPolDenied  = prometheus.NewDesc(NetworkPolicyDenied, "Packets (first packets of new connections) dropped by isolated pods' default-deny flows, by direction.", []string{"direction"}, nil)
 	descDenyLogged = prometheus.NewDesc(NetworkPolicyDenyLogEntries, "NetworkPolicy deny log lines logged (denied packets that passed the switch's rate-limiting meter).", nil, nil)
-	descSvcPorts   = prometheus.NewDesc(ServicePorts, "Service ports load-balanced in the switch (serviceProxy: ofsdn), one select group each.", nil, nil)
+	descSvcPorts   = prometheus.NewDesc(ServicePorts, "Service ports in the switch (serviceProxy: ofsdn), one flow each; those with endpoints also have a select group.", nil, nil)
 	descSvcEPs     = prometheus.NewDesc(ServiceEndpoints, "Endpoints (group buckets) over all Service ports in the switch.", nil, nil)
 	descSvcReject  = prometheus.NewDesc(ServiceRejected, "Packets of new connections to Service ports without endpoints, by result: answered (TCP RST or ICMP port unreachable sent by the daemon) or dropped (not answered).", []string{"result"}, nil)
 	descSvcFlush   = prometheus.NewDesc(ServiceConntrackFlushes, "Flushes of stale UDP/SCTP conntrack entries of ofsdn's zone after an endpoint left, by result: ok or error.", []string{"result"}, nil)
