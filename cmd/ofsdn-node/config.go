@@ -295,6 +295,12 @@ func (c Config) podSubnets() (v4, v6 *net.IPNet, err error) {
 		if ones, _ := nets[1].Mask.Size(); ones > 126 {
 			return nil, nil, fmt.Errorf("config podSubnets %q: IPv6 prefix /%d leaves no room for pods; use /126 or shorter (a /64 is usual)", c.PodSubnets, ones)
 		}
+		// A unicast prefix (RFC 4291 §2.4) whose ::1 can be the gateway: not multicast,
+		// link-local, unspecified or loopback, nor so short it holds them (::/0).
+		if ip := nets[1].IP; ip.IsMulticast() || ip.IsLinkLocalUnicast() || ip.IsUnspecified() || ip.IsLoopback() ||
+			nets[1].Contains(net.IPv6loopback) || nets[1].Contains(net.ParseIP("ff00::")) {
+			return nil, nil, fmt.Errorf("config podSubnets %q: IPv6 entry %v is not a unicast prefix for pods (multicast ff00::/8, link-local fe80::/10, ::/128, ::1 and prefixes holding them are not); use a ULA or global /64 such as fd00:10:128::/64", c.PodSubnets, nets[1])
+		}
 		v6 = nets[1]
 	}
 	if c.PodSubnet != "" && c.PodSubnet != defaultConfig().PodSubnet {

@@ -110,6 +110,10 @@ func TestConfigPodSubnets(t *testing.T) {
 		{[]string{"-pod-subnets", "10.0.0.0/24,10.1.0.0/24"}, "two IPv4 subnets"},
 		{[]string{"-pod-subnets", "10.0.0.0/24,fd00::/64,fd01::/64"}, "3 entries"},
 		{[]string{"-pod-subnets", "10.0.0.0/24,fd00::/127"}, "/126 or shorter"},
+		{[]string{"-pod-subnets", "10.0.0.0/24,ff05::/64"}, "not a unicast prefix"},
+		{[]string{"-pod-subnets", "10.0.0.0/24,::/0"}, "not a unicast prefix"},
+		{[]string{"-pod-subnets", "10.0.0.0/24,fe80::/64"}, "not a unicast prefix"},
+		{[]string{"-pod-subnets", "10.0.0.0/24,fc00::/6"}, "not a unicast prefix"},
 		{[]string{"-pod-subnet", "10.9.0.0/24", "-pod-subnets", "10.0.0.0/24,fd00::/64"}, "disagree"},
 		{[]string{"-pod-subnets", "10.0.0.0/24,fd00::/64", "-topology", "kubernetes"}, "NetworkPolicy is not built for IPv6"},
 	} {
