@@ -130,9 +130,11 @@ bench-policy-ab: deps build
 # 250, one mode each (ofsdn with NetworkPolicy on and 10 policies, ofsdn with policy off,
 # the reference bridge + host-local plugins v1.10.0, hostNetwork pods), bursts of
 # BENCH_K8S_BURSTS pods (one Deployment scaled from 0) onto one node at a time, the modes
-# interleaved over BENCH_K8S_ROUNDS rounds. Raw samples in BENCH_K8S_OUT (JSON) and the
-# Markdown report beside it. About 15 minutes on 2 cores for 30,100 x 2 rounds; 249 (a
-# full node) adds about 10 minutes a round. Not part of make test (build tag benchk8s).
+# interleaved over BENCH_K8S_ROUNDS rounds (an entry N:R of BENCH_K8S_BURSTS runs R rounds
+# of N). Raw samples in BENCH_K8S_OUT (JSON) and the Markdown report beside it. About 15
+# minutes on 2 cores for 30,100 x 2 rounds; 249 (a full node with the daemon's pod, e.g.
+# BENCH_K8S_BURSTS=30,100,249:1) adds about 10 minutes a round. Not part of make test
+# (build tag benchk8s).
 BENCH_K8S_BURSTS ?= 30,100
 BENCH_K8S_ROUNDS ?= 2
 BENCH_K8S_OUT    ?= /tmp/ofsdn-bench-k8s/results.json

@@ -95,6 +95,9 @@ type Config struct {
 	// Rounds is how many times each burst size runs per mode (≥ 1); the mode order
 	// rotates by one every round.
 	Rounds int `json:"rounds"`
+	// BurstRounds overrides Rounds for the burst sizes it names (e.g. one round of a full
+	// node where time is short).
+	BurstRounds map[int]int `json:"burstRounds,omitempty"`
 	// MaxPods is the kubelets' maxPods (≤ 253: the node pod CIDRs are /24s).
 	MaxPods int `json:"maxPods"`
 	// Policies is the number of NetworkPolicies in ModePolicy's namespace, each selecting
@@ -105,6 +108,14 @@ type Config struct {
 	// Timeout bounds one burst's wait for every pod Ready, and its clean-up (a bound
 	// against hangs: a burst that exceeds it is recorded as failed).
 	Timeout time.Duration `json:"timeoutNs"`
+}
+
+// RoundsOf returns the rounds burst size n runs: BurstRounds[n], else Rounds.
+func (c Config) RoundsOf(n int) int {
+	if r, ok := c.BurstRounds[n]; ok && r > 0 {
+		return r
+	}
+	return c.Rounds
 }
 
 // Results is everything one run measured (the JSON written to bench/).
@@ -229,7 +240,7 @@ func Run(t *testing.T, cfg Config, progress func(Burst)) *Results {
 
 	seq := 0
 	for _, n := range cfg.Bursts {
-		for r := 0; r < cfg.Rounds; r++ {
+		for r := 0; r < cfg.RoundsOf(n); r++ {
 			for i := range Modes {
 				m := Modes[(i+r)%len(Modes)]
 				bu := b.burst(m, n, r, seq)

@@ -5,8 +5,9 @@
 // ./...` (make test) neither builds nor runs it; the package itself is compiled by `go vet
 // ./...`. Env:
 //
-//	BENCH_K8S_BURSTS   burst sizes, comma-separated (default 30,100; 249 fills a node of
-//	                   maxPods 250 that also runs the daemon's pod)
+//	BENCH_K8S_BURSTS   burst sizes, comma-separated, each N or N:ROUNDS (default 30,100;
+//	                   249 fills a node of maxPods 250 that also runs the daemon's pod;
+//	                   30,100,249:1 runs the full node once)
 //	BENCH_K8S_ROUNDS   rounds per burst size (default 2)
 //	BENCH_K8S_OUT      the raw samples as JSON (default /tmp/ofsdn-bench-k8s/results.json);
 //	                   the Markdown report is written beside it (.md)
@@ -35,12 +36,19 @@ func env(k, def string) string {
 func TestBenchK8s(t *testing.T) {
 	testenv.Privileged(t)
 	cfg := Config{Rounds: 2, MaxPods: 250, Policies: 10, Settle: 5 * time.Second, Timeout: 10 * time.Minute}
+	cfg.BurstRounds = map[int]int{}
 	for _, s := range strings.Split(env("BENCH_K8S_BURSTS", "30,100"), ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
+		size, rounds, hasRounds := strings.Cut(strings.TrimSpace(s), ":")
+		n, err := strconv.Atoi(size)
 		if err != nil {
 			t.Fatalf("BENCH_K8S_BURSTS: %v", err)
 		}
 		cfg.Bursts = append(cfg.Bursts, n)
+		if hasRounds {
+			if cfg.BurstRounds[n], err = strconv.Atoi(rounds); err != nil {
+				t.Fatalf("BENCH_K8S_BURSTS: %v", err)
+			}
+		}
 	}
 	var err error
 	if cfg.Rounds, err = strconv.Atoi(env("BENCH_K8S_ROUNDS", "2")); err != nil {

@@ -84,8 +84,12 @@ func ratio(a, b float64) float64 {
 func Report(r *Results) string {
 	var w strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&w, format, args...) }
-	p("Run at `%s`, %s – %s UTC, %d CPUs; %d round(s) per burst size, modes rotated every round; kubelet maxPods %d; %d NetworkPolicies on the policy-on node.\n\n",
-		r.Commit, r.Started.Format("2006-01-02 15:04"), r.Finished.Format("15:04"), r.CPUs, r.Config.Rounds, r.Config.MaxPods, r.Config.Policies)
+	var rounds []string
+	for _, n := range r.Config.Bursts {
+		rounds = append(rounds, fmt.Sprintf("%d pods × %d", n, r.Config.RoundsOf(n)))
+	}
+	p("Run at `%s`, %s – %s UTC, %d CPUs; rounds per burst size: %s, the mode order rotated every round; kubelet maxPods %d; %d NetworkPolicies on the policy-on node.\n\n",
+		r.Commit, r.Started.Format("2006-01-02 15:04"), r.Finished.Format("15:04"), r.CPUs, strings.Join(rounds, ", "), r.Config.MaxPods, r.Config.Policies)
 	p("Nodes: ")
 	for i, m := range Modes {
 		if i > 0 {
@@ -139,7 +143,7 @@ func Report(r *Results) string {
 		}
 		var perRound []string
 		allPol, allBr := 0.0, 0.0
-		for round := 0; round < r.Config.Rounds; round++ {
+		for round := 0; round < r.Config.RoundsOf(n); round++ {
 			var pol, br []float64
 			for _, b := range r.Bursts {
 				if b.Pods != n || b.Round != round {
