@@ -4,7 +4,7 @@ BIN     := bin
 GOFLAGS ?=
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: all build deps test unit demo bench bench-quick bench-policy bench-policy-ab bench-k8s lint clean image k8s-build e2e-k8s
+.PHONY: all build deps test unit demo bench bench-quick bench-policy bench-policy-ab bench-k8s bench-k8s-quick lint clean image k8s-build e2e-k8s
 
 all: build
 
@@ -141,6 +141,12 @@ BENCH_K8S_OUT    ?= /tmp/ofsdn-bench-k8s/results.json
 bench-k8s: deps k8s-build
 	BENCH_K8S_BURSTS=$(BENCH_K8S_BURSTS) BENCH_K8S_ROUNDS=$(BENCH_K8S_ROUNDS) BENCH_K8S_OUT=$(BENCH_K8S_OUT) \
 	  $(GO) test -tags benchk8s -count=1 -timeout 120m -v -run 'TestBenchK8s|TestHistogramQuantile|TestLogParsers' ./bench/k8s/
+
+# The same, small (about 2 minutes): one burst of 5 pods per mode, failing only when a mode
+# errors (a pod not Ready, a failed sandbox or ADD, a leak), never on a timing.
+bench-k8s-quick: deps k8s-build
+	BENCH_K8S_BURSTS=5 BENCH_K8S_ROUNDS=1 BENCH_K8S_SETTLE=1s BENCH_K8S_STRICT=1 BENCH_K8S_OUT=/tmp/ofsdn-bench-k8s-quick/results.json \
+	  $(GO) test -tags benchk8s -count=1 -timeout 30m -v -run 'TestBenchK8s|TestHistogramQuantile|TestLogParsers' ./bench/k8s/
 
 clean:
 	rm -rf $(BIN)
