@@ -198,8 +198,9 @@ func Namespace(mode string) string { return "bench-" + mode }
 // Run starts a cluster of one node per mode (maxPods cfg.MaxPods), deploys the modes and
 // runs every burst of cfg, interleaved; it returns what it measured. It fails t when the
 // cluster or a mode cannot be set up; a burst's failures are recorded in its Failures.
-// progress, when not nil, is called with each finished burst.
-func Run(t *testing.T, cfg Config, progress func(Burst)) *Results {
+// progress, when not nil, is called with the results so far after each finished burst
+// (Finished is then the time of that burst's end).
+func Run(t *testing.T, cfg Config, progress func(*Results, Burst)) *Results {
 	t.Helper()
 	for _, n := range cfg.Bursts {
 		if n < 1 || n >= cfg.MaxPods {
@@ -247,7 +248,8 @@ func Run(t *testing.T, cfg Config, progress func(Burst)) *Results {
 				seq++
 				res.Bursts = append(res.Bursts, bu)
 				if progress != nil {
-					progress(bu)
+					res.Finished = time.Now().UTC()
+					progress(res, bu)
 				}
 			}
 		}

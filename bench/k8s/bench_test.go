@@ -9,7 +9,8 @@
 //	                   249 fills a node of maxPods 250 that also runs the daemon's pod;
 //	                   30,100,249:1 runs the full node once)
 //	BENCH_K8S_ROUNDS   rounds per burst size (default 2)
-//	BENCH_K8S_OUT      the raw samples as JSON (default /tmp/ofsdn-bench-k8s/results.json);
+//	BENCH_K8S_OUT      the raw samples as JSON, rewritten after every burst (default
+//	                   /tmp/ofsdn-bench-k8s/results.json);
 //	                   the Markdown report is written beside it (.md)
 //	BENCH_K8S_SETTLE   idle pause after each burst's clean-up (default 5s)
 //	BENCH_K8S_STRICT   when 1, a burst's failure (a pod not Ready, a failed sandbox or ADD,
@@ -63,7 +64,11 @@ func TestBenchK8s(t *testing.T) {
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	res := Run(t, cfg, func(b Burst) {
+	res := Run(t, cfg, func(sofar *Results, b Burst) {
+		// The samples so far, so that a run stopped midway keeps what it measured.
+		if js, err := json.MarshalIndent(sofar, "", " "); err == nil {
+			_ = os.WriteFile(out, js, 0o644)
+		}
 		w, _, _ := func() ([]float64, []float64, []float64) {
 			r := &Results{Bursts: []Burst{b}}
 			return r.Pooled(b.Mode, b.Pods)
