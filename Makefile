@@ -4,7 +4,7 @@ BIN     := bin
 GOFLAGS ?=
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: all build deps test unit demo bench bench-quick bench-policy bench-policy-ab lint clean image k8s-build e2e-k8s
+.PHONY: all build deps test unit demo bench bench-quick bench-policy bench-policy-ab bench-k8s bench-k8s-quick lint clean image k8s-build e2e-k8s
 
 all: build
 
@@ -81,6 +81,7 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags benchk8s ./bench/k8s/
 	@for d in $(COMPAT_MODULES); do (cd $$d && $(GO) vet ./...) || exit 1; done
 	./hack/check-no-shellout.sh
 
@@ -127,6 +128,29 @@ bench-policy-ab: deps build
 	git archive $(POLICY_BEFORE) | tar -x -C $(POLICY_BEFORE_BIN)/src
 	cd $(POLICY_BEFORE_BIN)/src && CGO_ENABLED=0 $(GO) build -o ../ofsdn ./cmd/ofsdn && $(GO) build -o ../ofsdn-node ./cmd/ofsdn-node
 	POLICY_AB_BEFORE=$(POLICY_BEFORE_BIN) $(GO) test -tags policyscale -count=1 -timeout 60m -v -run TestPolicyAB ./bench/policyscale
+
+# Pod start-up as the kubelet sees it (issue 24; bench/k8s, results in bench/RESULTS.md
+# "Pod start-up on a real cluster"): a test/k8s cluster of four nodes with kubelet maxPods
+# 250, one mode each (ofsdn with NetworkPolicy on and 10 policies, ofsdn with policy off,
+# the reference bridge + host-local plugins v1.10.0, hostNetwork pods), bursts of
+# BENCH_K8S_BURSTS pods (one Deployment scaled from 0) onto one node at a time, the modes
+# interleaved over BENCH_K8S_ROUNDS rounds (an entry N:R of BENCH_K8S_BURSTS runs R rounds
+# of N). Raw samples in BENCH_K8S_OUT (JSON) and the Markdown report beside it. About 15
+# minutes on 2 cores for 30,100 x 2 rounds; 249 (a full node with the daemon's pod, e.g.
+# BENCH_K8S_BURSTS=30,100,249:1) adds about 10 minutes a round. Not part of make test
+# (build tag benchk8s).
+BENCH_K8S_BURSTS ?= 30,100
+BENCH_K8S_ROUNDS ?= 2
+BENCH_K8S_OUT    ?= /tmp/ofsdn-bench-k8s/results.json
+bench-k8s: deps k8s-build
+	BENCH_K8S_BURSTS=$(BENCH_K8S_BURSTS) BENCH_K8S_ROUNDS=$(BENCH_K8S_ROUNDS) BENCH_K8S_OUT=$(BENCH_K8S_OUT) \
+	  $(GO) test -tags benchk8s -count=1 -timeout 120m -v -run 'TestBenchK8s|TestHistogramQuantile|TestLogParsers' ./bench/k8s/
+
+# The same, small (about 2 minutes): one burst of 5 pods per mode, failing only when a mode
+# errors (a pod not Ready, a failed sandbox or ADD, a leak), never on a timing.
+bench-k8s-quick: deps k8s-build
+	BENCH_K8S_BURSTS=5 BENCH_K8S_ROUNDS=1 BENCH_K8S_SETTLE=1s BENCH_K8S_STRICT=1 BENCH_K8S_OUT=/tmp/ofsdn-bench-k8s-quick/results.json \
+	  $(GO) test -tags benchk8s -count=1 -timeout 30m -v -run 'TestBenchK8s|TestHistogramQuantile|TestLogParsers' ./bench/k8s/
 
 clean:
 	rm -rf $(BIN)

@@ -6,7 +6,9 @@
 #     its published v0.37.2 (CGO_ENABLED=0; about 20 min cold on 2 cores, then cached);
 #   etcd v3.7.3 from a wrapper module requiring go.etcd.io/etcd/server/v3;
 #   containerd unpacked from Debian's package (apt-get download + dpkg -x), runc installed;
-#   the reference loopback CNI plugin (containerd's CRI needs it for the pod's lo).
+#   the reference loopback CNI plugin (containerd's CRI needs it for the pod's lo), and the
+#   reference bridge and host-local plugins of the same release (make bench-k8s's baseline,
+#   what flannel delegates to; no test uses them).
 # Env: K8S_CACHE (default /var/cache/ofsdn/k8s-v1.37.2). Needs root (apt-get) and the Go proxy.
 set -euo pipefail
 V=1.37.2
@@ -58,4 +60,8 @@ fi
 # the reference loopback plugin (containerd's CRI runs it for every sandbox's lo)
 [ -x "$H"/cni-bin/loopback ] || T env GOBIN="$H"/cni-bin go install -trimpath -ldflags "-s -w" \
   github.com/containernetworking/plugins/plugins/main/loopback@v1.10.0
+# the reference bridge + host-local plugins (bench/k8s's baseline mode), same pinned release
+{ [ -x "$H"/cni-bin/bridge ] && [ -x "$H"/cni-bin/host-local ]; } || T env GOBIN="$H"/cni-bin go install -trimpath -ldflags "-s -w" \
+  github.com/containernetworking/plugins/plugins/main/bridge@v1.10.0 \
+  github.com/containernetworking/plugins/plugins/ipam/host-local@v1.10.0
 echo "[k8s-build] binaries in $H/bin, containerd in $H/containerd-deb/usr/bin" >&2

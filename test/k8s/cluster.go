@@ -43,6 +43,10 @@ type ClusterConfig struct {
 	// ImagesDir holds image tarballs imported into every node's containerd before its
 	// kubelet starts (containerd's sandbox image is ofsdn.test/pause:1).
 	ImagesDir string
+	// MaxPods is every kubelet's maxPods (pods the node runs at most, DaemonSet pods
+	// included); 0 = the kubelet's default, 110. The node pod CIDRs are /24s (253 pod
+	// addresses after the gateway), so more than 253 leaves pods without an address.
+	MaxPods int
 }
 
 // Cluster is a running test cluster.
@@ -218,7 +222,7 @@ func (c *Cluster) startNode(t *testing.T, i int, server, proxyKC, containerdBin,
 	must(t, os.Rename(kc, filepath.Join(n.Dir, "kubelet.kubeconfig")))
 	must(t, copyFile(proxyKC, filepath.Join(n.Dir, "kube-proxy.kubeconfig"), 0o600))
 	must(t, os.WriteFile(filepath.Join(n.Dir, "containerd.toml"), []byte(containerdConfig(n.Dir)), 0o644))
-	must(t, os.WriteFile(filepath.Join(n.Dir, "kubelet.yaml"), []byte(kubeletConfig(n, c.CP.PKI.Path("ca.crt"))), 0o644))
+	must(t, os.WriteFile(filepath.Join(n.Dir, "kubelet.yaml"), []byte(kubeletConfig(n, c.CP.PKI.Path("ca.crt"), c.Config.MaxPods)), 0o644))
 
 	if err := makeCgroup(n.CgroupRoot); err != nil {
 		t.Fatal(err)
@@ -324,8 +328,12 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 // kubeletConfig is the node's KubeletConfiguration: cgroup v1 allowed (failCgroupV1),
 // maxOpenFiles within the hard limit the machine allows (no CAP_SYS_RESOURCE), no image
 // garbage collection (images are imported, never pulled), node status computed every
-// second, serving on the node IP only, healthz on 127.0.0.1.
-func kubeletConfig(n *Node, caFile string) string {
+// second, serving on the node IP only, healthz on 127.0.0.1, and maxPods when it is not 0.
+func kubeletConfig(n *Node, caFile string, maxPods int) string {
+	extra := ""
+	if maxPods > 0 {
+		extra = fmt.Sprintf("maxPods: %d\n", maxPods)
+	}
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: %s
@@ -352,7 +360,7 @@ serializeImagePulls: false
 podLogsDir: %s/pod-logs
 rotateCertificates: false
 nodeStatusUpdateFrequency: 1s
-`, n.IP, caFile, n.CgroupRoot, n.Dir, n.Dir)
+`, n.IP, caFile, n.CgroupRoot, n.Dir, n.Dir) + extra
 }
 
 // Kubectl runs kubectl (the cache's) with the admin kubeconfig inside the control plane's
