@@ -119,3 +119,23 @@ func TestKubernetesSourceSyncedHasEveryPeer(t *testing.T) {
 		t.Fatalf("%d peers at sync, want %d", len(c.Peers), nodes-1)
 	}
 }
+
+// TestCollectPeersSyncWaitBounded: a source whose sync never comes (an informer that never
+// sees its initial list) holds the start for the wait's limit, no longer, and keeps the
+// peers it did report.
+func TestCollectPeersSyncWaitBounded(t *testing.T) {
+	_, s2, _ := net.ParseCIDR("10.244.2.0/24")
+	ev := make(chan Event, 1)
+	ev <- Event{Kind: EventPeerAdded, Peer: Peer{Name: "b", NodeIP: net.ParseIP("172.30.0.2"), PodSubnet: s2}}
+	c := &Cluster{Peers: map[string]Peer{}}
+	start := time.Now()
+	if err := c.collectPeers(context.Background(), ev, nil, make(chan struct{}), 10*time.Millisecond, 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d < 300*time.Millisecond || d > 10*time.Second {
+		t.Errorf("collectPeers returned after %s, want the 300 ms limit", d)
+	}
+	if len(c.Peers) != 1 {
+		t.Errorf("peers %v, want b", c.Peers)
+	}
+}
