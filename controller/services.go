@@ -200,7 +200,8 @@ type ServicePortInfo struct {
 	// Port is what the switch was given: owner id, ClusterIP, protocol, port and the
 	// endpoints its group's buckets send to.
 	Port flows.ServicePort
-	// GroupID is the port's OpenFlow group id (flows.ServiceGroupID: GroupIDMin + ID).
+	// GroupID is the port's OpenFlow select group id (flows.ServiceGroupID: GroupIDMin +
+	// ID), 0 when it has no endpoints (a flow that rejects or drops, no group).
 	GroupID uint32
 	// Verdict is what a new connection gets: Forward (to an endpoint), Reject (no
 	// endpoint: TCP RST, ICMP port unreachable) or Drop (none usable under the traffic
@@ -219,7 +220,11 @@ func (n *Node) ServicePorts() []ServicePortInfo {
 	out := make([]ServicePortInfo, 0, len(s.ports))
 	for name, sp := range s.ports {
 		sp.Endpoints = append([]flows.ServiceEndpoint(nil), sp.Endpoints...)
-		out = append(out, ServicePortInfo{Name: name, Port: sp, GroupID: flows.ServiceGroupID(sp), Verdict: s.verdicts[name]})
+		info := ServicePortInfo{Name: name, Port: sp, Verdict: s.verdicts[name]}
+		if len(sp.Endpoints) > 0 {
+			info.GroupID = flows.ServiceGroupID(sp)
+		}
+		out = append(out, info)
 	}
 	s.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].Name.String() < out[j].Name.String() })

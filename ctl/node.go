@@ -131,11 +131,8 @@ func (s nodeSource) Services(ctx context.Context) (ServiceReport, error) {
 	for _, sp := range n.ServicePorts() {
 		p := ServicePort{Namespace: sp.Name.Namespace, Name: sp.Name.Name, Port: sp.Name.Port,
 			Protocol: sp.Name.Protocol.String(), Frontend: net.JoinHostPort(sp.Port.ClusterIP.String(), strconv.Itoa(int(sp.Port.Port))),
-			OwnerID: sp.Port.ID, Verdict: sp.Verdict.String(),
+			OwnerID: sp.Port.ID, GroupID: sp.GroupID, Verdict: sp.Verdict.String(),
 			Endpoints: []string{}, Connections: -1}
-		if len(sp.Port.Endpoints) > 0 {
-			p.GroupID = sp.GroupID // a port without endpoints has a flow but no group
-		}
 		for _, ep := range sp.Port.Endpoints {
 			p.Endpoints = append(p.Endpoints, net.JoinHostPort(ep.IP.String(), strconv.Itoa(int(ep.Port))))
 		}
