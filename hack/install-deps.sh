@@ -10,6 +10,7 @@ command -v nft >/dev/null || need+=(nftables)
 command -v ethtool >/dev/null || need+=(ethtool)
 command -v ip >/dev/null || need+=(iproute2)
 command -v jq >/dev/null || need+=(jq)
+command -v gcc >/dev/null || need+=(gcc) # cgo for go test -race (make test's unit tier)
 if [ ${#need[@]} -gt 0 ]; then
   echo "install-deps: installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
