@@ -1184,8 +1184,17 @@ func (e *env) testPolicyThroughServices(t *testing.T) {
 		case found.Connections < 8:
 			t.Errorf("default/guarded:tcp took %d connections on %s, want at least allowed-1's 8", found.Connections, node.Name)
 		}
-		if m := e.nodeMetrics(t, node); !strings.Contains(m, "\nofsdn_service_ports ") || !strings.Contains(m, "\nofsdn_service_endpoints ") {
+		m := e.nodeMetrics(t, node)
+		if !strings.Contains(m, "\nofsdn_service_ports ") || !strings.Contains(m, "\nofsdn_service_endpoints ") {
 			t.Errorf("%s's metrics lack ofsdn_service_ports or ofsdn_service_endpoints", node.Name)
+		}
+		// The guarded pods' EndpointSlice changes carry trigger times: each realized
+		// change is one network programming latency sample.
+		if n := metricValue(m, "ofsdn_network_programming_duration_seconds_count"); n < 1 {
+			t.Errorf("%s: ofsdn_network_programming_duration_seconds_count = %v, want the realized EndpointSlice changes (>= 1)", node.Name, n)
+		}
+		if n := metricValue(m, "ofsdn_service_sync_duration_seconds_count"); n < 1 {
+			t.Errorf("%s: ofsdn_service_sync_duration_seconds_count = %v, want >= 1", node.Name, n)
 		}
 	})
 	t.Run("pods the policy does not select are refused on both nodes, TCP and UDP", func(t *testing.T) {
@@ -1255,6 +1264,20 @@ func (e *env) testKubeProxyMode(t *testing.T) {
 			return nil
 		})
 	}
+}
+
+// metricValue returns the value of the unlabelled sample name in a /metrics text, -1 if
+// absent.
+func metricValue(text, name string) float64 {
+	for _, l := range strings.Split(text, "\n") {
+		if v, ok := strings.CutPrefix(l, name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err == nil {
+				return f
+			}
+		}
+	}
+	return -1
 }
 
 // nodeMetrics returns the node's ofsdn-node /metrics text (its metricsAddress, default
