@@ -73,6 +73,7 @@ func TestCluster(t *testing.T) {
 		{"services (serviceProxy: ofsdn, the default)", e.testServices},
 		{"serviceProxy: ofsdn: NetworkPolicy judges Service traffic by the client's own address", e.testPolicyThroughServices},
 		{"serviceProxy: kube-proxy: Services through the host, no Service group left, and back", e.testKubeProxyMode},
+		{"rolling update behind a Service: no connection fails, none reaches a removed endpoint", e.testRollingUpdate},
 		{"ofsdn-node pod deleted: no ping lost", e.testDaemonRestart},
 		{"kubelet restarted: pods keep their IPs", e.testKubeletRestart},
 		{"deleted pods leave no IP, port or flow", e.testDeletion},
@@ -1264,6 +1265,165 @@ func (e *env) testKubeProxyMode(t *testing.T) {
 			return nil
 		})
 	}
+}
+
+const rollingManifest = `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: rolling, namespace: default}
+spec:
+  replicas: 3
+  strategy: {type: RollingUpdate, rollingUpdate: {maxSurge: 1, maxUnavailable: 0}}
+  selector: {matchLabels: {app: rolling}}
+  template:
+    metadata: {labels: {app: rolling}}
+    spec:
+      terminationGracePeriodSeconds: 10
+      containers:
+      - name: echo
+        image: ofsdn.test/testbin:1
+        imagePullPolicy: Never
+        env: [{name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}]
+        readinessProbe: {httpGet: {path: /healthz, port: 8082}, periodSeconds: 1}
+        lifecycle: {preStop: {sleep: {seconds: 3}}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: rolling, namespace: default}
+spec:
+  selector: {app: rolling}
+  ports: [{name: tcp, port: 80, targetPort: 8080}]
+`
+
+// testRollingUpdate: a client pod connects to Service rolling in a loop while its
+// Deployment is rolled (maxSurge 1, maxUnavailable 0; each old pod keeps serving 3 s after
+// its deletion, its preStop sleep, as a server with graceful shutdown does). Every
+// connection is answered, and once the client's node no longer lists an old pod's
+// address for the Service (ofsdnctl services: its removal realized in the switch), no
+// connection that starts later reaches it.
+func (e *env) testRollingUpdate(t *testing.T) {
+	e.apply(t, rollingManifest)
+	defer e.c.MustKubectl(t, "delete", "-n", ns, "--wait=true", "deployment/rolling", "service/rolling")
+	old := map[string]string{} // old pod name → its address
+	for _, p := range e.waitPods(t, ns, "app=rolling", 3, 120*time.Second) {
+		old[p.Name] = p.Status.PodIP
+	}
+	ip := e.clusterIP(t, "rolling")
+	client := e.pods(t, ns, "app=echo")[0]
+	var node *k8s.Node
+	for _, n := range e.c.Nodes {
+		if n.Name == client.Spec.NodeName {
+			node = n
+		}
+	}
+	listed := func() map[string]bool {
+		p, _ := e.servicePort(t, node, "rolling", "TCP")
+		m := map[string]bool{}
+		if p != nil {
+			for _, ep := range p.Endpoints {
+				h, _, _ := net.SplitHostPort(ep)
+				m[h] = true
+			}
+		}
+		return m
+	}
+	k8s.WaitFor(t, node.Name+" lists the 3 endpoints of Service rolling", 60*time.Second, func() error {
+		if m := listed(); len(m) != 3 {
+			return fmt.Errorf("%v", m)
+		}
+		return nil
+	})
+
+	type batch struct {
+		start time.Time
+		res   []probeResult
+		err   error
+	}
+	var mu sync.Mutex
+	var batches []batch
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		targets := make([]string, 10)
+		for i := range targets {
+			targets[i] = "tcp:" + ip + ":80"
+		}
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			b := batch{start: time.Now()}
+			out, err := e.exec(client.Name, append([]string{"/testbin", "probe"}, targets...)...)
+			b.err = err
+			sc := bufio.NewScanner(strings.NewReader(out))
+			for sc.Scan() {
+				f := strings.SplitN(sc.Text(), " ", 3)
+				if len(f) == 3 && (f[0] == "ok" || f[0] == "fail") {
+					b.res = append(b.res, probeResult{target: f[1], reply: f[2], ok: f[0] == "ok"})
+				}
+			}
+			mu.Lock()
+			batches = append(batches, b)
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		<-done
+	}()
+
+	e.c.MustKubectl(t, "rollout", "restart", "-n", ns, "deployment/rolling")
+	removed := map[string]time.Time{} // old address → when the node stopped listing it
+	k8s.WaitFor(t, node.Name+" lists none of the old pods of Service rolling", 180*time.Second, func() error {
+		m := listed()
+		now := time.Now()
+		for _, a := range old {
+			if _, seen := removed[a]; !seen && !m[a] {
+				removed[a] = now
+			}
+		}
+		if len(removed) < len(old) {
+			return fmt.Errorf("%d of %d old endpoints still listed: %v", len(old)-len(removed), len(old), m)
+		}
+		return nil
+	})
+	e.c.MustKubectl(t, "rollout", "status", "-n", ns, "deployment/rolling", "--timeout=180s")
+	time.Sleep(2 * time.Second) // a few more batches after the last removal
+	close(stop)
+	<-done
+
+	total, toOld := 0, 0
+	for _, b := range batches {
+		if b.err != nil && len(b.res) == 0 {
+			t.Errorf("probe batch at %s from %s: %v", b.start.Format("15:04:05.000"), client.Name, b.err)
+			continue
+		}
+		for _, r := range b.res {
+			total++
+			if !r.ok {
+				t.Errorf("connection at %s from %s to Service rolling failed during the rolling update: %s", b.start.Format("15:04:05.000"), client.Name, r.reply)
+				continue
+			}
+			name := replyName(r.reply)
+			if a, isOld := old[name]; isOld {
+				toOld++
+				if at, ok := removed[a]; ok && b.start.After(at) {
+					t.Errorf("connection started %s after %s's removal was realized on %s reached it: %q",
+						b.start.Sub(at).Round(time.Millisecond), name, node.Name, r.reply)
+				}
+			}
+		}
+	}
+	if total < 30 {
+		t.Errorf("only %d connections during the rolling update, want a loop of them", total)
+	}
+	t.Logf("%d connections during the rolling update, %d answered by old pods before their removal was realized", total, toOld)
 }
 
 // metricValue returns the value of the unlabelled sample name in a /metrics text, -1 if
