@@ -503,7 +503,9 @@ func (s *serviceProxy) forgetAffinity(ctx context.Context, cfg flows.NodeConfig,
 	if len(ports) > 0 {
 		var ops []openflow.FlowModOp
 		for _, sp := range ports {
-			ops = append(ops, openflow.FlowModOp{Mod: flows.AffinityPortDelete(cfg, sp), Name: fmt.Sprintf("service port %v: delete its learned affinity flows", sp)})
+			for _, fm := range flows.AffinityPortDelete(cfg, sp) {
+				ops = append(ops, openflow.FlowModOp{Mod: fm, Name: fmt.Sprintf("service port %v: delete its learned affinity flows", sp)})
+			}
 		}
 		c, err := s.n.sw.Conn()
 		if err == nil {
