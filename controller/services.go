@@ -160,7 +160,7 @@ func newServiceProxy(n *Node, opts ServiceOptions) *serviceProxy {
 		ids: map[portKey]uint32{}, ports: map[portKey]flows.ServicePort{},
 		verdicts: map[portKey]proxy.Verdict{}, affIDs: map[affinityKey]uint32{},
 		states: map[proxy.ServicePortName]*proxy.ServicePortState{},
-		q: openflow.NewPacketInQueue(ServiceRejectQueueSize), stop: make(chan struct{}), done: make(chan struct{}),
+		q:      openflow.NewPacketInQueue(ServiceRejectQueueSize), stop: make(chan struct{}), done: make(chan struct{}),
 		lbTable: lb}
 }
 
