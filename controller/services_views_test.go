@@ -1,7 +1,9 @@
 package controller
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"strings"
@@ -122,5 +124,28 @@ func compareText(t *testing.T, what string, got, want []string) {
 	t.Helper()
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("%s:\ngot:\n  %s\nwant:\n  %s", what, strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+}
+
+// TestFlushStaleNodePort: a stale UDP endpoint of a port with a NodePort is flushed from
+// every frontend and from every node address at the NodePort (the addresses the switch
+// has), each with the endpoint as reply source.
+func TestFlushStaleNodePort(t *testing.T) {
+	var got []string
+	s := &serviceProxy{log: slog.Default(), nodeAddrs: []net.IP{net.ParseIP("172.30.0.71").To4(), net.ParseIP("172.30.0.72").To4()},
+		opts: ServiceOptions{FlushConntrack: func(_ context.Context, zone uint16, orig, reply string) error {
+			got = append(got, fmt.Sprintf("zone=%d %s | %s", zone, orig, reply))
+			return nil
+		}}}
+	s.flushStale(context.Background(), []proxy.StaleConntrack{{Protocol: proxy.ProtocolUDP, NodePort: 30053,
+		Frontends: []netip.AddrPort{netip.MustParseAddrPort("10.96.0.10:53")}, Endpoint: netip.MustParseAddrPort("10.244.1.5:8053")}})
+	const reply = " | ct_nw_src=10.244.1.5,ct_nw_proto=17,ct_tp_src=8053"
+	compareText(t, "flushes", got, []string{
+		"zone=65280 ct_nw_dst=10.96.0.10,ct_nw_proto=17,ct_tp_dst=53" + reply,
+		"zone=65280 ct_nw_dst=172.30.0.71,ct_nw_proto=17,ct_tp_dst=30053" + reply,
+		"zone=65280 ct_nw_dst=172.30.0.72,ct_nw_proto=17,ct_tp_dst=30053" + reply,
+	})
+	if s.flushed.Load() != 3 {
+		t.Errorf("flushed counter %d, want 3", s.flushed.Load())
 	}
 }
