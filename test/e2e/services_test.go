@@ -736,7 +736,7 @@ func TestServiceProxyNodePort(t *testing.T) {
 			// traffic is short-circuited to all of them (kube-proxy), so node 1's pods
 			// still reach the endpoint on node 2 through node 1's address.
 			ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyLocal,
-			Ports: []corev1.ServicePort{{Protocol: corev1.ProtocolTCP, Port: svcPort, TargetPort: intstr.FromInt32(svcEPPort), NodePort: nodePort}}}}
+			Ports:                 []corev1.ServicePort{{Protocol: corev1.ProtocolTCP, Port: svcPort, TargetPort: intstr.FromInt32(svcEPPort), NodePort: nodePort}}}}
 	if _, err := api.Admin.CoreV1().Services(svcNamespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
