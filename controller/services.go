@@ -23,6 +23,19 @@ package controller
 //     select group over the chosen endpoints; Reject = the metered flow to the
 //     controller, answered here; Drop (internalTrafficPolicy Local without a local
 //     endpoint) = the same match with no action.
+//   - Other frontends for pods (servicePortViews): external IPs and load-balancer IPs at
+//     the port, every node address (this node's IP, each peer's: Node InternalIPs, the
+//     nftables proxier's default --nodeport-addresses primary) at the NodePort, with
+//     ExternalFromPods' verdict: kube-proxy short-circuits pod traffic to external
+//     destinations to the Cluster endpoints whatever externalTrafficPolicy ("short-circuit
+//     pod traffic" in its EXT chain, before the Local policy's drop, which is in the filter
+//     table after the DNAT), and rejects on every frontend when no endpoint exists. When
+//     Internal and ExternalFromPods choose alike, the frontends are more flows of the
+//     port's owner to its one group; when not (internalTrafficPolicy Local on an
+//     externally accessible port), the other frontends are an owner of their own (portKey
+//     external) with their own group. Peer events (Overlay.Apply) rebuild the NodePort
+//     ports when the node addresses change, and every Sync does when they differ from
+//     those on the switch.
 //   - Rejects: the no-endpoint flow sends at most flows.ServiceRejectMaxLen bytes to the
 //     controller through meter flows.ServiceRejectMeter (ServiceRejectRate packets/s,
 //     a desired meter of the pipeline owner like the deny log's). A TCP SYN is answered
@@ -41,7 +54,8 @@ package controller
 //     in the host's netfilter) does not see connections DNAT'ed here: they never leave
 //     the switch (the translated packet goes to l3_forwarding or the tunnel), so an
 //     endpoint sees the client pod's own address. The rule stays for what still goes to
-//     kube-proxy (NodePort, external IPs, Service ports ofsdn does not proxy).
+//     kube-proxy (traffic from the host and from outside, Service ports ofsdn does not
+//     proxy, every port until the proxy's first sync).
 
 import (
 	"context"

@@ -55,7 +55,24 @@ package flows
 // in_port, so the connection fails. The fix is an SNAT of such connections to a virtual
 // address in a second zone (after the DNAT, per local pod nw_src=nw_dst=its IP), with the
 // reply un-SNATed in that zone before service_conntrack's ct(nat), as Antrea's SNAT zone
-// does. NodePort and external IPs are also still to come.
+// does.
+//
+// Frontends other than the ClusterIP (ServicePort.Frontends): a pod's new connection to
+// an external IP or load-balancer IP at the Service port, or to a node's address at the
+// NodePort, has a service_lb flow of its own (the same match but nw_dst/tp_dst) to the
+// port's group, reject or drop: one group per port, however many frontends. kube-proxy's
+// nftables proxier looks a packet up in its service-ips map (ClusterIP, external IPs,
+// load-balancer IPs) before its service-nodeports map, so node addresses have a lower
+// priority (PriorityServiceNodePort); a load-balancer IP with loadBalancerSourceRanges
+// has a flow per range (PriorityServiceSourceRange) above a drop of every other source,
+// as kube-proxy's firewall chain drops them before its NAT. Node addresses are every
+// Node's InternalIP the daemon knows (its own and its peers'), kube-proxy's nftables
+// default (--nodeport-addresses primary); the NodePort on another node's address is
+// translated here too, so it never leaves the node untranslated. The reply is un-NATed by
+// service_conntrack as for a ClusterIP, with the frontend as its source; a reject
+// answers from the frontend. With session affinity, learned flows key on the frontend
+// (the learn action takes the packet's destination), so a client's affinity is per
+// frontend, where kube-proxy's is per Service port across its frontends.
 //
 // Session affinity (sessionAffinity: ClientIP): an affinity port's service_lb flow
 // resubmits to service_affinity, where the switch's learned flows (one per client address
@@ -80,7 +97,9 @@ import (
 const (
 	// StageServiceConntrack sends IP through ct(nat) in ConntrackZone.
 	StageServiceConntrack = "service_conntrack"
-	// StageServiceLB sends new connections to a ClusterIP:port to the port's group.
+	// StageServiceLB sends pods' new connections to a Service port's frontends (ClusterIP,
+	// external and load-balancer IPs at the port, node addresses at the NodePort) to the
+	// port's group.
 	StageServiceLB = "service_lb"
 	// StageServiceAffinity holds the learned session-affinity flows.
 	StageServiceAffinity = "service_affinity"
@@ -323,12 +342,14 @@ func ServicePortOwner(sp ServicePort) Owner { return Owner{Kind: OwnerService, I
 // ServiceGroupID is the group id of sp: GroupIDMin + sp.ID.
 func ServiceGroupID(sp ServicePort) uint32 { return GroupIDMin + sp.ID }
 
-// ServicePortFlows returns the Service port's flow in service_lb and, with endpoints, its
-// select group (owner ServicePortOwner; the group must be on the switch before the flow,
-// switchstate's replay order). cfg must have Services on, sp must be valid
-// (ServicePort.Validate).
+// ServicePortFlows returns the Service port's flows in service_lb (one per frontend:
+// ServicePort.AllFrontends, a load-balancer IP one per source range and a drop) and,
+// with endpoints, its select group (owner ServicePortOwner; the group must be on the
+// switch before the flow, switchstate's replay order). cfg must have Services on, sp must
+// be valid (ServicePort.Validate).
 //
 //	table="service_lb", priority=100,ct_state=+new+trk,tcp,reg0=0x2/0xf,nw_dst=VIP,tp_dst=PORT actions=group:G
+//	table="service_lb", priority=90,ct_state=+new+trk,tcp,reg0=0x2/0xf,nw_dst=NODEIP,tp_dst=NODEPORT actions=group:G
 //	group_id=G,type=select,bucket=actions=ct(commit,table="l3_forwarding",zone=65280,nat(dst=EP:TPORT)),...
 //	no endpoints: ... actions=meter:2,controller(max_len=128)
 func ServicePortFlows(cfg NodeConfig, sp ServicePort) ([]Flow, []Group) {
