@@ -108,7 +108,8 @@ type ServiceOptions struct {
 type ServiceStats struct {
 	// Ports is the number of Service ports on the switch.
 	Ports int
-	// Endpoints is the number of buckets over all of their groups.
+	// Endpoints is the number of buckets over all of their groups (an external view's
+	// group counts too).
 	Endpoints int
 	// Rejected counts packets of connections to a Service port without endpoints that
 	// the daemon answered (TCP RST or ICMP port unreachable).
@@ -214,8 +215,11 @@ func (n *Node) ServiceStats() *ServiceStats {
 		return nil
 	}
 	s.mu.Lock()
-	st := &ServiceStats{Ports: len(s.ports)}
-	for _, sp := range s.ports {
+	st := &ServiceStats{}
+	for key, sp := range s.ports {
+		if !key.external { // an external view is the same Service port
+			st.Ports++
+		}
 		st.Endpoints += len(sp.Endpoints)
 	}
 	s.mu.Unlock()

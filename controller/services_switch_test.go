@@ -197,6 +197,9 @@ func TestServiceSinkFrontendsOnSwitch(t *testing.T) {
 	sort.Strings(wantGroups)
 	compareText(t, "internalTrafficPolicy Local", append(fl, gs...), append([]string{"10.96.0.5:80 group:" + g,
 		"172.30.0.71:30080 group:" + ge, "172.30.0.73:30080 group:" + ge, "192.0.2.10:80 group:" + ge}, wantGroups...))
+	if st := n.ServiceStats(); st.Ports != 1 || st.Endpoints != 3 {
+		t.Errorf("ServiceStats with the external view: %+v, want 1 port, 3 buckets (1 + 2)", st)
+	}
 	if infos := n.ServicePorts(); len(infos) != 2 || infos[0].External || !infos[1].External || len(infos[0].Port.Endpoints) != 1 ||
 		len(infos[1].Port.Endpoints) != 2 || len(infos[1].Port.Frontends) != 3 {
 		t.Errorf("ServicePorts with the external view: %+v, want the port (1 endpoint) then its external view (3 frontends, 2 endpoints)", infos)
