@@ -125,6 +125,11 @@ var (
 	// 0 means "not decided yet": ofport 0 is not a valid port (OpenFlow 1.3.5 §7.2.1).
 	OutPortField = FieldRange{Field: reg(1), Start: 0, End: 31}
 
+	// HairpinField is reg0[4]: set on a hairpin packet (a pod reaching itself through its
+	// own Service, either direction; service.go), which the output stage sends back out
+	// of its in_port.
+	HairpinField = FieldRange{Field: reg(0), Start: 4, End: 4}
+
 	// ScratchField is reg2 (all 32 bits): a temporary within one flow's action list, e.g.
 	// the ARP responder's swap of arp_spa and arp_tpa (PeerFlows). No flow matches it and
 	// no stage reads a value another stage wrote there.
@@ -159,6 +164,8 @@ var (
 	FromPod = RegMark{Range: SourceClassField, Value: SourcePod}
 	// FromTunnel marks a packet that entered by the tunnel port (reg0[0..3]=3).
 	FromTunnel = RegMark{Range: SourceClassField, Value: SourceTunnel}
+	// HairpinMark marks a hairpin packet (reg0[4]=1).
+	HairpinMark = RegMark{Range: HairpinField, Value: 1}
 	// OutPortUnset matches a packet whose output port is not decided yet (reg1=0).
 	OutPortUnset = RegMark{Range: OutPortField, Value: 0}
 )

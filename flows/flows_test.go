@@ -167,7 +167,7 @@ func TestTables(t *testing.T) {
 	want := []struct {
 		id   uint8
 		name string
-	}{{0, "classifier"}, {10, "tunnel_ingress"}, {20, "spoof_guard"}, {25, "nd"}, {30, "arp"}, {32, "service_affinity"}, {34, "service_conntrack"}, {36, "service_lb"}, {38, "service_endpoint"}, {40, "service"},
+	}{{0, "classifier"}, {10, "tunnel_ingress"}, {20, "spoof_guard"}, {25, "nd"}, {28, "service_affinity"}, {30, "arp"}, {32, "service_hairpin"}, {34, "service_conntrack"}, {36, "service_lb"}, {38, "service_endpoint"}, {40, "service"},
 		{50, "l3_forwarding"}, {60, "conntrack"}, {62, "conntrack_state"}, {64, "egress_rules"}, {66, "ingress_rules"},
 		{68, "conntrack_commit"}, {70, "remote"}, {80, "egress"}, {90, "output"}}
 	got := Tables()

@@ -171,7 +171,12 @@ func egressNode(b builder) []Flow {
 }
 
 // outputNode: output to reg1.
-func outputNode(b builder) []Flow { return []Flow{outputToReg(b)} }
+func outputNode(b builder) []Flow {
+	if b.cfg.Services {
+		return []Flow{outputHairpin(b), outputToReg(b)}
+	}
+	return []Flow{outputToReg(b)}
+}
 
 // classifierGateway marks packets from the gateway port (the host) as SourceGateway.
 //

@@ -226,11 +226,18 @@ var features = []Feature{
 			Purpose: "deliver neighbor discovery (RFC 4861) to the port owning the target or the destination MAC (reg1)"},
 	}},
 	{Name: FeatureServices, Purpose: "Services in OVS: DNAT to an endpoint by select group, un-NAT replies", On: func(c NodeConfig) bool { return c.Services }, Stages: []Stage{
-		// 32 (before the other Services stages: only resubmit reaches it): the learned session-affinity flows (one per client address and Service port,
-		// Learn from the buckets and the endpoint flows): reached only by resubmit from a
-		// Service port's service_lb flow; a hit loads the endpoint into reg3/reg4.
-		{ID: 32, Name: StageServiceAffinity, Miss: MissDrop,
+		// 28 (before the other Services stages: only resubmit reaches it): the learned
+		// session-affinity flows (one per client address and Service port, Learn from the
+		// buckets and the endpoint flows): reached only by resubmit from a Service port's
+		// service_lb flow; a hit loads the endpoint into reg3/reg4. (Table 32 until the
+		// hairpin stage took that place: a resubmit target can be anywhere.)
+		{ID: 28, Name: StageServiceAffinity, Miss: MissDrop,
 			Purpose: "learned session affinity: client IP and Service port -> endpoint (reg3, reg4)"},
+		// 32: a pod's reply to a hairpin connection (nw_dst = HairpinSNATIP) through
+		// ct(nat) in HairpinZone (un-SNAT) before service_conntrack un-DNATs it; the rest
+		// goes on.
+		{ID: 32, Name: StageServiceHairpin, Miss: MissNext, node: serviceHairpinNode,
+			Purpose: "un-SNAT hairpin replies (zone HairpinZone) before the un-DNAT"},
 		// 34: all IP → ct(nat, zone=ConntrackZone) → service_lb: replies are un-NATed and
 		// later packets of a translated connection get their endpoint again.
 		{ID: 34, Name: StageServiceConntrack, Miss: MissDrop, node: serviceConntrackNode,

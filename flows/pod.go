@@ -98,18 +98,25 @@ func PodFlows(cfg NodeConfig, pod Pod) []Flow {
 // podFlows is PodFlows on b's pipeline.
 func (b builder) podFlows(pod Pod) []Flow {
 	if pod.IPv6() == nil || !ipv6On(b.cfg) {
-		return []Flow{
+		fs := []Flow{
 			classifierPod(b, pod),
 			spoofGuardPodIP(b, pod),
 			spoofGuardPodARP(b, pod),
 			arpToPod(b, pod),
 			l3ToPod(b, pod),
 		}
+		if b.cfg.Services {
+			fs = append(fs, hairpinToPod(b, pod))
+		}
+		return fs
 	}
 	guard, nd, l3 := b.podFlowsIPv6(pod)
 	fs := []Flow{classifierPod(b, pod), spoofGuardPodIP(b, pod), spoofGuardPodARP(b, pod)}
 	fs = append(append(fs, guard...), arpToPod(b, pod))
 	fs = append(append(fs, nd...), l3ToPod(b, pod))
+	if b.cfg.Services {
+		fs = append(fs, hairpinToPod(b, pod))
+	}
 	return append(fs, l3...)
 }
 
@@ -128,7 +135,7 @@ func classifierPod(b builder, pod Pod) Flow {
 func spoofGuardPodIP(b builder, pod Pod) Flow {
 	return b.in("spoof_guard").flow(PodOwner(pod), PriorityNormal,
 		Match{EthType: EthTypeIPv4, InPort: pod.OFPort, EthSrc: pod.MAC, IPSrc: hostPrefix(pod.IPv4())},
-		b.goTo(StageServiceConntrack))
+		b.goTo(StageServiceHairpin))
 }
 
 // spoofGuardPodARP lets ARP from the pod's port on only when the frame and the ARP

@@ -49,13 +49,32 @@ package flows
 // Service port's owner id (allocated by the caller per owner kind, kept across restarts)
 // names its group too.
 //
-// Not built yet (issue 22): hairpin. A pod that reaches itself through its Service gets
-// itself as the endpoint: l3_forwarding sets its own ofport as output, which is the
-// packet's in_port, and OpenFlow's output:reg1 does not send a packet back out of its
-// in_port, so the connection fails. The fix is an SNAT of such connections to a virtual
-// address in a second zone (after the DNAT, per local pod nw_src=nw_dst=its IP), with the
-// reply un-SNATed in that zone before service_conntrack's ct(nat), as Antrea's SNAT zone
-// does.
+// Hairpin: a pod that reaches itself through its own Service gets itself as the endpoint.
+// After the DNAT its packet is nw_src = nw_dst = the pod's IP, and it must leave by the
+// port it came in by; the pod would also drop a packet from its own address (a martian
+// source). So, as kube-proxy (masquerade) and Antrea (a virtual SNAT address) do, the
+// switch SNATs such connections to HairpinSNATIP in a conntrack zone of their own
+// (HairpinZone) and sends them back out of their in_port:
+//
+//   - l3_forwarding, per local pod (Services on): nw_src = nw_dst = the pod → eth_dst and
+//     reg1 as for any packet to it, the hairpin mark (reg0[4]), ct(commit, zone=HairpinZone,
+//     nat(src=HairpinSNATIP), table=output). The packet skips the NetworkPolicy stages: a
+//     pod talking to itself is not judged (kube-proxy's masquerade makes it node traffic,
+//     which policy allows; Antrea allows it too). The connection was committed in
+//     ConntrackZone at its DNAT already.
+//   - service_hairpin, before service_conntrack (a pod's IP goes there from spoof_guard):
+//     the pod's reply goes to HairpinSNATIP, and a packet for that address goes through
+//     ct(nat) in HairpinZone (un-SNAT: nw_dst back to the pod's own address and port).
+//     In service_conntrack a packet that conntrack called a reply there gets the hairpin
+//     mark and the usual ct(nat) in ConntrackZone (un-DNAT: nw_src back to
+//     ClusterIP:port); a packet to HairpinSNATIP that is no reply goes on unmarked (to the
+//     gateway, as any off-subnet address).
+//   - output: the hairpin mark → eth_src = the gateway MAC, IN_PORT (an output to reg1 =
+//     in_port is dropped by OpenFlow).
+//
+// The un-SNAT must come before the un-DNAT, since the ConntrackZone entry's reply tuple
+// is the pod's own address. One flow per pod (a match cannot compare nw_src with nw_dst);
+// nothing changes for a node without Services in OVS.
 //
 // Frontends other than the ClusterIP (ServicePort.Frontends): a pod's new connection to
 // an external IP or load-balancer IP at the Service port, or to a node's address at the
@@ -95,6 +114,8 @@ import (
 
 // The Services stages' names (pipeline.go declares them).
 const (
+	// StageServiceHairpin un-SNATs a pod's replies to a hairpin connection (HairpinZone).
+	StageServiceHairpin = "service_hairpin"
 	// StageServiceConntrack sends IP through ct(nat) in ConntrackZone.
 	StageServiceConntrack = "service_conntrack"
 	// StageServiceLB sends pods' new connections to a Service port's frontends (ClusterIP,
@@ -129,6 +150,25 @@ const ServiceRejectMeter uint32 = 2
 // Ethernet, IPv4 and TCP/UDP/SCTP headers, what a reject (TCP RST or ICMP port
 // unreachable quoting the packet) needs.
 const ServiceRejectMaxLen uint16 = 128
+
+// Hairpin (a pod reaching itself through its own Service): the SNAT address and zone.
+var (
+	// HairpinSNATIP is the source address a hairpin connection gets (link-local,
+	// RFC 3927; never routed, never a pod's): the pod sees its own Service connection
+	// come from it and replies to it through its default route (the gateway).
+	HairpinSNATIP = net.IPv4(169, 254, 0, 252).To4()
+)
+
+// HairpinZone is the conntrack zone of the hairpin SNAT (ConntrackZone + 1): apart from
+// the DNAT's zone, since a packet has one translation per zone and the hairpin needs two.
+const HairpinZone uint16 = ConntrackZone + 1
+
+// PriorityHairpin (110) in l3_forwarding (a pod's packet to itself, above the pod's own
+// flow), service_hairpin (a packet to HairpinSNATIP) and output (the hairpin mark).
+const PriorityHairpin uint16 = 110
+
+// PriorityHairpinReply (105) in service_conntrack: a hairpin reply after its un-SNAT.
+const PriorityHairpinReply uint16 = 105
 
 // Priorities in service_lb (kube-proxy's nftables proxier looks a packet up in its
 // service-ips map, ClusterIPs, external IPs and load-balancer IPs, before its
@@ -434,8 +474,47 @@ func (b builder) servicePortFlows(sp ServicePort) ([]Flow, []Group) {
 // serviceConntrackNode: every IP packet through ct(nat) in ConntrackZone, then service_lb.
 //
 //	table="service_conntrack", priority=1,ip actions=ct(table="service_lb",zone=65280,nat)
+//
+// A hairpin reply comes here tracked, from service_hairpin's ct in HairpinZone (every
+// other packet untracked): it gets the hairpin mark and the same ct(nat).
+//
+//	table="service_conntrack", priority=105,ct_state=+rpl+trk,ip actions=load:0x1->NXM_NX_REG0[4],ct(table="service_lb",zone=65280,nat)
 func serviceConntrackNode(b builder) []Flow {
 	s := b.in(StageServiceConntrack)
-	return []Flow{s.flow(PipelineOwner, PriorityPass, Match{EthType: EthTypeIPv4},
-		CT{Zone: ConntrackZone, Table: s.next().Table, NAT: &CTNAT{}})}
+	return []Flow{
+		s.flow(PipelineOwner, PriorityHairpinReply, Match{EthType: EthTypeIPv4, CTState: &CTState{Set: CTTrk | CTRpl}},
+			LoadMark(HairpinMark), CT{Zone: ConntrackZone, Table: s.next().Table, NAT: &CTNAT{}}),
+		s.flow(PipelineOwner, PriorityPass, Match{EthType: EthTypeIPv4},
+			CT{Zone: ConntrackZone, Table: s.next().Table, NAT: &CTNAT{}})}
+}
+
+// serviceHairpinNode: a packet for HairpinSNATIP (a pod's reply to a hairpin connection)
+// through ct(nat) in HairpinZone, which turns its destination back into the pod's own
+// address and port, then service_conntrack; the rest goes on (the miss).
+//
+//	table="service_hairpin", priority=110,ip,nw_dst=169.254.0.252 actions=ct(table="service_conntrack",zone=65281,nat)
+func serviceHairpinNode(b builder) []Flow {
+	s := b.in(StageServiceHairpin)
+	return []Flow{s.flow(PipelineOwner, PriorityHairpin, Match{EthType: EthTypeIPv4, IPDst: hostPrefix(HairpinSNATIP)},
+		CT{Zone: HairpinZone, Table: s.next().Table, NAT: &CTNAT{}})}
+}
+
+// hairpinToPod: a pod's packet to itself (after the DNAT of its own Service) is SNATed to
+// HairpinSNATIP in HairpinZone and sent back out of its port (output's hairpin flow).
+//
+//	table="l3_forwarding", priority=110,ip,nw_src=IP,nw_dst=IP actions=set_field:MAC->eth_dst,load:P->NXM_NX_REG1[],load:0x1->NXM_NX_REG0[4],ct(commit,table=output,zone=65281,nat(src=169.254.0.252))
+func hairpinToPod(b builder, pod Pod) Flow {
+	return b.in("l3_forwarding").flow(PodOwner(pod), PriorityHairpin,
+		Match{EthType: EthTypeIPv4, IPSrc: hostPrefix(pod.IPv4()), IPDst: hostPrefix(pod.IPv4())},
+		SetEthDst{pod.MAC}, Load{Dst: OutPortField, Value: uint64(pod.OFPort)}, LoadMark(HairpinMark),
+		CT{Commit: true, Zone: HairpinZone, Table: b.goTo("output").Table, NAT: &CTNAT{SNAT: true, MinIP: HairpinSNATIP}})
+}
+
+// outputHairpin sends a hairpin packet (either direction) back out of its in_port, from
+// the gateway's MAC.
+//
+//	table=output, priority=110,reg0=0x10/0x10 actions=set_field:GWMAC->eth_src,IN_PORT
+func outputHairpin(b builder) Flow {
+	return b.in("output").flow(PipelineOwner, PriorityHairpin, Match{Regs: []RegMark{HairpinMark}},
+		SetEthSrc{b.cfg.GatewayMAC}, OutputInPort{})
 }

@@ -143,19 +143,22 @@ func TestServiceOnSwitch(t *testing.T) {
 	eps := []ServiceEndpoint{{IP: ep1.pod.IPv4(), Port: 8080}, {IP: ep2.pod.IPv4(), Port: 8080}}
 	tcpPort := ServicePort{ID: 1, ClusterIP: vip, Proto: IPProtoTCP, Port: 80, Endpoints: eps}
 	udpPort := ServicePort{ID: 2, ClusterIP: vip, Proto: IPProtoUDP, Port: 53, Endpoints: eps}
+	// hairpinPort's only endpoint is ep1, which then reaches itself through it.
+	hairpinPort := ServicePort{ID: 4, ClusterIP: vip, Proto: IPProtoTCP, Port: 82, Endpoints: eps[:1]}
+	hairpinUDP := ServicePort{ID: 5, ClusterIP: vip, Proto: IPProtoUDP, Port: 82, Endpoints: eps[:1]}
 	affPort := ServicePort{ID: 3, ClusterIP: vip, Proto: IPProtoTCP, Port: 81, AffinitySeconds: 86400, Endpoints: []ServiceEndpoint{
 		{IP: ep1.pod.IPv4(), Port: 8080, AffinityID: 1}, {IP: ep2.pod.IPv4(), Port: 8080, AffinityID: 2}}}
 	// NodePort and load-balancer frontends (source range: the client's subnet).
 	_, clients, _ := net.ParseCIDR("10.244.1.0/24")
-	fePort := ServicePort{ID: 4, ClusterIP: vip, Proto: IPProtoTCP, Port: 82, Endpoints: eps,
-		Frontends: []ServiceFrontend{{IP: net.ParseIP("198.51.100.7"), Port: 82, SourceRanges: []*net.IPNet{clients}},
+	fePort := ServicePort{ID: 6, ClusterIP: vip, Proto: IPProtoTCP, Port: 83, Endpoints: eps,
+		Frontends: []ServiceFrontend{{IP: net.ParseIP("198.51.100.7"), Port: 83, SourceRanges: []*net.IPNet{clients}},
 			{IP: net.ParseIP("172.16.0.1"), Port: 30082, NodePort: true}}}
 	all := PipelineFlows(cfg)
 	for _, p := range []svcPod{client, ep1, ep2} {
 		all = append(all, PodFlows(cfg, p.pod)...)
 	}
 	var groups []Group
-	for _, sp := range []ServicePort{tcpPort, udpPort, affPort, fePort} {
+	for _, sp := range []ServicePort{tcpPort, udpPort, affPort, hairpinPort, hairpinUDP, fePort} {
 		fs, gs := ServicePortFlows(cfg, sp)
 		all = append(all, fs...)
 		groups = append(groups, gs...)
@@ -325,6 +328,50 @@ func TestServiceOnSwitch(t *testing.T) {
 	if !strings.Contains(learned, "idle_timeout=65535") || !strings.Contains(learned, "send_flow_rem") ||
 		!strings.Contains(learned, "nw_src=10.244.1.5,nw_dst=10.96.0.10,tp_dst=81") {
 		t.Errorf("service_affinity holds no learned flow for the client with idle_timeout=65535 and send_flow_rem:\n%s", learned)
+	}
+
+	// Hairpin: ep1 reaches itself through a Service whose only endpoint it is, TCP and
+	// UDP, several times; it sees the connection come from HairpinSNATIP and gets the
+	// replies from the ClusterIP:port.
+	for i := 0; i < 4; i++ {
+		var got, from string
+		ep1.do(t, func() error {
+			c, err := net.DialTimeout("tcp4", "10.96.0.10:82", 5*time.Second)
+			if err != nil {
+				return fmt.Errorf("hairpin TCP connection %d to its own Service 10.96.0.10:82: %v", i, err)
+			}
+			defer c.Close()
+			from = c.RemoteAddr().String()
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			buf := make([]byte, 100)
+			k, err := c.Read(buf)
+			got = strings.TrimSpace(string(buf[:k]))
+			return err
+		})
+		if want := "169.254.0.252 10.244.1.6"; got != want || from != "10.96.0.10:82" {
+			t.Errorf("hairpin TCP %d: connected to %s, answer %q; want 10.96.0.10:82 and %q", i, from, got, want)
+		}
+		ep1.do(t, func() error {
+			pc, err := net.ListenPacket("udp4", ":0")
+			if err != nil {
+				return err
+			}
+			defer pc.Close()
+			_ = pc.SetDeadline(time.Now().Add(5 * time.Second))
+			if _, err := pc.WriteTo([]byte("hi"), &net.UDPAddr{IP: vip, Port: 82}); err != nil {
+				return err
+			}
+			buf := make([]byte, 100)
+			k, a, err := pc.ReadFrom(buf)
+			if err != nil {
+				return fmt.Errorf("hairpin UDP datagram %d to its own Service 10.96.0.10:82: %v", i, err)
+			}
+			from, got = a.String(), strings.TrimSpace(string(buf[:k]))
+			return nil
+		})
+		if want := "169.254.0.252 10.244.1.6"; got != want || from != "10.96.0.10:82" {
+			t.Errorf("hairpin UDP %d: reply from %s, answer %q; want 10.96.0.10:82 and %q", i, from, got, want)
+		}
 	}
 
 	// Replies were judged established by the policy stages: the conntrack_state flow for

@@ -46,6 +46,7 @@ func TestServiceFlowsGolden(t *testing.T) {
 	got = append(got, fs[0].String())
 	want := []string{
 		`cookie=0x500070100000000, table="service_affinity", priority=0 actions=drop`,
+		`cookie=0x500070100000000, table="service_conntrack", priority=105,ct_state=+rpl+trk,ip actions=load:0x1->NXM_NX_REG0[4],ct(table="service_lb",zone=65280,nat)`,
 		`cookie=0x500070100000000, table="service_conntrack", priority=1,ip actions=ct(table="service_lb",zone=65280,nat)`,
 		`cookie=0x500070100000000, table="service_conntrack", priority=0 actions=drop`,
 		`cookie=0x500070100000000, table="service_lb", priority=1 actions=goto_table:"service_endpoint"`,
@@ -62,7 +63,7 @@ func TestServiceFlowsGolden(t *testing.T) {
 	// Services off: the Service port builder is a bug (its stage holds no flow).
 	cfg.Services = false
 	for _, f := range PipelineFlows(cfg) {
-		if n := f.Table.Name(); n == StageServiceConntrack || n == StageServiceLB {
+		if n := f.Table.Name(); n == StageServiceConntrack || n == StageServiceLB || n == StageServiceHairpin {
 			t.Errorf("Services off, yet %s", f)
 		}
 	}
@@ -315,6 +316,47 @@ func TestServiceFrontendsGolden(t *testing.T) {
 		bad(&s)
 		if s.Validate() == nil {
 			t.Errorf("%s: Validate accepted %v", what, s)
+		}
+	}
+}
+
+// TestServiceHairpinFlowsGolden: the flows of a pod reaching itself through its own
+// Service: the un-SNAT of its replies, the reply mark, the pod's SNAT flow and the
+// output back out of the in_port (TestServiceOnSwitch runs them on OVS); with Services
+// off none of them.
+func TestServiceHairpinFlowsGolden(t *testing.T) {
+	cfg := testConfig()
+	cfg.Services = true
+	var got []string
+	for _, f := range append(PipelineFlows(cfg), PodFlows(cfg, testPodA())...) {
+		switch {
+		case f.Table.Name() == StageServiceHairpin, f.Table.Name() == "output",
+			f.Table.Name() == StageServiceConntrack && f.Priority == PriorityHairpinReply,
+			f.Table.Name() == "l3_forwarding" && f.Priority == PriorityHairpin:
+			got = append(got, f.String())
+		}
+	}
+	want := []string{
+		`cookie=0x500070100000000, table="service_hairpin", priority=110,ip,nw_dst=169.254.0.252 actions=ct(table="service_conntrack",zone=65281,nat)`,
+		`cookie=0x500070100000000, table="service_hairpin", priority=1 actions=goto_table:"service_conntrack"`,
+		`cookie=0x500070100000000, table="service_hairpin", priority=0 actions=drop`,
+		`cookie=0x500070100000000, table="service_conntrack", priority=105,ct_state=+rpl+trk,ip actions=load:0x1->NXM_NX_REG0[4],ct(table="service_lb",zone=65280,nat)`,
+		`cookie=0x500070100000000, table=output, priority=110,reg0=0x10/0x10 actions=set_field:0a:58:0a:f4:01:01->eth_src,IN_PORT`,
+		`cookie=0x500070100000000, table=output, priority=1 actions=output:NXM_NX_REG1[]`,
+		`cookie=0x500070100000000, table=output, priority=0 actions=drop`,
+		`cookie=0x50007020af40105, table="l3_forwarding", priority=110,ip,nw_src=10.244.1.5,nw_dst=10.244.1.5 actions=set_field:0a:58:0a:f4:01:05->eth_dst,load:0x3->NXM_NX_REG1[],load:0x1->NXM_NX_REG0[4],ct(commit,table=output,zone=65281,nat(src=169.254.0.252))`,
+	}
+	compareLines(t, "hairpin flows", got, want)
+	// The pod's spoof guard sends its IP to service_hairpin first.
+	for _, f := range PodFlows(cfg, testPodA()) {
+		if f.Table.Name() == "spoof_guard" && f.Match.EthType == EthTypeIPv4 && !strings.Contains(f.String(), `goto_table:"service_hairpin"`) {
+			t.Errorf("pod's IP spoof guard does not go to service_hairpin: %s", f)
+		}
+	}
+	cfg.Services = false
+	for _, f := range append(PipelineFlows(cfg), PodFlows(cfg, testPodA())...) {
+		if f.Priority == PriorityHairpin || strings.Contains(f.String(), "65281") {
+			t.Errorf("Services off, yet a hairpin flow: %s", f)
 		}
 	}
 }

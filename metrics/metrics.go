@@ -114,6 +114,18 @@ const (
 	// ServiceConntrackFlushes is a counter: flushes of stale UDP/SCTP conntrack entries
 	// after an endpoint left, by result: ok or error.
 	ServiceConntrackFlushes = "ofsdn_service_conntrack_flushes_total"
+	// ServiceSyncDuration is a histogram (seconds) of the Service proxy's syncs, from the
+	// start of one sync of the proxy's changes to the switch confirming them (kube-proxy's
+	// kubeproxy_sync_proxy_rules_duration_seconds).
+	ServiceSyncDuration = "ofsdn_service_sync_duration_seconds"
+	// ServiceSyncErrors is a counter: Service proxy syncs that failed (retried).
+	ServiceSyncErrors = "ofsdn_service_sync_errors_total"
+	// NetworkProgrammingDuration is a histogram (seconds) with kube-proxy's meaning and
+	// buckets (kubeproxy_network_programming_duration_seconds, which clusterloader2's
+	// NetworkProgrammingLatency reads): from the last-change trigger time of an
+	// EndpointSlice change (annotation endpoints.kubernetes.io/last-change-trigger-time)
+	// to the switch confirming the flows and groups that realize it.
+	NetworkProgrammingDuration = "ofsdn_network_programming_duration_seconds"
 )
 
 // Label values of the event metrics, pre-created so that the set of series is fixed.
@@ -143,6 +155,12 @@ var (
 	// CNIBuckets resolve the low milliseconds an ADD takes up to the 90 s a plugin waits
 	// (cni.DefaultTimeout): 0.5 ms … 60 s.
 	CNIBuckets = []float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60}
+	// SyncBuckets are kube-proxy's for its sync duration: 1 ms … 16 s, doubling.
+	SyncBuckets = prometheus.ExponentialBuckets(0.001, 2, 15)
+	// NetworkProgrammingBuckets are kube-proxy's for network programming latency:
+	// 0.25 s, 0.5 s, 1..59 s by 1 s, 60..115 s by 5 s, 120..300 s by 30 s.
+	NetworkProgrammingBuckets = append(append(append(prometheus.LinearBuckets(0.25, 0.25, 2),
+		prometheus.LinearBuckets(1, 1, 59)...), prometheus.LinearBuckets(60, 5, 12)...), prometheus.LinearBuckets(120, 30, 7)...)
 	// StepBuckets resolve sub-millisecond steps (a lease, a flow batch) up to 10 s:
 	// 0.1 ms … 10 s.
 	StepBuckets = []float64{0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10}
@@ -227,6 +245,10 @@ type Metrics struct {
 	repairs       *prometheus.CounterVec
 	polRealize    prometheus.Histogram
 	polErrors     prometheus.Counter
+	svcSync       prometheus.Histogram
+	svcSyncErrors prometheus.Counter
+	netProgram    prometheus.Histogram
+	svcOnce       sync.Once
 
 	mu     sync.Mutex
 	source func() NodeStats
@@ -296,6 +318,46 @@ func New() *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// EnableServices registers the Service proxy's event metrics (ServiceSyncDuration,
+// ServiceSyncErrors, NetworkProgrammingDuration); call it once the node proxies Services
+// (serviceProxy: ofsdn). Without it they are not exported, as the ofsdn_service_ gauges
+// are not. Calling it again does nothing.
+func (m *Metrics) EnableServices() {
+	m.svcOnce.Do(func() {
+		m.svcSync = prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: ServiceSyncDuration, Buckets: SyncBuckets,
+			Help: "Time of each Service proxy sync: from its start to the switch confirming its groups and flows.",
+		})
+		m.svcSyncErrors = prometheus.NewCounter(prometheus.CounterOpts{
+			Name: ServiceSyncErrors,
+			Help: "Service proxy syncs that failed; their changes are retried in the next sync.",
+		})
+		m.netProgram = prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: NetworkProgrammingDuration, Buckets: NetworkProgrammingBuckets,
+			Help: "Network programming latency as kube-proxy defines it: from an EndpointSlice's endpoints.kubernetes.io/last-change-trigger-time to the switch confirming the change.",
+		})
+		m.reg.MustRegister(m.svcSync, m.svcSyncErrors, m.netProgram)
+	})
+}
+
+// ServiceSync records one Service proxy sync that took d and ended with err, and, when it
+// succeeded, each trigger time it realized (time since then, into
+// NetworkProgrammingDuration). Before EnableServices it does nothing.
+func (m *Metrics) ServiceSync(d time.Duration, err error, triggers []time.Time) {
+	if m.svcSync == nil {
+		return
+	}
+	m.svcSync.Observe(d.Seconds())
+	if err != nil {
+		m.svcSyncErrors.Inc()
+		return
+	}
+	now := time.Now()
+	for _, t := range triggers {
+		m.netProgram.Observe(now.Sub(t).Seconds())
+	}
 }
 
 // Registry returns the registry holding every metric, for the HTTP handler and tests.

@@ -409,3 +409,49 @@ func TestServiceMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestServiceSyncMetrics: the sync and network programming histograms exist only once
+// the node proxies Services; a sync that succeeded records its duration and one
+// programming latency per trigger time (time since it); a failed one counts an error and
+// records no latency (its changes come again).
+func TestServiceSyncMetrics(t *testing.T) {
+	m := New()
+	m.ServiceSync(time.Millisecond, nil, []time.Time{time.Now()}) // before EnableServices: nothing
+	find := func(name string) *dto.MetricFamily {
+		mfs, err := m.Registry().Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == name {
+				return mf
+			}
+		}
+		return nil
+	}
+	for _, n := range []string{ServiceSyncDuration, ServiceSyncErrors, NetworkProgrammingDuration} {
+		if find(n) != nil {
+			t.Errorf("%s exported before the node proxies Services", n)
+		}
+	}
+	m.EnableServices()
+	m.EnableServices()
+	now := time.Now()
+	m.ServiceSync(20*time.Millisecond, nil, []time.Time{now.Add(-3 * time.Second), now.Add(-700 * time.Millisecond)})
+	m.ServiceSync(5*time.Millisecond, errors.New("switch gone"), []time.Time{now.Add(-time.Hour)})
+	sync := find(ServiceSyncDuration).GetMetric()[0].GetHistogram()
+	if sync.GetSampleCount() != 2 {
+		t.Errorf("%s count %d, want 2 syncs", ServiceSyncDuration, sync.GetSampleCount())
+	}
+	if got := find(ServiceSyncErrors).GetMetric()[0].GetCounter().GetValue(); got != 1 {
+		t.Errorf("%s = %v, want 1", ServiceSyncErrors, got)
+	}
+	np := find(NetworkProgrammingDuration).GetMetric()[0].GetHistogram()
+	if np.GetSampleCount() != 2 || np.GetSampleSum() < 3.7 || np.GetSampleSum() > 60 {
+		t.Errorf("%s count %d sum %v s, want the 2 trigger times of the good sync (about 3.7 s)", NetworkProgrammingDuration, np.GetSampleCount(), np.GetSampleSum())
+	}
+	// kube-proxy's buckets: 0.25 s, 0.5 s, then 1 s steps.
+	if b := np.GetBucket(); len(b) != len(NetworkProgrammingBuckets) || b[0].GetUpperBound() != 0.25 || b[2].GetUpperBound() != 1 || b[1].GetCumulativeCount() != 0 || b[3].GetCumulativeCount() != 1 {
+		t.Errorf("%s buckets %v, want kube-proxy's with the 0.7 s sample in le=1", NetworkProgrammingDuration, b[:4])
+	}
+}

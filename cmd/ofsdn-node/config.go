@@ -119,12 +119,15 @@ type Config struct {
 	// OpenFlow meter's rate); default 100.
 	PolicyDenyLogRate int `json:"policyDenyLogRate"`
 	// ServiceProxy says who load-balances pods' traffic to Kubernetes Services:
-	// "kube-proxy" (default: pods' Service traffic leaves through the gateway to the
-	// host's kube-proxy, whose replies the host masquerades) or "ofsdn" (ClusterIP:port of
-	// TCP, UDP and SCTP Services DNAT'ed in OVS by select groups, controller/services.go;
-	// needs topology "kubernetes" and get, list and watch on services and
-	// discovery.k8s.io endpointslices). "ofsdn" is incomplete (issue 22: no NodePort,
-	// external IPs, session affinity or hairpin yet), hence not the default.
+	// "ofsdn" (ClusterIP:port of TCP, UDP and SCTP Services DNAT'ed in OVS by select
+	// groups, controller/services.go, so NetworkPolicy judges Service traffic by the
+	// client pod's own address; needs topology "kubernetes" and get, list and watch on
+	// services and discovery.k8s.io endpointslices) or "kube-proxy" (pods' Service traffic
+	// leaves through the gateway to the host's kube-proxy, whose replies the host
+	// masquerades). Empty (the default) is "ofsdn" with topology "kubernetes" and
+	// "kube-proxy" without it (no API to watch Services from), as networkPolicy defaults.
+	// kube-proxy keeps running beside ofsdn either way (the node's own traffic, NodePort
+	// and external IPs: README "Services in OVS").
 	ServiceProxy string `json:"serviceProxy"`
 }
 
@@ -134,8 +137,14 @@ const (
 	serviceProxyOFSDN = "ofsdn"
 )
 
-// servicesOn reports whether ofsdn load-balances Services in OVS (serviceProxy ofsdn).
-func (c Config) servicesOn() bool { return c.ServiceProxy == serviceProxyOFSDN }
+// servicesOn reports whether ofsdn load-balances Services in OVS: serviceProxy ofsdn, or
+// serviceProxy unset with the Kubernetes topology.
+func (c Config) servicesOn() bool {
+	if c.ServiceProxy == "" {
+		return c.Topology == "kubernetes"
+	}
+	return c.ServiceProxy == serviceProxyOFSDN
+}
 
 // policyOn reports whether NetworkPolicy is enforced: networkPolicy, defaulting to the
 // Kubernetes topology.
@@ -167,7 +176,6 @@ func defaultConfig() Config {
 		MetricsAddress:    metrics.DefaultAddress,
 		TunnelType:        "vxlan",
 		PolicyDenyLogRate: 100,
-		ServiceProxy:      serviceProxyKube,
 	}
 }
 
@@ -220,7 +228,7 @@ func loadConfig(args []string) (Config, error) {
 	})
 	fs.BoolVar(&cfg.PolicyDenyLog, "policy-deny-log", cfg.PolicyDenyLog, "log each connection NetworkPolicy denies (rate-limited in the switch)")
 	fs.IntVar(&cfg.PolicyDenyLogRate, "policy-deny-log-rate", cfg.PolicyDenyLogRate, "deny log limit, packets per second per node")
-	fs.StringVar(&cfg.ServiceProxy, "service-proxy", cfg.ServiceProxy, "who load-balances pods' Service traffic: kube-proxy (on the host) or ofsdn (in OVS; needs -topology kubernetes)")
+	fs.StringVar(&cfg.ServiceProxy, "service-proxy", cfg.ServiceProxy, "who load-balances pods' Service traffic: ofsdn (in OVS; needs -topology kubernetes) or kube-proxy (on the host); default ofsdn with -topology kubernetes, kube-proxy without")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -389,7 +397,7 @@ func (c Config) validate() error {
 		return fmt.Errorf("config policyDenyLog: the deny log needs NetworkPolicy enforcement (topology: kubernetes with networkPolicy on); turn policyDenyLog off or enable NetworkPolicy")
 	}
 	switch c.ServiceProxy {
-	case serviceProxyKube:
+	case "", serviceProxyKube:
 	case serviceProxyOFSDN:
 		if c.Topology != "kubernetes" {
 			return fmt.Errorf("config serviceProxy ofsdn: the Service proxy needs the Kubernetes API; set topology: kubernetes, or serviceProxy: kube-proxy")

@@ -122,3 +122,27 @@ func TestConfigPodSubnets(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigServiceProxyDefault: with the Kubernetes topology ofsdn load-balances
+// Services unless serviceProxy says kube-proxy; without it (no API to watch) kube-proxy
+// does, and an explicit ofsdn is refused (TestConfigErrorsNameTheKey).
+func TestConfigServiceProxyDefault(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"-topology", "kubernetes"}, true},
+		{[]string{"-topology", "kubernetes", "-service-proxy", "ofsdn"}, true},
+		{[]string{"-topology", "kubernetes", "-service-proxy", "kube-proxy"}, false},
+		{nil, false},
+		{[]string{"-service-proxy", "kube-proxy"}, false},
+	} {
+		cfg, err := loadConfig(c.args)
+		if err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		if got := cfg.servicesOn(); got != c.want {
+			t.Errorf("%v: Services in OVS %v, want %v", c.args, got, c.want)
+		}
+	}
+}

@@ -137,7 +137,7 @@ func run(args []string) error {
 	} else if warn != "" {
 		log.Warn(warn, "sysctl", "net.ipv4.ip_forward")
 	}
-	if err := startServices(ctx, cfg, node, log); err != nil {
+	if err := startServices(ctx, cfg, node, log, obs.serviceSync(cfg)); err != nil {
 		return err
 	}
 	h.node = node

@@ -61,6 +61,16 @@ func startObserver(cfg Config, srv *server.Server, log *slog.Logger) (*observer,
 }
 
 // hooks returns the node's observer hooks.
+// serviceSync returns the Service proxy's sync hook (its metrics registered) when the
+// node proxies Services, else nil.
+func (o *observer) serviceSync(cfg Config) func(time.Duration, error, []time.Time) {
+	if !cfg.servicesOn() {
+		return nil
+	}
+	o.metrics.EnableServices()
+	return o.metrics.ServiceSync
+}
+
 func (o *observer) hooks() controller.Hooks {
 	return controller.Hooks{AddStep: o.metrics.AddStep, FlowOp: o.metrics.FlowOp, FlowRepair: o.metrics.FlowRepair,
 		PolicyRealize: o.metrics.PolicyRealize}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/ofsdn/ofsdn/controller"
 	"github.com/ofsdn/ofsdn/internal/unixctl"
@@ -29,7 +30,10 @@ func serviceOptions(cfg Config) *controller.ServiceOptions {
 
 // startServices starts the informers and the runner (until ctx ends) feeding node's
 // Service sink. It does nothing without serviceProxy ofsdn.
-func startServices(ctx context.Context, cfg Config, node *controller.Node, log *slog.Logger) error {
+//
+// onSync, if set, gets each sync's duration, error and the trigger times it realized
+// (metrics.Metrics.ServiceSync).
+func startServices(ctx context.Context, cfg Config, node *controller.Node, log *slog.Logger, onSync func(time.Duration, error, []time.Time)) error {
 	sink := node.Services()
 	if !cfg.servicesOn() || sink == nil {
 		return nil
@@ -46,7 +50,17 @@ func startServices(ctx context.Context, cfg Config, node *controller.Node, log *
 		}
 	}()
 	go func() {
-		_ = (&proxy.Runner{Tracker: t, Sink: sink, Logger: log}).Run(ctx)
+		r := &proxy.Runner{Tracker: t, Sink: sink, Logger: log}
+		if onSync != nil {
+			r.OnSync = func(u *proxy.Update, took time.Duration, err error) {
+				var ts []time.Time
+				for _, tt := range u.TriggerTimes {
+					ts = append(ts, tt...)
+				}
+				onSync(took, err, ts)
+			}
+		}
+		_ = r.Run(ctx)
 	}()
 	return nil
 }

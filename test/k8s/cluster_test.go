@@ -70,8 +70,9 @@ func TestCluster(t *testing.T) {
 		{"DaemonSet from the image makes every node Ready", e.testDaemonSet},
 		{"RBAC is the manifest's ClusterRole, no more", e.testRBAC},
 		{"pods across nodes", e.testPods},
-		{"services through kube-proxy", e.testServices},
+		{"services (serviceProxy: ofsdn, the default)", e.testServices},
 		{"serviceProxy: ofsdn: NetworkPolicy judges Service traffic by the client's own address", e.testPolicyThroughServices},
+		{"serviceProxy: kube-proxy: Services through the host, no Service group left, and back", e.testKubeProxyMode},
 		{"ofsdn-node pod deleted: no ping lost", e.testDaemonRestart},
 		{"kubelet restarted: pods keep their IPs", e.testKubeletRestart},
 		{"deleted pods leave no IP, port or flow", e.testDeletion},
@@ -1093,29 +1094,14 @@ spec:
 `
 }
 
-// testPolicyThroughServices: the hole of issue 22, closed by serviceProxy: ofsdn (the step
-// rolls the DaemonSet to it and back). Through a Service's ClusterIP, as on
+// testPolicyThroughServices: the hole of issue 22, closed by serviceProxy: ofsdn (the
+// default with the Kubernetes topology). Through a Service's ClusterIP, as on
 // pod IPs, an ingress policy admits exactly the pods it selects, on either node, and the
 // endpoint sees the client pod's own address; the pods it does not select are refused;
 // a pod whose egress is denied reaches no Service. Through kube-proxy on the host all
 // three fail: the reply comes back masqueraded to the gateway, which policy lets by.
 func (e *env) testPolicyThroughServices(t *testing.T) {
 	e.apply(t, fmt.Sprintf(guardedManifest, e.c.Nodes[0].Name, e.c.Nodes[1].Name))
-	// Services load-balanced in OVS for this step (the DaemonSet rolled to the config with
-	// serviceProxy: ofsdn), and back to kube-proxy after it: the switch must then hold no
-	// Service flow or group.
-	restore := e.setServiceProxy(t, "ofsdn")
-	defer func() {
-		restore()
-		for _, n := range e.c.Nodes {
-			k8s.WaitFor(t, n.Name+" holds no Service group after serviceProxy: kube-proxy", 60*time.Second, func() error {
-				if g := strings.TrimSpace(n.Ofctl(t, "dump-groups")); strings.Contains(g, "group_id=") {
-					return fmt.Errorf("groups left:\n%s", g)
-				}
-				return nil
-			})
-		}
-	}()
 	servers := e.waitPods(t, ns, "app=guarded", 2, 120*time.Second)
 	clients := map[string]*corev1.Pod{}
 	for role, n := range map[string]int{"allowed": 2, "denied": 2, "sealed": 1} {
@@ -1198,8 +1184,17 @@ func (e *env) testPolicyThroughServices(t *testing.T) {
 		case found.Connections < 8:
 			t.Errorf("default/guarded:tcp took %d connections on %s, want at least allowed-1's 8", found.Connections, node.Name)
 		}
-		if m := e.nodeMetrics(t, node); !strings.Contains(m, "\nofsdn_service_ports ") || !strings.Contains(m, "\nofsdn_service_endpoints ") {
+		m := e.nodeMetrics(t, node)
+		if !strings.Contains(m, "\nofsdn_service_ports ") || !strings.Contains(m, "\nofsdn_service_endpoints ") {
 			t.Errorf("%s's metrics lack ofsdn_service_ports or ofsdn_service_endpoints", node.Name)
+		}
+		// The guarded pods' EndpointSlice changes carry trigger times: each realized
+		// change is one network programming latency sample.
+		if n := metricValue(m, "ofsdn_network_programming_duration_seconds_count"); n < 1 {
+			t.Errorf("%s: ofsdn_network_programming_duration_seconds_count = %v, want the realized EndpointSlice changes (>= 1)", node.Name, n)
+		}
+		if n := metricValue(m, "ofsdn_service_sync_duration_seconds_count"); n < 1 {
+			t.Errorf("%s: ofsdn_service_sync_duration_seconds_count = %v, want >= 1", node.Name, n)
 		}
 	})
 	t.Run("pods the policy does not select are refused on both nodes, TCP and UDP", func(t *testing.T) {
@@ -1222,6 +1217,67 @@ func (e *env) testPolicyThroughServices(t *testing.T) {
 	e.c.MustKubectl(t, "delete", "-n", ns, "--wait=true", "deployment/guarded", "service/guarded",
 		"networkpolicy/guarded-ingress", "networkpolicy/sealed-egress",
 		"pod/allowed-1", "pod/allowed-2", "pod/denied-1", "pod/denied-2", "pod/sealed")
+}
+
+// testKubeProxyMode: with serviceProxy: kube-proxy (the DaemonSet rolled to it) pods'
+// Service traffic goes through the host's kube-proxy again: every echo pod still reaches
+// Service echo, the hairpin pod itself, and no node holds a Service group; rolled back to
+// the default, every node lists Service echo in ofsdnctl services again.
+func (e *env) testKubeProxyMode(t *testing.T) {
+	restore := e.setServiceProxy(t, "kube-proxy")
+	restored := false
+	defer func() {
+		if !restored {
+			restore()
+		}
+	}()
+	for _, n := range e.c.Nodes {
+		k8s.WaitFor(t, n.Name+" holds no Service group with serviceProxy: kube-proxy", 60*time.Second, func() error {
+			if g := strings.TrimSpace(n.Ofctl(t, "dump-groups")); strings.Contains(g, "group_id=") {
+				return fmt.Errorf("groups left:\n%s", g)
+			}
+			return nil
+		})
+	}
+	echoIP, hairpinIP := e.clusterIP(t, "echo"), e.clusterIP(t, "hairpin")
+	for _, p := range e.pods(t, ns, "app=echo") {
+		e.waitProbe(t, p.Name+" → Service echo through kube-proxy", p.Name, "tcp:"+echoIP+":80", func(r probeResult) error {
+			if !r.ok || !strings.HasPrefix(replyName(r.reply), "echo-") {
+				return fmt.Errorf("ok=%v %q", r.ok, r.reply)
+			}
+			return nil
+		})
+	}
+	e.waitProbe(t, "hairpin → Service hairpin through kube-proxy", "hairpin", "tcp:"+hairpinIP+":80", func(r probeResult) error {
+		if !r.ok || replyName(r.reply) != "hairpin" {
+			return fmt.Errorf("ok=%v %q", r.ok, r.reply)
+		}
+		return nil
+	})
+	restore()
+	restored = true
+	for _, n := range e.c.Nodes {
+		k8s.WaitFor(t, n.Name+": ofsdnctl services lists default/echo again", 60*time.Second, func() error {
+			if p, out := e.servicePort(t, n, "echo", "TCP"); p == nil || len(p.Endpoints) == 0 {
+				return fmt.Errorf("not yet:\n%s", out)
+			}
+			return nil
+		})
+	}
+}
+
+// metricValue returns the value of the unlabelled sample name in a /metrics text, -1 if
+// absent.
+func metricValue(text, name string) float64 {
+	for _, l := range strings.Split(text, "\n") {
+		if v, ok := strings.CutPrefix(l, name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err == nil {
+				return f
+			}
+		}
+	}
+	return -1
 }
 
 // nodeMetrics returns the node's ofsdn-node /metrics text (its metricsAddress, default
