@@ -291,6 +291,9 @@ func (o *Overlay) Apply(ctx context.Context, e topology.Event) error {
 		return err
 	}
 	o.log.Info("peer "+e.Kind.String(), "peer", e.Peer.Name, "node_ip", e.Peer.NodeIP, "pod_subnet", e.Peer.PodSubnet)
+	if s := o.n.services; s != nil {
+		s.nodeAddrsChanged(ctx) // the peer's node IP is a NodePort frontend
+	}
 	return nil
 }
 

@@ -23,6 +23,19 @@ package controller
 //     select group over the chosen endpoints; Reject = the metered flow to the
 //     controller, answered here; Drop (internalTrafficPolicy Local without a local
 //     endpoint) = the same match with no action.
+//   - Other frontends for pods (servicePortViews): external IPs and load-balancer IPs at
+//     the port, every node address (this node's IP, each peer's: Node InternalIPs, the
+//     nftables proxier's default --nodeport-addresses primary) at the NodePort, with
+//     ExternalFromPods' verdict: kube-proxy short-circuits pod traffic to external
+//     destinations to the Cluster endpoints whatever externalTrafficPolicy ("short-circuit
+//     pod traffic" in its EXT chain, before the Local policy's drop, which is in the filter
+//     table after the DNAT), and rejects on every frontend when no endpoint exists. When
+//     Internal and ExternalFromPods choose alike, the frontends are more flows of the
+//     port's owner to its one group; when not (internalTrafficPolicy Local on an
+//     externally accessible port), the other frontends are an owner of their own (portKey
+//     external) with their own group. Peer events (Overlay.Apply) rebuild the NodePort
+//     ports when the node addresses change, and every Sync does when they differ from
+//     those on the switch.
 //   - Rejects: the no-endpoint flow sends at most flows.ServiceRejectMaxLen bytes to the
 //     controller through meter flows.ServiceRejectMeter (ServiceRejectRate packets/s,
 //     a desired meter of the pipeline owner like the deny log's). A TCP SYN is answered
@@ -41,7 +54,8 @@ package controller
 //     in the host's netfilter) does not see connections DNAT'ed here: they never leave
 //     the switch (the translated packet goes to l3_forwarding or the tunnel), so an
 //     endpoint sees the client pod's own address. The rule stays for what still goes to
-//     kube-proxy (NodePort, external IPs, Service ports ofsdn does not proxy).
+//     kube-proxy (traffic from the host and from outside, Service ports ofsdn does not
+//     proxy, every port until the proxy's first sync).
 
 import (
 	"context"
@@ -50,6 +64,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -92,7 +108,8 @@ type ServiceOptions struct {
 type ServiceStats struct {
 	// Ports is the number of Service ports on the switch.
 	Ports int
-	// Endpoints is the number of buckets over all of their groups.
+	// Endpoints is the number of buckets over all of their groups (an external view's
+	// group counts too).
 	Endpoints int
 	// Rejected counts packets of connections to a Service port without endpoints that
 	// the daemon answered (TCP RST or ICMP port unreachable).
@@ -105,9 +122,18 @@ type ServiceStats struct {
 	Flushed, FlushErrors uint64
 }
 
-// affinityKey names one endpoint of one Service port for its learned affinity flows.
+// portKey names one view of a Service port on the switch, each its own owner and group:
+// the port itself (ClusterIP, and its other frontends when they share its endpoints) and,
+// only when pods' external traffic goes to other endpoints than their ClusterIP traffic
+// (internalTrafficPolicy Local on an externally accessible port), its external view.
+type portKey struct {
+	name     proxy.ServicePortName
+	external bool
+}
+
+// affinityKey names one endpoint of one Service port view for its learned affinity flows.
 type affinityKey struct {
-	port proxy.ServicePortName
+	port portKey
 	ep   string // "IP:port"
 }
 
@@ -118,11 +144,17 @@ type serviceProxy struct {
 	log  *slog.Logger
 
 	mu       sync.Mutex // held by Sync (never concurrent with itself) and readers
-	ids      map[proxy.ServicePortName]uint32
-	ports    map[proxy.ServicePortName]flows.ServicePort
-	verdicts map[proxy.ServicePortName]proxy.Verdict
+	ids      map[portKey]uint32
+	ports    map[portKey]flows.ServicePort
+	verdicts map[portKey]proxy.Verdict
 	free     []uint32
 	next     uint32
+
+	// states are the last states of the Service ports Sync was given (read only, shared
+	// with the proxy's Tracker), to rebuild the NodePort frontends when the node
+	// addresses change; nodeAddrs are the node addresses the switch's flows have.
+	states    map[proxy.ServicePortName]*proxy.ServicePortState
+	nodeAddrs []net.IP
 
 	// affIDs are the affinity ids (flows.ServiceEndpoint.AffinityID, owner kind
 	// OwnerServiceAffinity) of the (Service port, endpoint) pairs of ports with session
@@ -140,9 +172,10 @@ type serviceProxy struct {
 func newServiceProxy(n *Node, opts ServiceOptions) *serviceProxy {
 	lb, _ := flows.StageTable(flows.StageServiceLB)
 	return &serviceProxy{n: n, opts: opts, log: n.log.With("component", "service-proxy"),
-		ids: map[proxy.ServicePortName]uint32{}, ports: map[proxy.ServicePortName]flows.ServicePort{},
-		verdicts: map[proxy.ServicePortName]proxy.Verdict{}, affIDs: map[affinityKey]uint32{},
-		q: openflow.NewPacketInQueue(ServiceRejectQueueSize), stop: make(chan struct{}), done: make(chan struct{}),
+		ids: map[portKey]uint32{}, ports: map[portKey]flows.ServicePort{},
+		verdicts: map[portKey]proxy.Verdict{}, affIDs: map[affinityKey]uint32{},
+		states: map[proxy.ServicePortName]*proxy.ServicePortState{},
+		q:      openflow.NewPacketInQueue(ServiceRejectQueueSize), stop: make(chan struct{}), done: make(chan struct{}),
 		lbTable: lb}
 }
 
@@ -182,8 +215,11 @@ func (n *Node) ServiceStats() *ServiceStats {
 		return nil
 	}
 	s.mu.Lock()
-	st := &ServiceStats{Ports: len(s.ports)}
-	for _, sp := range s.ports {
+	st := &ServiceStats{}
+	for key, sp := range s.ports {
+		if !key.external { // an external view is the same Service port
+			st.Ports++
+		}
 		st.Endpoints += len(sp.Endpoints)
 	}
 	s.mu.Unlock()
@@ -197,9 +233,15 @@ func (n *Node) ServiceStats() *ServiceStats {
 type ServicePortInfo struct {
 	// Name is the Service port (namespace/name:port/PROTOCOL).
 	Name proxy.ServicePortName
-	// Port is what the switch was given: owner id, ClusterIP, protocol, port and the
+	// Port is what the switch was given: owner id, ClusterIP, protocol, port, the other
+	// frontends (external IPs, load-balancer IPs, node addresses at the NodePort) and the
 	// endpoints its group's buckets send to.
 	Port flows.ServicePort
+	// External marks the port's external view: its frontends other than the ClusterIP,
+	// with their own group and verdict (proxy.ServicePortState.ExternalFromPods), given
+	// only when they differ from the ClusterIP's (internalTrafficPolicy Local); its
+	// Port.ClusterIP is nil.
+	External bool
 	// GroupID is the port's OpenFlow select group id (flows.ServiceGroupID: GroupIDMin +
 	// ID), 0 when it has no endpoints (a flow that rejects or drops, no group).
 	GroupID uint32
@@ -218,16 +260,22 @@ func (n *Node) ServicePorts() []ServicePortInfo {
 	}
 	s.mu.Lock()
 	out := make([]ServicePortInfo, 0, len(s.ports))
-	for name, sp := range s.ports {
+	for key, sp := range s.ports {
 		sp.Endpoints = append([]flows.ServiceEndpoint(nil), sp.Endpoints...)
-		info := ServicePortInfo{Name: name, Port: sp, Verdict: s.verdicts[name]}
+		sp.Frontends = append([]flows.ServiceFrontend(nil), sp.Frontends...)
+		info := ServicePortInfo{Name: key.name, Port: sp, External: key.external, Verdict: s.verdicts[key]}
 		if len(sp.Endpoints) > 0 {
 			info.GroupID = flows.ServiceGroupID(sp)
 		}
 		out = append(out, info)
 	}
 	s.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].Name.String() < out[j].Name.String() })
+	sort.Slice(out, func(i, j int) bool {
+		if a, b := out[i].Name.String(), out[j].Name.String(); a != b {
+			return a < b
+		}
+		return !out[i].External && out[j].External
+	})
 	return out
 }
 
@@ -259,7 +307,7 @@ func (n *Node) ServiceConnections(ctx context.Context) (map[uint32]uint64, error
 }
 
 // alloc returns name's id, allocating one. s.mu is held.
-func (s *serviceProxy) alloc(name proxy.ServicePortName) (uint32, error) {
+func (s *serviceProxy) alloc(name portKey) (uint32, error) {
 	if id, ok := s.ids[name]; ok {
 		return id, nil
 	}
@@ -268,7 +316,7 @@ func (s *serviceProxy) alloc(name proxy.ServicePortName) (uint32, error) {
 		id, s.free = s.free[len(s.free)-1], s.free[:len(s.free)-1]
 	} else {
 		if s.next >= flows.GroupIDMax-flows.GroupIDMin {
-			return 0, fmt.Errorf("service port %s: all %d Service port ids are in use", name, flows.GroupIDMax-flows.GroupIDMin)
+			return 0, fmt.Errorf("service port %s: all %d Service port ids are in use", name.name, flows.GroupIDMax-flows.GroupIDMin)
 		}
 		s.next++
 		id = s.next
@@ -277,33 +325,126 @@ func (s *serviceProxy) alloc(name proxy.ServicePortName) (uint32, error) {
 	return id, nil
 }
 
-// servicePort is the switch's view of st (IPv4 ClusterIP traffic from pods); ok is false
-// when the port has no IPv4 ClusterIP (nothing to build).
-func servicePort(id uint32, st *proxy.ServicePortState) (sp flows.ServicePort, verdict proxy.Verdict, ok bool) {
+// servicePortViews returns the switch's views of st for this node's pods (IPv4): the
+// port with its ClusterIP (Internal's verdict) and, when ExternalFromPods chooses the
+// same endpoints, its other frontends too: the external IPs and load-balancer IPs at the
+// port (with loadBalancerSourceRanges) and, with a NodePort, every address of nodeAddrs
+// at it (kube-proxy's nftables proxier takes pods' traffic to all of them as external
+// traffic and short-circuits it to the Cluster endpoints, whatever
+// externalTrafficPolicy). When they differ (internalTrafficPolicy Local), the other
+// frontends are a second view, external, with ExternalFromPods' verdict. Ids come from
+// id. No view when the port has no IPv4 ClusterIP.
+func servicePortViews(st *proxy.ServicePortState, nodeAddrs []net.IP, id func(portKey) (uint32, error)) ([]portView, error) {
 	vip := st.Port.ClusterIP(proxy.IPv4)
 	if !vip.IsValid() || !vip.Is4() {
-		return sp, 0, false
+		return nil, nil
 	}
 	proto := map[proxy.Protocol]uint8{proxy.ProtocolTCP: flows.IPProtoTCP, proxy.ProtocolUDP: flows.IPProtoUDP, proxy.ProtocolSCTP: flows.IPProtoSCTP}[st.Port.Name.Protocol]
-	sp = flows.ServicePort{ID: id, ClusterIP: net.IP(vip.AsSlice()), Proto: proto, Port: st.Port.Port}
-	ch := st.Internal()
-	if ch.Verdict == proxy.Forward {
-		for _, ep := range ch.Endpoints {
-			if ep.Addr.Is4() {
-				sp.Endpoints = append(sp.Endpoints, flows.ServiceEndpoint{IP: net.IP(ep.Addr.AsSlice()), Port: ep.Port, Weight: 1})
-			}
-		}
-		if len(sp.Endpoints) == 0 {
-			ch.Verdict = proxy.Reject
+	var ranges []*net.IPNet
+	for _, r := range st.Port.LoadBalancerSourceRanges {
+		if r.Addr().Is4() {
+			ranges = append(ranges, &net.IPNet{IP: net.IP(r.Masked().Addr().AsSlice()), Mask: net.CIDRMask(r.Bits(), 32)})
 		}
 	}
-	sp.AffinitySeconds = st.Port.AffinitySeconds
-	return sp, ch.Verdict, true
+	if len(st.Port.LoadBalancerSourceRanges) > 0 && len(ranges) == 0 {
+		// Only IPv6 ranges: no IPv4 client may reach the load-balancer IPs (kube-proxy's
+		// IPv4 firewall chain lets none through either); an unmatchable range says so.
+		ranges = []*net.IPNet{{IP: net.IPv4(0, 0, 0, 0).To4(), Mask: net.CIDRMask(32, 32)}}
+	}
+	var fes []flows.ServiceFrontend
+	for _, a := range st.Port.ExternalIPs {
+		if a.Is4() {
+			fes = append(fes, flows.ServiceFrontend{IP: net.IP(a.AsSlice()), Port: st.Port.Port})
+		}
+	}
+	for _, a := range st.Port.LoadBalancerIPs {
+		if a.Is4() {
+			fes = append(fes, flows.ServiceFrontend{IP: net.IP(a.AsSlice()), Port: st.Port.Port, SourceRanges: ranges})
+		}
+	}
+	if st.Port.NodePort != 0 {
+		for _, a := range nodeAddrs {
+			fes = append(fes, flows.ServiceFrontend{IP: a, Port: st.Port.NodePort, NodePort: true})
+		}
+	}
+	build := func(key portKey, ch proxy.Choice, clusterIP net.IP, fes []flows.ServiceFrontend) (portView, error) {
+		id, err := id(key)
+		if err != nil {
+			return portView{}, err
+		}
+		sp := flows.ServicePort{ID: id, ClusterIP: clusterIP, Frontends: fes, Proto: proto, Port: st.Port.Port,
+			AffinitySeconds: st.Port.AffinitySeconds}
+		if ch.Verdict == proxy.Forward {
+			for _, ep := range ch.Endpoints {
+				if ep.Addr.Is4() {
+					sp.Endpoints = append(sp.Endpoints, flows.ServiceEndpoint{IP: net.IP(ep.Addr.AsSlice()), Port: ep.Port, Weight: 1})
+				}
+			}
+			if len(sp.Endpoints) == 0 {
+				ch.Verdict = proxy.Reject
+			}
+		}
+		return portView{key: key, sp: sp, verdict: ch.Verdict}, nil
+	}
+	in, ext := st.Internal(), st.ExternalFromPods()
+	if len(fes) == 0 || sameChoice(in, ext) {
+		v, err := build(portKey{name: st.Port.Name}, in, net.IP(vip.AsSlice()), fes)
+		return []portView{v}, err
+	}
+	v, err := build(portKey{name: st.Port.Name}, in, net.IP(vip.AsSlice()), nil)
+	if err != nil {
+		return nil, err
+	}
+	e, err := build(portKey{name: st.Port.Name, external: true}, ext, nil, fes)
+	return []portView{v, e}, err
+}
+
+// portView is one view of a Service port: its key, what the switch is given, its verdict.
+type portView struct {
+	key     portKey
+	sp      flows.ServicePort
+	verdict proxy.Verdict
+}
+
+// sameChoice reports whether a and b send new connections the same way.
+func sameChoice(a, b proxy.Choice) bool {
+	if a.Verdict != b.Verdict || len(a.Endpoints) != len(b.Endpoints) {
+		return false
+	}
+	for i := range a.Endpoints {
+		if a.Endpoints[i].AddrPort() != b.Endpoints[i].AddrPort() {
+			return false
+		}
+	}
+	return true
+}
+
+// nodeAddresses returns the addresses pods reach NodePorts at: this node's IP and every
+// peer's (each Node's InternalIP, as the topology gives them; kube-proxy's nftables
+// default, --nodeport-addresses primary), IPv4, sorted, once each. None on a node
+// without an overlay (no node IP known).
+func (n *Node) nodeAddresses() []net.IP {
+	var out []net.IP
+	seen := map[string]bool{}
+	add := func(ip net.IP) {
+		if ip = ip.To4(); ip != nil && !ip.IsUnspecified() && !seen[ip.String()] {
+			seen[ip.String()] = true
+			out = append(out, ip)
+		}
+	}
+	add(n.config().NodeIP)
+	if n.overlay != nil {
+		for _, p := range n.overlay.Peers() {
+			add(p.NodeIP)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return string(out[i]) < string(out[j]) })
+	return out
 }
 
 // affinityID returns the affinity id of endpoint ep of Service port name, allocating
 // one (never 0, never one in use). s.mu is held.
-func (s *serviceProxy) affinityID(name proxy.ServicePortName, ep flows.ServiceEndpoint) uint32 {
+func (s *serviceProxy) affinityID(name portKey, ep flows.ServiceEndpoint) uint32 {
 	k := affinityKey{port: name, ep: fmt.Sprintf("%s:%d", ep.IP, ep.Port)}
 	if id, ok := s.affIDs[k]; ok {
 		return id
@@ -346,87 +487,157 @@ func staleAffinity(old flows.ServicePort, now *flows.ServicePort) []uint32 {
 }
 
 // Sync realizes u on the switch (proxy.Sink): every changed Service port's group and
-// flow, every deleted one's removal, one switch change confirmed before it returns; then
-// the stale UDP/SCTP conntrack entries are flushed (failures logged and counted, not
-// returned: the change itself is on the switch).
+// flows (ClusterIP and its other frontends), every deleted one's removal, one switch
+// change confirmed before it returns; then the stale UDP/SCTP conntrack entries are
+// flushed (failures logged and counted, not returned: the change itself is on the
+// switch). When the node addresses changed since the last sync (a Node added or
+// removed), every port with a NodePort is rebuilt with them in the same change.
 func (s *serviceProxy) Sync(ctx context.Context, u *proxy.Update) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.sync(ctx, u)
+}
+
+// nodeAddrsChanged rebuilds the NodePort frontends of every Service port when the node
+// addresses differ from those on the switch (a peer added, updated or removed), retrying
+// while the switch is unreachable until ctx ends; another error is logged (the next Sync
+// rebuilds them).
+func (s *serviceProxy) nodeAddrsChanged(ctx context.Context) {
+	err := retryUnavailable(ctx, func() error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if equalIPs(s.nodeAddrs, s.n.nodeAddresses()) {
+			return nil
+		}
+		return s.sync(ctx, &proxy.Update{})
+	})
+	if err != nil && ctx.Err() == nil {
+		s.log.Error("NodePort frontends not rebuilt for the new node addresses; the next Service sync does it", "err", err)
+	}
+}
+
+func equalIPs(a, b []net.IP) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !a[i].Equal(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// sync is Sync; s.mu is held.
+func (s *serviceProxy) sync(ctx context.Context, u *proxy.Update) error {
 	cfg := s.n.config()
-	want := map[proxy.ServicePortName]bool{}
+	addrs := s.n.nodeAddresses()
+	changed := u.Changed
+	if !equalIPs(addrs, s.nodeAddrs) {
+		// Every port with a NodePort gets the new node addresses (those in u.Changed
+		// already do).
+		in := map[proxy.ServicePortName]bool{}
+		for _, st := range u.Changed {
+			in[st.Port.Name] = true
+		}
+		changed = append([]*proxy.ServicePortState(nil), u.Changed...)
+		var more []*proxy.ServicePortState
+		for name, st := range s.states {
+			if !in[name] && st.Port.NodePort != 0 && !slices.Contains(u.Deleted, name) {
+				more = append(more, st)
+			}
+		}
+		sort.Slice(more, func(i, j int) bool { return more[i].Port.Name.String() < more[j].Port.Name.String() })
+		changed = append(changed, more...)
+	}
+	want := map[portKey]bool{}
 	var ups []OwnerUpdate
-	built := map[proxy.ServicePortName]flows.ServicePort{}
-	verdicts := map[proxy.ServicePortName]proxy.Verdict{}
-	newIDs := map[proxy.ServicePortName]bool{}
+	built := map[portKey]flows.ServicePort{}
+	verdicts := map[portKey]proxy.Verdict{}
+	newIDs := map[portKey]bool{}
 	var errs []error
-	for _, st := range u.Changed {
+	id := func(key portKey) (uint32, error) {
+		_, had := s.ids[key]
+		id, err := s.alloc(key)
+		if err == nil && !had {
+			newIDs[key] = true
+		}
+		return id, err
+	}
+	for _, st := range changed {
 		name := st.Port.Name
-		want[name] = true
-		_, had := s.ids[name]
-		id, err := s.alloc(name)
+		// A view not built now is gone (a port without IPv4 ClusterIP, an external
+		// view no longer needed).
+		want[portKey{name: name}], want[portKey{name: name, external: true}] = false, false
+		views, err := servicePortViews(st, addrs, id)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		if !had {
-			newIDs[name] = true
-		}
-		sp, verdict, ok := servicePort(id, st)
-		if !ok {
-			want[name] = false
-			continue
-		}
-		if sp.AffinitySeconds != 0 {
-			if old, ok := s.ports[name]; ok && old.AffinitySeconds != sp.AffinitySeconds {
-				// A new timeout starts over: new ids, so the old learned flows (deleted
-				// below) and the new ones never share a cookie.
-				for _, ep := range old.Endpoints {
-					delete(s.affIDs, affinityKey{port: name, ep: fmt.Sprintf("%s:%d", ep.IP, ep.Port)})
+		for _, v := range views {
+			key, sp, verdict := v.key, v.sp, v.verdict
+			want[key] = true
+			if sp.AffinitySeconds != 0 {
+				if old, ok := s.ports[key]; ok && old.AffinitySeconds != sp.AffinitySeconds {
+					// A new timeout starts over: new ids, so the old learned flows (deleted
+					// below) and the new ones never share a cookie.
+					for _, ep := range old.Endpoints {
+						delete(s.affIDs, affinityKey{port: key, ep: fmt.Sprintf("%s:%d", ep.IP, ep.Port)})
+					}
+				}
+				for i := range sp.Endpoints {
+					sp.Endpoints[i].AffinityID = s.affinityID(key, sp.Endpoints[i])
 				}
 			}
-			for i := range sp.Endpoints {
-				sp.Endpoints[i].AffinityID = s.affinityID(name, sp.Endpoints[i])
+			if err := sp.Validate(); err != nil {
+				errs = append(errs, err)
+				continue
 			}
+			fs, gs := flows.ServicePortFlows(cfg, sp)
+			if verdict == proxy.Drop {
+				for i := range fs {
+					fs[i].Actions, fs[i].Meter = nil, 0
+				}
+				gs, sp.Endpoints = nil, nil
+			}
+			ups = append(ups, OwnerUpdate{Owner: flows.ServicePortOwner(sp), Replace: true, Flows: fs, Groups: gs})
+			built[key], verdicts[key] = sp, verdict
 		}
-		if err := sp.Validate(); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		fs, gs := flows.ServicePortFlows(cfg, sp)
-		if verdict == proxy.Drop {
-			fs[0].Actions, fs[0].Meter, gs = nil, 0, nil
-			sp.Endpoints = nil
-		}
-		ups = append(ups, OwnerUpdate{Owner: flows.ServicePortOwner(sp), Replace: true, Flows: fs, Groups: gs})
-		built[name], verdicts[name] = sp, verdict
 	}
-	var gone []proxy.ServicePortName
+	var gone []portKey
 	for _, name := range u.Deleted {
-		if !want[name] {
-			gone = append(gone, name)
+		for _, key := range []portKey{{name: name}, {name: name, external: true}} {
+			if !want[key] {
+				gone = append(gone, key)
+			}
 		}
 	}
 	if u.Full {
-		for name := range s.ids {
-			if !want[name] {
-				gone = append(gone, name)
+		for key := range s.ids {
+			if !want[key] {
+				gone = append(gone, key)
 			}
 		}
 	}
-	for name, ok := range want {
+	for key, ok := range want {
 		if !ok {
-			gone = append(gone, name)
+			gone = append(gone, key)
 		}
 	}
-	sort.Slice(gone, func(i, j int) bool { return gone[i].String() < gone[j].String() })
+	sort.Slice(gone, func(i, j int) bool {
+		if a, b := gone[i].name.String(), gone[j].name.String(); a != b {
+			return a < b
+		}
+		return !gone[i].external && gone[j].external
+	})
 	var freed []uint32
-	seen := map[proxy.ServicePortName]bool{}
-	for _, name := range gone {
-		id, ok := s.ids[name]
-		if !ok || seen[name] {
+	seen := map[portKey]bool{}
+	for _, key := range gone {
+		id, ok := s.ids[key]
+		if !ok || seen[key] {
 			continue
 		}
-		seen[name] = true
+		seen[key] = true
 		ups = append(ups, OwnerUpdate{Owner: flows.Owner{Kind: flows.OwnerService, ID: id}, Replace: true})
 		freed = append(freed, id)
 	}
@@ -438,36 +649,48 @@ func (s *serviceProxy) Sync(ctx context.Context, u *proxy.Update) error {
 	if len(errs) > 0 {
 		// Nothing of u counts as applied: new ids go back (the next attempt allocates
 		// again), the switch keeps what it had.
-		for name := range newIDs {
-			s.free = append(s.free, s.ids[name])
-			delete(s.ids, name)
+		for key := range newIDs {
+			s.free = append(s.free, s.ids[key])
+			delete(s.ids, key)
 		}
 		return fmt.Errorf("service proxy: %w", errors.Join(errs...))
+	}
+	s.nodeAddrs = addrs
+	if u.Full {
+		clear(s.states)
+	}
+	for _, st := range u.Changed {
+		s.states[st.Port.Name] = st
+	}
+	for _, name := range u.Deleted {
+		delete(s.states, name)
 	}
 	// Learned affinity flows of endpoints that left (or of a changed or removed
 	// affinity) go after the switch dropped the flows that learn them.
 	var staleAff []uint32
 	var staleAffPorts []flows.ServicePort // every learned flow of these ports goes
-	for name, sp := range built {
-		if old, ok := s.ports[name]; ok {
+	for key, sp := range built {
+		if old, ok := s.ports[key]; ok {
 			staleAff = append(staleAff, staleAffinity(old, &sp)...)
 			if old.AffinitySeconds != 0 && old.AffinitySeconds != sp.AffinitySeconds {
 				staleAffPorts = append(staleAffPorts, old)
+			} else if lost, ok := lostFrontends(old, sp); old.AffinitySeconds != 0 && ok {
+				staleAffPorts = append(staleAffPorts, lost)
 			}
 		}
-		s.ports[name], s.verdicts[name] = sp, verdicts[name]
+		s.ports[key], s.verdicts[key] = sp, verdicts[key]
 	}
-	for _, name := range gone {
-		if seen[name] {
-			if old, ok := s.ports[name]; ok {
+	for _, key := range gone {
+		if seen[key] {
+			if old, ok := s.ports[key]; ok {
 				staleAff = append(staleAff, staleAffinity(old, nil)...)
 				if old.AffinitySeconds != 0 {
 					staleAffPorts = append(staleAffPorts, old)
 				}
 			}
-			delete(s.ids, name)
-			delete(s.ports, name)
-			delete(s.verdicts, name)
+			delete(s.ids, key)
+			delete(s.ports, key)
+			delete(s.verdicts, key)
 		}
 	}
 	s.free = append(s.free, freed...)
@@ -490,6 +713,27 @@ func (s *serviceProxy) Sync(ctx context.Context, u *proxy.Update) error {
 	return nil
 }
 
+// lostFrontends returns old with only the frontends now lacks (a node removed, an
+// external IP dropped), whose learned affinity flows, keyed on the frontend, are to go;
+// false when it lost none.
+func lostFrontends(old, now flows.ServicePort) (flows.ServicePort, bool) {
+	have := map[string]bool{}
+	for _, fe := range now.AllFrontends() {
+		have[fe.String()] = true
+	}
+	lost := old
+	lost.Frontends = nil
+	if lost.ClusterIP != nil && have[net.JoinHostPort(old.ClusterIP.String(), fmt.Sprint(old.Port))] {
+		lost.ClusterIP = nil
+	}
+	for _, fe := range old.Frontends {
+		if !have[fe.String()] {
+			lost.Frontends = append(lost.Frontends, fe)
+		}
+	}
+	return lost, lost.ClusterIP != nil || len(lost.Frontends) > 0
+}
+
 // forgetAffinity deletes the learned affinity flows of ids from the switch (by owner
 // cookie, kind OwnerServiceAffinity) and every learned flow of ports (a changed or
 // removed affinity: flows.AffinityPortDelete), frees the ids no live port still uses and
@@ -503,7 +747,9 @@ func (s *serviceProxy) forgetAffinity(ctx context.Context, cfg flows.NodeConfig,
 	if len(ports) > 0 {
 		var ops []openflow.FlowModOp
 		for _, sp := range ports {
-			ops = append(ops, openflow.FlowModOp{Mod: flows.AffinityPortDelete(cfg, sp), Name: fmt.Sprintf("service port %v: delete its learned affinity flows", sp)})
+			for _, fm := range flows.AffinityPortDelete(cfg, sp) {
+				ops = append(ops, openflow.FlowModOp{Mod: fm, Name: fmt.Sprintf("service port %v: delete its learned affinity flows", sp)})
+			}
 		}
 		c, err := s.n.sw.Conn()
 		if err == nil {
@@ -536,7 +782,9 @@ func (s *serviceProxy) forgetAffinity(ctx context.Context, cfg flows.NodeConfig,
 	return true
 }
 
-// flushStale flushes each stale entry set from ofsdn's conntrack zone.
+// flushStale flushes each stale entry set from ofsdn's conntrack zone: per frontend (and,
+// with a NodePort, per node address at it), the entries to it whose reply source is the
+// stale endpoint. s.mu is held.
 func (s *serviceProxy) flushStale(ctx context.Context, stale []proxy.StaleConntrack) {
 	if s.opts.FlushConntrack == nil {
 		return
@@ -550,7 +798,18 @@ func (s *serviceProxy) flushStale(ctx context.Context, stale []proxy.StaleConntr
 			continue
 		}
 		reply := fmt.Sprintf("ct_nw_src=%s,ct_nw_proto=%d,ct_tp_src=%d", sc.Endpoint.Addr(), proto, sc.Endpoint.Port())
-		for _, fe := range sc.Frontends {
+		fes := sc.Frontends
+		if sc.NodePort != 0 {
+			// Pods reached the NodePort at the node addresses (those the switch has now:
+			// a removed node's entries to a live endpoint are not stale).
+			fes = slices.Clone(fes)
+			for _, a := range s.nodeAddrs {
+				if ap, ok := netip.AddrFromSlice(a.To4()); ok {
+					fes = append(fes, netip.AddrPortFrom(ap, sc.NodePort))
+				}
+			}
+		}
+		for _, fe := range fes {
 			if !fe.Addr().Is4() {
 				continue
 			}

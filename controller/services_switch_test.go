@@ -2,7 +2,10 @@ package controller
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
+	"regexp"
+	"sort"
 	"strings"
 	"testing"
 
@@ -71,7 +74,7 @@ func TestServiceSinkOnSwitch(t *testing.T) {
 		t.Fatal(err)
 	}
 	fl, gs := state()
-	ida := sp.ids[a.Port.Name]
+	ida := sp.ids[portKey{name: a.Port.Name}]
 	wantGroup := fmt.Sprintf("group_id=%d", flows.GroupIDMin+ida)
 	if !strings.Contains(fl["10.96.0.1"], "group:") || len(gs) != 1 || gs[0] != wantGroup+" buckets=2" {
 		t.Errorf("forwarding port: flow %q, groups %v: want its flow to use %s with 2 buckets", fl["10.96.0.1"], gs, wantGroup)
@@ -87,11 +90,11 @@ func TestServiceSinkOnSwitch(t *testing.T) {
 	if err := sp.Sync(ctx, &proxy.Update{Changed: []*proxy.ServicePortState{d}, Deleted: []proxy.ServicePortName{a.Port.Name}}); err != nil {
 		t.Fatal(err)
 	}
-	if sp.ids[d.Port.Name] == ida {
+	if sp.ids[portKey{name: d.Port.Name}] == ida {
 		t.Errorf("the new port got id %d in the same sync that freed it", ida)
 	}
 	fl, gs = state()
-	if _, ok := fl["10.96.0.1"]; ok || len(gs) != 1 || gs[0] != fmt.Sprintf("group_id=%d buckets=1", flows.GroupIDMin+sp.ids[d.Port.Name]) {
+	if _, ok := fl["10.96.0.1"]; ok || len(gs) != 1 || gs[0] != fmt.Sprintf("group_id=%d buckets=1", flows.GroupIDMin+sp.ids[portKey{name: d.Port.Name}]) {
 		t.Errorf("after deleting a and adding d: flows %v, groups %v", fl, gs)
 	}
 
@@ -99,7 +102,7 @@ func TestServiceSinkOnSwitch(t *testing.T) {
 	if err := sp.Sync(ctx, &proxy.Update{Full: true, Changed: []*proxy.ServicePortState{e}}); err != nil {
 		t.Fatal(err)
 	}
-	if got := sp.ids[e.Port.Name]; got != ida {
+	if got := sp.ids[portKey{name: e.Port.Name}]; got != ida {
 		t.Errorf("port e got id %d, want the id %d freed by an earlier sync", got, ida)
 	}
 	fl, gs = state()
@@ -112,5 +115,117 @@ func TestServiceSinkOnSwitch(t *testing.T) {
 	n.services = sp
 	if st := n.ServiceStats(); st.Ports != 1 || st.Endpoints != 3 {
 		t.Errorf("ServiceStats %+v: want 1 port, 3 endpoints", st)
+	}
+}
+
+// TestServiceSinkFrontendsOnSwitch: a NodePort Service port with an external IP on a
+// real switch: a flow per frontend (ClusterIP, external IP, this node's and each peer's
+// address at the NodePort) to the one group; a peer removed and another added → the
+// node-address flows follow, nothing left of the old; internalTrafficPolicy Local →
+// a second owner and group for the external frontends, gone again with Cluster; the
+// port deleted → no flow or group of it left.
+func TestServiceSinkFrontendsOnSwitch(t *testing.T) {
+	ovs, sw, n, ctx := switchTestNode(t, true)
+	n.cfg.NodeIP = net.ParseIP("172.30.0.71").To4()
+	n.overlay = newOverlay(n, OverlayOptions{})
+	n.overlay.peers["n2"] = flows.Peer{Name: "n2", NodeIP: net.ParseIP("172.30.0.72").To4()}
+	n.store.Load(flows.PipelineOwner, flows.PipelineFlows(n.cfg))
+	sp := newServiceProxy(n, ServiceOptions{})
+	if err := sp.loadMeter(n.store.Store); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.store.Sync(ctx, sw, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	n.services = sp
+	br := ovs.MgmtSocket("br-int")
+	lb, _ := flows.StageTable(flows.StageServiceLB)
+	// frontends returns "nw_dst:tp_dst actions" of the Service flows in service_lb, sorted,
+	// and the groups' ids.
+	frontends := func() ([]string, []string) {
+		var fl []string
+		re := regexp.MustCompile(`nw_dst=([0-9.]+),tp_dst=([0-9]+) actions=(\S+)`)
+		for _, l := range strings.Split(ovs.Ofctl(t, "dump-flows", br, fmt.Sprintf("table=%d", lb)), "\n") {
+			if m := re.FindStringSubmatch(l); m != nil {
+				fl = append(fl, m[1]+":"+m[2]+" "+m[3])
+			}
+		}
+		sort.Strings(fl)
+		var gs []string
+		for _, l := range strings.Split(ovs.Ofctl(t, "dump-groups", br), "\n") {
+			if m := regexp.MustCompile(`group_id=([0-9]+)`).FindStringSubmatch(l); m != nil {
+				gs = append(gs, m[1])
+			}
+		}
+		sort.Strings(gs)
+		return fl, gs
+	}
+	eps := []proxy.Endpoint{{Addr: netip.MustParseAddr("10.244.1.5"), Port: 8080, Ready: true, Serving: true, NodeName: "n1", Local: true},
+		{Addr: netip.MustParseAddr("10.244.2.5"), Port: 8080, Ready: true, Serving: true, NodeName: "n2"}}
+	state := func(local bool) *proxy.ServicePortState {
+		p := &proxy.ServicePort{Name: proxy.ServicePortName{ServiceName: proxy.ServiceName{Namespace: "x", Name: "web"}, Protocol: proxy.ProtocolTCP},
+			ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.5")}, Port: 80, NodePort: 30080,
+			ExternalIPs: []netip.Addr{netip.MustParseAddr("192.0.2.10")}, InternalLocal: local}
+		return &proxy.ServicePortState{Port: p, Family: proxy.IPv4, Endpoints: eps, Selection: proxy.Select(p, eps, "n1", "")}
+	}
+	if err := sp.Sync(ctx, &proxy.Update{Full: true, Changed: []*proxy.ServicePortState{state(false)}}); err != nil {
+		t.Fatal(err)
+	}
+	g := fmt.Sprint(flows.GroupIDMin + sp.ids[portKey{name: state(false).Port.Name}])
+	fl, gs := frontends()
+	compareText(t, "one view", append(fl, gs...), []string{"10.96.0.5:80 group:" + g, "172.30.0.71:30080 group:" + g,
+		"172.30.0.72:30080 group:" + g, "192.0.2.10:80 group:" + g, g})
+
+	// Node n2 goes, n3 comes: the NodePort follows the node addresses.
+	n.overlay.mu.Lock()
+	delete(n.overlay.peers, "n2")
+	n.overlay.peers["n3"] = flows.Peer{Name: "n3", NodeIP: net.ParseIP("172.30.0.73").To4()}
+	n.overlay.mu.Unlock()
+	sp.nodeAddrsChanged(ctx)
+	fl, gs = frontends()
+	compareText(t, "n2 gone, n3 added", append(fl, gs...), []string{"10.96.0.5:80 group:" + g, "172.30.0.71:30080 group:" + g,
+		"172.30.0.73:30080 group:" + g, "192.0.2.10:80 group:" + g, g})
+
+	// internalTrafficPolicy Local: the ClusterIP goes to the local endpoint, the external
+	// frontends to both, through a group of their own.
+	if err := sp.Sync(ctx, &proxy.Update{Changed: []*proxy.ServicePortState{state(true)}}); err != nil {
+		t.Fatal(err)
+	}
+	ge := fmt.Sprint(flows.GroupIDMin + sp.ids[portKey{name: state(true).Port.Name, external: true}])
+	fl, gs = frontends()
+	wantGroups := []string{g, ge}
+	sort.Strings(wantGroups)
+	compareText(t, "internalTrafficPolicy Local", append(fl, gs...), append([]string{"10.96.0.5:80 group:" + g,
+		"172.30.0.71:30080 group:" + ge, "172.30.0.73:30080 group:" + ge, "192.0.2.10:80 group:" + ge}, wantGroups...))
+	if st := n.ServiceStats(); st.Ports != 1 || st.Endpoints != 3 {
+		t.Errorf("ServiceStats with the external view: %+v, want 1 port, 3 buckets (1 + 2)", st)
+	}
+	if infos := n.ServicePorts(); len(infos) != 2 || infos[0].External || !infos[1].External || len(infos[0].Port.Endpoints) != 1 ||
+		len(infos[1].Port.Endpoints) != 2 || len(infos[1].Port.Frontends) != 3 {
+		t.Errorf("ServicePorts with the external view: %+v, want the port (1 endpoint) then its external view (3 frontends, 2 endpoints)", infos)
+	}
+
+	// Back to Cluster: one view again, the external view's owner and group gone.
+	if err := sp.Sync(ctx, &proxy.Update{Changed: []*proxy.ServicePortState{state(false)}}); err != nil {
+		t.Fatal(err)
+	}
+	fl, gs = frontends()
+	compareText(t, "back to Cluster", append(fl, gs...), []string{"10.96.0.5:80 group:" + g, "172.30.0.71:30080 group:" + g,
+		"172.30.0.73:30080 group:" + g, "192.0.2.10:80 group:" + g, g})
+
+	// Deleted: nothing of it is left.
+	if err := sp.Sync(ctx, &proxy.Update{Deleted: []proxy.ServicePortName{state(false).Port.Name}}); err != nil {
+		t.Fatal(err)
+	}
+	if fl, gs = frontends(); len(fl)+len(gs) != 0 || len(sp.ids) != 0 || len(sp.states) != 0 {
+		t.Errorf("after the port was deleted: flows %v, groups %v, ids %v, states %d: want none", fl, gs, sp.ids, len(sp.states))
+	}
+	// A node change with no NodePort left changes nothing (and does not fail).
+	n.overlay.mu.Lock()
+	delete(n.overlay.peers, "n3")
+	n.overlay.mu.Unlock()
+	sp.nodeAddrsChanged(ctx)
+	if fl, gs = frontends(); len(fl)+len(gs) != 0 {
+		t.Errorf("after a node change without Services: flows %v, groups %v", fl, gs)
 	}
 }

@@ -130,9 +130,15 @@ func (s nodeSource) Services(ctx context.Context) (ServiceReport, error) {
 	conns, cerr := n.ServiceConnections(ctx)
 	for _, sp := range n.ServicePorts() {
 		p := ServicePort{Namespace: sp.Name.Namespace, Name: sp.Name.Name, Port: sp.Name.Port,
-			Protocol: sp.Name.Protocol.String(), Frontend: net.JoinHostPort(sp.Port.ClusterIP.String(), strconv.Itoa(int(sp.Port.Port))),
+			Protocol: sp.Name.Protocol.String(), External: sp.External,
 			OwnerID: sp.Port.ID, GroupID: sp.GroupID, Verdict: sp.Verdict.String(),
-			Endpoints: []string{}, Connections: -1}
+			Frontends: []string{}, Endpoints: []string{}, Connections: -1}
+		for _, fe := range sp.Port.AllFrontends() {
+			p.Frontends = append(p.Frontends, fe.String())
+		}
+		if len(p.Frontends) > 0 {
+			p.Frontend = p.Frontends[0]
+		}
 		for _, ep := range sp.Port.Endpoints {
 			p.Endpoints = append(p.Endpoints, net.JoinHostPort(ep.IP.String(), strconv.Itoa(int(ep.Port))))
 		}

@@ -152,8 +152,17 @@ type ServicePort struct {
 	Name      string `json:"name"`
 	Port      string `json:"port"`
 	Protocol  string `json:"protocol"`
-	// Frontend is the ClusterIP and port, "IP:PORT".
+	// Frontend is the ClusterIP and port, "IP:PORT" (of an external view, its first
+	// frontend).
 	Frontend string `json:"frontend"`
+	// Frontends are every address this node's pods reach the port at, "IP:PORT": the
+	// ClusterIP first, then external IPs and load-balancer IPs at the port, then each
+	// node's address at the NodePort.
+	Frontends []string `json:"frontends"`
+	// External marks the port's external view (its frontends other than the ClusterIP,
+	// with their own group and verdict: internalTrafficPolicy Local, whose ClusterIP
+	// endpoints differ from those of pods' external traffic).
+	External bool `json:"external,omitempty"`
 	// OwnerID is the Service port's flow owner id (cookie owner kind 5, service). GroupID
 	// is its OpenFlow select group's id (flows.GroupIDMin + OwnerID) when it has endpoints,
 	// 0 when it has none (reject or drop: a flow, no group).

@@ -76,7 +76,22 @@ package flows
 // is the pod's own address. One flow per pod (a match cannot compare nw_src with nw_dst);
 // nothing changes for a node without Services in OVS.
 //
-// NodePort and external IPs are still to come.
+// Frontends other than the ClusterIP (ServicePort.Frontends): a pod's new connection to
+// an external IP or load-balancer IP at the Service port, or to a node's address at the
+// NodePort, has a service_lb flow of its own (the same match but nw_dst/tp_dst) to the
+// port's group, reject or drop: one group per port, however many frontends. kube-proxy's
+// nftables proxier looks a packet up in its service-ips map (ClusterIP, external IPs,
+// load-balancer IPs) before its service-nodeports map, so node addresses have a lower
+// priority (PriorityServiceNodePort); a load-balancer IP with loadBalancerSourceRanges
+// has a flow per range (PriorityServiceSourceRange) above a drop of every other source,
+// as kube-proxy's firewall chain drops them before its NAT. Node addresses are every
+// Node's InternalIP the daemon knows (its own and its peers'), kube-proxy's nftables
+// default (--nodeport-addresses primary); the NodePort on another node's address is
+// translated here too, so it never leaves the node untranslated. The reply is un-NATed by
+// service_conntrack as for a ClusterIP, with the frontend as its source; a reject
+// answers from the frontend. With session affinity, learned flows key on the frontend
+// (the learn action takes the packet's destination), so a client's affinity is per
+// frontend, where kube-proxy's is per Service port across its frontends.
 //
 // Session affinity (sessionAffinity: ClientIP): an affinity port's service_lb flow
 // resubmits to service_affinity, where the switch's learned flows (one per client address
@@ -103,7 +118,9 @@ const (
 	StageServiceHairpin = "service_hairpin"
 	// StageServiceConntrack sends IP through ct(nat) in ConntrackZone.
 	StageServiceConntrack = "service_conntrack"
-	// StageServiceLB sends new connections to a ClusterIP:port to the port's group.
+	// StageServiceLB sends pods' new connections to a Service port's frontends (ClusterIP,
+	// external and load-balancer IPs at the port, node addresses at the NodePort) to the
+	// port's group.
 	StageServiceLB = "service_lb"
 	// StageServiceAffinity holds the learned session-affinity flows.
 	StageServiceAffinity = "service_affinity"
@@ -153,8 +170,47 @@ const PriorityHairpin uint16 = 110
 // PriorityHairpinReply (105) in service_conntrack: a hairpin reply after its un-SNAT.
 const PriorityHairpinReply uint16 = 105
 
-// PriorityServicePort (100) in service_lb: one Service port's flow.
-const PriorityServicePort uint16 = 100
+// Priorities in service_lb (kube-proxy's nftables proxier looks a packet up in its
+// service-ips map, ClusterIPs, external IPs and load-balancer IPs, before its
+// service-nodeports map, and drops a load-balancer IP's disallowed sources before
+// either).
+const (
+	// PriorityServicePort (100): a Service port's flow for its ClusterIP, an external IP
+	// or a load-balancer IP; for a load-balancer IP with source ranges, the drop of every
+	// other source.
+	PriorityServicePort uint16 = 100
+	// PriorityServiceSourceRange (101): a load-balancer IP's flow for one of its
+	// loadBalancerSourceRanges.
+	PriorityServiceSourceRange uint16 = 101
+	// PriorityServiceNodePort (90): a Service port's flow for a node address at its
+	// NodePort.
+	PriorityServiceNodePort uint16 = 90
+)
+
+// ServiceFrontend is an address other than the ClusterIP at which this node's pods reach
+// a Service port (kube-proxy's external destinations): an external IP or load-balancer
+// ingress IP at the Service port, or a node's address at the NodePort. Its flows in
+// service_lb share the port's group and verdict.
+type ServiceFrontend struct {
+	// IP is the frontend's IPv4 address: spec.externalIPs[], status.loadBalancer.ingress[].ip,
+	// or a Node's InternalIP.
+	IP net.IP
+	// Port is spec.ports[].port, or spec.ports[].nodePort for a node address (1..65535).
+	Port uint16
+	// NodePort marks a node address at the NodePort (priority PriorityServiceNodePort,
+	// below the Service IPs', as kube-proxy looks NodePorts up last).
+	NodePort bool
+	// SourceRanges are spec.loadBalancerSourceRanges (IPv4) of a load-balancer IP: only
+	// clients in them reach it, the rest are dropped, as kube-proxy's firewall chain
+	// does; nil = any client. Not for node addresses (kube-proxy does not apply them to
+	// NodePorts).
+	SourceRanges []*net.IPNet
+}
+
+// String names the frontend: "172.30.0.71:30080" (node address), "192.0.2.10:80".
+func (fe ServiceFrontend) String() string {
+	return net.JoinHostPort(fe.IP.String(), fmt.Sprint(fe.Port))
+}
 
 // ServicePort is one port of a Service the switch load-balances: ClusterIP, protocol,
 // port, and the endpoints new connections go to.
@@ -162,8 +218,15 @@ type ServicePort struct {
 	// ID is the Service port's owner id, 1..GroupIDMax-GroupIDMin, unique among live
 	// Service ports; its group is GroupIDMin+ID (ServiceGroupID).
 	ID uint32
-	// ClusterIP is the Service's IPv4 ClusterIP.
+	// ClusterIP is the Service's IPv4 ClusterIP; nil for a port's external view (only
+	// Frontends: with internalTrafficPolicy Local, pods' ClusterIP traffic and their
+	// external traffic go to different endpoints, so the controller builds the external
+	// frontends as a Service port of their own).
 	ClusterIP net.IP
+	// Frontends are the port's other addresses for pods (external IPs, load-balancer IPs,
+	// node addresses at the NodePort), each with its own flow to the same group or
+	// verdict.
+	Frontends []ServiceFrontend
 	// Proto is IPProtoTCP, IPProtoUDP or IPProtoSCTP.
 	Proto uint8
 	// Port is the Service port (1..65535).
@@ -196,7 +259,20 @@ func (sp ServicePort) String() string {
 	if proto == "" {
 		proto = fmt.Sprintf("proto%d", sp.Proto)
 	}
+	if sp.ClusterIP == nil && len(sp.Frontends) > 0 {
+		return fmt.Sprintf("%s/%s (id %d, external)", sp.Frontends[0], proto, sp.ID)
+	}
 	return fmt.Sprintf("%s:%d/%s (id %d)", sp.ClusterIP, sp.Port, proto, sp.ID)
+}
+
+// AllFrontends returns every frontend of sp: the ClusterIP at the port (when set) first,
+// then Frontends.
+func (sp ServicePort) AllFrontends() []ServiceFrontend {
+	var out []ServiceFrontend
+	if sp.ClusterIP != nil {
+		out = append(out, ServiceFrontend{IP: sp.ClusterIP, Port: sp.Port})
+	}
+	return append(out, sp.Frontends...)
 }
 
 // Validate checks that sp can have flows and a group: an id in 1..GroupIDMax-GroupIDMin,
@@ -205,8 +281,24 @@ func (sp ServicePort) Validate() error {
 	if sp.ID == 0 || sp.ID > GroupIDMax-GroupIDMin {
 		return fmt.Errorf("service port %v: id %d outside 1..%d: allocate it from the Service port owner ids", sp, sp.ID, GroupIDMax-GroupIDMin)
 	}
-	if sp.ClusterIP.To4() == nil {
+	if sp.ClusterIP == nil && len(sp.Frontends) == 0 {
+		return fmt.Errorf("service port %v: no ClusterIP and no other frontend: give the Service's IPv4 ClusterIP", sp)
+	}
+	if sp.ClusterIP != nil && sp.ClusterIP.To4() == nil {
 		return fmt.Errorf("service port %v: ClusterIP %v is not IPv4 (only IPv4 Services are built yet)", sp, sp.ClusterIP)
+	}
+	for _, fe := range sp.Frontends {
+		if fe.IP.To4() == nil || fe.Port == 0 {
+			return fmt.Errorf("service port %v: frontend %v is not an IPv4 address with a port: use the external IP, load-balancer IP or node InternalIP with the port or NodePort", sp, fe)
+		}
+		for _, r := range fe.SourceRanges {
+			if r == nil || r.IP.To4() == nil || len(r.Mask) != net.IPv4len {
+				return fmt.Errorf("service port %v: frontend %v: source range %v is not an IPv4 prefix: fix spec.loadBalancerSourceRanges", sp, fe, r)
+			}
+		}
+		if fe.NodePort && len(fe.SourceRanges) > 0 {
+			return fmt.Errorf("service port %v: node address %v with source ranges: loadBalancerSourceRanges apply to load-balancer IPs only", sp, fe)
+		}
 	}
 	if sp.Proto != IPProtoTCP && sp.Proto != IPProtoUDP && sp.Proto != IPProtoSCTP {
 		return fmt.Errorf("service port %v: protocol %d is not TCP, UDP or SCTP", sp, sp.Proto)
@@ -236,19 +328,24 @@ func AffinityCookie(gen uint16, ep ServiceEndpoint) Cookie {
 	return NewCookie(gen, OwnerServiceAffinity, ep.AffinityID)
 }
 
-// AffinityPortDelete returns the OFPFC_DELETE flow mod (OpenFlow 1.3.5 §7.3.4.1) that
-// removes every learned affinity flow of Service port sp from service_affinity, whatever
-// endpoint or affinity id it carries: match on the port (protocol, ClusterIP, port),
-// cookie = owner kind OwnerServiceAffinity under CookieOwnerKindMask. For a changed
-// timeout or removed affinity (a learn action's modify of an existing learned flow takes
-// the new cookie but keeps the old timeouts, so deleting by the old ids alone misses it).
-func AffinityPortDelete(cfg NodeConfig, sp ServicePort) *openflow13.FlowMod {
+// AffinityPortDelete returns the OFPFC_DELETE flow mods (OpenFlow 1.3.5 §7.3.4.1) that
+// remove every learned affinity flow of Service port sp from service_affinity, whatever
+// endpoint or affinity id it carries: one per frontend (ServicePort.AllFrontends: the
+// learned flows key on the destination), matching protocol, address and port, cookie =
+// owner kind OwnerServiceAffinity under CookieOwnerKindMask. For a changed timeout or
+// removed affinity (a learn action's modify of an existing learned flow takes the new
+// cookie but keeps the old timeouts, so deleting by the old ids alone misses it).
+func AffinityPortDelete(cfg NodeConfig, sp ServicePort) []*openflow13.FlowMod {
 	b := builder{p: std, cfg: cfg}
-	f := b.in(StageServiceAffinity).flow(Owner{Kind: OwnerServiceAffinity}, 0,
-		Match{EthType: EthTypeIPv4, IPProto: sp.Proto, IPDst: hostPrefix(sp.ClusterIP), TPDst: sp.Port, TPDstMask: 0xffff})
-	fm := f.FlowMod(openflow13.FC_DELETE)
-	fm.Cookie, fm.CookieMask = uint64(OwnerServiceAffinity)<<cookieOwnerShift, CookieOwnerKindMask
-	return fm
+	var out []*openflow13.FlowMod
+	for _, fe := range sp.AllFrontends() {
+		f := b.in(StageServiceAffinity).flow(Owner{Kind: OwnerServiceAffinity}, 0,
+			Match{EthType: EthTypeIPv4, IPProto: sp.Proto, IPDst: hostPrefix(fe.IP), TPDst: fe.Port, TPDstMask: 0xffff})
+		fm := f.FlowMod(openflow13.FC_DELETE)
+		fm.Cookie, fm.CookieMask = uint64(OwnerServiceAffinity)<<cookieOwnerShift, CookieOwnerKindMask
+		out = append(out, fm)
+	}
+	return out
 }
 
 // AffinityLearnTimeout returns the idle timeout, seconds, of a learned affinity flow for
@@ -285,12 +382,14 @@ func ServicePortOwner(sp ServicePort) Owner { return Owner{Kind: OwnerService, I
 // ServiceGroupID is the group id of sp: GroupIDMin + sp.ID.
 func ServiceGroupID(sp ServicePort) uint32 { return GroupIDMin + sp.ID }
 
-// ServicePortFlows returns the Service port's flow in service_lb and, with endpoints, its
-// select group (owner ServicePortOwner; the group must be on the switch before the flow,
-// switchstate's replay order). cfg must have Services on, sp must be valid
-// (ServicePort.Validate).
+// ServicePortFlows returns the Service port's flows in service_lb (one per frontend:
+// ServicePort.AllFrontends, a load-balancer IP one per source range and a drop) and,
+// with endpoints, its select group (owner ServicePortOwner; the group must be on the
+// switch before the flow, switchstate's replay order). cfg must have Services on, sp must
+// be valid (ServicePort.Validate).
 //
 //	table="service_lb", priority=100,ct_state=+new+trk,tcp,reg0=0x2/0xf,nw_dst=VIP,tp_dst=PORT actions=group:G
+//	table="service_lb", priority=90,ct_state=+new+trk,tcp,reg0=0x2/0xf,nw_dst=NODEIP,tp_dst=NODEPORT actions=group:G
 //	group_id=G,type=select,bucket=actions=ct(commit,table="l3_forwarding",zone=65280,nat(dst=EP:TPORT)),...
 //	no endpoints: ... actions=meter:2,controller(max_len=128)
 func ServicePortFlows(cfg NodeConfig, sp ServicePort) ([]Flow, []Group) {
@@ -299,12 +398,36 @@ func ServicePortFlows(cfg NodeConfig, sp ServicePort) ([]Flow, []Group) {
 
 func (b builder) servicePortFlows(sp ServicePort) ([]Flow, []Group) {
 	s := b.in(StageServiceLB)
-	m := Match{EthType: EthTypeIPv4, IPProto: sp.Proto, Regs: []RegMark{FromPod}, IPDst: hostPrefix(sp.ClusterIP),
-		TPDst: sp.Port, TPDstMask: 0xffff, CTState: &CTState{Set: CTNew | CTTrk}}
+	// lb returns the port's flows in service_lb, one per frontend (and source range),
+	// each running acts (and meter); a load-balancer IP's disallowed sources are dropped.
+	lb := func(meter uint32, acts ...Action) []Flow {
+		var fs []Flow
+		for _, fe := range sp.AllFrontends() {
+			m := Match{EthType: EthTypeIPv4, IPProto: sp.Proto, Regs: []RegMark{FromPod}, IPDst: hostPrefix(fe.IP),
+				TPDst: fe.Port, TPDstMask: 0xffff, CTState: &CTState{Set: CTNew | CTTrk}}
+			prio := PriorityServicePort
+			if fe.NodePort {
+				prio = PriorityServiceNodePort
+			}
+			if len(fe.SourceRanges) == 0 {
+				f := s.flow(ServicePortOwner(sp), prio, m, acts...)
+				f.Meter = meter
+				fs = append(fs, f)
+				continue
+			}
+			for _, r := range fe.SourceRanges {
+				rm := m
+				rm.IPSrc = r
+				f := s.flow(ServicePortOwner(sp), PriorityServiceSourceRange, rm, acts...)
+				f.Meter = meter
+				fs = append(fs, f)
+			}
+			fs = append(fs, s.flow(ServicePortOwner(sp), prio, m))
+		}
+		return fs
+	}
 	if len(sp.Endpoints) == 0 {
-		f := s.flow(ServicePortOwner(sp), PriorityServicePort, m, OutputController{MaxLen: ServiceRejectMaxLen})
-		f.Meter = ServiceRejectMeter
-		return []Flow{f}, nil
+		return lb(ServiceRejectMeter, OutputController{MaxLen: ServiceRejectMaxLen}), nil
 	}
 	g := Group{ID: ServiceGroupID(sp), Type: GroupSelect}
 	dnat := func(ep ServiceEndpoint) CT {
@@ -327,21 +450,24 @@ func (b builder) servicePortFlows(sp ServicePort) ([]Flow, []Group) {
 		g.Buckets = append(g.Buckets, Bucket{Weight: w, Actions: acts})
 	}
 	if sp.AffinitySeconds == 0 {
-		return []Flow{s.flow(ServicePortOwner(sp), PriorityServicePort, m, GroupAction{ID: g.ID})}, []Group{g}
+		return lb(0, GroupAction{ID: g.ID}), []Group{g}
 	}
 	// Affinity: look the client up in the learned flows, then DNAT to the endpoint they
-	// name if it is still one of the port's, else the group (whose bucket learns).
-	fs := []Flow{s.flow(ServicePortOwner(sp), PriorityServicePort, m,
-		Resubmit{Table: b.goTo(StageServiceAffinity).Table}, s.next())}
+	// name if it is still one of the port's, else the group (whose bucket learns). The
+	// learned flows and the endpoint flows are per frontend (the learn action keys on
+	// the packet's destination address and port).
+	fs := lb(0, Resubmit{Table: b.goTo(StageServiceAffinity).Table}, s.next())
 	e := b.in(StageServiceEndpoint)
-	pm := Match{EthType: EthTypeIPv4, IPProto: sp.Proto, IPDst: hostPrefix(sp.ClusterIP), TPDst: sp.Port, TPDstMask: 0xffff}
-	for _, ep := range sp.Endpoints {
-		hm := pm
-		hm.Regs = []RegMark{{Range: AffinityEndpointIPField, Value: ipv4ToUint32(ep.IP)},
-			{Range: AffinityEndpointField, Value: uint32(ep.Port) | 1<<16}}
-		fs = append(fs, e.flow(ServicePortOwner(sp), PriorityAffinityLearned, hm, b.affinityLearn(sp, ep), dnat(ep)))
+	for _, fe := range sp.AllFrontends() {
+		pm := Match{EthType: EthTypeIPv4, IPProto: sp.Proto, IPDst: hostPrefix(fe.IP), TPDst: fe.Port, TPDstMask: 0xffff}
+		for _, ep := range sp.Endpoints {
+			hm := pm
+			hm.Regs = []RegMark{{Range: AffinityEndpointIPField, Value: ipv4ToUint32(ep.IP)},
+				{Range: AffinityEndpointField, Value: uint32(ep.Port) | 1<<16}}
+			fs = append(fs, e.flow(ServicePortOwner(sp), PriorityAffinityLearned, hm, b.affinityLearn(sp, ep), dnat(ep)))
+		}
+		fs = append(fs, e.flow(ServicePortOwner(sp), PriorityServicePort, pm, GroupAction{ID: g.ID}))
 	}
-	fs = append(fs, e.flow(ServicePortOwner(sp), PriorityServicePort, pm, GroupAction{ID: g.ID}))
 	return fs, []Group{g}
 }
 

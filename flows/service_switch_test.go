@@ -148,12 +148,17 @@ func TestServiceOnSwitch(t *testing.T) {
 	hairpinUDP := ServicePort{ID: 5, ClusterIP: vip, Proto: IPProtoUDP, Port: 82, Endpoints: eps[:1]}
 	affPort := ServicePort{ID: 3, ClusterIP: vip, Proto: IPProtoTCP, Port: 81, AffinitySeconds: 86400, Endpoints: []ServiceEndpoint{
 		{IP: ep1.pod.IPv4(), Port: 8080, AffinityID: 1}, {IP: ep2.pod.IPv4(), Port: 8080, AffinityID: 2}}}
+	// NodePort and load-balancer frontends (source range: the client's subnet).
+	_, clients, _ := net.ParseCIDR("10.244.1.0/24")
+	fePort := ServicePort{ID: 6, ClusterIP: vip, Proto: IPProtoTCP, Port: 83, Endpoints: eps,
+		Frontends: []ServiceFrontend{{IP: net.ParseIP("198.51.100.7"), Port: 83, SourceRanges: []*net.IPNet{clients}},
+			{IP: net.ParseIP("172.16.0.1"), Port: 30082, NodePort: true}}}
 	all := PipelineFlows(cfg)
 	for _, p := range []svcPod{client, ep1, ep2} {
 		all = append(all, PodFlows(cfg, p.pod)...)
 	}
 	var groups []Group
-	for _, sp := range []ServicePort{tcpPort, udpPort, affPort, hairpinPort, hairpinUDP} {
+	for _, sp := range []ServicePort{tcpPort, udpPort, affPort, hairpinPort, hairpinUDP, fePort} {
 		fs, gs := ServicePortFlows(cfg, sp)
 		all = append(all, fs...)
 		groups = append(groups, gs...)
@@ -263,6 +268,33 @@ func TestServiceOnSwitch(t *testing.T) {
 		}
 		if seen["10.244.1.6"] == 0 || seen["10.244.1.7"] == 0 {
 			t.Errorf("%s: 24 connections reached %v, want both endpoints", c.what, seen)
+		}
+	}
+	// The NodePort on a node address and the load-balancer IP: the same group, replies
+	// from the frontend, the endpoint sees the client's address.
+	for _, fe := range fePort.Frontends {
+		addr := fe.String()
+		feTry := func() (string, error) {
+			var c net.Conn
+			var err error
+			client.do(t, func() error {
+				c, err = net.DialTimeout("tcp4", addr, 5*time.Second)
+				return nil
+			})
+			if err != nil {
+				return "", err
+			}
+			defer c.Close()
+			if ra := c.RemoteAddr().String(); ra != addr {
+				return "", fmt.Errorf("connected to %s", ra)
+			}
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			buf := make([]byte, 100)
+			k, err := c.Read(buf)
+			return strings.TrimSpace(string(buf[:k])), err
+		}
+		if seen := tries("tcp to "+addr, 16, feTry); seen["10.244.1.6"] == 0 || seen["10.244.1.7"] == 0 {
+			t.Errorf("16 connections to frontend %s reached %v, want both endpoints", addr, seen)
 		}
 	}
 	// Session affinity (86400 s, learned as 65535 s with send_flow_rem): every new

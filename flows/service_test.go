@@ -184,7 +184,11 @@ func TestServiceAffinityFlowsGolden(t *testing.T) {
 func TestAffinityPortDelete(t *testing.T) {
 	cfg := testConfig()
 	cfg.Services = true
-	fm := AffinityPortDelete(cfg, testAffinityPort())
+	fms := AffinityPortDelete(cfg, testAffinityPort())
+	if len(fms) != 1 {
+		t.Fatalf("%d flow mods for a port with only its ClusterIP, want 1", len(fms))
+	}
+	fm := fms[0]
 	tbl, _ := StageTable(StageServiceAffinity)
 	if fm.Command != 3 /* OFPFC_DELETE */ || fm.TableId != uint8(tbl) {
 		t.Errorf("command %d table %d, want OFPFC_DELETE (3) in table %d", fm.Command, fm.TableId, tbl)
@@ -194,6 +198,125 @@ func TestAffinityPortDelete(t *testing.T) {
 	}
 	if n := len(fm.Match.Fields); n != 4 {
 		t.Errorf("%d match fields, want 4 (eth_type, ip_proto, ipv4_dst, tcp_dst)", n)
+	}
+}
+
+// testFrontendPort is TCP port 80 of a Service with ClusterIP 10.96.0.12, external IP
+// 192.0.2.10, load-balancer IP 198.51.100.7 open to 10.244.0.0/16 and 203.0.113.0/24, and
+// NodePort 30080 on two node addresses.
+func testFrontendPort() ServicePort {
+	_, pods, _ := net.ParseCIDR("10.244.0.0/16")
+	_, office, _ := net.ParseCIDR("203.0.113.0/24")
+	return ServicePort{ID: 9, ClusterIP: net.ParseIP("10.96.0.12"), Proto: IPProtoTCP, Port: 80,
+		Frontends: []ServiceFrontend{{IP: net.ParseIP("192.0.2.10"), Port: 80},
+			{IP: net.ParseIP("198.51.100.7"), Port: 80, SourceRanges: []*net.IPNet{pods, office}},
+			{IP: net.ParseIP("172.16.0.1"), Port: 30080, NodePort: true},
+			{IP: net.ParseIP("172.16.0.2"), Port: 30080, NodePort: true}},
+		Endpoints: []ServiceEndpoint{{IP: net.ParseIP("10.244.1.6"), Port: 8080}}}
+}
+
+// TestServiceFrontendsGolden: a Service port's external IP, load-balancer IP (with
+// source ranges) and node addresses at its NodePort each get a service_lb flow to the
+// same group (or, without endpoints, to the controller), the load-balancer IP's other
+// sources a drop, node addresses a priority below the Service IPs' (kube-proxy's
+// service-ips map before its service-nodeports map); an external view (no ClusterIP)
+// has only its frontends; with affinity every frontend has its endpoint flows.
+func TestServiceFrontendsGolden(t *testing.T) {
+	cfg := testConfig()
+	cfg.Services, cfg.Policy = true, true
+	sp := testFrontendPort()
+	if err := sp.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	render := func(sp ServicePort) []string {
+		var got []string
+		fs, gs := ServicePortFlows(cfg, sp)
+		for _, f := range fs {
+			if err := f.Validate(); err != nil {
+				t.Error(err)
+			}
+			got = append(got, f.String())
+		}
+		for _, g := range gs {
+			got = append(got, g.String())
+		}
+		return got
+	}
+	const c = `cookie=0x500070500000009, table="service_lb", `
+	match := func(prio, dst, port string) string {
+		return c + `priority=` + prio + `,ct_state=+new+trk,tcp,reg0=0x2/0xf,nw_dst=` + dst + `,tp_dst=` + port
+	}
+	matchSrc := func(src, dst string) string {
+		return c + `priority=101,ct_state=+new+trk,tcp,reg0=0x2/0xf,nw_src=` + src + `,nw_dst=` + dst + `,tp_dst=80`
+	}
+	lines := func(acts string) []string {
+		return []string{
+			match("100", "10.96.0.12", "80") + ` actions=` + acts,
+			match("100", "192.0.2.10", "80") + ` actions=` + acts,
+			matchSrc("10.244.0.0/16", "198.51.100.7") + ` actions=` + acts,
+			matchSrc("203.0.113.0/24", "198.51.100.7") + ` actions=` + acts,
+			match("100", "198.51.100.7", "80") + ` actions=drop`,
+			match("90", "172.16.0.1", "30080") + ` actions=` + acts,
+			match("90", "172.16.0.2", "30080") + ` actions=` + acts,
+		}
+	}
+	want := append(lines("group:1048585"),
+		`group_id=1048585,type=select,bucket=actions=ct(commit,table="l3_forwarding",zone=65280,nat(dst=10.244.1.6:8080))`)
+	compareLines(t, "frontends, one endpoint", render(sp), want)
+
+	noEP := sp
+	noEP.Endpoints = nil
+	compareLines(t, "frontends, no endpoints", render(noEP), lines("meter:2,CONTROLLER:128"))
+
+	// The external view: the same frontends without the ClusterIP.
+	ext := sp
+	ext.ClusterIP = nil
+	if err := ext.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	compareLines(t, "external view", render(ext), append(lines("group:1048585")[1:], want[len(want)-1]))
+	if got, w := ext.String(), "192.0.2.10:80/tcp (id 9, external)"; got != w {
+		t.Errorf("external view String() = %q, want %q", got, w)
+	}
+
+	// Affinity with a NodePort frontend: its own lookup flow and endpoint flows.
+	aff := ServicePort{ID: 9, ClusterIP: net.ParseIP("10.96.0.12"), Proto: IPProtoTCP, Port: 80, AffinitySeconds: 60,
+		Frontends: []ServiceFrontend{{IP: net.ParseIP("172.16.0.1"), Port: 30080, NodePort: true}},
+		Endpoints: []ServiceEndpoint{{IP: net.ParseIP("10.244.1.6"), Port: 8080, AffinityID: 1}}}
+	if err := aff.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	learn := `learn(table="service_affinity",idle_timeout=60,priority=200,cookie=0x500070600000001,eth_type=0x800,nw_proto=6,` +
+		`NXM_OF_IP_SRC[],NXM_OF_IP_DST[],NXM_OF_TCP_DST[],load:0xaf40106->NXM_NX_REG3[],load:0x11f90->NXM_NX_REG4[0..16])`
+	const e = `cookie=0x500070500000009, table="service_endpoint", `
+	compareLines(t, "affinity frontends", render(aff), []string{
+		match("100", "10.96.0.12", "80") + ` actions=resubmit(,"service_affinity"),goto_table:"service_endpoint"`,
+		match("90", "172.16.0.1", "30080") + ` actions=resubmit(,"service_affinity"),goto_table:"service_endpoint"`,
+		e + `priority=200,tcp,reg3=0xaf40106,reg4=0x11f90/0x1ffff,nw_dst=10.96.0.12,tp_dst=80 actions=` + learn +
+			`,ct(commit,table="l3_forwarding",zone=65280,nat(dst=10.244.1.6:8080))`,
+		e + `priority=100,tcp,nw_dst=10.96.0.12,tp_dst=80 actions=group:1048585`,
+		e + `priority=200,tcp,reg3=0xaf40106,reg4=0x11f90/0x1ffff,nw_dst=172.16.0.1,tp_dst=30080 actions=` + learn +
+			`,ct(commit,table="l3_forwarding",zone=65280,nat(dst=10.244.1.6:8080))`,
+		e + `priority=100,tcp,nw_dst=172.16.0.1,tp_dst=30080 actions=group:1048585`,
+		`group_id=1048585,type=select,bucket=actions=load:0xaf40106->NXM_NX_REG3[],load:0x11f90->NXM_NX_REG4[0..16],resubmit(,"service_endpoint")`,
+	})
+	if n := len(AffinityPortDelete(cfg, aff)); n != 2 {
+		t.Errorf("AffinityPortDelete of a port with 2 frontends: %d flow mods, want 2", n)
+	}
+
+	// Validation.
+	for what, bad := range map[string]func(*ServicePort){
+		"no frontend at all":         func(s *ServicePort) { s.ClusterIP, s.Frontends = nil, nil },
+		"IPv6 frontend":              func(s *ServicePort) { s.Frontends[0].IP = net.ParseIP("2001:db8::1") },
+		"frontend port 0":            func(s *ServicePort) { s.Frontends[0].Port = 0 },
+		"IPv6 source range":          func(s *ServicePort) { _, r, _ := net.ParseCIDR("2001:db8::/32"); s.Frontends[1].SourceRanges[0] = r },
+		"source range on a NodePort": func(s *ServicePort) { s.Frontends[2].SourceRanges = s.Frontends[1].SourceRanges },
+	} {
+		s := testFrontendPort()
+		bad(&s)
+		if s.Validate() == nil {
+			t.Errorf("%s: Validate accepted %v", what, s)
+		}
 	}
 }
 

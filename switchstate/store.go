@@ -307,12 +307,18 @@ func sortedKeys[K string | uint32, V any](m map[K]V) []K {
 
 // Mods of one kind, as the store sends them (names say the owner and the value).
 
+// A strict delete names the flow's cookie under a full mask (OpenFlow 1.3.5 §6.4: delete
+// commands filter by cookie): a flow whose match and priority move to another owner in
+// the same change (added first, with that owner's cookie) is not deleted with the old
+// owner's.
 func flowOp(owner flows.Owner, f flows.Flow, command uint8) openflow.FlowModOp {
 	name := owner.String() + ": " + f.String()
+	mod := f.FlowMod(command)
 	if command == openflow13.FC_DELETE_STRICT {
 		name = owner.String() + ": delete " + f.String()
+		mod.CookieMask = ^uint64(0)
 	}
-	return openflow.FlowModOp{Mod: f.FlowMod(command), Name: name}
+	return openflow.FlowModOp{Mod: mod, Name: name}
 }
 
 func groupMod(g flows.Group, command uint16) *openflow.GroupMod {

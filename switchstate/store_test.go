@@ -337,3 +337,19 @@ func flowStrings(fs []flows.Flow) []string {
 	}
 	return out
 }
+
+// TestFlowOpStrictDeleteNamesItsCookie: a strict delete selects the flow's own cookie
+// under a full mask (OpenFlow 1.3.5 §6.4), so a flow whose match and priority another
+// owner took over in the same change survives the old owner's delete
+// (controller.TestServiceSinkFrontendsOnSwitch on a real switch); adds carry no mask.
+func TestFlowOpStrictDeleteNamesItsCookie(t *testing.T) {
+	o := groupTestOwner(7)
+	f := groupTestFlows(7)[0]
+	del := flowOp(o, f, openflow13.FC_DELETE_STRICT).Mod
+	if del.Cookie != uint64(f.Cookie) || del.CookieMask != ^uint64(0) {
+		t.Errorf("strict delete cookie %#x/%#x, want %#x/%#x", del.Cookie, del.CookieMask, uint64(f.Cookie), ^uint64(0))
+	}
+	if add := flowOp(o, f, openflow13.FC_ADD).Mod; add.CookieMask != 0 {
+		t.Errorf("add with cookie mask %#x, want 0", add.CookieMask)
+	}
+}

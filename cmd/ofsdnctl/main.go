@@ -175,13 +175,21 @@ func serviceTable(w io.Writer, r ctl.ServiceReport) {
 	}
 	fmt.Fprintf(w, "Services in OVS: %d ports; rejected %d (not answered %d); stale UDP/SCTP conntrack flushes %d (failed %d)\n",
 		len(r.Ports), r.Rejected, r.RejectDropped, r.ConntrackFlushes, r.ConntrackFlushErrors)
-	fmt.Fprintln(w, "SERVICE PORT\tFRONTEND\tVERDICT\tENDPOINTS\tGROUP\tOWNER ID\tCONNECTIONS")
+	fmt.Fprintln(w, "SERVICE PORT\tFRONTENDS\tVERDICT\tENDPOINTS\tGROUP\tOWNER ID\tCONNECTIONS")
 	for _, p := range r.Ports {
 		conns := fmt.Sprint(p.Connections)
 		if p.Connections < 0 {
 			conns = "?"
 		}
-		fmt.Fprintf(w, "%s/%s:%s/%s\t%s\t%s\t%s\t%d\t%d\t%s\n", p.Namespace, p.Name, p.Port, p.Protocol, p.Frontend,
+		fes := p.Frontend
+		if len(p.Frontends) > 0 {
+			fes = strings.Join(p.Frontends, ",")
+		}
+		name := fmt.Sprintf("%s/%s:%s/%s", p.Namespace, p.Name, p.Port, p.Protocol)
+		if p.External {
+			name += " (external)"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%s\n", name, fes,
 			p.Verdict, dash(strings.Join(p.Endpoints, ",")), p.GroupID, p.OwnerID, conns)
 	}
 }

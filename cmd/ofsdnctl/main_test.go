@@ -46,7 +46,8 @@ func (src) Peers() ([]ctl.Peer, error) { return []ctl.Peer{}, nil }
 
 func (src) Services(context.Context) (ctl.ServiceReport, error) {
 	return ctl.ServiceReport{Enabled: true, Rejected: 3, Ports: []ctl.ServicePort{
-		{Namespace: "default", Name: "web", Port: "http", Protocol: "TCP", Frontend: "10.96.0.10:80", OwnerID: 1, GroupID: 1048577,
+		{Namespace: "default", Name: "web", Port: "http", Protocol: "TCP", Frontend: "10.96.0.10:80",
+			Frontends: []string{"10.96.0.10:80", "172.30.0.71:30080"}, OwnerID: 1, GroupID: 1048577,
 			Verdict: "forward", Endpoints: []string{"10.128.0.2:8080", "10.128.1.3:8080"}, Connections: 12},
 		{Namespace: "default", Name: "empty", Port: "", Protocol: "UDP", Frontend: "10.96.0.11:53", OwnerID: 2, GroupID: 1048578,
 			Verdict: "reject", Endpoints: []string{}, Connections: -1}}}, nil
@@ -93,7 +94,7 @@ func TestCommands(t *testing.T) {
 		}
 	}
 	code, out, errs = ofsdnctl(t, "-socket", sock, "services")
-	for _, want := range []string{"2 ports; rejected 3", "CONNECTIONS", "default/web:http/TCP", "10.96.0.10:80", "forward",
+	for _, want := range []string{"2 ports; rejected 3", "CONNECTIONS", "default/web:http/TCP", "10.96.0.10:80,172.30.0.71:30080", "forward",
 		"10.128.0.2:8080,10.128.1.3:8080", "1048577", " 12", "default/empty:/UDP", "reject", "?"} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("services lacks %q: %d\n%s%s", want, code, out, errs)

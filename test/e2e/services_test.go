@@ -674,3 +674,193 @@ func TestServiceProxyRemoteEndpoint(t *testing.T) {
 		t.Errorf("connect to %s with no endpoints: %v, want connection refused", vip, err)
 	}
 }
+
+// waitFrontends waits until cn's service_lb holds a flow for each of want ("IP:PORT") that
+// sends to a group (or, with reject, to the controller), and none for each of gone.
+func waitFrontends(t *testing.T, cn *clusterNode, want, gone []string, reject bool) {
+	t.Helper()
+	lb, _ := flows.StageTable(flows.StageServiceLB)
+	waitUntil(t, fmt.Sprintf("%s: service_lb frontends %v, none of %v", cn.name, want, gone), 60*time.Second, func() error {
+		dump := cn.OVS.Ofctl(t, "dump-flows", cn.mgmt(), fmt.Sprintf("table=%d", lb))
+		flowOf := func(fe string) string {
+			host, port, _ := net.SplitHostPort(fe)
+			for _, l := range strings.Split(dump, "\n") {
+				if strings.Contains(l, "nw_dst="+host+",tp_dst="+port+" ") {
+					return l
+				}
+			}
+			return ""
+		}
+		for _, fe := range want {
+			l := flowOf(fe)
+			switch {
+			case l == "":
+				return fmt.Errorf("no flow for %s in service_lb:\n%s", fe, dump)
+			case reject && !strings.Contains(l, "CONTROLLER"):
+				return fmt.Errorf("flow for %s does not reject: %s", fe, l)
+			case !reject && !strings.Contains(l, "group:"):
+				return fmt.Errorf("flow for %s uses no group: %s", fe, l)
+			}
+		}
+		for _, fe := range gone {
+			if l := flowOf(fe); l != "" {
+				return fmt.Errorf("flow for %s still there: %s", fe, l)
+			}
+		}
+		return nil
+	})
+}
+
+// TestServiceProxyNodePort: two nodes, the endpoint on node 2, clients on both. A pod
+// reaches the Service's NodePort on its own node's address and on the other node's, and
+// its external IP, each translated in its own node's switch: the endpoint sees the
+// client pod's own address, and its ingress NetworkPolicy judges that address (a pod
+// the policy does not admit is refused through every frontend). A Node added to and
+// removed from the API adds and removes its address's flow; a changed external IP moves
+// its flow; without endpoints every frontend refuses the connection (TCP RST).
+func TestServiceProxyNodePort(t *testing.T) {
+	serial(t)
+	api, nodes := startSvcNodes(t, 2)
+	ctx := context.Background()
+	client := addSvcPod(t, api, nodes[0], "client", map[string]string{"app": "client"})
+	other := addSvcPod(t, api, nodes[0], "other", map[string]string{"app": "other"})
+	client2 := addSvcPod(t, api, nodes[1], "client2", map[string]string{"app": "client"})
+	ep := addSvcPod(t, api, nodes[1], "ep", map[string]string{"app": "ep"})
+	peerEcho(t, ep.netns, "ep", svcEPPort)
+	const nodePort, extIP, extIP2 = 30080, "10.99.0.50", "10.99.0.51"
+
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: svcNamespace, Name: "echo"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, ClusterIP: svcClusterIP, Selector: map[string]string{"app": "ep"},
+			ExternalIPs: []string{extIP},
+			// Local: traffic from outside would go only to a node's own endpoints; pods'
+			// traffic is short-circuited to all of them (kube-proxy), so node 1's pods
+			// still reach the endpoint on node 2 through node 1's address.
+			ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyLocal,
+			Ports:                 []corev1.ServicePort{{Protocol: corev1.ProtocolTCP, Port: svcPort, TargetPort: intstr.FromInt32(svcEPPort), NodePort: nodePort}}}}
+	if _, err := api.Admin.CoreV1().Services(svcNamespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	proto, port, portName, ready, nodeName := corev1.ProtocolTCP, int32(svcEPPort), "", true, nodes[1].name
+	slice := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: svcNamespace, Name: "echo-1",
+		Labels: map[string]string{discoveryv1.LabelServiceName: "echo"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: &portName, Protocol: &proto, Port: &port}},
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{ep.ip().String()},
+			Conditions: discoveryv1.EndpointConditions{Ready: &ready}, NodeName: &nodeName}}}
+	slice, err := api.Admin.DiscoveryV1().EndpointSlices(svcNamespace).Create(ctx, slice, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &npCluster{t: t, api: api, nodes: map[string]*clusterNode{nodes[0].name: nodes[0], nodes[1].name: nodes[1]}}
+	own, peer := net.JoinHostPort(nodes[0].ip, fmt.Sprint(nodePort)), net.JoinHostPort(nodes[1].ip, fmt.Sprint(nodePort))
+	ext := net.JoinHostPort(extIP, fmt.Sprint(svcPort))
+	for _, cn := range nodes {
+		waitFrontends(t, cn, []string{net.JoinHostPort(svcClusterIP, fmt.Sprint(svcPort)), own, peer, ext}, nil, false)
+	}
+	c.revalidated()
+	// reach asks addr from cl n times: each answer must come from the endpoint and name
+	// the client's own address.
+	reach := func(cl *testPod, addr string, n int) {
+		t.Helper()
+		for i := 0; i < n; i++ {
+			line, err := askService(cl.netns, addr, 5*time.Second)
+			if err != nil {
+				t.Fatalf("%s: connection %d to %s: %v", cl.name, i, addr, err)
+			}
+			if want := "ep " + cl.ip().String(); line != want {
+				t.Fatalf("%s: %s answered %q, want %q (the endpoint sees the client pod's own address)", cl.name, addr, line, want)
+			}
+		}
+	}
+	t.Run("NodePort on the own node and the other node, external IP", func(t *testing.T) {
+		for _, cl := range []*testPod{client, client2} {
+			for _, addr := range []string{own, peer, ext} {
+				reach(cl, addr, 4)
+			}
+		}
+	})
+	t.Run("ingress policy judges the client's address", func(t *testing.T) {
+		np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: svcNamespace, Name: "only-clients"},
+			Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "ep"}},
+				PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+				Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{
+					PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "client"}}}}}}}}
+		c.createPolicy(np)
+		for _, addr := range []string{own, peer, ext} {
+			if line, err := askService(other.netns, addr, 2*time.Second); err == nil {
+				t.Errorf("other (app=other) reached %s (%q) under a policy that admits only app=client", addr, line)
+			}
+			reach(client, addr, 2)
+		}
+		// The deny log on the endpoint's node names the refused pod's own address.
+		waitUntil(t, "deny log line for other's NodePort connection", 30*time.Second, func() error {
+			for _, m := range denyLogLines(t, nodes[1]) {
+				if m["direction"] == "ingress" && m["src_ip"] == other.ip().String() && m["dst_ip"] == ep.ip().String() {
+					return nil
+				}
+			}
+			return fmt.Errorf("no deny log line from %s to %s", other.ip(), ep.ip())
+		})
+		if err := api.Admin.NetworkingV1().NetworkPolicies(svcNamespace).Delete(ctx, np.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		c.waitPolicies(0)
+		c.revalidated()
+		reach(other, own, 2)
+	})
+	t.Run("node added and removed", func(t *testing.T) {
+		const ip3 = "172.30.0.79"
+		n3 := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "svc-node-9"}, Spec: corev1.NodeSpec{PodCIDR: "10.244.78.0/24", PodCIDRs: []string{"10.244.78.0/24"}}}
+		created, err := api.Admin.CoreV1().Nodes().Create(ctx, n3, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		created.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip3}}
+		if _, err := api.Admin.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		third := net.JoinHostPort(ip3, fmt.Sprint(nodePort))
+		waitFrontends(t, nodes[0], []string{own, peer, third}, nil, false)
+		c.revalidated()
+		reach(client, third, 2) // translated here: the third node need not exist
+		if err := api.Admin.CoreV1().Nodes().Delete(ctx, n3.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFrontends(t, nodes[0], []string{own, peer}, []string{third}, false)
+	})
+	t.Run("external IP changed", func(t *testing.T) {
+		cur, err := api.Admin.CoreV1().Services(svcNamespace).Get(ctx, "echo", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur.Spec.ExternalIPs = []string{extIP2}
+		if _, err := api.Admin.CoreV1().Services(svcNamespace).Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		ext2 := net.JoinHostPort(extIP2, fmt.Sprint(svcPort))
+		waitFrontends(t, nodes[0], []string{own, ext2}, []string{ext}, false)
+		c.revalidated()
+		reach(client, ext2, 2)
+	})
+	t.Run("no endpoints: every frontend refuses", func(t *testing.T) {
+		slice.Endpoints = nil
+		if _, err := api.Admin.DiscoveryV1().EndpointSlices(svcNamespace).Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		ext2 := net.JoinHostPort(extIP2, fmt.Sprint(svcPort))
+		waitFrontends(t, nodes[0], []string{own, peer, ext2}, nil, true)
+		c.revalidated()
+		for _, addr := range []string{own, peer, ext2} {
+			if _, err := askService(client.netns, addr, 10*time.Second); !errors.Is(err, syscall.ECONNREFUSED) {
+				t.Errorf("connect to %s with no endpoints: %v, want connection refused (a TCP RST from the frontend)", addr, err)
+			}
+		}
+	})
+	// ofsdnctl services lists the frontends.
+	out := string(runCtl(t, nodes[0].testNode, "services"))
+	for _, want := range []string{own, peer} {
+		if !strings.Contains(out, want) {
+			t.Errorf("ofsdnctl services lacks frontend %s:\n%s", want, out)
+		}
+	}
+}
