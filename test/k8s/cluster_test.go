@@ -681,6 +681,38 @@ func (e *env) testServices(t *testing.T) {
 		}
 		t.Logf("answers per endpoint: %v", seen)
 	})
+	t.Run("NodePort from every pod to both nodes' addresses, the endpoint sees the client pod", func(t *testing.T) {
+		e.apply(t, `apiVersion: v1
+kind: Service
+metadata: {name: echo-np, namespace: default}
+spec:
+  type: NodePort
+  selector: {app: echo}
+  ports: [{name: tcp, port: 80, targetPort: 8080, nodePort: 30080}]
+`)
+		defer e.c.MustKubectl(t, "delete", "-n", ns, "service/echo-np", "--wait=true")
+		for _, from := range pods {
+			for _, n := range e.c.Nodes {
+				target := "tcp:" + n.IP + ":30080"
+				e.waitProbe(t, from.Name+" → NodePort on "+n.Name, from.Name, target, func(r probeResult) error {
+					if !r.ok {
+						return fmt.Errorf("%s: %s", r.target, r.reply)
+					}
+					// With ofsdn proxying the endpoint sees the client pod itself (or, when
+					// the client is the endpoint, the hairpin address); through kube-proxy it
+					// would see a node address.
+					want := from.Status.PodIP
+					if replyName(r.reply) == from.Name {
+						want = "169.254.0.252"
+					}
+					if got := replyPeerIP(r.reply); got != want {
+						return fmt.Errorf("%s answered %q: the endpoint saw %s, want %s", r.target, r.reply, got, want)
+					}
+					return nil
+				})
+			}
+		}
+	})
 	t.Run("ClusterIP from each node's host", func(t *testing.T) {
 		for _, n := range e.c.Nodes {
 			reply, err := dialFromNode(n, echoIP+":80")
