@@ -2,11 +2,12 @@ package e2e
 
 // How the package's tests share the machine. The tests are mostly waiting (on daemons,
 // OVS, timeouts that prove a packet is dropped), not computing, so they need not run one
-// after the other. Two lanes run side by side:
+// after the other. These lanes run side by side:
 //
 //   - TestNetworkPolicy (two clusters, each its own kube-apiserver and etcd, two sandbox
 //     nodes and nine pods; its upstream cases run on both at once, see there) runs in a
-//     lane of its own;
+//     lane of its own, and TestServiceProxyNodePort (its own API server and two nodes,
+//     mostly waiting on Service syncs) in another;
 //   - every other test calls serial, and these run one at a time, as the whole package
 //     did before, in whatever order they get the lane.
 //

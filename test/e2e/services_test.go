@@ -719,7 +719,9 @@ func waitFrontends(t *testing.T, cn *clusterNode, want, gone []string, reject bo
 // removed from the API adds and removes its address's flow; a changed external IP moves
 // its flow; without endpoints every frontend refuses the connection (TCP RST).
 func TestServiceProxyNodePort(t *testing.T) {
-	serial(t)
+	// Beside the serial lane: its API server, nodes and pods are its own (lanes_test.go),
+	// and it is mostly waiting on the proxy's syncs.
+	beside(t)
 	api, nodes := startSvcNodes(t, 2)
 	ctx := context.Background()
 	client := addSvcPod(t, api, nodes[0], "client", map[string]string{"app": "client"})
