@@ -240,6 +240,13 @@ const (
 	OwnerServiceAffinity OwnerKind = 6
 )
 
+// SwitchState reports whether flows of owner kind k are the switch's own state rather
+// than desired state: OwnerServiceAffinity's learned flows (made by the switch's learn
+// actions). No owner of the store wants them, and
+// the flow audit must leave them alone (never delete them as unexpected); they are
+// deleted by their cookie or match when their endpoint or port changes.
+func (k OwnerKind) SwitchState() bool { return k == OwnerServiceAffinity }
+
 // Cookie field positions and masks.
 const (
 	cookieVersionShift    = 56

@@ -24,7 +24,11 @@ package switchstate
 //   - a group or meter of ofsdn's id ranges that no owner wants is deleted (see the
 //     package comment: the range is the proof that it is ours).
 //
-// Flows without our prefix and groups and meters outside our id ranges (an operator's
+// Flows with our prefix whose owner kind is the switch's own state
+// (flows.OwnerKind.SwitchState: learned session-affinity flows and their remainder
+// flows) are neither missing nor unexpected: the audit leaves them alone, as it must (it
+// deleted them as unexpected before, every audit interval). Flows without our prefix and
+// groups and meters outside our id ranges (an operator's
 // debugging flow, another tool's group) are reported, and never removed: they are not
 // provably ours. Each repair is reported with its object and counted by the caller.
 // Flows whose match is ours but whose actions were changed by hand are not detected (the
@@ -188,6 +192,9 @@ func planAudit(desired map[flows.Owner]*state, stats []*openflow13.FlowStats, gr
 		}
 		switch {
 		case paired:
+		case s.Cookie&prefixMask == prefix && flows.Cookie(s.Cookie).Owner().SwitchState():
+			// The switch's own state (learned session-affinity flows and their
+			// remainders): never desired, never unexpected.
 		case s.Cookie&prefixMask == prefix:
 			p.Unexpected = append(p.Unexpected, s)
 		default:

@@ -116,6 +116,43 @@ func TestPlanAudit(t *testing.T) {
 	}
 }
 
+// TestPlanAuditLeavesSwitchState: flows the switch learned for session affinity (owner
+// kind OwnerServiceAffinity, this run's prefix) are neither unexpected nor foreign: the audit must not delete them. A flow of
+// that owner kind with another generation's prefix is foreign, as any other.
+func TestPlanAuditLeavesSwitchState(t *testing.T) {
+	cfg := auditTestConfig()
+	cfg.Services = true
+	prefix, mask := auditPrefix()
+	pipeline := flows.PipelineFlows(cfg)
+	desired := map[flows.Owner]*state{flows.PipelineOwner: {flows: keyed(pipeline)}}
+	var stats []*openflow13.FlowStats
+	for _, f := range pipeline {
+		stats = append(stats, statsOf(f))
+	}
+	sp := flows.ServicePort{ID: 1, ClusterIP: net.ParseIP("10.96.0.10"), Proto: flows.IPProtoTCP, Port: 80, AffinitySeconds: 86400,
+		Endpoints: []flows.ServiceEndpoint{{IP: net.ParseIP("10.152.0.5"), Port: 8080, AffinityID: 3}}}
+	aff, _ := flows.StageTable(flows.StageServiceAffinity)
+	learned := flows.Flow{Table: aff, Priority: flows.PriorityAffinityLearned, Cookie: flows.AffinityCookie(cfg.Generation, sp.Endpoints[0]),
+		Match: flows.Match{EthType: flows.EthTypeIPv4, IPProto: flows.IPProtoTCP, IPSrc: &net.IPNet{IP: net.ParseIP("10.152.0.9").To4(), Mask: net.CIDRMask(32, 32)},
+			IPDst: &net.IPNet{IP: sp.ClusterIP.To4(), Mask: net.CIDRMask(32, 32)}, TPDst: 80, TPDstMask: 0xffff},
+		Actions: []flows.Action{flows.Load{Dst: flows.AffinityEndpointIPField, Value: 0x0a980005}}}
+	other := learned
+	other.Match.IPSrc = &net.IPNet{IP: net.ParseIP("10.152.0.10").To4(), Mask: net.CIDRMask(32, 32)}
+	old := statsOf(learned)
+	old.Cookie = uint64(flows.AffinityCookie(6, sp.Endpoints[0]))
+	stats = append(stats, statsOf(other), statsOf(learned), old)
+	p := planAudit(desired, stats, nil, nil, prefix, mask)
+	if len(p.Missing) != 0 || len(p.Unexpected) != 0 {
+		t.Errorf("missing %v, unexpected %v: want none (learned and remainder affinity flows are the switch's state)", p.Missing, p.Unexpected)
+	}
+	if len(p.Foreign) != 1 || p.Foreign[0] != old {
+		t.Errorf("foreign %v, want only the other generation's learned flow", p.Foreign)
+	}
+	if ops := repairOps(desired, p); len(ops) != 0 {
+		t.Errorf("%d repair ops, want none", len(ops))
+	}
+}
+
 // TestFlowStoreAuditRepairs: against a real switch, flows deleted by hand come back, a
 // flow with our cookie that nobody wants goes, foreign flows stay; a second audit finds
 // nothing. Audits running in a loop while pods' flows are set and deleted never report a
