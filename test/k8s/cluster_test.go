@@ -207,6 +207,15 @@ func (e *env) probe(t *testing.T, pod string, targets ...string) []probeResult {
 	if err != nil {
 		t.Fatalf("probe from %s: %v", pod, err)
 	}
+	res := parseProbe(out)
+	if len(res) != len(targets) {
+		t.Fatalf("probe from %s: %d results for %d targets:\n%s", pod, len(res), len(targets), out)
+	}
+	return res
+}
+
+// parseProbe reads `testbin probe` output: one "ok|fail TARGET REPLY" line per target.
+func parseProbe(out string) []probeResult {
 	var res []probeResult
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
@@ -214,9 +223,6 @@ func (e *env) probe(t *testing.T, pod string, targets ...string) []probeResult {
 		if len(f) == 3 && (f[0] == "ok" || f[0] == "fail") {
 			res = append(res, probeResult{target: f[1], reply: f[2], ok: f[0] == "ok"})
 		}
-	}
-	if len(res) != len(targets) {
-		t.Fatalf("probe from %s: %d results for %d targets:\n%s", pod, len(res), len(targets), out)
 	}
 	return res
 }
@@ -1388,14 +1394,7 @@ func (e *env) testRollingUpdate(t *testing.T) {
 			}
 			b := batch{start: time.Now()}
 			out, err := e.exec(client.Name, append([]string{"/testbin", "probe"}, targets...)...)
-			b.err = err
-			sc := bufio.NewScanner(strings.NewReader(out))
-			for sc.Scan() {
-				f := strings.SplitN(sc.Text(), " ", 3)
-				if len(f) == 3 && (f[0] == "ok" || f[0] == "fail") {
-					b.res = append(b.res, probeResult{target: f[1], reply: f[2], ok: f[0] == "ok"})
-				}
-			}
+			b.err, b.res = err, parseProbe(out)
 			mu.Lock()
 			batches = append(batches, b)
 			mu.Unlock()
