@@ -4,7 +4,7 @@ BIN     := bin
 GOFLAGS ?=
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: all build deps test unit demo bench bench-quick bench-policy bench-policy-ab bench-k8s bench-k8s-quick lint clean image k8s-build e2e-k8s
+.PHONY: all build deps test unit demo bench bench-quick bench-policy bench-policy-ab bench-services bench-services-quick bench-k8s bench-k8s-quick lint clean image k8s-build e2e-k8s
 
 all: build
 
@@ -82,6 +82,8 @@ lint:
 	  if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags benchk8s ./bench/k8s/
+	$(GO) vet -tags benchservices ./bench/services/
+	$(GO) vet -tags policyscale ./bench/policyscale/
 	@for d in $(COMPAT_MODULES); do (cd $$d && $(GO) vet ./...) || exit 1; done
 	./hack/check-no-shellout.sh
 
@@ -128,6 +130,26 @@ bench-policy-ab: deps build
 	git archive $(POLICY_BEFORE) | tar -x -C $(POLICY_BEFORE_BIN)/src
 	cd $(POLICY_BEFORE_BIN)/src && CGO_ENABLED=0 $(GO) build -o ../ofsdn ./cmd/ofsdn && $(GO) build -o ../ofsdn-node ./cmd/ofsdn-node
 	POLICY_AB_BEFORE=$(POLICY_BEFORE_BIN) $(GO) test -tags policyscale -count=1 -timeout 60m -v -run TestPolicyAB ./bench/policyscale
+
+# Services in OVS against kube-proxy (bench/services, results in bench/RESULTS.md
+# "Services in OVS"): on one real kube-apiserver per size, SVC_BENCH_SIZES Services x
+# endpoints (1000x10,10000x5) made as API objects, then one after the other ofsdn-node
+# (serviceProxy ofsdn, sandbox OVS), kube-proxy v1.37.2 --proxy-mode=iptables and
+# --proxy-mode=nftables (each in a network namespace of its own): time to realize from
+# empty, RSS, SVC_BENCH_CHANGES (200) EndpointSlice changes each from its own programming
+# histogram. Installs iptables and nftables if missing; needs test/k8s/build.sh's
+# binaries. SVC_BENCH_ROUNDS (1), SVC_BENCH_GAP (1100ms), SVC_BENCH_MODES,
+# SVC_BENCH_OUT=FILE (JSON), SVC_BENCH_LOGS=DIR (kube-proxy logs). Never asserts a time.
+SVC_BENCH_TOOLS = command -v nft >/dev/null && command -v iptables-save >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nftables iptables; }
+bench-services: deps build k8s-build
+	$(SVC_BENCH_TOOLS)
+	$(GO) test -tags benchservices -count=1 -timeout 120m -v -run TestServices ./bench/services
+
+# The same, small (a few minutes): 50 Services x 5 endpoints, 20 changes, failing only
+# when a mode errors, never on a timing.
+bench-services-quick: deps build k8s-build
+	$(SVC_BENCH_TOOLS)
+	SVC_BENCH_SIZES=50x5 SVC_BENCH_CHANGES=20 $(GO) test -tags benchservices -count=1 -timeout 30m -v -run TestServices ./bench/services
 
 # Pod start-up as the kubelet sees it (issue 24; bench/k8s, results in bench/RESULTS.md
 # "Pod start-up on a real cluster"): a test/k8s cluster of four nodes with kubelet maxPods
