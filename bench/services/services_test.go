@@ -521,7 +521,9 @@ func (e *env) runMode(ctx context.Context, which string, idx, round, changes int
 		bad := 0
 		for _, c := range final {
 			in := regexp.MustCompile(`[^0-9.]` + regexp.QuoteMeta(c.ip) + `:8080([^0-9]|$)`).MatchString(out)
-			if in != c.present {
+			// kube-proxy nftables deletes a stale endpoint chain only some time after its
+			// last use (the service chain's vmap drops it at once): check presence only.
+			if in != c.present && (c.present || !strings.HasSuffix(m.name, "nftables")) {
 				bad++
 			}
 		}
