@@ -149,6 +149,10 @@ type serviceProxy struct {
 	verdicts map[portKey]proxy.Verdict
 	free     []uint32
 	next     uint32
+	// parts are the ids of the part groups (flows.ServicePort.GroupParts, group id
+	// GroupIDMin + id) of views whose endpoints do not fit one group mod, allocated from
+	// the Service port ids (ids, free, next).
+	parts map[portKey][]uint32
 
 	// states are the last states of the Service ports Sync was given (read only, shared
 	// with the proxy's Tracker), to rebuild the NodePort frontends when the node
@@ -172,7 +176,7 @@ type serviceProxy struct {
 func newServiceProxy(n *Node, opts ServiceOptions) *serviceProxy {
 	lb, _ := flows.StageTable(flows.StageServiceLB)
 	return &serviceProxy{n: n, opts: opts, log: n.log.With("component", "service-proxy"),
-		ids: map[portKey]uint32{}, ports: map[portKey]flows.ServicePort{},
+		ids: map[portKey]uint32{}, parts: map[portKey][]uint32{}, ports: map[portKey]flows.ServicePort{},
 		verdicts: map[portKey]proxy.Verdict{}, affIDs: map[affinityKey]uint32{},
 		states: map[proxy.ServicePortName]*proxy.ServicePortState{},
 		q:      openflow.NewPacketInQueue(ServiceRejectQueueSize), stop: make(chan struct{}), done: make(chan struct{}),
@@ -311,18 +315,48 @@ func (s *serviceProxy) alloc(name portKey) (uint32, error) {
 	if id, ok := s.ids[name]; ok {
 		return id, nil
 	}
+	id, err := s.allocID(name)
+	if err != nil {
+		return 0, err
+	}
+	s.ids[name] = id
+	return id, nil
+}
+
+// allocID hands out a Service port id (a freed one first). s.mu is held.
+func (s *serviceProxy) allocID(name portKey) (uint32, error) {
 	var id uint32
 	if len(s.free) > 0 {
 		id, s.free = s.free[len(s.free)-1], s.free[:len(s.free)-1]
 	} else {
 		if s.next >= flows.GroupIDMax-flows.GroupIDMin {
-			return 0, fmt.Errorf("service port %s: all %d Service port ids are in use", name.name, flows.GroupIDMax-flows.GroupIDMin)
+			return 0, fmt.Errorf("service port %s: all %d Service port ids are in use (part groups of large Services count too)", name.name, flows.GroupIDMax-flows.GroupIDMin)
 		}
 		s.next++
 		id = s.next
 	}
-	s.ids[name] = id
 	return id, nil
+}
+
+// groupParts gives sp (view key) the part group ids its endpoints need
+// (flows.ServiceGroupParts): those key holds first, new ones appended to *added. It
+// returns the ids key is to hold once the sync is confirmed. s.mu is held.
+func (s *serviceProxy) groupParts(key portKey, sp *flows.ServicePort, added *[]uint32) ([]uint32, error) {
+	need := flows.ServiceGroupParts(*sp)
+	ids := append([]uint32(nil), s.parts[key]...)
+	for len(ids) < need {
+		id, err := s.allocID(key)
+		if err != nil {
+			return nil, err
+		}
+		*added = append(*added, id)
+		ids = append(ids, id)
+	}
+	sp.GroupParts = nil
+	for _, id := range ids[:need] {
+		sp.GroupParts = append(sp.GroupParts, flows.GroupIDMin+id) // as flows.ServiceGroupID
+	}
+	return ids[:need], nil
 }
 
 // servicePortViews returns the switch's views of st for this node's pods (IPv4): the
@@ -555,6 +589,8 @@ func (s *serviceProxy) sync(ctx context.Context, u *proxy.Update) error {
 	built := map[portKey]flows.ServicePort{}
 	verdicts := map[portKey]proxy.Verdict{}
 	newIDs := map[portKey]bool{}
+	parts := map[portKey][]uint32{} // the part group ids each built view keeps
+	var newParts []uint32           // part group ids allocated by this sync
 	var errs []error
 	id := func(key portKey) (uint32, error) {
 		_, had := s.ids[key]
@@ -589,6 +625,12 @@ func (s *serviceProxy) sync(ctx context.Context, u *proxy.Update) error {
 					sp.Endpoints[i].AffinityID = s.affinityID(key, sp.Endpoints[i])
 				}
 			}
+			keep, err := s.groupParts(key, &sp, &newParts)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			parts[key] = keep
 			if err := sp.Validate(); err != nil {
 				errs = append(errs, err)
 				continue
@@ -598,7 +640,8 @@ func (s *serviceProxy) sync(ctx context.Context, u *proxy.Update) error {
 				for i := range fs {
 					fs[i].Actions, fs[i].Meter = nil, 0
 				}
-				gs, sp.Endpoints = nil, nil
+				gs, sp.Endpoints, sp.GroupParts = nil, nil, nil
+				parts[key] = nil
 			}
 			ups = append(ups, OwnerUpdate{Owner: flows.ServicePortOwner(sp), Replace: true, Flows: fs, Groups: gs})
 			built[key], verdicts[key] = sp, verdict
@@ -653,6 +696,7 @@ func (s *serviceProxy) sync(ctx context.Context, u *proxy.Update) error {
 			s.free = append(s.free, s.ids[key])
 			delete(s.ids, key)
 		}
+		s.free = append(s.free, newParts...)
 		return fmt.Errorf("service proxy: %w", errors.Join(errs...))
 	}
 	s.nodeAddrs = addrs
@@ -679,6 +723,14 @@ func (s *serviceProxy) sync(ctx context.Context, u *proxy.Update) error {
 			}
 		}
 		s.ports[key], s.verdicts[key] = sp, verdicts[key]
+		// Part groups no longer needed were deleted with this sync: their ids are free.
+		keep := parts[key]
+		s.free = append(s.free, s.parts[key][min(len(keep), len(s.parts[key])):]...)
+		if len(keep) == 0 {
+			delete(s.parts, key)
+		} else {
+			s.parts[key] = keep
+		}
 	}
 	for _, key := range gone {
 		if seen[key] {
@@ -691,6 +743,8 @@ func (s *serviceProxy) sync(ctx context.Context, u *proxy.Update) error {
 			delete(s.ids, key)
 			delete(s.ports, key)
 			delete(s.verdicts, key)
+			s.free = append(s.free, s.parts[key]...)
+			delete(s.parts, key)
 		}
 	}
 	s.free = append(s.free, freed...)

@@ -229,3 +229,95 @@ func TestServiceSinkFrontendsOnSwitch(t *testing.T) {
 		t.Errorf("after a node change without Services: flows %v, groups %v", fl, gs)
 	}
 }
+
+// TestServiceSinkManyEndpointsOnSwitch: one Service port with 5,000 endpoints, more than
+// one OpenFlow 1.3 group mod carries (65,535 bytes, ~900 buckets), through the sink and
+// its one bundle to a real switch: the port's group chains to part groups that hold all
+// 5,000 buckets between them; the same port shrunk to 3 endpoints is one group again, the
+// part groups gone; deleted, nothing of it is left. Without part groups the sync fails
+// (the switch refuses the message or the encoder its length).
+func TestServiceSinkManyEndpointsOnSwitch(t *testing.T) {
+	ovs, sw, n, ctx := switchTestNode(t, true)
+	n.store.Load(flows.PipelineOwner, flows.PipelineFlows(n.cfg))
+	sp := newServiceProxy(n, ServiceOptions{})
+	if err := sp.loadMeter(n.store.Store); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.store.Sync(ctx, sw, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	br := ovs.MgmtSocket("br-int")
+	port := func(count int) *proxy.ServicePortState {
+		var eps []proxy.Endpoint
+		for i := 0; i < count; i++ {
+			eps = append(eps, proxy.Endpoint{Addr: netip.AddrFrom4([4]byte{10, 244, 1, byte(10 + i%2)}), Port: uint16(10000 + i/2), Ready: true, Serving: true})
+		}
+		return &proxy.ServicePortState{Port: &proxy.ServicePort{Name: proxy.ServicePortName{ServiceName: proxy.ServiceName{Namespace: "x", Name: "big"}, Protocol: proxy.ProtocolTCP},
+			ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.9")}, Port: 80}, Family: proxy.IPv4, Endpoints: eps,
+			Selection: proxy.Selection{HasEndpoints: count > 0, Cluster: eps}}
+	}
+	// groups returns group id → its buckets' actions.
+	groups := func() map[string][]string {
+		out := map[string][]string{}
+		for _, l := range strings.Split(ovs.Ofctl(t, "dump-groups", br), "\n") {
+			m := regexp.MustCompile(`group_id=([0-9]+)`).FindStringSubmatch(l)
+			if m == nil {
+				continue
+			}
+			for _, b := range strings.Split(l, "bucket=")[1:] {
+				out[m[1]] = append(out[m[1]], strings.TrimSuffix(b, ","))
+			}
+		}
+		return out
+	}
+	if err := sp.Sync(ctx, &proxy.Update{Full: true, Changed: []*proxy.ServicePortState{port(5000)}}); err != nil {
+		t.Fatalf("5,000 endpoints: %v", err)
+	}
+	key := portKey{name: port(1).Port.Name}
+	top := fmt.Sprint(flows.GroupIDMin + sp.ids[key])
+	gs := groups()
+	parts := sp.parts[key]
+	if len(parts) < 2 || len(gs) != 1+len(parts) || len(gs[top]) != len(parts) {
+		t.Fatalf("5,000 endpoints: part ids %v, groups on the switch %d, port group %s has %d buckets: want it to chain to every part", parts, len(gs), top, len(gs[top]))
+	}
+	seen, total := map[string]bool{}, 0
+	for i, id := range parts {
+		g := fmt.Sprint(flows.GroupIDMin + id)
+		if !strings.Contains(strings.Join(gs[top], " "), "group:"+g) {
+			t.Errorf("port group %s does not chain to part %d (group %s): %v", top, i, g, gs[top])
+		}
+		for _, b := range gs[g] {
+			if m := regexp.MustCompile(`nat\(dst=([0-9.:]+)\)`).FindStringSubmatch(b); m != nil {
+				seen[m[1]] = true
+			}
+		}
+		total += len(gs[g])
+	}
+	if total != 5000 || len(seen) != 5000 {
+		t.Errorf("part groups hold %d buckets, %d distinct endpoints: want 5000 of each", total, len(seen))
+	}
+	if !strings.Contains(ovs.Ofctl(t, "dump-flows", br), "group:"+top) {
+		t.Errorf("no service_lb flow sends to the port's group %s", top)
+	}
+
+	// Shrunk to 3: one group, the parts gone and their ids free.
+	if err := sp.Sync(ctx, &proxy.Update{Changed: []*proxy.ServicePortState{port(3)}}); err != nil {
+		t.Fatal(err)
+	}
+	if gs = groups(); len(gs) != 1 || len(gs[top]) != 3 || len(sp.parts) != 0 || len(sp.free) < len(parts) {
+		t.Errorf("shrunk to 3 endpoints: groups %v, parts %v, free ids %v: want group %s with 3 buckets only", gs, sp.parts, sp.free, top)
+	}
+	// Grown again, then deleted: nothing left.
+	if err := sp.Sync(ctx, &proxy.Update{Changed: []*proxy.ServicePortState{port(2000)}}); err != nil {
+		t.Fatal(err)
+	}
+	if gs = groups(); len(gs) < 3 {
+		t.Errorf("2,000 endpoints: %d groups, want the port's and at least 2 parts", len(gs))
+	}
+	if err := sp.Sync(ctx, &proxy.Update{Deleted: []proxy.ServicePortName{key.name}}); err != nil {
+		t.Fatal(err)
+	}
+	if gs = groups(); len(gs) != 0 || len(sp.parts) != 0 || len(sp.ids) != 0 {
+		t.Errorf("after delete: groups %v, parts %v, ids %v: want none", gs, sp.parts, sp.ids)
+	}
+}

@@ -193,3 +193,48 @@ func (m Meter) Validate() error {
 
 // OwnedMeterID reports whether id is in ofsdn's meter range MeterIDMin..MeterIDMax.
 func OwnedMeterID(id uint32) bool { return id >= MeterIDMin && id <= MeterIDMax }
+
+// MaxGroupModLen is the largest OpenFlow message, and so the largest group mod, a switch
+// takes: 65,535 bytes (ofp_header.length is 16 bits, OpenFlow 1.3.5 §7.1).
+const MaxGroupModLen = 65535
+
+// Fixed sizes of a group mod (OpenFlow 1.3.5 §7.3.4.2): ofp_group_mod without buckets
+// (ofp_header, command, type, pad, group_id) and ofp_bucket without actions (len, weight,
+// watch_port, watch_group, pad).
+const (
+	groupModFixedLen = 16
+	bucketFixedLen   = 16
+)
+
+// WireLen returns the bytes of g's group mod (OFPGC_ADD or ADD_OR_MOD) on the wire: 16
+// for the ofp_group_mod, and per bucket 16 plus its actions, padded to 8 bytes. A group
+// above MaxGroupModLen cannot be sent in one message.
+func (g Group) WireLen() int {
+	n := groupModFixedLen
+	for _, b := range g.Buckets {
+		n += b.wireLen()
+	}
+	return n
+}
+
+func (b Bucket) wireLen() int {
+	n := bucketFixedLen
+	for _, a := range b.OFActions() {
+		n += int(a.Len())
+	}
+	return (n + 7) / 8 * 8
+}
+
+// Chains returns the ids of the groups g's buckets send to (group actions), in order:
+// they must be on the switch before g, and g removed before them.
+func (g Group) Chains() []uint32 {
+	var out []uint32
+	for _, b := range g.Buckets {
+		for _, a := range b.Actions {
+			if ga, ok := a.(GroupAction); ok {
+				out = append(out, ga.ID)
+			}
+		}
+	}
+	return out
+}

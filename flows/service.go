@@ -237,6 +237,12 @@ type ServicePort struct {
 	// AffinitySeconds is sessionAffinity ClientIP's timeoutSeconds (1..86400, the API's
 	// range); 0 = no affinity. With it every endpoint needs an AffinityID.
 	AffinitySeconds uint32
+	// GroupParts are the ids of the part groups when the endpoints' buckets do not fit
+	// one group mod: exactly ServiceGroupParts(sp) of them (none below ~900 endpoints),
+	// distinct, in GroupIDMin..GroupIDMax, no other group's (the caller allocates them
+	// from the Service port ids and keeps them with the port). See "Endpoints beyond one
+	// group mod".
+	GroupParts []uint32
 }
 
 // ServiceEndpoint is one endpoint of a Service port: a pod address and its target port.
@@ -276,7 +282,8 @@ func (sp ServicePort) AllFrontends() []ServiceFrontend {
 }
 
 // Validate checks that sp can have flows and a group: an id in 1..GroupIDMax-GroupIDMin,
-// an IPv4 ClusterIP, TCP, UDP or SCTP, a port, IPv4 endpoints with ports.
+// an IPv4 ClusterIP, TCP, UDP or SCTP, a port, IPv4 endpoints with ports, and the part
+// group ids its endpoints need (ServiceGroupParts).
 func (sp ServicePort) Validate() error {
 	if sp.ID == 0 || sp.ID > GroupIDMax-GroupIDMin {
 		return fmt.Errorf("service port %v: id %d outside 1..%d: allocate it from the Service port owner ids", sp, sp.ID, GroupIDMax-GroupIDMin)
@@ -308,6 +315,24 @@ func (sp ServicePort) Validate() error {
 	}
 	if sp.AffinitySeconds > 86400 {
 		return fmt.Errorf("service port %v: session affinity timeout %d s above the API's maximum of 86400 s: use sessionAffinityConfig.clientIP.timeoutSeconds 1..86400", sp, sp.AffinitySeconds)
+	}
+	if want := ServiceGroupParts(sp); len(sp.GroupParts) != want {
+		return fmt.Errorf("service port %v: %d endpoints need %d part groups, %d given: allocate ServiceGroupParts ids for GroupParts", sp, len(sp.Endpoints), want, len(sp.GroupParts))
+	}
+	seen := map[uint32]bool{ServiceGroupID(sp): true}
+	for _, id := range sp.GroupParts {
+		if !OwnedGroupID(id) || seen[id] {
+			return fmt.Errorf("service port %v: part group id %d is outside %d..%d or used twice: allocate distinct ids from the Service port ids", sp, id, GroupIDMin, GroupIDMax)
+		}
+		seen[id] = true
+	}
+	if top := (Group{Buckets: make([]Bucket, len(sp.GroupParts))}); len(sp.GroupParts) > 0 {
+		for i := range top.Buckets {
+			top.Buckets[i].Actions = []Action{GroupAction{ID: sp.GroupParts[i]}}
+		}
+		if top.WireLen() > MaxGroupModLen {
+			return fmt.Errorf("service port %v: %d endpoints need %d part groups, more than one group mod can chain: split the Service", sp, len(sp.Endpoints), len(sp.GroupParts))
+		}
 	}
 	for _, ep := range sp.Endpoints {
 		if ep.IP.To4() == nil || ep.Port == 0 {
@@ -385,7 +410,8 @@ func ServiceGroupID(sp ServicePort) uint32 { return GroupIDMin + sp.ID }
 // ServicePortFlows returns the Service port's flows in service_lb (one per frontend:
 // ServicePort.AllFrontends, a load-balancer IP one per source range and a drop) and,
 // with endpoints, its select group (owner ServicePortOwner; the group must be on the
-// switch before the flow, switchstate's replay order). cfg must have Services on, sp must
+// switch before the flow, switchstate's replay order), last, after its part groups when
+// its endpoints need them ("Endpoints beyond one group mod"). cfg must have Services on, sp must
 // be valid (ServicePort.Validate).
 //
 //	table="service_lb", priority=100,ct_state=+new+trk,tcp,reg0=0x2/0xf,nw_dst=VIP,tp_dst=PORT actions=group:G
@@ -429,28 +455,19 @@ func (b builder) servicePortFlows(sp ServicePort) ([]Flow, []Group) {
 	if len(sp.Endpoints) == 0 {
 		return lb(ServiceRejectMeter, OutputController{MaxLen: ServiceRejectMaxLen}), nil
 	}
-	g := Group{ID: ServiceGroupID(sp), Type: GroupSelect}
-	dnat := func(ep ServiceEndpoint) CT {
-		return CT{Commit: true, Zone: ConntrackZone, Table: b.goTo("l3_forwarding").Table,
-			NAT: &CTNAT{DNAT: true, MinIP: ep.IP.To4(), MinPort: ep.Port}}
+	l3, epTable := b.goTo("l3_forwarding").Table, TableID(0)
+	if sp.AffinitySeconds != 0 {
+		epTable = b.goTo(StageServiceEndpoint).Table
 	}
+	dnat := func(ep ServiceEndpoint) CT { return serviceDNAT(ep, l3) }
+	var buckets []Bucket
 	for _, ep := range sp.Endpoints {
-		w := ep.Weight
-		if w == 0 {
-			w = 1
-		}
-		acts := []Action{dnat(ep)}
-		if sp.AffinitySeconds != 0 {
-			// The bucket names the endpoint in reg3/reg4, as a learned flow does, and the
-			// endpoint's flow in service_endpoint learns and DNATs.
-			acts = []Action{Load{Dst: AffinityEndpointIPField, Value: uint64(ipv4ToUint32(ep.IP))},
-				Load{Dst: AffinityEndpointField, Value: uint64(ep.Port) | 1<<16},
-				Resubmit{Table: b.goTo(StageServiceEndpoint).Table}}
-		}
-		g.Buckets = append(g.Buckets, Bucket{Weight: w, Actions: acts})
+		buckets = append(buckets, serviceBucket(sp, ep, l3, epTable))
 	}
+	groups := serviceGroups(sp, buckets)
+	g := groups[len(groups)-1]
 	if sp.AffinitySeconds == 0 {
-		return lb(0, GroupAction{ID: g.ID}), []Group{g}
+		return lb(0, GroupAction{ID: g.ID}), groups
 	}
 	// Affinity: look the client up in the learned flows, then DNAT to the endpoint they
 	// name if it is still one of the port's, else the group (whose bucket learns). The
@@ -468,7 +485,7 @@ func (b builder) servicePortFlows(sp ServicePort) ([]Flow, []Group) {
 		}
 		fs = append(fs, e.flow(ServicePortOwner(sp), PriorityServicePort, pm, GroupAction{ID: g.ID}))
 	}
-	return fs, []Group{g}
+	return fs, groups
 }
 
 // serviceConntrackNode: every IP packet through ct(nat) in ConntrackZone, then service_lb.
@@ -517,4 +534,113 @@ func hairpinToPod(b builder, pod Pod) Flow {
 func outputHairpin(b builder) Flow {
 	return b.in("output").flow(PipelineOwner, PriorityHairpin, Match{Regs: []RegMark{HairpinMark}},
 		SetEthSrc{b.cfg.GatewayMAC}, OutputInPort{})
+}
+
+// serviceDNAT is an endpoint's translation: ct(commit, zone=ConntrackZone, nat(dst=EP:PORT),
+// table=l3) (l3 is l3_forwarding's table).
+func serviceDNAT(ep ServiceEndpoint, l3 TableID) CT {
+	return CT{Commit: true, Zone: ConntrackZone, Table: l3, NAT: &CTNAT{DNAT: true, MinIP: ep.IP.To4(), MinPort: ep.Port}}
+}
+
+// serviceBucket is endpoint ep's bucket in sp's select group: its DNAT (serviceDNAT to
+// table l3), or with session affinity the loads of the endpoint into reg3/reg4 and a
+// resubmit to service_endpoint (epTable), whose endpoint flow learns and DNATs.
+func serviceBucket(sp ServicePort, ep ServiceEndpoint, l3, epTable TableID) Bucket {
+	w := ep.Weight
+	if w == 0 {
+		w = 1
+	}
+	acts := []Action{serviceDNAT(ep, l3)}
+	if sp.AffinitySeconds != 0 {
+		// The bucket names the endpoint in reg3/reg4, as a learned flow does, and the
+		// endpoint's flow in service_endpoint learns and DNATs.
+		acts = []Action{Load{Dst: AffinityEndpointIPField, Value: uint64(ipv4ToUint32(ep.IP))},
+			Load{Dst: AffinityEndpointField, Value: uint64(ep.Port) | 1<<16},
+			Resubmit{Table: epTable}}
+	}
+	return Bucket{Weight: w, Actions: acts}
+}
+
+// Endpoints beyond one group mod. One OpenFlow message is at most 65,535 bytes
+// (MaxGroupModLen), a bucket with its DNAT about 70 bytes, so one group mod carries some
+// 900 endpoints; Antrea's OpenFlow 1.3 select groups stop there. OpenFlow 1.5's
+// OFPGC_INSERT_BUCKET would let a group grow by several messages, but an OpenFlow 1.3
+// switch has only whole-group mods. So a Service port whose buckets do not fit one group
+// mod gets a two-level tree of select groups, each sent in one message: part groups
+// (ServicePort.GroupParts, ids the caller allocates) holding an even share of the
+// endpoints' buckets each, and the port's group (ServiceGroupID) with one bucket per part,
+// group:PART, weighted by the sum of its endpoints' weights, so every endpoint keeps its
+// share of new connections (scaled down, proportionally, where a part's sum exceeds a
+// bucket weight's 65,535). The switch hashes twice: on OVS 3.1 the port's group (at most
+// 64 buckets) uses dp_hash and the part groups (over 64 buckets each, since parts are
+// even and only exist above ~900 endpoints) the default selection on the flow's fields,
+// two different hashes, so the choice within a part does not depend on the choice of the
+// part (TestServiceManyEndpointsOnSwitch counts the endpoints reached). All of it goes to
+// the switch in the one bundle of the change (switchstate orders a group after the
+// groups it chains to), so a client never sees a half-built tree. The port's group is at
+// most MaxGroupModLen too: 2,729 parts of ~900, about 2.4 million endpoints per Service
+// port (Validate says so beyond).
+
+// ServiceGroupParts returns how many part groups sp's endpoints need: 0 when one group
+// mod carries every bucket, else n ≥ 2 (ServicePort.GroupParts must then hold n ids).
+func ServiceGroupParts(sp ServicePort) int {
+	bs := make([]Bucket, 0, len(sp.Endpoints))
+	for _, ep := range sp.Endpoints {
+		bs = append(bs, serviceBucket(sp, ep, 1, 1)) // table ids do not change the size
+	}
+	return len(splitBuckets(bs))
+}
+
+// splitBuckets returns bs split evenly into the fewest parts that each fit one group mod,
+// or nil when all of bs fits one.
+func splitBuckets(bs []Bucket) [][]Bucket {
+	total := 0
+	for _, b := range bs {
+		total += b.wireLen()
+	}
+	if groupModFixedLen+total <= MaxGroupModLen {
+		return nil
+	}
+	for n := (total + MaxGroupModLen - groupModFixedLen - 1) / (MaxGroupModLen - groupModFixedLen); ; n++ {
+		parts := make([][]Bucket, n)
+		fits := true
+		for i := range parts {
+			parts[i] = bs[i*len(bs)/n : (i+1)*len(bs)/n]
+			if (Group{Buckets: parts[i]}).WireLen() > MaxGroupModLen {
+				fits = false
+				break
+			}
+		}
+		if fits {
+			return parts
+		}
+	}
+}
+
+// serviceGroups returns sp's groups for buckets: its select group alone, or (above one
+// group mod) the part groups, then the port's group over them. The port's group is last.
+func serviceGroups(sp ServicePort, buckets []Bucket) []Group {
+	parts := splitBuckets(buckets)
+	if parts == nil {
+		return []Group{{ID: ServiceGroupID(sp), Type: GroupSelect, Buckets: buckets}}
+	}
+	var out []Group
+	sums := make([]uint64, len(parts))
+	var most uint64
+	for i, p := range parts {
+		for _, b := range p {
+			sums[i] += uint64(b.Weight)
+		}
+		most = max(most, sums[i])
+		out = append(out, Group{ID: sp.GroupParts[i], Type: GroupSelect, Buckets: p})
+	}
+	top := Group{ID: ServiceGroupID(sp), Type: GroupSelect}
+	for i := range parts {
+		w := sums[i]
+		if most > 65535 {
+			w = max(1, w*65535/most)
+		}
+		top.Buckets = append(top.Buckets, Bucket{Weight: uint16(w), Actions: []Action{GroupAction{ID: out[i].ID}}})
+	}
+	return append(out, top)
 }

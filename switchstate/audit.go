@@ -235,7 +235,16 @@ func planAudit(desired map[flows.Owner]*state, stats []*openflow13.FlowStats, gr
 			p.MissingGroups = append(p.MissingGroups, wantGroups[id])
 		}
 	}
-	sort.Slice(p.MissingGroups, func(i, j int) bool { return p.MissingGroups[i].group.ID < p.MissingGroups[j].group.ID })
+	// Set again a group after the groups it chains to (chainOrder).
+	missing := map[uint32]flows.Group{}
+	byID := map[uint32]ownedGroup{}
+	for _, g := range p.MissingGroups {
+		missing[g.group.ID], byID[g.group.ID] = g.group, g
+	}
+	p.MissingGroups = p.MissingGroups[:0]
+	for _, id := range chainOrder(missing, false) {
+		p.MissingGroups = append(p.MissingGroups, byID[id])
+	}
 	haveM := map[uint32]bool{}
 	for _, id := range meters {
 		haveM[id] = true

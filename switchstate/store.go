@@ -281,6 +281,41 @@ func (s *Store) readLock(owner flows.Owner) error {
 	return nil
 }
 
+// chainOrder returns the ids of m by id, but a group after every group of m it chains to
+// (flows.Group.Chains: a bucket's group action), as OVS refuses a group whose bucket names
+// a group it lacks (OFPBAC_BAD_OUT_GROUP); reverse gives the order to delete them in (a
+// group before the groups it chains to). A chain that loops is ordered by id.
+func chainOrder(m map[uint32]flows.Group, reverse bool) []uint32 {
+	depth := make(map[uint32]int, len(m))
+	var walk func(id uint32, hops int) int
+	walk = func(id uint32, hops int) int {
+		if d, ok := depth[id]; ok {
+			return d
+		}
+		d := 0
+		if hops < len(m) {
+			for _, c := range m[id].Chains() {
+				if _, ok := m[c]; ok && c != id {
+					d = max(d, 1+walk(c, hops+1))
+				}
+			}
+		}
+		depth[id] = d
+		return d
+	}
+	ids := sortedKeys(m)
+	for _, id := range ids {
+		walk(id, 0)
+	}
+	sort.SliceStable(ids, func(i, j int) bool {
+		if reverse {
+			return depth[ids[i]] > depth[ids[j]]
+		}
+		return depth[ids[i]] < depth[ids[j]]
+	})
+	return ids
+}
+
 // sortedOwners returns the owners of m by kind, then id.
 func sortedOwners(m map[flows.Owner]*state) []flows.Owner {
 	owners := make([]flows.Owner, 0, len(m))
@@ -380,7 +415,7 @@ func diffOps(ops *changeOps, owner flows.Owner, have, want *state, keys map[stri
 			ops.meters = append(ops.meters, meterOp(owner, m, openflow.MeterModify))
 		}
 	}
-	for _, id := range sortedKeys(want.groups) {
+	for _, id := range chainOrder(want.groups, false) {
 		g := want.groups[id]
 		if old, ok := have.groups[id]; !ok || old.String() != g.String() {
 			groupSets = append(groupSets, groupSetOp(owner, g))
@@ -409,7 +444,7 @@ func diffOps(ops *changeOps, owner flows.Owner, have, want *state, keys map[stri
 			flowDels = append(flowDels, flowOp(owner, old, openflow13.FC_DELETE_STRICT))
 		}
 	}
-	for _, id := range sortedKeys(have.groups) {
+	for _, id := range chainOrder(have.groups, true) {
 		if _, ok := want.groups[id]; !ok {
 			groupDels = append(groupDels, groupDeleteOp(owner.String(), id))
 		}
@@ -551,7 +586,7 @@ func (s *Store) syncLocked(ctx context.Context, c Conn, pre, post []openflow.Flo
 			meters = append(meters, meterOp(o, st.meters[id], cmd))
 			wantMeters[id] = true
 		}
-		for _, id := range sortedKeys(st.groups) {
+		for _, id := range chainOrder(st.groups, false) {
 			bundle = append(bundle, groupSetOp(o, st.groups[id]))
 			wantGroups[id] = true
 		}
@@ -731,7 +766,7 @@ func (s *Store) DeleteOwner(ctx context.Context, owner flows.Owner) error {
 	cookie, cookieMask := owner.Cookie()
 	ops := []openflow.FlowModOp{{Mod: flows.DeleteByCookie(cookie, cookieMask), Name: fmt.Sprintf("%s: delete cookie=%#x/%#x", owner, cookie, cookieMask)}}
 	if have != nil {
-		for _, id := range sortedKeys(have.groups) {
+		for _, id := range chainOrder(have.groups, true) {
 			ops = append(ops, groupDeleteOp(owner.String(), id))
 		}
 		for _, id := range sortedKeys(have.meters) {
