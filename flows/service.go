@@ -567,8 +567,9 @@ func serviceBucket(sp ServicePort, ep ServiceEndpoint, l3, epTable TableID) Buck
 // OFPGC_INSERT_BUCKET would let a group grow by several messages, but an OpenFlow 1.3
 // switch has only whole-group mods. So a Service port whose buckets do not fit one group
 // mod gets a two-level tree of select groups, each sent in one message: part groups
-// (ServicePort.GroupParts, ids the caller allocates) holding an even share of the
-// endpoints' buckets each, and the port's group (ServiceGroupID) with one bucket per part,
+// (ServicePort.GroupParts, ids the caller allocates), a power of two of them (OVS's
+// dp_hash maps 2^k hash values to a group's buckets, so 6 parts shared 3:2; 8 share
+// evenly), holding an even share of the endpoints' buckets each, and the port's group (ServiceGroupID) with one bucket per part,
 // group:PART, weighted by the sum of its endpoints' weights, so every endpoint keeps its
 // share of new connections (scaled down, proportionally, where a part's sum exceeds a
 // bucket weight's 65,535). The switch hashes twice: on OVS 3.1 the port's group (at most
@@ -578,8 +579,9 @@ func serviceBucket(sp ServicePort, ep ServiceEndpoint, l3, epTable TableID) Buck
 // part (TestServiceManyEndpointsOnSwitch counts the endpoints reached). All of it goes to
 // the switch in the one bundle of the change (switchstate orders a group after the
 // groups it chains to), so a client never sees a half-built tree. The port's group is at
-// most MaxGroupModLen too: 2,729 parts of ~900, about 2.4 million endpoints per Service
-// port (Validate says so beyond).
+// most MaxGroupModLen too: 2,048 parts (a power of two) of ~900, about 1.8 million
+// endpoints per Service port (Validate says so beyond). Groups of at most 64 buckets keep
+// OVS's dp_hash quantization: a 6-endpoint Service port shares 3:2 as well (left as is).
 
 // ServiceGroupParts returns how many part groups sp's endpoints need: 0 when one group
 // mod carries every bucket, else n ≥ 2 (ServicePort.GroupParts must then hold n ids).
@@ -591,8 +593,8 @@ func ServiceGroupParts(sp ServicePort) int {
 	return len(splitBuckets(bs))
 }
 
-// splitBuckets returns bs split evenly into the fewest parts that each fit one group mod,
-// or nil when all of bs fits one.
+// splitBuckets returns bs split evenly into the fewest parts, a power of two, that each
+// fit one group mod, or nil when all of bs fits one.
 func splitBuckets(bs []Bucket) [][]Bucket {
 	total := 0
 	for _, b := range bs {
@@ -601,7 +603,14 @@ func splitBuckets(bs []Bucket) [][]Bucket {
 	if groupModFixedLen+total <= MaxGroupModLen {
 		return nil
 	}
-	for n := (total + MaxGroupModLen - groupModFixedLen - 1) / (MaxGroupModLen - groupModFixedLen); ; n++ {
+	// A power of two of parts: OVS 3.1's dp_hash select maps 2^k hash values to the
+	// buckets (16 for 6 buckets, 3 or 2 each), so only a power of two of equal parts
+	// shares evenly (6 parts measured 375:250 per part).
+	n := 2
+	for n*(MaxGroupModLen-groupModFixedLen) < total {
+		n *= 2
+	}
+	for ; ; n *= 2 {
 		parts := make([][]Bucket, n)
 		fits := true
 		for i := range parts {

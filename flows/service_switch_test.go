@@ -108,14 +108,10 @@ func echo(t *testing.T, p svcPod, port int) {
 	}()
 }
 
-// TestServiceOnSwitch: a client pod's TCP and UDP connections to a ClusterIP:port reach
-// one of two endpoint pods through the port's select group; each endpoint sees the
-// client's own address; replies come back from the ClusterIP:port; over many connections
-// both endpoints are chosen; after one endpoint's bucket is removed (mod-group), no new
-// connection goes to it. NetworkPolicy is on (no rules): its conntrack shares the zone
-// with the NAT, and a reply judged +new instead of +est would still pass here, so the
-// test also reads conntrack_state's established flow counter.
-func TestServiceOnSwitch(t *testing.T) {
+// svcBridge starts a sandbox OVS with br-int (userspace datapath, OpenFlow 1.3, the
+// pipeline's table names), the gateway port gw0 at ofport 2 and the reject meter 2, and
+// returns it and br-int's management socket.
+func svcBridge(t *testing.T) (*sandbox.OVS, string) {
 	ovs := sandbox.Start(t)
 	mgmt := ovs.MgmtSocket("br-int")
 	ovs.Vsctl(t, "add-br", "br-int", "--", "set", "bridge", "br-int",
@@ -129,6 +125,18 @@ func TestServiceOnSwitch(t *testing.T) {
 	ovs.Vsctl(t, args...)
 	ovs.Vsctl(t, "add-port", "br-int", "gw0", "--", "set", "interface", "gw0", "type=internal", "ofport_request=2")
 	ovs.Ofctl(t, "add-meter", mgmt, "meter=2,pktps,band=type=drop,rate=100")
+	return ovs, mgmt
+}
+
+// TestServiceOnSwitch: a client pod's TCP and UDP connections to a ClusterIP:port reach
+// one of two endpoint pods through the port's select group; each endpoint sees the
+// client's own address; replies come back from the ClusterIP:port; over many connections
+// both endpoints are chosen; after one endpoint's bucket is removed (mod-group), no new
+// connection goes to it. NetworkPolicy is on (no rules): its conntrack shares the zone
+// with the NAT, and a reply judged +new instead of +est would still pass here, so the
+// test also reads conntrack_state's established flow counter.
+func TestServiceOnSwitch(t *testing.T) {
+	ovs, mgmt := svcBridge(t)
 
 	cfg := testConfig()
 	cfg.TunnelOFPort, cfg.NodeIP = 0, nil
@@ -408,6 +416,132 @@ func TestServiceOnSwitch(t *testing.T) {
 	}{{"tcp", tcpTry}, {"udp", udpTry}} {
 		if seen := tries(c.what+" after removing "+gone, 16, c.try); seen[gone] != 0 {
 			t.Errorf("%s: after removing its bucket, %s still got %d of 16 new connections", c.what, gone, seen[gone])
+		}
+	}
+}
+
+// TestServiceManyEndpointsOnSwitch: a Service port with 5,000 endpoints (two endpoint
+// pods, 2,500 target ports each) on a real switch: its group chains to part groups, and
+// 2,000 TCP connections from a client pod are answered by ~1,650 distinct endpoints (the
+// expectation for 2,000 uniform picks of 5,000), each part its even share. Were the part's choice
+// tied to the port group's hash, a part would reach only a fraction of its buckets.
+func TestServiceManyEndpointsOnSwitch(t *testing.T) {
+	ovs, mgmt := svcBridge(t)
+	cfg := testConfig()
+	cfg.TunnelOFPort, cfg.NodeIP = 0, nil
+	cfg.Services = true
+	client := addSvcPod(t, ovs, cfg, 3, "10.244.1.5")
+	ends := []svcPod{addSvcPod(t, ovs, cfg, 4, "10.244.1.6"), addSvcPod(t, ovs, cfg, 5, "10.244.1.7")}
+	const perPod, total = 2500, 5000
+	sp := ServicePort{ID: 1, ClusterIP: net.ParseIP("10.96.0.11"), Proto: IPProtoTCP, Port: 80}
+	for i := 0; i < total; i++ {
+		sp.Endpoints = append(sp.Endpoints, ServiceEndpoint{IP: ends[i%2].pod.IPv4(), Port: uint16(10000 + i/2)})
+	}
+	for i := 0; i < ServiceGroupParts(sp); i++ {
+		sp.GroupParts = append(sp.GroupParts, GroupIDMin+100+uint32(i))
+	}
+	if err := sp.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	// Each endpoint answers with its own address and port.
+	for _, p := range ends {
+		me := p.pod.IPv4().String()
+		p.do(t, func() error {
+			for port := 10000; port < 10000+perPod; port++ {
+				ln, err := net.Listen("tcp4", fmt.Sprintf(":%d", port))
+				if err != nil {
+					return err
+				}
+				t.Cleanup(func() { ln.Close() })
+				go func() {
+					for {
+						c, err := ln.Accept()
+						if err != nil {
+							return
+						}
+						fmt.Fprintf(c, "%s:%d\n", me, ln.Addr().(*net.TCPAddr).Port)
+						c.Close()
+					}
+				}()
+			}
+			return nil
+		})
+	}
+	all := PipelineFlows(cfg)
+	for _, p := range append([]svcPod{client}, ends...) {
+		all = append(all, PodFlows(cfg, p.pod)...)
+	}
+	fs, groups := ServicePortFlows(cfg, sp)
+	all = append(all, fs...)
+	if len(groups) != 1+len(sp.GroupParts) || len(sp.GroupParts) < 2 {
+		t.Fatalf("%d endpoints: %d groups, %d parts: want the port's group and at least 2 parts", total, len(groups), len(sp.GroupParts))
+	}
+	dir := t.TempDir()
+	var gl []string
+	for _, g := range groups { // parts first, the port's group last
+		if g.WireLen() > MaxGroupModLen {
+			t.Fatalf("group %d: %d bytes, above one group mod", g.ID, g.WireLen())
+		}
+		gl = append(gl, g.String())
+	}
+	gfile, ffile := filepath.Join(dir, "groups.txt"), filepath.Join(dir, "flows.txt")
+	if err := os.WriteFile(gfile, []byte(strings.Join(gl, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(ffile, []byte(strings.Join(lines(all, nil), "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ovs.Ofctl(t, "add-groups", mgmt, gfile)
+	ovs.Ofctl(t, "add-flows", mgmt, ffile)
+
+	const conns, workers = 2000, 8
+	got := make(chan string, conns)
+	errs := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		go func() {
+			var err error
+			client.do(t, func() error {
+				for i := 0; i < conns/workers && err == nil; i++ {
+					var c net.Conn
+					if c, err = net.DialTimeout("tcp4", "10.96.0.11:80", 5*time.Second); err != nil {
+						break
+					}
+					_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+					buf := make([]byte, 64)
+					var k int
+					k, err = c.Read(buf)
+					c.Close()
+					got <- strings.TrimSpace(string(buf[:k]))
+				}
+				return nil
+			})
+			errs <- err
+		}()
+	}
+	for w := 0; w < workers; w++ {
+		if err := <-errs; err != nil {
+			t.Fatalf("connection to 10.96.0.11:80: %v", err)
+		}
+	}
+	close(got)
+	seen := map[string]bool{}
+	perPart := make([]int, len(sp.GroupParts))
+	for a := range got {
+		seen[a] = true
+		host, port, _ := net.SplitHostPort(a)
+		pn, _ := strconv.Atoi(port)
+		idx := (pn-10000)*2 + map[string]int{"10.244.1.6": 0, "10.244.1.7": 1}[host]
+		perPart[idx*len(sp.GroupParts)/total]++ // parts are even slices in endpoint order
+	}
+	t.Logf("%d connections reached %d distinct endpoints of %d; per part %v", conns, len(seen), total, perPart)
+	// 2,000 uniform picks of 5,000: 5000·(1-e^-0.4) ≈ 1,648 distinct (σ ≈ 17); a part
+	// reaching only a sixth of its buckets would give ~760.
+	if len(seen) < 1500 {
+		t.Errorf("%d connections reached %d distinct endpoints, want about 1,650: the part groups' choice is not independent of the port group's", conns, len(seen))
+	}
+	for i, c := range perPart {
+		if c < conns/len(perPart)*6/10 { // σ ≈ 15 for 8 parts of 250
+			t.Errorf("part %d got %d of %d connections, want about %d", i, c, conns, conns/len(perPart))
 		}
 	}
 }

@@ -360,3 +360,47 @@ func TestServiceHairpinFlowsGolden(t *testing.T) {
 		}
 	}
 }
+
+// TestServiceGroupPartsGolden: 2,000 endpoints (72-byte buckets, 144,016 bytes) need
+// part groups: 4 (a power of two), 500 buckets each, each one group mod; the port's
+// group chains to them by weight; 900 endpoints fit one group; a port without the part
+// ids it needs is refused by Validate.
+func TestServiceGroupPartsGolden(t *testing.T) {
+	cfg := testConfig()
+	cfg.Services = true
+	sp := ServicePort{ID: 7, ClusterIP: net.ParseIP("10.96.0.10"), Proto: IPProtoTCP, Port: 80}
+	for i := 0; i < 2000; i++ {
+		sp.Endpoints = append(sp.Endpoints, ServiceEndpoint{IP: net.IPv4(10, 244, byte(2+i/250), byte(1+i%250)), Port: 8080})
+	}
+	if n := ServiceGroupParts(sp); n != 4 {
+		t.Fatalf("2,000 endpoints: %d parts, want 4", n)
+	}
+	if err := sp.Validate(); err == nil || !strings.Contains(err.Error(), "need 4 part groups, 0 given") {
+		t.Errorf("Validate without part ids: %v, want it to ask for 4", err)
+	}
+	sp.GroupParts = []uint32{GroupIDMin + 20, GroupIDMin + 21, GroupIDMin + 22, GroupIDMin + 23}
+	if err := sp.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	fs, gs := ServicePortFlows(cfg, sp)
+	if len(gs) != 5 {
+		t.Fatalf("%d groups, want 4 parts and the port's", len(gs))
+	}
+	compareLines(t, "port group", []string{gs[4].String()}, []string{"group_id=1048583,type=select," +
+		"bucket=weight:500,actions=group:1048596,bucket=weight:500,actions=group:1048597," +
+		"bucket=weight:500,actions=group:1048598,bucket=weight:500,actions=group:1048599"})
+	for i, g := range gs[:4] {
+		if g.ID != sp.GroupParts[i] || len(g.Buckets) != 500 || g.WireLen() != 16+500*72 {
+			t.Errorf("part %d: group %d, %d buckets, %d bytes: want group %d, 500 buckets, %d bytes", i, g.ID, len(g.Buckets), g.WireLen(), sp.GroupParts[i], 16+500*72)
+		}
+	}
+	compareLines(t, "first bucket of part 1", []string{Group{ID: 1, Type: GroupSelect, Buckets: gs[1].Buckets[:1]}.String()},
+		[]string{`group_id=1,type=select,bucket=actions=ct(commit,table="l3_forwarding",zone=65280,nat(dst=10.244.4.1:8080))`})
+	if len(fs) != 1 || !strings.HasSuffix(fs[0].String(), "actions=group:1048583") {
+		t.Errorf("service_lb flows %v, want one to the port's group", fs)
+	}
+	sp.Endpoints, sp.GroupParts = sp.Endpoints[:900], nil
+	if n := ServiceGroupParts(sp); n != 0 {
+		t.Errorf("900 endpoints: %d parts, want none (one group mod)", n)
+	}
+}
