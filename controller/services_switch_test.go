@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/netip"
@@ -10,8 +11,24 @@ import (
 	"testing"
 
 	"github.com/ofsdn/ofsdn/flows"
+	"github.com/ofsdn/ofsdn/openflow"
 	"github.com/ofsdn/ofsdn/proxy"
 )
+
+// startServiceSink loads n's pipeline and a Service proxy's reject meter and syncs them to
+// sw, and returns the proxy (not yet n.services).
+func startServiceSink(t *testing.T, ctx context.Context, sw *openflow.Conn, n *Node) *serviceProxy {
+	t.Helper()
+	n.store.Load(flows.PipelineOwner, flows.PipelineFlows(n.cfg))
+	sp := newServiceProxy(n, ServiceOptions{})
+	if err := sp.loadMeter(n.store.Store); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.store.Sync(ctx, sw, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	return sp
+}
 
 // TestServiceSinkOnSwitch: the Service proxy's sink against a real switch. A Full update
 // with a forwarding port (group, two buckets), a port without endpoints (metered flow to
@@ -21,14 +38,7 @@ import (
 // group, nothing of the others. Ids freed by a sync are reused only by a later one.
 func TestServiceSinkOnSwitch(t *testing.T) {
 	ovs, sw, n, ctx := switchTestNode(t, true)
-	n.store.Load(flows.PipelineOwner, flows.PipelineFlows(n.cfg))
-	sp := newServiceProxy(n, ServiceOptions{})
-	if err := sp.loadMeter(n.store.Store); err != nil {
-		t.Fatal(err)
-	}
-	if err := n.store.Sync(ctx, sw, nil, nil); err != nil {
-		t.Fatal(err)
-	}
+	sp := startServiceSink(t, ctx, sw, n)
 	br := ovs.MgmtSocket("br-int")
 	if m := ovs.Ofctl(t, "dump-meters", br); !strings.Contains(m, "meter=2") {
 		t.Fatalf("reject meter 2 not on the switch:\n%s", m)
@@ -129,14 +139,7 @@ func TestServiceSinkFrontendsOnSwitch(t *testing.T) {
 	n.cfg.NodeIP = net.ParseIP("172.30.0.71").To4()
 	n.overlay = newOverlay(n, OverlayOptions{})
 	n.overlay.peers["n2"] = flows.Peer{Name: "n2", NodeIP: net.ParseIP("172.30.0.72").To4()}
-	n.store.Load(flows.PipelineOwner, flows.PipelineFlows(n.cfg))
-	sp := newServiceProxy(n, ServiceOptions{})
-	if err := sp.loadMeter(n.store.Store); err != nil {
-		t.Fatal(err)
-	}
-	if err := n.store.Sync(ctx, sw, nil, nil); err != nil {
-		t.Fatal(err)
-	}
+	sp := startServiceSink(t, ctx, sw, n)
 	n.services = sp
 	br := ovs.MgmtSocket("br-int")
 	lb, _ := flows.StageTable(flows.StageServiceLB)
@@ -238,14 +241,7 @@ func TestServiceSinkFrontendsOnSwitch(t *testing.T) {
 // (the switch refuses the message or the encoder its length).
 func TestServiceSinkManyEndpointsOnSwitch(t *testing.T) {
 	ovs, sw, n, ctx := switchTestNode(t, true)
-	n.store.Load(flows.PipelineOwner, flows.PipelineFlows(n.cfg))
-	sp := newServiceProxy(n, ServiceOptions{})
-	if err := sp.loadMeter(n.store.Store); err != nil {
-		t.Fatal(err)
-	}
-	if err := n.store.Sync(ctx, sw, nil, nil); err != nil {
-		t.Fatal(err)
-	}
+	sp := startServiceSink(t, ctx, sw, n)
 	br := ovs.MgmtSocket("br-int")
 	port := func(count int) *proxy.ServicePortState {
 		var eps []proxy.Endpoint
