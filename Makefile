@@ -138,8 +138,9 @@ bench-policy-ab: deps build
 # --proxy-mode=nftables (each in a network namespace of its own): time to realize from
 # empty, RSS, SVC_BENCH_CHANGES (200) EndpointSlice changes each from its own programming
 # histogram. Installs iptables and nftables if missing; needs test/k8s/build.sh's
-# binaries. SVC_BENCH_ROUNDS (1), SVC_BENCH_GAP (1100ms from the previous change programmed), SVC_BENCH_MODES,
-# SVC_BENCH_OUT=FILE (JSON), SVC_BENCH_LOGS=DIR (kube-proxy logs). Never asserts a time.
+# binaries. SVC_BENCH_ROUNDS (1), SVC_BENCH_GAP (1100ms after the previous change was
+# programmed), SVC_BENCH_MODES, SVC_BENCH_OUT=FILE (JSON), SVC_BENCH_LOGS=DIR (proxy logs,
+# dataplane dumps). About 40 minutes on 2 cores. Never asserts a time.
 SVC_BENCH_TOOLS = command -v nft >/dev/null && command -v iptables-save >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nftables iptables; }
 bench-services: deps build k8s-build
 	$(SVC_BENCH_TOOLS)

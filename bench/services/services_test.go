@@ -264,7 +264,14 @@ func (e *env) ofsdnMode() (*mode, time.Time, error) {
 		"--mtu", "1450", "--start-timeout", "4m", "--add-timeout", "60s", "--flow-audit-interval", "0",
 		"--network-policy=false", "--service-proxy", "ofsdn", "--metrics-address", "127.0.0.1:9469")
 	m := &mode{name: "ofsdn", progMetric: "ofsdn_network_programming_duration_seconds", syncMetric: "ofsdn_service_sync_duration_seconds",
-		sc: newScraper(n.OVS.NetnsPath(), "http://127.0.0.1:9469/metrics"), pid: n.Daemon.Process.Pid, stop: n.StopDaemon}
+		sc: newScraper(n.OVS.NetnsPath(), "http://127.0.0.1:9469/metrics"), pid: n.Daemon.Process.Pid}
+	m.stop = func() {
+		n.StopDaemon()
+		if d := os.Getenv("SVC_BENCH_LOGS"); d != "" {
+			b, _ := os.ReadFile(n.LogPath)
+			_ = os.WriteFile(filepath.Join(d, fmt.Sprintf("ofsdn-node-%dx%d.log", e.nsvc, e.per)), b, 0o644)
+		}
+	}
 	m.dump = func() (string, error) {
 		cmd := exec.Command("ovs-ofctl", "-O", "OpenFlow13", "dump-groups", n.Mgmt())
 		cmd.Env = append(os.Environ(), "OVS_RUNDIR="+n.Dir)
