@@ -407,15 +407,10 @@ func runSize(t *testing.T, npeers, changes int, idle time.Duration) Result {
 		t.Fatalf("every peer Node deleted: %d peer flows left on the switch: %v", peer, err)
 	}
 	r.DeleteAllS = time.Since(t2).Seconds()
-	var rec struct {
-		Peers map[string]uint32 `json:"peers"`
-	}
-	if b, err := os.ReadFile(filepath.Join(n.DataDir, controller.PeerIDsFile)); err != nil {
+	if rec, err := controller.RecordedPeerIDs(n.DataDir); err != nil {
 		t.Errorf("peer owner id record: %v", err)
-	} else if err := json.Unmarshal(b, &rec); err != nil {
-		t.Errorf("peer owner id record: %v", err)
-	} else if len(rec.Peers) != 0 {
-		t.Errorf("every peer Node deleted, but the peer owner id record still holds %d peers", len(rec.Peers))
+	} else if len(rec) != 0 {
+		t.Errorf("every peer Node deleted, but the peer owner id record still holds %d peers", len(rec))
 	}
 	r.LoadAvg = append(r.LoadAvg, "end "+loadavg())
 	return r
