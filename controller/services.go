@@ -108,8 +108,8 @@ type ServiceOptions struct {
 type ServiceStats struct {
 	// Ports is the number of Service ports on the switch.
 	Ports int
-	// Endpoints is the number of buckets over all of their groups (an external view's
-	// group counts too).
+	// Endpoints is the number of endpoints over all of them: buckets of their groups, a
+	// UDP port's endpoints (an external view's count too).
 	Endpoints int
 	// Rejected counts packets of connections to a Service port without endpoints that
 	// the daemon answered (TCP RST or ICMP port unreachable).
@@ -247,7 +247,8 @@ type ServicePortInfo struct {
 	// Port.ClusterIP is nil.
 	External bool
 	// GroupID is the port's OpenFlow select group id (flows.ServiceGroupID: GroupIDMin +
-	// ID), 0 when it has no endpoints (a flow that rejects or drops, no group).
+	// ID), 0 when it has no endpoints (a flow that rejects or drops, no group) or is a
+	// UDP port choosing by hash (flows.ServiceHashSelect: slot flows, no group).
 	GroupID uint32
 	// Verdict is what a new connection gets: Forward (to an endpoint), Reject (no
 	// endpoint: TCP RST, ICMP port unreachable) or Drop (none usable under the traffic
@@ -268,7 +269,7 @@ func (n *Node) ServicePorts() []ServicePortInfo {
 		sp.Endpoints = append([]flows.ServiceEndpoint(nil), sp.Endpoints...)
 		sp.Frontends = append([]flows.ServiceFrontend(nil), sp.Frontends...)
 		info := ServicePortInfo{Name: key.name, Port: sp, External: key.external, Verdict: s.verdicts[key]}
-		if len(sp.Endpoints) > 0 {
+		if len(sp.Endpoints) > 0 && !flows.ServiceHashSelect(sp) {
 			info.GroupID = flows.ServiceGroupID(sp)
 		}
 		out = append(out, info)

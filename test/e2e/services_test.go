@@ -548,7 +548,8 @@ func TestServiceProxy(t *testing.T) {
 
 // waitServiceBuckets waits until the switch holds the Service port as eps say: a select
 // group whose buckets DNAT to exactly eps (each at svcEPPort) used by the port's flow in
-// service_lb, or, with none, the port's flow to the controller.
+// service_lb (a UDP port: its slot flows in service_endpoint), or, with none, the port's
+// flow to the controller.
 func waitServiceBuckets(t *testing.T, cn *clusterNode, svcPort, svcEPPort int, eps []string, ips map[string]string) {
 	t.Helper()
 	lb, _ := flows.StageTable(flows.StageServiceLB)
@@ -579,21 +580,33 @@ func waitServiceBuckets(t *testing.T, cn *clusterNode, svcPort, svcEPPort int, e
 				if !strings.Contains(l, "nw_dst="+svcClusterIP) || !strings.Contains(l, fmt.Sprintf("tp_dst=%d", svcPort)) {
 					continue
 				}
-				if strings.Contains(l, "group:") {
+				if strings.Contains(l, "group:") || strings.Contains(l, "multipath(") {
 					line = l
 				} else {
 					affinityNAT += l
 				}
 			}
 		}
-		m := regexp.MustCompile(`group:([0-9]+)`).FindStringSubmatch(line)
-		if m == nil {
-			return fmt.Errorf("flow %q uses no group", line)
-		}
 		var group string
-		for _, l := range strings.Split(cn.OVS.Ofctl(t, "dump-groups", cn.mgmt()), "\n") {
-			if strings.Contains(l, "group_id="+m[1]+",") {
-				group = l
+		if m := regexp.MustCompile(`load:(0x[0-9a-f]+)->NXM_NX_REG5\[\]`).FindStringSubmatch(line); m != nil {
+			// A UDP port: no group; its slot flows in service_endpoint (reg5 = its id)
+			// DNAT to its endpoints.
+			ept, _ := flows.StageTable(flows.StageServiceEndpoint)
+			for _, l := range strings.Split(cn.OVS.Ofctl(t, "dump-flows", cn.mgmt(), fmt.Sprintf("table=%d", ept)), "\n") {
+				if strings.Contains(l, "reg5="+m[1]+",") {
+					group += l
+				}
+			}
+			affinityNAT = ""
+		} else {
+			m := regexp.MustCompile(`group:([0-9]+)`).FindStringSubmatch(line)
+			if m == nil {
+				return fmt.Errorf("flow %q uses no group", line)
+			}
+			for _, l := range strings.Split(cn.OVS.Ofctl(t, "dump-groups", cn.mgmt()), "\n") {
+				if strings.Contains(l, "group_id="+m[1]+",") {
+					group = l
+				}
 			}
 		}
 		got := map[string]bool{}
@@ -608,7 +621,7 @@ func waitServiceBuckets(t *testing.T, cn *clusterNode, svcPort, svcEPPort int, e
 			want[fmt.Sprintf("%s:%d", ips[e], svcEPPort)] = true
 		}
 		if fmt.Sprint(got) != fmt.Sprint(want) {
-			return fmt.Errorf("group %s has buckets %v, want %v", m[1], got, want)
+			return fmt.Errorf("Service port flow %q: its group's buckets or slot flows DNAT to %v, want %v", line, got, want)
 		}
 		return nil
 	})
