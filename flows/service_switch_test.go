@@ -433,11 +433,19 @@ func TestServiceOnSwitch(t *testing.T) {
 }
 
 // TestServiceManyEndpointsOnSwitch: a Service port with 5,000 endpoints (two endpoint
-// pods, 2,500 target ports each) on a real switch: its group chains to part groups, and
-// 2,000 TCP connections from a client pod are answered by ~1,650 distinct endpoints (the
-// expectation for 2,000 uniform picks of 5,000), each part its even share. Were the part's choice
-// tied to the port group's hash, a part would reach only a fraction of its buckets.
+// pods, 2,500 target ports each) on a real switch, TCP and UDP: the TCP port's group
+// chains to part groups, the UDP port has 5,000 slot flows; 2,000 connections (UDP: flows,
+// each from a new client port) from a client pod are answered by ~1,650 distinct endpoints
+// (the expectation for 2,000 uniform picks of 5,000), each eighth of the endpoints (TCP:
+// each part) its even share. Were the part's choice tied to the port group's hash, a part
+// would reach only a fraction of its buckets.
 func TestServiceManyEndpointsOnSwitch(t *testing.T) {
+	for _, proto := range []uint8{IPProtoTCP, IPProtoUDP} {
+		t.Run(map[uint8]string{IPProtoTCP: "tcp", IPProtoUDP: "udp"}[proto], func(t *testing.T) { manyEndpoints(t, proto) })
+	}
+}
+
+func manyEndpoints(t *testing.T, proto uint8) {
 	ovs, mgmt := svcBridge(t)
 	cfg := testConfig()
 	cfg.TunnelOFPort, cfg.NodeIP = 0, nil
@@ -445,7 +453,7 @@ func TestServiceManyEndpointsOnSwitch(t *testing.T) {
 	client := addSvcPod(t, ovs, cfg, 3, "10.244.1.5")
 	ends := []svcPod{addSvcPod(t, ovs, cfg, 4, "10.244.1.6"), addSvcPod(t, ovs, cfg, 5, "10.244.1.7")}
 	const perPod, total = 2500, 5000
-	sp := ServicePort{ID: 1, ClusterIP: net.ParseIP("10.96.0.11"), Proto: IPProtoTCP, Port: 80}
+	sp := ServicePort{ID: 1, ClusterIP: net.ParseIP("10.96.0.11"), Proto: proto, Port: 80}
 	for i := 0; i < total; i++ {
 		sp.Endpoints = append(sp.Endpoints, ServiceEndpoint{IP: ends[i%2].pod.IPv4(), Port: uint16(10000 + i/2)})
 	}
@@ -460,6 +468,24 @@ func TestServiceManyEndpointsOnSwitch(t *testing.T) {
 		me := p.pod.IPv4().String()
 		p.do(t, func() error {
 			for port := 10000; port < 10000+perPod; port++ {
+				if proto == IPProtoUDP {
+					pc, err := net.ListenPacket("udp4", fmt.Sprintf(":%d", port))
+					if err != nil {
+						return err
+					}
+					t.Cleanup(func() { pc.Close() })
+					go func() {
+						buf := make([]byte, 64)
+						for {
+							_, from, err := pc.ReadFrom(buf)
+							if err != nil {
+								return
+							}
+							_, _ = pc.WriteTo([]byte(fmt.Sprintf("%s:%d\n", me, pc.LocalAddr().(*net.UDPAddr).Port)), from)
+						}
+					}()
+					continue
+				}
 				ln, err := net.Listen("tcp4", fmt.Sprintf(":%d", port))
 				if err != nil {
 					return err
@@ -485,7 +511,11 @@ func TestServiceManyEndpointsOnSwitch(t *testing.T) {
 	}
 	fs, groups := ServicePortFlows(cfg, sp)
 	all = append(all, fs...)
-	if len(groups) != 1+len(sp.GroupParts) || len(sp.GroupParts) < 2 {
+	if proto == IPProtoUDP {
+		if len(groups) != 0 || len(fs) != 1+total {
+			t.Fatalf("UDP, %d endpoints: %d groups, %d flows: want none and the port's flow and %d slot flows", total, len(groups), len(fs), total)
+		}
+	} else if len(groups) != 1+len(sp.GroupParts) || len(sp.GroupParts) < 2 {
 		t.Fatalf("%d endpoints: %d groups, %d parts: want the port's group and at least 2 parts", total, len(groups), len(sp.GroupParts))
 	}
 	dir := t.TempDir()
@@ -503,7 +533,9 @@ func TestServiceManyEndpointsOnSwitch(t *testing.T) {
 	if err := os.WriteFile(ffile, []byte(strings.Join(lines(all, nil), "\n")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ovs.Ofctl(t, "add-groups", mgmt, gfile)
+	if len(gl) > 0 {
+		ovs.Ofctl(t, "add-groups", mgmt, gfile)
+	}
 	ovs.Ofctl(t, "add-flows", mgmt, ffile)
 
 	const conns, workers = 2000, 8
@@ -515,10 +547,13 @@ func TestServiceManyEndpointsOnSwitch(t *testing.T) {
 			client.do(t, func() error {
 				for i := 0; i < conns/workers && err == nil; i++ {
 					var c net.Conn
-					if c, err = net.DialTimeout("tcp4", "10.96.0.11:80", 5*time.Second); err != nil {
+					if c, err = net.DialTimeout(map[uint8]string{IPProtoTCP: "tcp4", IPProtoUDP: "udp4"}[proto], "10.96.0.11:80", 5*time.Second); err != nil {
 						break
 					}
 					_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+					if proto == IPProtoUDP {
+						_, _ = c.Write([]byte("hi"))
+					}
 					buf := make([]byte, 64)
 					var k int
 					k, err = c.Read(buf)
@@ -537,23 +572,24 @@ func TestServiceManyEndpointsOnSwitch(t *testing.T) {
 	}
 	close(got)
 	seen := map[string]bool{}
-	perPart := make([]int, len(sp.GroupParts))
+	nSlices := max(len(sp.GroupParts), 8) // TCP: the parts; UDP: eighths of the endpoints
+	perSlice := make([]int, nSlices)
 	for a := range got {
 		seen[a] = true
 		host, port, _ := net.SplitHostPort(a)
 		pn, _ := strconv.Atoi(port)
 		idx := (pn-10000)*2 + map[string]int{"10.244.1.6": 0, "10.244.1.7": 1}[host]
-		perPart[idx*len(sp.GroupParts)/total]++ // parts are even slices in endpoint order
+		perSlice[idx*nSlices/total]++ // parts are even slices in endpoint order
 	}
-	t.Logf("%d connections reached %d distinct endpoints of %d; per part %v", conns, len(seen), total, perPart)
+	t.Logf("%d connections reached %d distinct endpoints of %d; per slice %v", conns, len(seen), total, perSlice)
 	// 2,000 uniform picks of 5,000: 5000·(1-e^-0.4) ≈ 1,648 distinct (σ ≈ 17); a part
 	// reaching only a sixth of its buckets would give ~760.
 	if len(seen) < 1500 {
-		t.Errorf("%d connections reached %d distinct endpoints, want about 1,650: the part groups' choice is not independent of the port group's", conns, len(seen))
+		t.Errorf("%d connections reached %d distinct endpoints, want about 1,650: the choice is not uniform (TCP: the part groups' choice is not independent of the port group's)", conns, len(seen))
 	}
-	for i, c := range perPart {
-		if c < conns/len(perPart)*6/10 { // σ ≈ 15 for 8 parts of 250
-			t.Errorf("part %d got %d of %d connections, want about %d", i, c, conns, conns/len(perPart))
+	for i, c := range perSlice {
+		if c < conns/len(perSlice)*6/10 { // σ ≈ 15 for 8 slices of 250
+			t.Errorf("slice %d got %d of %d connections, want about %d", i, c, conns, conns/len(perSlice))
 		}
 	}
 }

@@ -262,6 +262,39 @@ func TestServiceProxy(t *testing.T) {
 			t.Errorf("24 connections went %v: want both endpoints used", got)
 		}
 	})
+	t.Run("UDP spreads per flow", func(t *testing.T) {
+		// Each new UDP flow (a new client socket, so a new client port) picks its endpoint
+		// on its own, as kube-proxy's conntrack entries do (the port's multipath slot
+		// flows); through OVS 3.1's select group all of a client's UDP flows went to one.
+		got := map[string]int{}
+		for i := 0; i < 24; i++ {
+			var conn *net.UDPConn
+			if err := inNS(netns["client"], func() (err error) {
+				conn, err = net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.ParseIP(svcClusterIP), Port: svcUDPPort})
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, 256)
+			line := ""
+			for try := 0; try < 5 && line == ""; try++ { // UDP: a lost datagram is retried
+				_, _ = conn.Write([]byte("who"))
+				_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+				if n, err := conn.Read(buf); err == nil {
+					line = string(buf[:n])
+				}
+			}
+			conn.Close()
+			ep, peer, _ := strings.Cut(line, " ")
+			if peer != ips["client"] {
+				t.Fatalf("UDP flow %d to %s:%d: answer %q, want an endpoint naming the client %s", i, svcClusterIP, svcUDPPort, line, ips["client"])
+			}
+			got[ep]++
+		}
+		if got["ep1"] == 0 || got["ep2"] == 0 {
+			t.Errorf("24 UDP flows of one client went %v: want both endpoints", got)
+		}
+	})
 	t.Run("one endpoint", func(t *testing.T) {
 		setEndpoints("ep1")
 		if got := connections(24); got["ep2"] != 0 {
@@ -580,7 +613,7 @@ func waitServiceBuckets(t *testing.T, cn *clusterNode, svcPort, svcEPPort int, e
 				if !strings.Contains(l, "nw_dst="+svcClusterIP) || !strings.Contains(l, fmt.Sprintf("tp_dst=%d", svcPort)) {
 					continue
 				}
-				if strings.Contains(l, "group:") || strings.Contains(l, "multipath(") {
+				if strings.Contains(l, "group:") || strings.Contains(l, "->NXM_NX_REG5[]") {
 					line = l
 				} else {
 					affinityNAT += l
