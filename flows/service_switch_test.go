@@ -26,7 +26,7 @@ type svcPod struct {
 	name string // netns name
 }
 
-func (p svcPod) do(t *testing.T, f func() error) {
+func (p svcPod) do(t testing.TB, f func() error) {
 	t.Helper()
 	h, err := ns.GetNS("/var/run/netns/" + p.name)
 	if err != nil {
@@ -38,7 +38,7 @@ func (p svcPod) do(t *testing.T, f func() error) {
 	}
 }
 
-func run(t *testing.T, args ...string) {
+func run(t testing.TB, args ...string) {
 	t.Helper()
 	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
@@ -48,7 +48,7 @@ func run(t *testing.T, args ...string) {
 // addSvcPod makes a pod netns with eth0 (MAC, IP/24, default route via the gateway, a
 // permanent neighbour entry for it, transmit checksum offload off so that the userspace
 // datapath's conntrack and NAT see full checksums) and its veth peer on br-int at ofport.
-func addSvcPod(t *testing.T, ovs *sandbox.OVS, cfg NodeConfig, ofport uint32, ip string) svcPod {
+func addSvcPod(t testing.TB, ovs *sandbox.OVS, cfg NodeConfig, ofport uint32, ip string) svcPod {
 	t.Helper()
 	name := fmt.Sprintf("svc-%d-%d", ofport, time.Now().UnixNano()%1e6)
 	run(t, "ip", "netns", "add", name)
@@ -74,7 +74,7 @@ func addSvcPod(t *testing.T, ovs *sandbox.OVS, cfg NodeConfig, ofport uint32, ip
 
 // echo serves TCP and UDP on port in pod p: each connection or datagram is answered with
 // "PEER-IP SERVER-IP", the address the endpoint sees the client by and its own.
-func echo(t *testing.T, p svcPod, port int) {
+func echo(t testing.TB, p svcPod, port int) {
 	var ln net.Listener
 	var pc net.PacketConn
 	p.do(t, func() (err error) {
@@ -111,7 +111,7 @@ func echo(t *testing.T, p svcPod, port int) {
 // svcBridge starts a sandbox OVS with br-int (userspace datapath, OpenFlow 1.3, the
 // pipeline's table names), the gateway port gw0 at ofport 2 and the reject meter 2, and
 // returns it and br-int's management socket.
-func svcBridge(t *testing.T) (*sandbox.OVS, string) {
+func svcBridge(t testing.TB) (*sandbox.OVS, string) {
 	ovs := sandbox.Start(t)
 	mgmt := ovs.MgmtSocket("br-int")
 	ovs.Vsctl(t, "add-br", "br-int", "--", "set", "bridge", "br-int",
