@@ -2,7 +2,8 @@ package controller
 
 // Kubernetes Services load-balanced in OVS (issue 22, config serviceProxy: ofsdn): the
 // proxy.Sink that turns package proxy's Updates into each Service port's select group
-// and service_lb flow (flows.ServicePortFlows), and the rejects of the no-endpoint flow.
+// (a UDP port's: hash slot flows, flows.ServiceHashSelect) and service_lb flow
+// (flows.ServicePortFlows), and the rejects of the no-endpoint flow.
 //
 // Design history.
 //
@@ -20,7 +21,7 @@ package controller
 //     orders them), confirmed before Sync returns, so the proxy's applied state is the
 //     switch's.
 //   - Verdicts (proxy.Choice) for ClusterIP traffic from pods (Internal): Forward = the
-//     select group over the chosen endpoints; Reject = the metered flow to the
+//     select group (UDP: the slot flows) over the chosen endpoints; Reject = the metered flow to the
 //     controller, answered here; Drop (internalTrafficPolicy Local without a local
 //     endpoint) = the same match with no action.
 //   - Other frontends for pods (servicePortViews): external IPs and load-balancer IPs at

@@ -16,14 +16,15 @@ package flows
 //     reply from an endpoint on another node comes back through the tunnel to the client's
 //     node, the one that translated it.
 //   - service_lb: a pod's new connection (+new+trk) to ClusterIP:port goes to the Service
-//     port's select group; the switch picks a bucket by a hash of the packet's 5-tuple
-//     (weighted), and the bucket runs ct(commit, zone=ConntrackZone, nat(dst=EP:port),
-//     table=l3_forwarding): the connection is committed with its translation, and the
-//     translated packet goes on to l3_forwarding (local endpoint) or remote (tunnel), as
-//     any pod-to-pod packet does. With no endpoints the flow sends the packet to the
-//     controller (meter ServiceRejectMeter) to be rejected (TCP RST / ICMP port
-//     unreachable, built by the daemon); it is the Service port's own flow, so its
-//     n_packets counts the refused connections.
+//     port's select group (a UDP port: multipath, "UDP Service ports" below); the switch
+//     picks a bucket by a hash of the packet's 5-tuple (weighted), and the bucket runs
+//     ct(commit, zone=ConntrackZone, nat(dst=EP:port), table=l3_forwarding): the
+//     connection is committed with its translation, and the translated packet goes on to
+//     l3_forwarding (local endpoint) or remote (tunnel), as any pod-to-pod packet does.
+//     With no endpoints the flow sends the packet to the controller (meter
+//     ServiceRejectMeter) to be rejected (TCP RST / ICMP port unreachable, built by the
+//     daemon); it is the Service port's own flow, so its n_packets counts the refused
+//     connections.
 //   - NetworkPolicy judges after the translation: its stages (60..68) come after
 //     l3_forwarding and see the endpoint as nw_dst and the client pod as nw_src. The
 //     policy stages and the NAT agree on one conntrack zone and one lookup: with Services
@@ -441,10 +442,10 @@ func ServiceGroupID(sp ServicePort) uint32 { return GroupIDMin + sp.ID }
 
 // ServicePortFlows returns the Service port's flows in service_lb (one per frontend:
 // ServicePort.AllFrontends, a load-balancer IP one per source range and a drop) and,
-// with endpoints, its select group (or a UDP port's slot flows) (owner ServicePortOwner; the group must be on the
+// with endpoints, its select group (owner ServicePortOwner; the group must be on the
 // switch before the flow, switchstate's replay order), last, after its part groups when
-// its endpoints need them ("Endpoints beyond one group mod"). cfg must have Services on, sp must
-// be valid (ServicePort.Validate).
+// its endpoints need them ("Endpoints beyond one group mod"), or a UDP port's slot flows.
+// cfg must have Services on, sp must be valid (ServicePort.Validate).
 //
 //	table="service_lb", priority=100,ct_state=+new+trk,tcp,reg0=0x2/0xf,nw_dst=VIP,tp_dst=PORT actions=group:G
 //	table="service_lb", priority=90,ct_state=+new+trk,tcp,reg0=0x2/0xf,nw_dst=NODEIP,tp_dst=NODEPORT actions=group:G
