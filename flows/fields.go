@@ -143,6 +143,15 @@ var (
 	// and bit 16 set when a learned flow matched, loaded and matched with
 	// AffinityEndpointIPField.
 	AffinityEndpointField = FieldRange{Field: reg(4), Start: 0, End: 16}
+
+	// ServicePortField is reg5 (all 32 bits): the owner id (ServicePort.ID) of the UDP
+	// Service port whose hash slot is in ServiceSlotField, loaded with it before the
+	// multipath action and matched by the port's slot flows in service_endpoint
+	// (0 = none: ids start at 1).
+	ServicePortField = FieldRange{Field: reg(5), Start: 0, End: 31}
+	// ServiceSlotField is reg6[0..15]: the hash slot, 0..slots-1, the multipath action
+	// chose for a new UDP flow to a Service port (service.go, "UDP Service ports").
+	ServiceSlotField = FieldRange{Field: reg(6), Start: 0, End: 15}
 )
 
 // SourceClass values of SourceClassField (reg0[0..3]).
