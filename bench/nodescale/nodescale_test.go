@@ -30,15 +30,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -47,6 +44,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	benchk8s "github.com/ofsdn/ofsdn/bench/k8s"
 	"github.com/ofsdn/ofsdn/controller"
 	"github.com/ofsdn/ofsdn/flows"
 	"github.com/ofsdn/ofsdn/test/harness"
@@ -109,76 +107,6 @@ type Result struct {
 	LeaveMs        []float64 `json:"leave_ms"`
 	DeleteAllS     float64   `json:"delete_all_s"`
 	LoadAvg        []string  `json:"loadavg"`
-}
-
-func quantile(xs []float64, q float64) float64 {
-	if len(xs) == 0 {
-		return math.NaN()
-	}
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	return s[int(math.Ceil(q*float64(len(s))))-1]
-}
-
-func loadavg() string {
-	b, _ := os.ReadFile("/proc/loadavg")
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return ""
-	}
-	return strings.Join(f[:3], " ")
-}
-
-func rssMiB(pid int) float64 {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(l, "VmRSS:") {
-			kb, _ := strconv.ParseFloat(strings.Fields(l)[1], 64)
-			return kb / 1024
-		}
-	}
-	return 0
-}
-
-// cpuSeconds is the process's utime+stime (proc(5), clock ticks of 1/100 s).
-func cpuSeconds(pid int) float64 {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	if len(f) < 13 {
-		return 0
-	}
-	u, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (u + st) / 100
-}
-
-func parallel(n int, f func(i int) error) error {
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var first error
-	next := make(chan int)
-	for w := 0; w < 16; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				if err := f(i); err != nil {
-					mu.Lock()
-					if first == nil {
-						first = err
-					}
-					mu.Unlock()
-				}
-			}
-		}()
-	}
-	for i := 0; i < n; i++ {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	return first
 }
 
 type env struct {
@@ -287,10 +215,10 @@ func TestNodeScale(t *testing.T) {
 	t.Logf("| peers | realize s | flows/peer | all flows | RSS MiB | realize CPU s | idle CPU %% | join p50 / p99 / max ms | leave p50 / p99 / max ms | delete all s | load |")
 	t.Logf("|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---|")
 	for _, r := range results {
+		j, l := benchk8s.Summarize(r.JoinMs), benchk8s.Summarize(r.LeaveMs)
 		t.Logf("| %d | %.2f | %.1f | %d | %.1f | %.2f | %.2f | %.1f / %.1f / %.1f | %.1f / %.1f / %.1f | %.2f | %s |",
 			r.Peers, r.RealizeSeconds, r.FlowsPerPeer, r.AllFlows, r.RSSMiB, r.RealizeCPU, r.IdleCPUPercent,
-			quantile(r.JoinMs, .5), quantile(r.JoinMs, .99), quantile(r.JoinMs, 1),
-			quantile(r.LeaveMs, .5), quantile(r.LeaveMs, .99), quantile(r.LeaveMs, 1), r.DeleteAllS, strings.Join(r.LoadAvg, "; "))
+			j.P50, j.P99, j.Max, l.P50, l.P99, l.Max, r.DeleteAllS, strings.Join(r.LoadAvg, "; "))
 	}
 	if out := os.Getenv("NODE_BENCH_OUT"); out != "" {
 		b, _ := json.MarshalIndent(results, "", " ")
@@ -330,9 +258,9 @@ func runSize(t *testing.T, npeers, changes int, idle time.Duration) Result {
 	pid := n.Daemon.Process.Pid
 
 	// Realize: every peer created through the API, until each one's flows are on the switch.
-	r.LoadAvg = append(r.LoadAvg, "start "+loadavg())
-	cpu0, start := cpuSeconds(pid), time.Now()
-	if err := parallel(npeers, func(i int) error {
+	r.LoadAvg = append(r.LoadAvg, "start "+benchk8s.LoadAvg())
+	cpu0, start := benchk8s.CPUSeconds(pid), time.Now()
+	if err := benchk8s.Parallel(npeers, 16, func(i int) error {
 		return e.createNode(ctx, fmt.Sprintf("peer-%05d", i), podCIDR(i), nodeIP(i))
 	}); err != nil {
 		t.Fatal(err)
@@ -362,22 +290,22 @@ func runSize(t *testing.T, npeers, changes int, idle time.Duration) Result {
 		t.Fatalf("%d peers: flows: %v (last count %d peer flows)", npeers, err, r.PeerFlows)
 	}
 	r.RealizeSeconds = lastChange.Sub(start).Seconds() // the poll that first saw the final count (±0.5 s)
-	r.RealizeCPU = cpuSeconds(pid) - cpu0
+	r.RealizeCPU = benchk8s.CPUSeconds(pid) - cpu0
 	r.FlowsPerPeer = float64(r.PeerFlows) / float64(npeers)
 	t.Logf("%d peers: API writes done in %s, every peer's flows on the switch after %.2f s (%d peer flows, %.1f per peer, %d flows in all)",
 		npeers, created.Round(time.Millisecond), r.RealizeSeconds, r.PeerFlows, r.FlowsPerPeer, r.AllFlows)
 
 	// Quiet window with every peer there: RSS and idle CPU.
-	r.LoadAvg = append(r.LoadAvg, "idle "+loadavg())
-	cpu1, t1 := cpuSeconds(pid), time.Now()
+	r.LoadAvg = append(r.LoadAvg, "idle "+benchk8s.LoadAvg())
+	cpu1, t1 := benchk8s.CPUSeconds(pid), time.Now()
 	time.Sleep(idle)
 	r.IdleSeconds = time.Since(t1).Seconds()
-	r.IdleCPUPercent = 100 * (cpuSeconds(pid) - cpu1) / r.IdleSeconds
-	r.RSSMiB = rssMiB(pid)
+	r.IdleCPUPercent = 100 * (benchk8s.CPUSeconds(pid) - cpu1) / r.IdleSeconds
+	r.RSSMiB = benchk8s.RSSMiB(pid)
 	t.Logf("%d peers: RSS %.1f MiB; CPU %.2f %% of one core over %.0f s idle", npeers, r.RSSMiB, r.IdleCPUPercent, r.IdleSeconds)
 
 	// Joins and leaves, one at a time.
-	r.LoadAvg = append(r.LoadAvg, "changes "+loadavg())
+	r.LoadAvg = append(r.LoadAvg, "changes "+benchk8s.LoadAvg())
 	for k := 0; k < changes; k++ {
 		i := npeers + k
 		name, cidr := fmt.Sprintf("join-%05d", k), podCIDR(i)
@@ -398,12 +326,12 @@ func runSize(t *testing.T, npeers, changes int, idle time.Duration) Result {
 		}
 		r.LeaveMs = append(r.LeaveMs, float64(time.Since(t0).Microseconds())/1000)
 	}
-	t.Logf("%d peers: %d joins p50 %.1f ms p99 %.1f ms; %d leaves p50 %.1f ms p99 %.1f ms", npeers,
-		len(r.JoinMs), quantile(r.JoinMs, .5), quantile(r.JoinMs, .99), len(r.LeaveMs), quantile(r.LeaveMs, .5), quantile(r.LeaveMs, .99))
+	j, l := benchk8s.Summarize(r.JoinMs), benchk8s.Summarize(r.LeaveMs)
+	t.Logf("%d peers: %d joins p50 %.1f ms p99 %.1f ms; %d leaves p50 %.1f ms p99 %.1f ms", npeers, j.N, j.P50, j.P99, l.N, l.P50, l.P99)
 
 	// Every peer deleted: no peer flow may be left.
 	t2 := time.Now()
-	if err := parallel(npeers, func(i int) error {
+	if err := benchk8s.Parallel(npeers, 16, func(i int) error {
 		return e.admin.CoreV1().Nodes().Delete(ctx, fmt.Sprintf("peer-%05d", i), metav1.DeleteOptions{})
 	}); err != nil {
 		t.Fatal(err)
@@ -422,6 +350,6 @@ func runSize(t *testing.T, npeers, changes int, idle time.Duration) Result {
 	} else if len(rec) != 0 {
 		t.Errorf("every peer Node deleted, but the peer owner id record still holds %d peers", len(rec))
 	}
-	r.LoadAvg = append(r.LoadAvg, "end "+loadavg())
+	r.LoadAvg = append(r.LoadAvg, "end "+benchk8s.LoadAvg())
 	return r
 }
