@@ -134,24 +134,21 @@ func waitUntil(t *testing.T, what string, limit time.Duration, cond func() error
 	}
 }
 
-// peerIDRecord returns the peer owner ids node n's daemon recorded (controller.PeerIDsFile,
-// by peer name); nil when there is no record (a build before it).
+// peerIDRecord returns the peer owner ids node n's daemon recorded (controller.PeerIDsFile
+// with controller.PeerIDsJournal applied, by peer name); nil when there is no record (a
+// build before it).
 func (n *testNode) peerIDRecord(t *testing.T) map[string]uint32 {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(n.DataDir, controller.PeerIDsFile))
-	if errors.Is(err, fs.ErrNotExist) {
+	_, errSnap := os.Stat(filepath.Join(n.DataDir, controller.PeerIDsFile))
+	_, errJournal := os.Stat(filepath.Join(n.DataDir, controller.PeerIDsJournal))
+	if errors.Is(errSnap, fs.ErrNotExist) && errors.Is(errJournal, fs.ErrNotExist) {
 		return nil
 	}
+	rec, err := controller.RecordedPeerIDs(n.DataDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st struct {
-		Peers map[string]uint32 `json:"peers"`
-	}
-	if err := json.Unmarshal(b, &st); err != nil {
-		t.Fatalf("%s: %v", controller.PeerIDsFile, err)
-	}
-	return st.Peers
+	return rec
 }
 
 // peerOwnerID returns the owner id of peer's flows on cn: the one cn's daemon recorded for
