@@ -100,14 +100,18 @@ package flows
 // (so only an endpoint still in the port) runs the learn action again and DNATs; anything
 // else goes to the group, whose bucket loads its endpoint into reg3/reg4 and resubmits to
 // that endpoint's flow (a learn action in the bucket itself learned nothing on OVS 3.1's
-// userspace datapath). Idle timeout min(T, MaxLearnTimeout); above it send_flow_rem, for
-// the daemon to carry the remainder (docs/design.md, "Session affinity"; that handler
-// is not built yet). The daemon
+// userspace datapath). Idle timeout min(T, the learn limit: NodeConfig.AffinityLearnMax);
+// above it send_flow_rem, and when the switch removes such a flow at its idle timeout the
+// daemon adds its remainder flow (AffinityRemainder: the same match, cookie and loads,
+// priority PriorityAffinityRemainder, idle timeout T minus the limit), so the client's
+// window is T exactly (docs/design.md, "Session affinity"). The daemon
 // builds these flows with config serviceProxy: ofsdn (controller/services.go).
 
 import (
 	"fmt"
 	"net"
+	"slices"
+	"strings"
 
 	"github.com/contiv/libOpenflow/openflow13"
 )
@@ -133,11 +137,19 @@ const (
 	// PriorityAffinityLearned (200) is the priority of learned flows in
 	// service_affinity and of the per-endpoint hit flows in service_endpoint.
 	PriorityAffinityLearned uint16 = 200
+	// PriorityAffinityRemainder (199) is the priority of the remainder flows the daemon
+	// adds in service_affinity (AffinityRemainder), below the learned flows: a new
+	// connection that hits a remainder flow learns a fresh flow at
+	// PriorityAffinityLearned with the learn action's own timeouts and flags, which then
+	// hides the remainder. At the learned flows' own priority the learn would modify the
+	// remainder flow instead (OVS's learn is a modify-strict, which keeps an existing
+	// flow's idle timeout and flags), and the client would keep only the remainder.
+	PriorityAffinityRemainder uint16 = 199
 	// MaxLearnTimeout is the largest idle timeout a learn action can give, seconds
-	// (nx_action_learn.idle_timeout is 16 bits). A longer affinity timeout is learned
-	// with this one and LearnSendFlowRem, for the daemon to carry the remainder from
-	// the flow-removed message (docs/design.md; the daemon's handler is not built yet, so
-	// such a timeout acts as 65535 s today).
+	// (nx_action_learn.idle_timeout is 16 bits), and the default learn limit
+	// (NodeConfig.AffinityLearnMax). A longer affinity timeout is learned with the limit
+	// and LearnSendFlowRem, and the daemon carries the remainder from the flow-removed
+	// message (AffinityRemainder).
 	MaxLearnTimeout = 65535
 )
 
@@ -374,19 +386,96 @@ func AffinityPortDelete(cfg NodeConfig, sp ServicePort) []*openflow13.FlowMod {
 }
 
 // AffinityLearnTimeout returns the idle timeout, seconds, of a learned affinity flow for
-// a timeout of seconds: min(seconds, MaxLearnTimeout); and whether the learned flow asks
-// for a flow-removed message (the remainder, seconds - MaxLearnTimeout, is for the
-// daemon to carry; not built yet).
-func AffinityLearnTimeout(seconds uint32) (idle uint16, sendFlowRem bool) {
-	if seconds > MaxLearnTimeout {
-		return MaxLearnTimeout, true
+// a timeout of seconds on a node of cfg: min(seconds, cfg's learn limit,
+// NodeConfig.AffinityLearnLimit); and whether the learned flow asks for a flow-removed
+// message (above the limit: the daemon then adds the remainder, AffinityRemainder).
+func AffinityLearnTimeout(cfg NodeConfig, seconds uint32) (idle uint16, sendFlowRem bool) {
+	if max := cfg.AffinityLearnLimit(); seconds > uint32(max) {
+		return max, true
 	}
 	return uint16(seconds), false
 }
 
+// AffinityRemoved is a flow the switch removed from a table, as its OFPT_FLOW_REMOVED
+// (OpenFlow 1.3.5 §7.4.2) tells it: what AffinityRemainder needs to judge it.
+type AffinityRemoved struct {
+	// Table, Priority, Cookie and IdleTimeout (seconds) are the removed flow's.
+	Table       TableID
+	Priority    uint16
+	Cookie      Cookie
+	IdleTimeout uint16
+	// IdleExpired: the switch removed it at its idle timeout (OFPRR_IDLE_TIMEOUT), not
+	// a delete, a hard timeout or an eviction.
+	IdleExpired bool
+	// Proto, Client (nw_src), Frontend (nw_dst) and Port (the transport destination)
+	// are its match; nil addresses when the match lacks them.
+	Proto            uint8
+	Client, Frontend net.IP
+	Port             uint16
+}
+
+// AffinityRemainderFlow is the flow that carries on a client's session affinity after its
+// learned flow expired at the learn limit: a flow in service_affinity at priority
+// PriorityAffinityRemainder with IdleTimeout (seconds), sent as an OFPFC_ADD without
+// flags (FlowMod): no flow-removed message, its end is the end of the affinity.
+type AffinityRemainderFlow struct {
+	Flow        Flow
+	IdleTimeout uint16
+}
+
+// FlowMod returns the OFPFC_ADD (OpenFlow 1.3.5 §7.3.4.1) of f with its idle timeout. An
+// ADD replaces a flow of the same match and priority (an earlier remainder of the client
+// at that frontend) with its own timeout.
+func (f AffinityRemainderFlow) FlowMod() *openflow13.FlowMod {
+	fm := f.Flow.FlowMod(openflow13.FC_ADD)
+	fm.IdleTimeout = f.IdleTimeout
+	return fm
+}
+
+// String is f as ovs-ofctl dump-flows --no-stats prints it:
+//
+//	cookie=0x..., table="service_affinity", idle_timeout=4, priority=199,tcp,nw_src=CLIENT,nw_dst=FRONTEND,tp_dst=PORT actions=load:EP->NXM_NX_REG3[],load:1<<16|PORT->NXM_NX_REG4[0..16]
+func (f AffinityRemainderFlow) String() string {
+	return strings.Replace(f.Flow.String(), "priority=", fmt.Sprintf("idle_timeout=%d, priority=", f.IdleTimeout), 1)
+}
+
+// AffinityRemainder returns the remainder flow of a learned affinity flow of Service port
+// sp that the switch removed (r), on a node of cfg: when sp's affinity timeout T is above
+// the learn limit L (NodeConfig.AffinityLearnLimit) and r is one of sp's learned flows
+// that expired idle after L seconds: table service_affinity, priority
+// PriorityAffinityLearned, idle timeout L, the cookie AffinityCookie(cfg.Generation, ep)
+// of one of sp's endpoints ep (so of this run's generation, and an endpoint that is still
+// sp's), protocol and frontend one of sp's (ServicePort.AllFrontends). The flow has r's
+// match, the cookie (so every delete of the endpoint's or the port's learned flows takes
+// it too: by cookie, or AffinityPortDelete's non-strict delete of any priority), the
+// loads of ep and idle timeout T − L (at most MaxLearnTimeout: only a lowered limit gets
+// there). false: nothing to add.
+func AffinityRemainder(cfg NodeConfig, sp ServicePort, r AffinityRemoved) (AffinityRemainderFlow, bool) {
+	limit := cfg.AffinityLearnLimit()
+	if sp.AffinitySeconds <= uint32(limit) || !r.IdleExpired || r.IdleTimeout != limit ||
+		r.Priority != PriorityAffinityLearned || r.Proto != sp.Proto || r.Client.To4() == nil {
+		return AffinityRemainderFlow{}, false
+	}
+	if t, ok := StageTable(StageServiceAffinity); !ok || r.Table != t {
+		return AffinityRemainderFlow{}, false
+	}
+	fe := slices.IndexFunc(sp.AllFrontends(), func(fe ServiceFrontend) bool { return fe.IP.Equal(r.Frontend) && fe.Port == r.Port })
+	i := slices.IndexFunc(sp.Endpoints, func(ep ServiceEndpoint) bool { return AffinityCookie(cfg.Generation, ep) == r.Cookie })
+	if fe < 0 || i < 0 {
+		return AffinityRemainderFlow{}, false
+	}
+	ep := sp.Endpoints[i]
+	b := builder{p: std, cfg: cfg}
+	f := b.in(StageServiceAffinity).flow(Owner{Kind: OwnerServiceAffinity, ID: ep.AffinityID}, PriorityAffinityRemainder,
+		Match{EthType: EthTypeIPv4, IPProto: sp.Proto, IPSrc: hostPrefix(r.Client), IPDst: hostPrefix(r.Frontend), TPDst: r.Port, TPDstMask: 0xffff},
+		Load{Dst: AffinityEndpointIPField, Value: uint64(ipv4ToUint32(ep.IP))},
+		Load{Dst: AffinityEndpointField, Value: uint64(ep.Port) | 1<<16})
+	return AffinityRemainderFlow{Flow: f, IdleTimeout: uint16(min(sp.AffinitySeconds-uint32(limit), MaxLearnTimeout))}, true
+}
+
 // affinityLearn is the learn action that remembers ep for the packet's client and Service port.
 func (b builder) affinityLearn(sp ServicePort, ep ServiceEndpoint) Learn {
-	idle, rem := AffinityLearnTimeout(sp.AffinitySeconds)
+	idle, rem := AffinityLearnTimeout(b.cfg, sp.AffinitySeconds)
 	tp := map[uint8]NXMField{IPProtoTCP: FieldTCPDst, IPProtoUDP: FieldUDPDst, IPProtoSCTP: FieldSCTPDst}[sp.Proto]
 	l := Learn{Table: b.goTo(StageServiceAffinity).Table, IdleTimeout: idle, Priority: PriorityAffinityLearned,
 		Cookie: AffinityCookie(b.cfg.Generation, ep),

@@ -152,12 +152,21 @@ func TestServiceAffinityFlowsGolden(t *testing.T) {
 	if g := fs[1].String(); !strings.Contains(g, `idle_timeout=65535,priority=200,send_flow_rem,cookie=`) {
 		t.Errorf("86400 s affinity: endpoint flow %s, want learn with idle_timeout=65535,priority=200,send_flow_rem", g)
 	}
-	if idle, rem := AffinityLearnTimeout(86400); idle != 65535 || !rem {
+	if idle, rem := AffinityLearnTimeout(cfg, 86400); idle != 65535 || !rem {
 		t.Errorf("AffinityLearnTimeout(86400) = %d, %v; want 65535, true", idle, rem)
 	}
-	if idle, rem := AffinityLearnTimeout(65535); idle != 65535 || rem {
+	if idle, rem := AffinityLearnTimeout(cfg, 65535); idle != 65535 || rem {
 		t.Errorf("AffinityLearnTimeout(65535) = %d, %v; want 65535, false", idle, rem)
 	}
+	// A lowered learn limit (tests): 6 s is learned as 2 s with send_flow_rem.
+	low := cfg
+	low.AffinityLearnMax = 2
+	sp.AffinitySeconds = 6
+	fs, _ = ServicePortFlows(low, sp)
+	if g := fs[1].String(); !strings.Contains(g, `idle_timeout=2,priority=200,send_flow_rem,cookie=`) {
+		t.Errorf("6 s affinity with a 2 s limit: endpoint flow %s, want learn with idle_timeout=2,priority=200,send_flow_rem", g)
+	}
+	sp.AffinitySeconds = 86400
 	// UDP and SCTP learn their own destination port field.
 	for proto, field := range map[uint8]string{IPProtoUDP: "nw_proto=17,NXM_OF_IP_SRC[],NXM_OF_IP_DST[],NXM_OF_UDP_DST[]", IPProtoSCTP: "nw_proto=132,NXM_OF_IP_SRC[],NXM_OF_IP_DST[],OXM_OF_SCTP_DST[]"} {
 		sp.Proto = proto
@@ -176,6 +185,68 @@ func TestServiceAffinityFlowsGolden(t *testing.T) {
 	sp.Endpoints[1].AffinityID = 0
 	if sp.Validate() == nil {
 		t.Error("Validate accepted an affinity endpoint without an affinity id")
+	}
+}
+
+// TestAffinityRemainderGolden: the remainder flow of a learned flow that expired at the
+// learn limit (lowered to 2 s, a timeout of 6 s): the learned flow's match, cookie and
+// loads at priority 199 with the idle timeout T - limit; nothing for a flow that was
+// deleted, expired at another idle timeout (a remainder itself), sits at another priority
+// or table, names an endpoint or a frontend the port no longer has, carries another
+// generation, or for a port whose timeout is within the limit. The 86400 s default gets
+// 20865 s.
+func TestAffinityRemainderGolden(t *testing.T) {
+	cfg := testConfig()
+	cfg.Services, cfg.AffinityLearnMax = true, 2
+	sp := testAffinityPort()
+	sp.AffinitySeconds = 6
+	tbl, _ := StageTable(StageServiceAffinity)
+	learned := AffinityRemoved{Table: tbl, Priority: PriorityAffinityLearned, Cookie: AffinityCookie(cfg.Generation, sp.Endpoints[1]),
+		IdleTimeout: 2, IdleExpired: true, Proto: IPProtoTCP, Client: net.ParseIP("10.244.1.5"), Frontend: sp.ClusterIP, Port: 80}
+	f, ok := AffinityRemainder(cfg, sp, learned)
+	if !ok {
+		t.Fatal("no remainder for a learned flow expired at the limit")
+	}
+	if err := f.Flow.Validate(); err != nil {
+		t.Error(err)
+	}
+	compareLines(t, "remainder flow", []string{f.String()}, []string{
+		`cookie=0x500070600000002, table="service_affinity", idle_timeout=4, priority=199,tcp,nw_src=10.244.1.5,nw_dst=10.96.0.11,tp_dst=80 actions=load:0xaf40209->NXM_NX_REG3[],load:0x11f90->NXM_NX_REG4[0..16]`})
+	if fm := f.FlowMod(); fm.Command != 0 /* OFPFC_ADD */ || fm.IdleTimeout != 4 || fm.HardTimeout != 0 || fm.Flags != 0 || fm.Priority != 199 {
+		t.Errorf("flow mod: command %d idle %d hard %d flags %#x priority %d; want ADD, idle 4, no hard timeout, no flags, 199",
+			fm.Command, fm.IdleTimeout, fm.HardTimeout, fm.Flags, fm.Priority)
+	}
+	other := cfg
+	other.Generation++
+	for name, mod := range map[string]func(*AffinityRemoved){
+		"deleted":              func(r *AffinityRemoved) { r.IdleExpired = false },
+		"a remainder expired":  func(r *AffinityRemoved) { r.IdleTimeout = 4; r.Priority = PriorityAffinityRemainder },
+		"another idle timeout": func(r *AffinityRemoved) { r.IdleTimeout = 3 },
+		"another table":        func(r *AffinityRemoved) { r.Table++ },
+		"another frontend":     func(r *AffinityRemoved) { r.Frontend = net.ParseIP("10.96.0.99") },
+		"another port":         func(r *AffinityRemoved) { r.Port = 81 },
+		"another protocol":     func(r *AffinityRemoved) { r.Proto = IPProtoUDP },
+		"a gone endpoint":      func(r *AffinityRemoved) { r.Cookie = AffinityCookie(cfg.Generation, ServiceEndpoint{AffinityID: 9}) },
+		"another generation":   func(r *AffinityRemoved) { r.Cookie = AffinityCookie(other.Generation, sp.Endpoints[1]) },
+		"no client":            func(r *AffinityRemoved) { r.Client = nil },
+	} {
+		r := learned
+		mod(&r)
+		if f, ok := AffinityRemainder(cfg, sp, r); ok {
+			t.Errorf("%s: remainder %s, want none", name, f)
+		}
+	}
+	within := sp
+	within.AffinitySeconds = 2
+	if f, ok := AffinityRemainder(cfg, within, learned); ok {
+		t.Errorf("timeout within the limit: remainder %s, want none", f)
+	}
+	// The default limit: 86400 s learned as 65535 s, carried on for 20865 s.
+	cfg.AffinityLearnMax = 0
+	sp.AffinitySeconds = 86400
+	learned.IdleTimeout = 65535
+	if f, ok := AffinityRemainder(cfg, sp, learned); !ok || f.IdleTimeout != 20865 {
+		t.Errorf("86400 s: remainder %s (%v), want idle_timeout=20865", f, ok)
 	}
 }
 
