@@ -85,6 +85,11 @@ const ServiceRejectRate = 100
 // dropped and counted).
 const ServiceRejectQueueSize = 256
 
+// ServiceFlowRemovedQueueSize is how many flow-removed messages (learned session-affinity
+// flows that expired at the learn limit) wait for their remainder flow; more are dropped
+// and counted, and their clients' affinity ends at the limit.
+const ServiceFlowRemovedQueueSize = 4096
+
 // ServiceOptions turn on Services load-balanced in OVS (NodeConfig.Services). The node's
 // Services() is then the proxy.Sink to feed from a proxy.Runner.
 type ServiceOptions struct {
@@ -102,6 +107,11 @@ type ServiceOptions struct {
 	// could still reach a removed endpoint; PolicyOptions.PurgeDatapath likewise). An
 	// error is logged.
 	PurgeDatapath func(context.Context) error
+	// AffinityLearnMax is the learn limit of session affinity, seconds
+	// (flows.NodeConfig.AffinityLearnMax): 0 = 65535, the learn action's maximum. Only
+	// tests lower it, to show a timeout above the limit carried on by the remainder flows
+	// in seconds.
+	AffinityLearnMax uint16
 }
 
 // ServiceStats are the Service proxy's counters since the daemon started (monotonic).
@@ -120,6 +130,11 @@ type ServiceStats struct {
 	// Flushed counts successful conntrack flushes of stale UDP/SCTP entries;
 	// FlushErrors the failed ones.
 	Flushed, FlushErrors uint64
+	// AffinityRemainders counts the remainder flows added for learned session-affinity
+	// flows that expired at the learn limit (a timeout above 65,535 s);
+	// AffinityRemainderErrors those not added (the switch refused, the connection was
+	// down, the queue was full): their clients' affinity ended at the limit.
+	AffinityRemainders, AffinityRemainderErrors uint64
 }
 
 // portKey names one view of a Service port on the switch, each its own owner and group:
@@ -167,6 +182,8 @@ type serviceProxy struct {
 	affNext uint32
 
 	q                  *openflow.PacketInQueue
+	frq                *openflow.FlowRemovedQueue
+	remainders, remErr atomic.Uint64
 	rejected, rejDrop  atomic.Uint64
 	flushed, flushErrs atomic.Uint64
 	stop, done         chan struct{}
@@ -179,7 +196,8 @@ func newServiceProxy(n *Node, opts ServiceOptions) *serviceProxy {
 		ids: map[portKey]uint32{}, parts: map[portKey][]uint32{}, ports: map[portKey]flows.ServicePort{},
 		verdicts: map[portKey]proxy.Verdict{}, affIDs: map[affinityKey]uint32{},
 		states: map[proxy.ServicePortName]*proxy.ServicePortState{},
-		q:      openflow.NewPacketInQueue(ServiceRejectQueueSize), stop: make(chan struct{}), done: make(chan struct{}),
+		q:      openflow.NewPacketInQueue(ServiceRejectQueueSize), frq: openflow.NewFlowRemovedQueue(ServiceFlowRemovedQueueSize),
+		stop: make(chan struct{}), done: make(chan struct{}),
 		lbTable: lb}
 }
 
@@ -229,6 +247,7 @@ func (n *Node) ServiceStats() *ServiceStats {
 	s.mu.Unlock()
 	st.Rejected, st.RejectDropped = s.rejected.Load(), s.rejDrop.Load()+s.q.Dropped()
 	st.Flushed, st.FlushErrors = s.flushed.Load(), s.flushErrs.Load()
+	st.AffinityRemainders, st.AffinityRemainderErrors = s.remainders.Load(), s.remErr.Load()+s.frq.Dropped()
 	return st
 }
 
@@ -895,6 +914,8 @@ func (s *serviceProxy) run() {
 			case s.n.denyLog != nil: // the deny log's packet-ins share the queue
 				s.n.denyLog.handle(p)
 			}
+		case f := <-s.frq.C():
+			s.remainder(f)
 		}
 	}
 }
@@ -907,6 +928,79 @@ func (s *serviceProxy) close() {
 	}
 	<-s.done
 }
+
+// remainder carries on the session affinity of a learned flow the switch removed (f):
+// when it is a learned flow of a live Service port and endpoint of this run that expired
+// at the learn limit while the port's timeout is longer (flows.AffinityRemainder), the
+// remainder flow goes to the switch (an add: it replaces an earlier remainder of the same
+// client and frontend). s.mu is held from the look-up to the switch's answer, so a Sync
+// that removes the endpoint or the port, or changes its timeout, comes either before
+// (nothing added: the id is no longer the port's) or after (its delete by cookie or by
+// port takes the remainder too). Everything else is ignored: deletes, other tables and
+// owners, the remainder flows' own expiry (they ask for no message anyway). A failure is
+// logged and counted: the client's affinity then ends at the limit.
+func (s *serviceProxy) remainder(f openflow.FlowRemoved) {
+	t, _ := flows.StageTable(flows.StageServiceAffinity)
+	cookie := flows.Cookie(f.Cookie)
+	if f.Reason != openflow.FlowRemovedIdleTimeout || flows.TableID(f.TableID) != t || cookie.Owner() != flows.OwnerServiceAffinity {
+		return
+	}
+	r := flows.AffinityRemoved{Table: t, Priority: f.Priority, Cookie: cookie, IdleTimeout: f.IdleTimeout, IdleExpired: true}
+	if v, ok := f.Field(openflowBasic, oxmIPProto); ok && len(v) == 1 {
+		r.Proto = v[0]
+	}
+	if v, ok := f.Field(openflowBasic, oxmIPv4Src); ok && len(v) == 4 {
+		r.Client = net.IP(v)
+	}
+	if v, ok := f.Field(openflowBasic, oxmIPv4Dst); ok && len(v) == 4 {
+		r.Frontend = net.IP(v)
+	}
+	if v, ok := f.Field(openflowBasic, map[uint8]uint8{flows.IPProtoTCP: oxmTCPDst, flows.IPProtoUDP: oxmUDPDst, flows.IPProtoSCTP: oxmSCTPDst}[r.Proto]); ok && len(v) == 2 {
+		r.Port = binary.BigEndian.Uint16(v)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cfg := s.n.config()
+	var rf flows.AffinityRemainderFlow
+	var port flows.ServicePort
+	found := false
+	for _, sp := range s.ports {
+		if rf, found = flows.AffinityRemainder(cfg, sp, r); found {
+			port = sp
+			break
+		}
+	}
+	if !found {
+		s.log.Debug("learned session-affinity flow removed, no remainder", "cookie", fmt.Sprintf("%#x", f.Cookie),
+			"priority", f.Priority, "idle_timeout", f.IdleTimeout, "client", r.Client, "frontend", r.Frontend, "port", r.Port)
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.n.runCtx, UndoTimeout)
+	defer cancel()
+	c, err := s.n.sw.Conn()
+	if err == nil {
+		err = c.Apply(ctx, []openflow.FlowModOp{{Mod: rf.FlowMod(), Name: fmt.Sprintf("service port %v: session-affinity remainder of client %s: %s", port, r.Client, rf)}})
+	}
+	if err != nil {
+		s.remErr.Add(1)
+		s.log.Warn("session-affinity remainder flow not added; the client's affinity ends now, before its timeout", "service", port.String(),
+			"client", r.Client, "frontend", net.JoinHostPort(r.Frontend.String(), fmt.Sprint(r.Port)), "err", err)
+		return
+	}
+	s.remainders.Add(1)
+	s.log.Debug("session-affinity remainder flow added", "service", port.String(), "client", r.Client, "idle_timeout", rf.IdleTimeout)
+}
+
+// OXM basic fields of a learned affinity flow's match (OpenFlow 1.3.5 §7.2.3.7).
+const (
+	openflowBasic = 0x8000
+	oxmIPProto    = 10
+	oxmIPv4Src    = 11
+	oxmIPv4Dst    = 12
+	oxmTCPDst     = 14
+	oxmUDPDst     = 16
+	oxmSCTPDst    = 18
+)
 
 // handle answers one packet-in of a no-endpoint flow.
 func (s *serviceProxy) handle(p openflow.PacketIn) {
