@@ -111,6 +111,20 @@ func TestServiceAffinityRemainderOnSwitch(t *testing.T) {
 	learn("10.244.1.9", "10.96.0.5", ca, "10.244.1.5")
 	learn("10.244.1.8", "192.0.2.10", cb, "10.244.2.5")
 	waitFlows("the learned flow", "10.244.1.9", fmt.Sprintf("200 2 %#x 10.96.0.5 %s", ca, regA))
+	// The window without either flow (the switch removed the learned flow, the remainder
+	// is not there yet), measured by polling: a new connection in it goes to the group.
+	var lastLearned, firstRemainder time.Time
+	for deadline := time.Now().Add(8 * time.Second); firstRemainder.IsZero() && time.Now().Before(deadline); {
+		got := strings.Join(flowsOf("10.244.1.9"), " ")
+		now := time.Now()
+		switch {
+		case strings.HasPrefix(got, "200 "):
+			lastLearned = now
+		case strings.HasPrefix(got, "199 "):
+			firstRemainder = now
+		}
+	}
+	t.Logf("learned flow last seen %v before the remainder was first seen (polling ovs-ofctl)", firstRemainder.Sub(lastLearned).Round(time.Millisecond))
 	waitFlows("the remainder after the learned flow expired", "10.244.1.9", fmt.Sprintf("199 4 %#x 10.96.0.5 %s", ca, regA))
 	waitFlows("the remainder at the external IP", "10.244.1.8", fmt.Sprintf("199 4 %#x 192.0.2.10 %s", cb, regB))
 	// The remainder flow is exactly flows.AffinityRemainder's.
