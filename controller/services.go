@@ -735,10 +735,10 @@ func (s *serviceProxy) sync(ctx context.Context, u *proxy.Update) error {
 	for key, sp := range built {
 		if old, ok := s.ports[key]; ok {
 			staleAff = append(staleAff, staleAffinity(old, &sp)...)
+			// (A lost frontend loses nothing: the learned flows key on the port, whatever
+			// frontend the client came through, as kube-proxy's affinity.)
 			if old.AffinitySeconds != 0 && old.AffinitySeconds != sp.AffinitySeconds {
 				staleAffPorts = append(staleAffPorts, old)
-			} else if lost, ok := lostFrontends(old, sp); old.AffinitySeconds != 0 && ok {
-				staleAffPorts = append(staleAffPorts, lost)
 			}
 		}
 		s.ports[key], s.verdicts[key] = sp, verdicts[key]
@@ -784,27 +784,6 @@ func (s *serviceProxy) sync(ctx context.Context, u *proxy.Update) error {
 	}
 	s.flushStale(ctx, u.Stale)
 	return nil
-}
-
-// lostFrontends returns old with only the frontends now lacks (a node removed, an
-// external IP dropped), whose learned affinity flows, keyed on the frontend, are to go;
-// false when it lost none.
-func lostFrontends(old, now flows.ServicePort) (flows.ServicePort, bool) {
-	have := map[string]bool{}
-	for _, fe := range now.AllFrontends() {
-		have[fe.String()] = true
-	}
-	lost := old
-	lost.Frontends = nil
-	if lost.ClusterIP != nil && have[net.JoinHostPort(old.ClusterIP.String(), fmt.Sprint(old.Port))] {
-		lost.ClusterIP = nil
-	}
-	for _, fe := range old.Frontends {
-		if !have[fe.String()] {
-			lost.Frontends = append(lost.Frontends, fe)
-		}
-	}
-	return lost, lost.ClusterIP != nil || len(lost.Frontends) > 0
 }
 
 // forgetAffinity deletes the learned affinity flows of ids from the switch (by owner
@@ -946,17 +925,11 @@ func (s *serviceProxy) remainder(f openflow.FlowRemoved) {
 		return
 	}
 	r := flows.AffinityRemoved{Table: t, Priority: f.Priority, Cookie: cookie, IdleTimeout: f.IdleTimeout, IdleExpired: true}
-	if v, ok := f.Field(openflowBasic, oxmIPProto); ok && len(v) == 1 {
-		r.Proto = v[0]
-	}
-	if v, ok := f.Field(openflowBasic, oxmIPv4Src); ok && len(v) == 4 {
+	if v, ok := f.Field(oxmOpenFlowBasic, oxmIPv4Src); ok && len(v) == 4 {
 		r.Client = net.IP(v)
 	}
-	if v, ok := f.Field(openflowBasic, oxmIPv4Dst); ok && len(v) == 4 {
-		r.Frontend = net.IP(v)
-	}
-	if v, ok := f.Field(openflowBasic, map[uint8]uint8{flows.IPProtoTCP: oxmTCPDst, flows.IPProtoUDP: oxmUDPDst, flows.IPProtoSCTP: oxmSCTPDst}[r.Proto]); ok && len(v) == 2 {
-		r.Port = binary.BigEndian.Uint16(v)
+	if v, ok := f.Field(oxmNXM1, oxmReg5); ok && len(v) == 4 {
+		r.PortID = binary.BigEndian.Uint32(v)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -964,7 +937,7 @@ func (s *serviceProxy) remainder(f openflow.FlowRemoved) {
 	var rf flows.AffinityRemainderFlow
 	var port flows.ServicePort
 	found := false
-	for _, sp := range s.ports {
+	for _, sp := range s.ports { // the port whose id the flow names (AffinityRemainder checks it)
 		if rf, found = flows.AffinityRemainder(cfg, sp, r); found {
 			port = sp
 			break
@@ -972,7 +945,7 @@ func (s *serviceProxy) remainder(f openflow.FlowRemoved) {
 	}
 	if !found {
 		s.log.Debug("learned session-affinity flow removed, no remainder", "cookie", fmt.Sprintf("%#x", f.Cookie),
-			"priority", f.Priority, "idle_timeout", f.IdleTimeout, "client", r.Client, "frontend", r.Frontend, "port", r.Port)
+			"priority", f.Priority, "idle_timeout", f.IdleTimeout, "client", r.Client, "service_port_id", r.PortID)
 		return
 	}
 	ctx, cancel := context.WithTimeout(s.n.runCtx, UndoTimeout)
@@ -984,22 +957,21 @@ func (s *serviceProxy) remainder(f openflow.FlowRemoved) {
 	if err != nil {
 		s.remErr.Add(1)
 		s.log.Warn("session-affinity remainder flow not added; the client's affinity ends now, before its timeout", "service", port.String(),
-			"client", r.Client, "frontend", net.JoinHostPort(r.Frontend.String(), fmt.Sprint(r.Port)), "err", err)
+			"client", r.Client, "err", err)
 		return
 	}
 	s.remainders.Add(1)
 	s.log.Debug("session-affinity remainder flow added", "service", port.String(), "client", r.Client, "idle_timeout", rf.IdleTimeout)
 }
 
-// OXM basic fields of a learned affinity flow's match (OpenFlow 1.3.5 §7.2.3.7).
+// The fields of a learned affinity flow's match that name its client and Service port:
+// OXM ipv4_src (OpenFlow 1.3.5 §7.2.3.7) and Nicira's reg5 (class NXM_1, field 5:
+// flows.AffinityPortField).
 const (
-	openflowBasic = 0x8000
-	oxmIPProto    = 10
-	oxmIPv4Src    = 11
-	oxmIPv4Dst    = 12
-	oxmTCPDst     = 14
-	oxmUDPDst     = 16
-	oxmSCTPDst    = 18
+	oxmOpenFlowBasic = 0x8000
+	oxmIPv4Src       = 11
+	oxmNXM1          = 0x0001
+	oxmReg5          = 5
 )
 
 // handle answers one packet-in of a no-endpoint flow.

@@ -143,6 +143,12 @@ var (
 	// and bit 16 set when a learned flow matched, loaded and matched with
 	// AffinityEndpointIPField.
 	AffinityEndpointField = FieldRange{Field: reg(4), Start: 0, End: 16}
+	// AffinityPortField is reg5 (all 32 bits): the Service port's id (ServicePort.ID),
+	// loaded by a session-affinity port's service_lb flows (every frontend's) before the
+	// look-up in service_affinity; learned flows key on it and the client's address, so a
+	// client has one affinity per Service port whatever frontend it comes through, as
+	// kube-proxy's (0 = none).
+	AffinityPortField = FieldRange{Field: reg(5), Start: 0, End: 31}
 )
 
 // SourceClass values of SourceClassField (reg0[0..3]).

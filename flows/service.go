@@ -89,13 +89,16 @@ package flows
 // default (--nodeport-addresses primary); the NodePort on another node's address is
 // translated here too, so it never leaves the node untranslated. The reply is un-NATed by
 // service_conntrack as for a ClusterIP, with the frontend as its source; a reject
-// answers from the frontend. With session affinity, learned flows key on the frontend
-// (the learn action takes the packet's destination), so a client's affinity is per
-// frontend, where kube-proxy's is per Service port across its frontends.
+// answers from the frontend. With session affinity every frontend's flow loads the
+// Service port's id into reg5 (AffinityPortField) and the learned flows key on it, so a
+// client's affinity is one per Service port across its frontends, as kube-proxy's (all of
+// its frontends jump to the one service chain, whose per-endpoint affinity sets key on
+// the client's address alone).
 //
-// Session affinity (sessionAffinity: ClientIP): an affinity port's service_lb flow
-// resubmits to service_affinity, where the switch's learned flows (one per client address
-// and Service port, owner kind OwnerServiceAffinity) load the remembered endpoint into
+// Session affinity (sessionAffinity: ClientIP): an affinity port's service_lb flows
+// load the port's id into reg5 and resubmit to service_affinity, where the switch's
+// learned flows (one per client address and Service port: nw_src and reg5, owner kind
+// OwnerServiceAffinity) load the remembered endpoint into
 // reg3/reg4, then goes on to service_endpoint: an endpoint flow matching reg3/reg4
 // (so only an endpoint still in the port) runs the learn action again and DNATs; anything
 // else goes to the group, whose bucket loads its endpoint into reg3/reg4 and resubmits to
@@ -365,24 +368,21 @@ func AffinityCookie(gen uint16, ep ServiceEndpoint) Cookie {
 	return NewCookie(gen, OwnerServiceAffinity, ep.AffinityID)
 }
 
-// AffinityPortDelete returns the OFPFC_DELETE flow mods (OpenFlow 1.3.5 §7.3.4.1) that
-// remove every learned affinity flow of Service port sp from service_affinity, whatever
-// endpoint or affinity id it carries: one per frontend (ServicePort.AllFrontends: the
-// learned flows key on the destination), matching protocol, address and port, cookie =
-// owner kind OwnerServiceAffinity under CookieOwnerKindMask. For a changed timeout or
+// AffinityPortDelete returns the OFPFC_DELETE flow mod (OpenFlow 1.3.5 §7.3.4.1) that
+// removes every learned affinity flow (and remainder flow) of Service port sp from
+// service_affinity, whatever endpoint or affinity id it carries: match reg5 = sp.ID (the
+// learned flows key on the port, AffinityPortField), cookie = owner kind
+// OwnerServiceAffinity under CookieOwnerKindMask, any priority. For a changed timeout or
 // removed affinity (a learn action's modify of an existing learned flow takes the new
-// cookie but keeps the old timeouts, so deleting by the old ids alone misses it).
+// cookie but keeps the old timeouts, so deleting by the old ids alone misses it) and a
+// gone port (whose id may be given to another port).
 func AffinityPortDelete(cfg NodeConfig, sp ServicePort) []*openflow13.FlowMod {
 	b := builder{p: std, cfg: cfg}
-	var out []*openflow13.FlowMod
-	for _, fe := range sp.AllFrontends() {
-		f := b.in(StageServiceAffinity).flow(Owner{Kind: OwnerServiceAffinity}, 0,
-			Match{EthType: EthTypeIPv4, IPProto: sp.Proto, IPDst: hostPrefix(fe.IP), TPDst: fe.Port, TPDstMask: 0xffff})
-		fm := f.FlowMod(openflow13.FC_DELETE)
-		fm.Cookie, fm.CookieMask = uint64(OwnerServiceAffinity)<<cookieOwnerShift, CookieOwnerKindMask
-		out = append(out, fm)
-	}
-	return out
+	f := b.in(StageServiceAffinity).flow(Owner{Kind: OwnerServiceAffinity}, 0,
+		Match{Regs: []RegMark{{Range: AffinityPortField, Value: sp.ID}}})
+	fm := f.FlowMod(openflow13.FC_DELETE)
+	fm.Cookie, fm.CookieMask = uint64(OwnerServiceAffinity)<<cookieOwnerShift, CookieOwnerKindMask
+	return []*openflow13.FlowMod{fm}
 }
 
 // AffinityLearnTimeout returns the idle timeout, seconds, of a learned affinity flow for
@@ -407,11 +407,10 @@ type AffinityRemoved struct {
 	// IdleExpired: the switch removed it at its idle timeout (OFPRR_IDLE_TIMEOUT), not
 	// a delete, a hard timeout or an eviction.
 	IdleExpired bool
-	// Proto, Client (nw_src), Frontend (nw_dst) and Port (the transport destination)
-	// are its match; nil addresses when the match lacks them.
-	Proto            uint8
-	Client, Frontend net.IP
-	Port             uint16
+	// Client (nw_src) and PortID (reg5, AffinityPortField: the Service port's id) are
+	// its match; nil and 0 when the match lacks them.
+	Client net.IP
+	PortID uint32
 }
 
 // AffinityRemainderFlow is the flow that carries on a client's session affinity after its
@@ -434,7 +433,7 @@ func (f AffinityRemainderFlow) FlowMod() *openflow13.FlowMod {
 
 // String is f as ovs-ofctl dump-flows --no-stats prints it:
 //
-//	cookie=0x..., table="service_affinity", idle_timeout=4, priority=199,tcp,nw_src=CLIENT,nw_dst=FRONTEND,tp_dst=PORT actions=load:EP->NXM_NX_REG3[],load:1<<16|PORT->NXM_NX_REG4[0..16]
+//	cookie=0x..., table="service_affinity", idle_timeout=4, priority=199,ip,reg5=ID,nw_src=CLIENT actions=load:EP->NXM_NX_REG3[],load:1<<16|PORT->NXM_NX_REG4[0..16]
 func (f AffinityRemainderFlow) String() string {
 	return strings.Replace(f.Flow.String(), "priority=", fmt.Sprintf("idle_timeout=%d, priority=", f.IdleTimeout), 1)
 }
@@ -445,7 +444,7 @@ func (f AffinityRemainderFlow) String() string {
 // that expired idle after L seconds: table service_affinity, priority
 // PriorityAffinityLearned, idle timeout L, the cookie AffinityCookie(cfg.Generation, ep)
 // of one of sp's endpoints ep (so of this run's generation, and an endpoint that is still
-// sp's), protocol and frontend one of sp's (ServicePort.AllFrontends). The flow has r's
+// sp's), and sp's id in reg5 (AffinityPortField). The flow has r's
 // match, the cookie (so every delete of the endpoint's or the port's learned flows takes
 // it too: by cookie, or AffinityPortDelete's non-strict delete of any priority), the
 // loads of ep and idle timeout T − L (at most MaxLearnTimeout: only a lowered limit gets
@@ -453,35 +452,33 @@ func (f AffinityRemainderFlow) String() string {
 func AffinityRemainder(cfg NodeConfig, sp ServicePort, r AffinityRemoved) (AffinityRemainderFlow, bool) {
 	limit := cfg.AffinityLearnLimit()
 	if sp.AffinitySeconds <= uint32(limit) || !r.IdleExpired || r.IdleTimeout != limit ||
-		r.Priority != PriorityAffinityLearned || r.Proto != sp.Proto || r.Client.To4() == nil {
+		r.Priority != PriorityAffinityLearned || r.PortID != sp.ID || r.Client.To4() == nil {
 		return AffinityRemainderFlow{}, false
 	}
 	if t, ok := StageTable(StageServiceAffinity); !ok || r.Table != t {
 		return AffinityRemainderFlow{}, false
 	}
-	fe := slices.IndexFunc(sp.AllFrontends(), func(fe ServiceFrontend) bool { return fe.IP.Equal(r.Frontend) && fe.Port == r.Port })
 	i := slices.IndexFunc(sp.Endpoints, func(ep ServiceEndpoint) bool { return AffinityCookie(cfg.Generation, ep) == r.Cookie })
-	if fe < 0 || i < 0 {
+	if i < 0 {
 		return AffinityRemainderFlow{}, false
 	}
 	ep := sp.Endpoints[i]
 	b := builder{p: std, cfg: cfg}
 	f := b.in(StageServiceAffinity).flow(Owner{Kind: OwnerServiceAffinity, ID: ep.AffinityID}, PriorityAffinityRemainder,
-		Match{EthType: EthTypeIPv4, IPProto: sp.Proto, IPSrc: hostPrefix(r.Client), IPDst: hostPrefix(r.Frontend), TPDst: r.Port, TPDstMask: 0xffff},
+		Match{EthType: EthTypeIPv4, IPSrc: hostPrefix(r.Client), Regs: []RegMark{{Range: AffinityPortField, Value: sp.ID}}},
 		Load{Dst: AffinityEndpointIPField, Value: uint64(ipv4ToUint32(ep.IP))},
 		Load{Dst: AffinityEndpointField, Value: uint64(ep.Port) | 1<<16})
 	return AffinityRemainderFlow{Flow: f, IdleTimeout: uint16(min(sp.AffinitySeconds-uint32(limit), MaxLearnTimeout))}, true
 }
 
-// affinityLearn is the learn action that remembers ep for the packet's client and Service port.
+// affinityLearn is the learn action that remembers ep for the packet's client and Service
+// port (the packet's nw_src and reg5, which service_lb loaded with sp.ID).
 func (b builder) affinityLearn(sp ServicePort, ep ServiceEndpoint) Learn {
 	idle, rem := AffinityLearnTimeout(b.cfg, sp.AffinitySeconds)
-	tp := map[uint8]NXMField{IPProtoTCP: FieldTCPDst, IPProtoUDP: FieldUDPDst, IPProtoSCTP: FieldSCTPDst}[sp.Proto]
 	l := Learn{Table: b.goTo(StageServiceAffinity).Table, IdleTimeout: idle, Priority: PriorityAffinityLearned,
 		Cookie: AffinityCookie(b.cfg.Generation, ep),
 		Match: []LearnMatch{{Field: fieldEthType, Imm: uint64(EthTypeIPv4), HasImm: true},
-			{Field: fieldIPProto, Imm: uint64(sp.Proto), HasImm: true},
-			{Field: FieldIPSrc}, {Field: FieldIPDst}, {Field: tp}},
+			{Field: FieldIPSrc}, {Field: AffinityPortField.Field}},
 		Load: []LearnLoad{{Dst: AffinityEndpointIPField, Value: uint64(ipv4ToUint32(ep.IP))},
 			{Dst: AffinityEndpointField, Value: uint64(ep.Port) | 1<<16}}}
 	if rem {
@@ -558,22 +555,20 @@ func (b builder) servicePortFlows(sp ServicePort) ([]Flow, []Group) {
 	if sp.AffinitySeconds == 0 {
 		return lb(0, GroupAction{ID: g.ID}), groups
 	}
-	// Affinity: look the client up in the learned flows, then DNAT to the endpoint they
-	// name if it is still one of the port's, else the group (whose bucket learns). The
-	// learned flows and the endpoint flows are per frontend (the learn action keys on
-	// the packet's destination address and port).
-	fs := lb(0, Resubmit{Table: b.goTo(StageServiceAffinity).Table}, s.next())
+	// Affinity: every frontend names the port in reg5 and looks the client up in the
+	// learned flows (one per client and port, whatever the frontend), then DNATs to the
+	// endpoint they name if it is still one of the port's, else goes to the group (whose
+	// bucket names its endpoint for the same endpoint flow, which learns). The DNAT's
+	// reply is un-NATed to whichever frontend the client used (conntrack).
+	port := RegMark{Range: AffinityPortField, Value: sp.ID}
+	fs := lb(0, Load{Dst: AffinityPortField, Value: uint64(sp.ID)}, Resubmit{Table: b.goTo(StageServiceAffinity).Table}, s.next())
 	e := b.in(StageServiceEndpoint)
-	for _, fe := range sp.AllFrontends() {
-		pm := Match{EthType: EthTypeIPv4, IPProto: sp.Proto, IPDst: hostPrefix(fe.IP), TPDst: fe.Port, TPDstMask: 0xffff}
-		for _, ep := range sp.Endpoints {
-			hm := pm
-			hm.Regs = []RegMark{{Range: AffinityEndpointIPField, Value: ipv4ToUint32(ep.IP)},
-				{Range: AffinityEndpointField, Value: uint32(ep.Port) | 1<<16}}
-			fs = append(fs, e.flow(ServicePortOwner(sp), PriorityAffinityLearned, hm, b.affinityLearn(sp, ep), dnat(ep)))
-		}
-		fs = append(fs, e.flow(ServicePortOwner(sp), PriorityServicePort, pm, GroupAction{ID: g.ID}))
+	for _, ep := range sp.Endpoints {
+		hm := Match{EthType: EthTypeIPv4, Regs: []RegMark{{Range: AffinityEndpointIPField, Value: ipv4ToUint32(ep.IP)},
+			{Range: AffinityEndpointField, Value: uint32(ep.Port) | 1<<16}, port}}
+		fs = append(fs, e.flow(ServicePortOwner(sp), PriorityAffinityLearned, hm, b.affinityLearn(sp, ep), dnat(ep)))
 	}
+	fs = append(fs, e.flow(ServicePortOwner(sp), PriorityServicePort, Match{EthType: EthTypeIPv4, Regs: []RegMark{port}}, GroupAction{ID: g.ID}))
 	return fs, groups
 }
 

@@ -21,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -396,12 +397,28 @@ func TestServiceProxy(t *testing.T) {
 	// Session affinity (sessionAffinity: ClientIP, timeoutSeconds).
 	affTable, _ := flows.StageTable(flows.StageServiceAffinity)
 	epTable, _ := flows.StageTable(flows.StageServiceEndpoint)
-	// learned returns the switch's learned affinity flows for the client to the TCP port.
+	lbTable, _ := flows.StageTable(flows.StageServiceLB)
+	// portID returns "reg5=ID" for the TCP port: its id (the owner id in the cookie of its
+	// ClusterIP flow in service_lb), which its affinity flows match in reg5.
+	portID := func() string {
+		t.Helper()
+		for _, l := range strings.Split(cn.OVS.Ofctl(t, "dump-flows", cn.mgmt(), fmt.Sprintf("table=%d", lbTable)), "\n") {
+			if m := regexp.MustCompile(`cookie=(0x[0-9a-f]+),.*nw_dst=` + regexp.QuoteMeta(svcClusterIP) + fmt.Sprintf(`,tp_dst=%d `, svcPort)).FindStringSubmatch(l); m != nil {
+				c, _ := strconv.ParseUint(m[1], 0, 64)
+				return fmt.Sprintf("reg5=%#x", uint32(c))
+			}
+		}
+		t.Fatalf("no service_lb flow for %s:%d", svcClusterIP, svcPort)
+		return ""
+	}
+	// learned returns the switch's affinity flows (learned and remainder) for the client to
+	// the TCP port: they match the client's address and the port's id, whatever frontend.
 	learned := func() []string {
 		t.Helper()
+		id := portID()
 		var out []string
 		for _, l := range strings.Split(cn.OVS.Ofctl(t, "dump-flows", cn.mgmt(), fmt.Sprintf("table=%d", affTable)), "\n") {
-			if strings.Contains(l, "nw_src="+ips["client"]) && strings.Contains(l, fmt.Sprintf("tp_dst=%d", svcPort)) {
+			if regexp.MustCompile(`nw_src=`+regexp.QuoteMeta(ips["client"])+`[, ]`).MatchString(l) && strings.Contains(l, id+",") {
 				out = append(out, strings.TrimSpace(l))
 			}
 		}
@@ -433,8 +450,9 @@ func TestServiceProxy(t *testing.T) {
 		idle := min(seconds, svcAffinityLearnMax)
 		waitUntil(t, fmt.Sprintf("service_endpoint learns with idle_timeout=%d", idle), 60*time.Second, func() error {
 			n := 0
+			id := portID()
 			for _, l := range strings.Split(cn.OVS.Ofctl(t, "dump-flows", cn.mgmt(), fmt.Sprintf("table=%d", epTable)), "\n") {
-				if !strings.Contains(l, "nw_dst="+svcClusterIP) || !strings.Contains(l, fmt.Sprintf("tp_dst=%d", svcPort)) {
+				if !regexp.MustCompile(regexp.QuoteMeta(id) + `[, ]`).MatchString(l) {
 					continue
 				}
 				if strings.Contains(l, "learn(") && !strings.Contains(l, fmt.Sprintf("idle_timeout=%d,", idle)) {
@@ -480,6 +498,55 @@ func TestServiceProxy(t *testing.T) {
 		ep := affined()
 		if got := connections(24); got[ep] != 24 {
 			t.Errorf("with ClientIP affinity to %s, 24 new connections went %v: want all to %s", ep, got, ep)
+		}
+	})
+	t.Run("session affinity shared across frontends", func(t *testing.T) {
+		// An external IP beside the ClusterIP: a client's affinity is the Service port's
+		// (kube-proxy's: every frontend jumps to the one service chain). Three times over,
+		// with the learned state reset (a changed timeout), the endpoint the client got
+		// through the ClusterIP is the one its connections through the external IP reach.
+		const extIP = "10.99.0.60"
+		cur, err := api.Admin.CoreV1().Services(svcNamespace).Get(ctx, "echo", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur.Spec.ExternalIPs = []string{extIP}
+		if _, err := api.Admin.CoreV1().Services(svcNamespace).Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			cur, err := api.Admin.CoreV1().Services(svcNamespace).Get(ctx, "echo", metav1.GetOptions{})
+			if err == nil {
+				cur.Spec.ExternalIPs = nil
+				_, err = api.Admin.CoreV1().Services(svcNamespace).Update(ctx, cur, metav1.UpdateOptions{})
+			}
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+		ext := net.JoinHostPort(extIP, fmt.Sprint(svcPort))
+		for round := 0; round < 3; round++ {
+			setAffinity(int32(600 + round))
+			waitUntil(t, "the external IP's flow", 30*time.Second, func() error {
+				if !strings.Contains(cn.OVS.Ofctl(t, "dump-flows", cn.mgmt(), fmt.Sprintf("table=%d", lbTable)), "nw_dst="+extIP+",") {
+					return fmt.Errorf("no service_lb flow for %s", extIP)
+				}
+				return nil
+			})
+			c.revalidated()
+			ep := affined()
+			for i := 0; i < 4; i++ {
+				line, err := askService(netns["client"], ext, 5*time.Second)
+				if err != nil {
+					t.Fatalf("round %d: connection %d to the external IP %s: %v", round, i, ext, err)
+				}
+				if got, _, _ := strings.Cut(line, " "); got != ep {
+					t.Fatalf("round %d: the client got %s through the ClusterIP, then %s through the external IP: want one affinity per Service port", round, ep, got)
+				}
+			}
+			if l := learned(); len(l) != 1 {
+				t.Errorf("round %d: affinity flows for the client %v, want one for the Service port", round, l)
+			}
 		}
 	})
 	t.Run("session affinity times out", func(t *testing.T) {
@@ -655,11 +722,16 @@ func waitServiceBuckets(t *testing.T, cn *clusterNode, svcPort, svcEPPort int, e
 		}
 		// Session affinity: the group is used from service_endpoint, and the DNAT to each
 		// endpoint is in its flow there (the buckets resubmit to it).
+		// The port's flows there match its id in reg5, which the service_lb flow loads.
 		var affinityNAT string
 		if strings.Contains(line, "resubmit(") {
 			ept, _ := flows.StageTable(flows.StageServiceEndpoint)
+			id := regexp.MustCompile(`load:(0x[0-9a-f]+)->NXM_NX_REG5\[\]`).FindStringSubmatch(line)
+			if id == nil {
+				return fmt.Errorf("affinity flow %q loads no Service port id into reg5", line)
+			}
 			for _, l := range strings.Split(cn.OVS.Ofctl(t, "dump-flows", cn.mgmt(), fmt.Sprintf("table=%d", ept)), "\n") {
-				if !strings.Contains(l, "nw_dst="+svcClusterIP) || !strings.Contains(l, fmt.Sprintf("tp_dst=%d", svcPort)) {
+				if !regexp.MustCompile(`reg5=` + id[1] + `[, ]`).MatchString(l) {
 					continue
 				}
 				if strings.Contains(l, "group:") {
