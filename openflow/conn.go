@@ -828,8 +828,8 @@ func (s *Conn) dispatch(msg []byte) {
 			s.log.Warn("dropping undecodable flow-removed", "err", err)
 			return
 		}
-		if !q.offer(f) {
-			s.log.Warn("flow-removed dropped: queue full", "table", f.TableID, "cookie", fmt.Sprintf("%#x", f.Cookie))
+		if !q.offer(f) { // counted (FlowRemovedQueue.Dropped); a mass delete can fill it
+			s.log.Debug("flow-removed dropped: queue full", "table", f.TableID, "cookie", fmt.Sprintf("%#x", f.Cookie))
 		}
 		return
 	case openflow13.Type_Hello, openflow13.Type_PortStatus:
