@@ -615,6 +615,12 @@ func writeFileAtomic(path string, data []byte) error {
 		os.Remove(tmp)
 		return err
 	}
+	return syncDir(dir)
+}
+
+// syncDir fsyncs directory dir, so that names created, renamed or removed in it survive a
+// crash.
+func syncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err

@@ -2,7 +2,8 @@ package controller
 
 // Kubernetes Services load-balanced in OVS (issue 22, config serviceProxy: ofsdn): the
 // proxy.Sink that turns package proxy's Updates into each Service port's select group
-// and service_lb flow (flows.ServicePortFlows), and the rejects of the no-endpoint flow.
+// (a UDP port's: hash slot flows, flows.ServiceHashSelect) and service_lb flow
+// (flows.ServicePortFlows), and the rejects of the no-endpoint flow.
 //
 // Design history.
 //
@@ -20,7 +21,7 @@ package controller
 //     orders them), confirmed before Sync returns, so the proxy's applied state is the
 //     switch's.
 //   - Verdicts (proxy.Choice) for ClusterIP traffic from pods (Internal): Forward = the
-//     select group over the chosen endpoints; Reject = the metered flow to the
+//     select group (UDP: the slot flows) over the chosen endpoints; Reject = the metered flow to the
 //     controller, answered here; Drop (internalTrafficPolicy Local without a local
 //     endpoint) = the same match with no action.
 //   - Other frontends for pods (servicePortViews): external IPs and load-balancer IPs at
@@ -118,8 +119,8 @@ type ServiceOptions struct {
 type ServiceStats struct {
 	// Ports is the number of Service ports on the switch.
 	Ports int
-	// Endpoints is the number of buckets over all of their groups (an external view's
-	// group counts too).
+	// Endpoints is the number of endpoints over all of them: buckets of their groups, a
+	// UDP port's endpoints (an external view's count too).
 	Endpoints int
 	// Rejected counts packets of connections to a Service port without endpoints that
 	// the daemon answered (TCP RST or ICMP port unreachable).
@@ -266,7 +267,8 @@ type ServicePortInfo struct {
 	// Port.ClusterIP is nil.
 	External bool
 	// GroupID is the port's OpenFlow select group id (flows.ServiceGroupID: GroupIDMin +
-	// ID), 0 when it has no endpoints (a flow that rejects or drops, no group).
+	// ID), 0 when it has no endpoints (a flow that rejects or drops, no group) or is a
+	// UDP port choosing by hash (flows.ServiceHashSelect: slot flows, no group).
 	GroupID uint32
 	// Verdict is what a new connection gets: Forward (to an endpoint), Reject (no
 	// endpoint: TCP RST, ICMP port unreachable) or Drop (none usable under the traffic
@@ -287,7 +289,7 @@ func (n *Node) ServicePorts() []ServicePortInfo {
 		sp.Endpoints = append([]flows.ServiceEndpoint(nil), sp.Endpoints...)
 		sp.Frontends = append([]flows.ServiceFrontend(nil), sp.Frontends...)
 		info := ServicePortInfo{Name: key.name, Port: sp, External: key.external, Verdict: s.verdicts[key]}
-		if len(sp.Endpoints) > 0 {
+		if len(sp.Endpoints) > 0 && !flows.ServiceHashSelect(sp) {
 			info.GroupID = flows.ServiceGroupID(sp)
 		}
 		out = append(out, info)
@@ -966,7 +968,7 @@ func (s *serviceProxy) remainder(f openflow.FlowRemoved) {
 
 // The fields of a learned affinity flow's match that name its client and Service port:
 // OXM ipv4_src (OpenFlow 1.3.5 §7.2.3.7) and Nicira's reg5 (class NXM_1, field 5:
-// flows.AffinityPortField).
+// flows.ServicePortField).
 const (
 	oxmOpenFlowBasic = 0x8000
 	oxmIPv4Src       = 11

@@ -1,6 +1,8 @@
 package flows
 
 import (
+	"encoding/hex"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -492,5 +494,131 @@ func TestServiceGroupPartsGolden(t *testing.T) {
 	sp.Endpoints, sp.GroupParts = sp.Endpoints[:900], nil
 	if n := ServiceGroupParts(sp); n != 0 {
 		t.Errorf("900 endpoints: %d parts, want none (one group mod)", n)
+	}
+}
+
+// TestServiceUDPFlowsGolden: a UDP Service port picks its endpoint by the multipath hash
+// (symmetric L3/L4 with UDP ports, modulo_n over its slots) into reg6 with its id in
+// reg5, and its slot flows in service_endpoint DNAT (weights 1 and 3: one slot and three,
+// the three as an aligned block of two and one); with session affinity the slot flows
+// learn first and the port's flow in service_endpoint chooses and resubmits; a port of
+// one endpoint has one slot and no multipath. No UDP port has a group.
+// TestServiceUDPSpreadOnSwitch checks the same text on OVS.
+func TestServiceUDPFlowsGolden(t *testing.T) {
+	cfg := testConfig()
+	cfg.Services, cfg.Policy = true, true
+	sp := ServicePort{ID: 9, ClusterIP: net.ParseIP("10.96.0.10"), Proto: IPProtoUDP, Port: 53, Endpoints: []ServiceEndpoint{
+		{IP: net.ParseIP("10.244.1.6"), Port: 5353, AffinityID: 1}, {IP: net.ParseIP("10.244.2.9"), Port: 5353, Weight: 3, AffinityID: 2}}}
+	build := func(sp ServicePort) []string {
+		t.Helper()
+		if err := sp.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		fs, gs := ServicePortFlows(cfg, sp)
+		if len(gs) != 0 || ServiceGroupParts(sp) != 0 || !ServiceHashSelect(sp) {
+			t.Errorf("UDP port %v: groups %v, %d parts, hash select %v: want none, 0, true", sp, gs, ServiceGroupParts(sp), ServiceHashSelect(sp))
+		}
+		var got []string
+		for _, f := range fs {
+			if err := f.Validate(); err != nil {
+				t.Error(err)
+			}
+			got = append(got, f.String())
+		}
+		return got
+	}
+	dnat := func(ep string) string {
+		return `ct(commit,table="l3_forwarding",zone=65280,nat(dst=` + ep + `:5353))`
+	}
+	compareLines(t, "UDP port flows", build(sp), []string{
+		`cookie=0x500070500000009, table="service_lb", priority=100,ct_state=+new+trk,udp,reg0=0x2/0xf,nw_dst=10.96.0.10,tp_dst=53 actions=load:0x9->NXM_NX_REG5[],multipath(symmetric_l3l4+udp,0,modulo_n,4,0,NXM_NX_REG6[0..15]),goto_table:"service_endpoint"`,
+		`cookie=0x500070500000009, table="service_endpoint", priority=150,udp,reg5=0x9,reg6=0/0xffff actions=` + dnat("10.244.1.6"),
+		`cookie=0x500070500000009, table="service_endpoint", priority=150,udp,reg5=0x9,reg6=0x1/0xffff actions=` + dnat("10.244.2.9"),
+		`cookie=0x500070500000009, table="service_endpoint", priority=150,udp,reg5=0x9,reg6=0x2/0xfffe actions=` + dnat("10.244.2.9"),
+	})
+
+	aff := sp
+	aff.AffinitySeconds = 10800
+	learn := func(ep string, id int) string {
+		return `learn(table="service_affinity",idle_timeout=10800,priority=200,cookie=0x50007060000000` + string(rune('0'+id)) +
+			`,eth_type=0x800,NXM_OF_IP_SRC[],NXM_NX_REG5[],load:` + ep + `->NXM_NX_REG3[],load:0x114e9->NXM_NX_REG4[0..16])`
+	}
+	compareLines(t, "UDP affinity port flows", build(aff), []string{
+		`cookie=0x500070500000009, table="service_lb", priority=100,ct_state=+new+trk,udp,reg0=0x2/0xf,nw_dst=10.96.0.10,tp_dst=53 actions=load:0x9->NXM_NX_REG5[],resubmit(,"service_affinity"),goto_table:"service_endpoint"`,
+		`cookie=0x500070500000009, table="service_endpoint", priority=200,ip,reg3=0xaf40106,reg4=0x114e9/0x1ffff,reg5=0x9 actions=` + learn("0xaf40106", 1) + `,` + dnat("10.244.1.6"),
+		`cookie=0x500070500000009, table="service_endpoint", priority=200,ip,reg3=0xaf40209,reg4=0x114e9/0x1ffff,reg5=0x9 actions=` + learn("0xaf40209", 2) + `,` + dnat("10.244.2.9"),
+		`cookie=0x500070500000009, table="service_endpoint", priority=100,ip,reg5=0x9 actions=multipath(symmetric_l3l4+udp,0,modulo_n,4,0,NXM_NX_REG6[0..15]),resubmit(,"service_endpoint")`,
+		`cookie=0x500070500000009, table="service_endpoint", priority=150,udp,reg5=0x9,reg6=0/0xffff actions=` + learn("0xaf40106", 1) + `,` + dnat("10.244.1.6"),
+		`cookie=0x500070500000009, table="service_endpoint", priority=150,udp,reg5=0x9,reg6=0x1/0xffff actions=` + learn("0xaf40209", 2) + `,` + dnat("10.244.2.9"),
+		`cookie=0x500070500000009, table="service_endpoint", priority=150,udp,reg5=0x9,reg6=0x2/0xfffe actions=` + learn("0xaf40209", 2) + `,` + dnat("10.244.2.9"),
+	})
+
+	one := sp
+	one.Endpoints = sp.Endpoints[1:]
+	compareLines(t, "UDP port of one endpoint", build(one), []string{
+		`cookie=0x500070500000009, table="service_lb", priority=100,ct_state=+new+trk,udp,reg0=0x2/0xf,nw_dst=10.96.0.10,tp_dst=53 actions=load:0x9->NXM_NX_REG5[],goto_table:"service_endpoint"`,
+		`cookie=0x500070500000009, table="service_endpoint", priority=150,udp,reg5=0x9,reg6=0/0xffff actions=` + dnat("10.244.2.9"),
+	})
+	// The multipath action's wire form (nx_action_multipath, 32 bytes).
+	b, err := Multipath{Fields: HashSymmetricL3L4UDP, Algorithm: MultipathModuloN, Links: 4, Dst: ServiceSlotField}.ofAction().MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := hex.EncodeToString(b), "ffff002000002320000a00030000000000000003000000000000000f00010c04"; got != want {
+		t.Errorf("multipath encodes as %s, want %s", got, want)
+	}
+}
+
+// TestServiceSlots: slots follow the weights (divided by their greatest common divisor),
+// every slot belongs to exactly one endpoint, above MaxMultipathLinks the weights are
+// scaled with a slot each kept, and slotBlocks covers a range exactly with aligned blocks.
+// Above MaxMultipathLinks endpoints a UDP port keeps the select group.
+func TestServiceSlots(t *testing.T) {
+	port := func(ws ...uint16) ServicePort {
+		sp := ServicePort{ID: 1, ClusterIP: net.ParseIP("10.96.0.1"), Proto: IPProtoUDP, Port: 53}
+		for i, w := range ws {
+			sp.Endpoints = append(sp.Endpoints, ServiceEndpoint{IP: net.IPv4(10, 244, byte(i>>8), byte(i)), Port: 53, Weight: w})
+		}
+		return sp
+	}
+	for _, c := range []struct {
+		ws    []uint16
+		want  []uint32
+		total uint32
+	}{
+		{[]uint16{0, 1, 1}, []uint32{1, 1, 1}, 3},
+		{[]uint16{5, 5}, []uint32{1, 1}, 2},
+		{[]uint16{2, 6, 4}, []uint32{1, 3, 2}, 6},
+		{[]uint16{65535, 65535, 1}, []uint32{32767, 32767, 1}, 65535},
+		{[]uint16{65535, 2, 1}, []uint32{65531, 2, 1}, 65534},
+	} {
+		starts, counts, total := serviceSlots(port(c.ws...))
+		if fmt.Sprint(counts) != fmt.Sprint(c.want) || total != c.total {
+			t.Errorf("weights %v: slots %v of %d, want %v of %d", c.ws, counts, total, c.want, c.total)
+		}
+		// Exact cover: each slot 0..total-1 matched by exactly one block.
+		hits := make([]int, total)
+		for i := range starts {
+			for _, blk := range slotBlocks(starts[i], counts[i]) {
+				for s := uint32(0); s < total; s++ {
+					if (s & blk.Range.Mask()) == blk.Value<<blk.Range.Start {
+						hits[s]++
+					}
+				}
+			}
+		}
+		for s, h := range hits {
+			if h != 1 {
+				t.Errorf("weights %v: slot %d matched by %d blocks", c.ws, s, h)
+				break
+			}
+		}
+	}
+	many := port(make([]uint16, MaxMultipathLinks+1)...)
+	if ServiceHashSelect(many) || ServiceGroupParts(many) == 0 {
+		t.Errorf("%d UDP endpoints: hash select %v, %d parts; want the select group and its parts", len(many.Endpoints), ServiceHashSelect(many), ServiceGroupParts(many))
+	}
+	if !ServiceHashSelect(port(make([]uint16, MaxMultipathLinks)...)) {
+		t.Errorf("%d UDP endpoints: want hash select", MaxMultipathLinks)
 	}
 }

@@ -105,7 +105,8 @@ const (
 	// ServicePorts is a gauge: Service ports in the switch (serviceProxy: ofsdn), one flow
 	// each; those with endpoints also have a select group.
 	ServicePorts = "ofsdn_service_ports"
-	// ServiceEndpoints is a gauge: buckets over all Service ports' groups.
+	// ServiceEndpoints is a gauge: endpoints over all Service ports (their groups'
+	// buckets; a UDP port's endpoints, which have slot flows, no group).
 	ServiceEndpoints = "ofsdn_service_endpoints"
 	// ServiceRejected is a counter: packets of new connections to Service ports without
 	// endpoints, by result: answered (TCP RST or ICMP port unreachable sent) or dropped
@@ -445,7 +446,7 @@ var (
 	descPolDenied  = prometheus.NewDesc(NetworkPolicyDenied, "Packets (first packets of new connections) dropped by isolated pods' default-deny flows, by direction.", []string{"direction"}, nil)
 	descDenyLogged = prometheus.NewDesc(NetworkPolicyDenyLogEntries, "NetworkPolicy deny log lines logged (denied packets that passed the switch's rate-limiting meter).", nil, nil)
 	descSvcPorts   = prometheus.NewDesc(ServicePorts, "Service ports in the switch (serviceProxy: ofsdn), one flow each; those with endpoints also have a select group.", nil, nil)
-	descSvcEPs     = prometheus.NewDesc(ServiceEndpoints, "Endpoints (group buckets) over all Service ports in the switch.", nil, nil)
+	descSvcEPs     = prometheus.NewDesc(ServiceEndpoints, "Endpoints over all Service ports in the switch (group buckets; a UDP port's endpoints).", nil, nil)
 	descSvcReject  = prometheus.NewDesc(ServiceRejected, "Packets of new connections to Service ports without endpoints, by result: answered (TCP RST or ICMP port unreachable sent by the daemon) or dropped (not answered).", []string{"result"}, nil)
 	descSvcFlush   = prometheus.NewDesc(ServiceConntrackFlushes, "Flushes of stale UDP/SCTP conntrack entries of ofsdn's zone after an endpoint left, by result: ok or error.", []string{"result"}, nil)
 	descDenyLogDrp = prometheus.NewDesc(NetworkPolicyDenyLogDropped, "Denied packets not logged, by reason: meter (over policyDenyLogRate, dropped in the switch), queue (daemon's queue full), undecodable.", []string{"reason"}, nil)

@@ -411,7 +411,9 @@ var icmpSeqRe = regexp.MustCompile(`icmp_seq=(\d+)`)
 func startPings(t *testing.T, netnsPath string, dst net.IP, interval string) *pingSeqs {
 	t.Helper()
 	p := &pingSeqs{out: &bytes.Buffer{}}
-	p.cmd = exec.Command("ip", "netns", "exec", filepath.Base(netnsPath), "ping", "-n", "-i", interval, "-W", "2", dst.String())
+	// -D: each answer carries its arrival time, so a lost request can be placed in time
+	// (sentAround) against the daemons' logs.
+	p.cmd = exec.Command("ip", "netns", "exec", filepath.Base(netnsPath), "ping", "-n", "-D", "-i", interval, "-W", "2", dst.String())
 	p.cmd.Stdout = p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -443,6 +445,30 @@ func (p *pingSeqs) stop(t *testing.T) (sent, lost int, missing []int) {
 	return maxSeq, len(missing), missing
 }
 
+var pingAnswerRe = regexp.MustCompile(`^\[(\d+\.\d+)\].*icmp_seq=(\d+)`)
+
+// sentAround places the unanswered request seq in time: the arrival times (UTC) of the
+// last answer before it and the first after it, from ping -D's timestamps.
+func (p *pingSeqs) sentAround(seq int) string {
+	var before, after string
+	for _, l := range strings.Split(p.out.String(), "\n") {
+		m := pingAnswerRe.FindStringSubmatch(l)
+		if m == nil {
+			continue
+		}
+		s, _ := strconv.Atoi(m[2])
+		f, _ := strconv.ParseFloat(m[1], 64)
+		at := time.Unix(0, int64(f*1e9)).UTC().Format("15:04:05.000")
+		switch {
+		case s < seq:
+			before = fmt.Sprintf("seq %d answered at %s", s, at)
+		case s > seq && after == "":
+			after = fmt.Sprintf("seq %d answered at %s", s, at)
+		}
+	}
+	return fmt.Sprintf("request %d was sent between (%s) and (%s)", seq, before, after)
+}
+
 // flowGenerations returns the generations (cookie bits 55..40) found on cn's bridge.
 func (cn *clusterNode) flowGenerations(t *testing.T) map[uint16]int {
 	t.Helper()
@@ -465,7 +491,7 @@ func (cn *clusterNode) flowGenerations(t *testing.T) map[uint16]int {
 // ofsdnctl peers and the ofsdn_peers gauge list node-a's two peers, and ofsdnctl flows
 // pairs every flow on the switch (MAC matches included) with a desired flow.
 func TestMultiNodeRestarts(t *testing.T) {
-	serial(t)
+	alone(t)
 	_, a, b, c := startCluster(t, 10)
 	pa, pb, pc := a.addPod("rs-a"), b.addPod("rs-b"), c.addPod("rs-c")
 	for _, dst := range []*testPod{pb, pc} {

@@ -270,6 +270,39 @@ func TestServiceProxy(t *testing.T) {
 			t.Errorf("24 connections went %v: want both endpoints used", got)
 		}
 	})
+	t.Run("UDP spreads per flow", func(t *testing.T) {
+		// Each new UDP flow (a new client socket, so a new client port) picks its endpoint
+		// on its own, as kube-proxy's conntrack entries do (the port's multipath slot
+		// flows); through OVS 3.1's select group all of a client's UDP flows went to one.
+		got := map[string]int{}
+		for i := 0; i < 24; i++ {
+			var conn *net.UDPConn
+			if err := inNS(netns["client"], func() (err error) {
+				conn, err = net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.ParseIP(svcClusterIP), Port: svcUDPPort})
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, 256)
+			line := ""
+			for try := 0; try < 5 && line == ""; try++ { // UDP: a lost datagram is retried
+				_, _ = conn.Write([]byte("who"))
+				_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+				if n, err := conn.Read(buf); err == nil {
+					line = string(buf[:n])
+				}
+			}
+			conn.Close()
+			ep, peer, _ := strings.Cut(line, " ")
+			if peer != ips["client"] {
+				t.Fatalf("UDP flow %d to %s:%d: answer %q, want an endpoint naming the client %s", i, svcClusterIP, svcUDPPort, line, ips["client"])
+			}
+			got[ep]++
+		}
+		if got["ep1"] == 0 || got["ep2"] == 0 {
+			t.Errorf("24 UDP flows of one client went %v: want both endpoints", got)
+		}
+	})
 	t.Run("one endpoint", func(t *testing.T) {
 		setEndpoints("ep1")
 		if got := connections(24); got["ep2"] != 0 {
@@ -698,7 +731,8 @@ func TestServiceProxy(t *testing.T) {
 
 // waitServiceBuckets waits until the switch holds the Service port as eps say: a select
 // group whose buckets DNAT to exactly eps (each at svcEPPort) used by the port's flow in
-// service_lb, or, with none, the port's flow to the controller.
+// service_lb (a UDP port: its slot flows in service_endpoint), or, with none, the port's
+// flow to the controller.
 func waitServiceBuckets(t *testing.T, cn *clusterNode, svcPort, svcEPPort int, eps []string, ips map[string]string) {
 	t.Helper()
 	lb, _ := flows.StageTable(flows.StageServiceLB)
@@ -734,21 +768,33 @@ func waitServiceBuckets(t *testing.T, cn *clusterNode, svcPort, svcEPPort int, e
 				if !regexp.MustCompile(`reg5=` + id[1] + `[, ]`).MatchString(l) {
 					continue
 				}
-				if strings.Contains(l, "group:") {
+				if strings.Contains(l, "group:") || strings.Contains(l, "->NXM_NX_REG5[]") {
 					line = l
 				} else {
 					affinityNAT += l
 				}
 			}
 		}
-		m := regexp.MustCompile(`group:([0-9]+)`).FindStringSubmatch(line)
-		if m == nil {
-			return fmt.Errorf("flow %q uses no group", line)
-		}
 		var group string
-		for _, l := range strings.Split(cn.OVS.Ofctl(t, "dump-groups", cn.mgmt()), "\n") {
-			if strings.Contains(l, "group_id="+m[1]+",") {
-				group = l
+		if m := regexp.MustCompile(`load:(0x[0-9a-f]+)->NXM_NX_REG5\[\]`).FindStringSubmatch(line); m != nil {
+			// A UDP port: no group; its slot flows in service_endpoint (reg5 = its id)
+			// DNAT to its endpoints.
+			ept, _ := flows.StageTable(flows.StageServiceEndpoint)
+			for _, l := range strings.Split(cn.OVS.Ofctl(t, "dump-flows", cn.mgmt(), fmt.Sprintf("table=%d", ept)), "\n") {
+				if strings.Contains(l, "reg5="+m[1]+",") {
+					group += l
+				}
+			}
+			affinityNAT = ""
+		} else {
+			m := regexp.MustCompile(`group:([0-9]+)`).FindStringSubmatch(line)
+			if m == nil {
+				return fmt.Errorf("flow %q uses no group", line)
+			}
+			for _, l := range strings.Split(cn.OVS.Ofctl(t, "dump-groups", cn.mgmt()), "\n") {
+				if strings.Contains(l, "group_id="+m[1]+",") {
+					group = l
+				}
 			}
 		}
 		got := map[string]bool{}
@@ -763,7 +809,7 @@ func waitServiceBuckets(t *testing.T, cn *clusterNode, svcPort, svcEPPort int, e
 			want[fmt.Sprintf("%s:%d", ips[e], svcEPPort)] = true
 		}
 		if fmt.Sprint(got) != fmt.Sprint(want) {
-			return fmt.Errorf("group %s has buckets %v, want %v", m[1], got, want)
+			return fmt.Errorf("Service port flow %q: its group's buckets or slot flows DNAT to %v, want %v", line, got, want)
 		}
 		return nil
 	})
