@@ -376,6 +376,7 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 		}
 		ofOpts.PacketIns = n.services.q
 		ofOpts.FlowRemoved = n.services.frq // learned affinity flows at the learn limit
+		ofOpts.FlowRemovedFilter = wantsFlowRemoved
 		go n.services.run()
 	case n.denyLog != nil:
 		ofOpts.PacketIns = n.denyLog.q

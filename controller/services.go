@@ -910,6 +910,16 @@ func (s *serviceProxy) close() {
 	<-s.done
 }
 
+// wantsFlowRemoved is the OpenFlow connection's flow-removed filter
+// (openflow.Options.FlowRemovedFilter): only what remainder may act on, learned affinity
+// flows of service_affinity removed at their idle timeout, is queued; the deletes of the
+// daemon's own changes and of a reconnection are not.
+func wantsFlowRemoved(f openflow.FlowRemoved) bool {
+	t, _ := flows.StageTable(flows.StageServiceAffinity)
+	return f.Reason == openflow.FlowRemovedIdleTimeout && flows.TableID(f.TableID) == t &&
+		flows.Cookie(f.Cookie).Owner() == flows.OwnerServiceAffinity
+}
+
 // remainder carries on the session affinity of a learned flow the switch removed (f):
 // when it is a learned flow of a live Service port and endpoint of this run that expired
 // at the learn limit while the port's timeout is longer (flows.AffinityRemainder), the
@@ -921,11 +931,11 @@ func (s *serviceProxy) close() {
 // owners, the remainder flows' own expiry (they ask for no message anyway). A failure is
 // logged and counted: the client's affinity then ends at the limit.
 func (s *serviceProxy) remainder(f openflow.FlowRemoved) {
-	t, _ := flows.StageTable(flows.StageServiceAffinity)
-	cookie := flows.Cookie(f.Cookie)
-	if f.Reason != openflow.FlowRemovedIdleTimeout || flows.TableID(f.TableID) != t || cookie.Owner() != flows.OwnerServiceAffinity {
+	if !wantsFlowRemoved(f) {
 		return
 	}
+	t, _ := flows.StageTable(flows.StageServiceAffinity)
+	cookie := flows.Cookie(f.Cookie)
 	r := flows.AffinityRemoved{Table: t, Priority: f.Priority, Cookie: cookie, IdleTimeout: f.IdleTimeout, IdleExpired: true}
 	if v, ok := f.Field(oxmOpenFlowBasic, oxmIPv4Src); ok && len(v) == 4 {
 		r.Client = net.IP(v)

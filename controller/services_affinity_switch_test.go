@@ -31,7 +31,7 @@ func TestServiceAffinityRemainderOnSwitch(t *testing.T) {
 	n.cfg.AffinityLearnMax = 2
 	sp := startServiceSink(t, ctx, sw, n)
 	n.services = sp
-	n.sw = openflow.NewSwitch(ovs.MgmtSocket("br-int"), openflow.SwitchOptions{OF: openflow.Options{FlowRemoved: sp.frq}},
+	n.sw = openflow.NewSwitch(ovs.MgmtSocket("br-int"), openflow.SwitchOptions{OF: openflow.Options{FlowRemoved: sp.frq, FlowRemovedFilter: wantsFlowRemoved}},
 		func(context.Context, *openflow.Conn, bool) error { return nil })
 	if err := n.sw.Start(ctx); err != nil {
 		t.Fatal(err)

@@ -124,6 +124,12 @@ type Options struct {
 	// message that does not fit is dropped and counted (FlowRemovedQueue.Dropped). nil:
 	// they are discarded.
 	FlowRemoved *FlowRemovedQueue
+	// FlowRemovedFilter, when set, says which decoded flow-removed messages go to the
+	// FlowRemoved queue; the rest are discarded by the reader, uncounted (a mass delete
+	// of flows with send_flow_rem, such as a reconnection's delete of every flow, then
+	// does not fill the queue). It runs on the reader goroutine: it must be quick and
+	// must not block. nil: every message is queued.
+	FlowRemovedFilter func(FlowRemoved) bool
 }
 
 func (o Options) withDefaults() Options {
@@ -827,6 +833,9 @@ func (s *Conn) dispatch(msg []byte) {
 		f, err := decodeFlowRemoved(msg)
 		if err != nil {
 			s.log.Warn("dropping undecodable flow-removed", "err", err)
+			return
+		}
+		if s.opts.FlowRemovedFilter != nil && !s.opts.FlowRemovedFilter(f) {
 			return
 		}
 		if !q.offer(f) { // counted (FlowRemovedQueue.Dropped); a mass delete can fill it

@@ -1,6 +1,7 @@
 package openflow
 
 import (
+	"context"
 	"net"
 	"testing"
 	"time"
@@ -14,11 +15,21 @@ import (
 // idle timeout, its cookie, priority, table, timeouts and its match field by field; a
 // deleted one with reason delete; a flow without send_flow_rem sends nothing. Fails
 // without the SET_CONFIG for the flow-removed queue (the switch sends nothing to a .mgmt
-// connection without a miss_send_len).
+// connection without a miss_send_len). A second connection's FlowRemovedFilter keeps only
+// the idle timeout's message.
 func TestConnFlowRemovedOnSwitch(t *testing.T) {
 	q := NewFlowRemovedQueue(16)
 	ovs, _ := ofTestBridge(t, Options{FlowRemoved: q})
 	br := ovs.MgmtSocket("br-int")
+	// A second connection whose filter keeps only idle timeouts.
+	qIdle := NewFlowRemovedQueue(16)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c2, err := Dial(ctx, br, Options{FlowRemoved: qIdle, FlowRemovedFilter: func(f FlowRemoved) bool { return f.Reason == FlowRemovedIdleTimeout }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
 	ovs.Ofctl(t, "add-flow", br, "table=7,cookie=0x600000002,priority=200,idle_timeout=1,send_flow_rem,tcp,nw_src=10.244.1.5,nw_dst=10.96.0.10,tp_dst=81,actions=load:0x1->NXM_NX_REG3[]")
 	ovs.Ofctl(t, "add-flow", br, "table=7,cookie=0x600000003,priority=100,send_flow_rem,udp,nw_src=10.244.1.6,actions=drop")
 	ovs.Ofctl(t, "add-flow", br, "table=7,cookie=0x600000004,priority=100,idle_timeout=1,tcp,nw_src=10.244.1.7,actions=drop")
@@ -58,5 +69,11 @@ func TestConnFlowRemovedOnSwitch(t *testing.T) {
 	case f := <-q.C():
 		t.Errorf("flow-removed for a flow without send_flow_rem or a third one: %+v", f)
 	case <-time.After(2 * time.Second):
+	}
+	// The filtered connection got the idle one only, and counted nothing dropped.
+	if n := len(qIdle.C()); n != 1 || qIdle.Received() != 1 || qIdle.Dropped() != 0 {
+		t.Errorf("filtered queue: %d queued, %d received, %d dropped; want the idle flow's message only", n, qIdle.Received(), qIdle.Dropped())
+	} else if f := <-qIdle.C(); f.Cookie != 0x600000002 {
+		t.Errorf("filtered queue holds %+v, want the idle flow's", f)
 	}
 }
