@@ -257,6 +257,9 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 		DenyLog:       opts.Policy != nil && opts.Policy.DenyLog,
 		Services:      opts.Services != nil,
 	}
+	if opts.Services != nil {
+		n.cfg.AffinityLearnMax = opts.Services.AffinityLearnMax
+	}
 	if ov := opts.Overlay; ov != nil {
 		n.cfg.TunnelOFPort = uint32(ports.tunnel)
 		n.cfg.NodeIP = ov.NodeIP.To4()
@@ -372,6 +375,8 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 			close(n.denyLog.done)
 		}
 		ofOpts.PacketIns = n.services.q
+		ofOpts.FlowRemoved = n.services.frq // learned affinity flows at the learn limit
+		ofOpts.FlowRemovedFilter = wantsFlowRemoved
 		go n.services.run()
 	case n.denyLog != nil:
 		ofOpts.PacketIns = n.denyLog.q

@@ -114,27 +114,34 @@ package flows
 // default (--nodeport-addresses primary); the NodePort on another node's address is
 // translated here too, so it never leaves the node untranslated. The reply is un-NATed by
 // service_conntrack as for a ClusterIP, with the frontend as its source; a reject
-// answers from the frontend. With session affinity, learned flows key on the frontend
-// (the learn action takes the packet's destination), so a client's affinity is per
-// frontend, where kube-proxy's is per Service port across its frontends.
+// answers from the frontend. With session affinity every frontend's flow loads the
+// Service port's id into reg5 (ServicePortField) and the learned flows key on it, so a
+// client's affinity is one per Service port across its frontends, as kube-proxy's (all of
+// its frontends jump to the one service chain, whose per-endpoint affinity sets key on
+// the client's address alone).
 //
-// Session affinity (sessionAffinity: ClientIP): an affinity port's service_lb flow
-// resubmits to service_affinity, where the switch's learned flows (one per client address
-// and Service port, owner kind OwnerServiceAffinity) load the remembered endpoint into
+// Session affinity (sessionAffinity: ClientIP): an affinity port's service_lb flows
+// load the port's id into reg5 and resubmit to service_affinity, where the switch's
+// learned flows (one per client address and Service port: nw_src and reg5, owner kind
+// OwnerServiceAffinity) load the remembered endpoint into
 // reg3/reg4, then goes on to service_endpoint: an endpoint flow matching reg3/reg4
 // (so only an endpoint still in the port) runs the learn action again and DNATs; anything
 // else goes to the group, whose bucket loads its endpoint into reg3/reg4 and resubmits to
 // that endpoint's flow (a learn action in the bucket itself learned nothing on OVS 3.1's
 // userspace datapath), or for a UDP port to the multipath choice and its slot flow, which
-// learns and DNATs. Idle timeout min(T, MaxLearnTimeout); above it send_flow_rem, for
-// the daemon to carry the remainder (docs/design.md, "Session affinity"; that handler
-// is not built yet). The daemon
+// learns and DNATs. Idle timeout min(T, the learn limit: NodeConfig.AffinityLearnMax);
+// above it send_flow_rem, and when the switch removes such a flow at its idle timeout the
+// daemon adds its remainder flow (AffinityRemainder: the same match, cookie and loads,
+// priority PriorityAffinityRemainder, idle timeout T minus the limit), so the client's
+// window is T exactly (docs/design.md, "Session affinity"). The daemon
 // builds these flows with config serviceProxy: ofsdn (controller/services.go).
 
 import (
 	"fmt"
 	"math/bits"
 	"net"
+	"slices"
+	"strings"
 
 	"github.com/contiv/libOpenflow/openflow13"
 )
@@ -160,11 +167,19 @@ const (
 	// PriorityAffinityLearned (200) is the priority of learned flows in
 	// service_affinity and of the per-endpoint hit flows in service_endpoint.
 	PriorityAffinityLearned uint16 = 200
+	// PriorityAffinityRemainder (199) is the priority of the remainder flows the daemon
+	// adds in service_affinity (AffinityRemainder), below the learned flows: a new
+	// connection that hits a remainder flow learns a fresh flow at
+	// PriorityAffinityLearned with the learn action's own timeouts and flags, which then
+	// hides the remainder. At the learned flows' own priority the learn would modify the
+	// remainder flow instead (OVS's learn is a modify-strict, which keeps an existing
+	// flow's idle timeout and flags), and the client would keep only the remainder.
+	PriorityAffinityRemainder uint16 = 199
 	// MaxLearnTimeout is the largest idle timeout a learn action can give, seconds
-	// (nx_action_learn.idle_timeout is 16 bits). A longer affinity timeout is learned
-	// with this one and LearnSendFlowRem, for the daemon to carry the remainder from
-	// the flow-removed message (docs/design.md; the daemon's handler is not built yet, so
-	// such a timeout acts as 65535 s today).
+	// (nx_action_learn.idle_timeout is 16 bits), and the default learn limit
+	// (NodeConfig.AffinityLearnMax). A longer affinity timeout is learned with the limit
+	// and LearnSendFlowRem, and the daemon carries the remainder from the flow-removed
+	// message (AffinityRemainder).
 	MaxLearnTimeout = 65535
 )
 
@@ -386,46 +401,117 @@ func AffinityCookie(gen uint16, ep ServiceEndpoint) Cookie {
 	return NewCookie(gen, OwnerServiceAffinity, ep.AffinityID)
 }
 
-// AffinityPortDelete returns the OFPFC_DELETE flow mods (OpenFlow 1.3.5 §7.3.4.1) that
-// remove every learned affinity flow of Service port sp from service_affinity, whatever
-// endpoint or affinity id it carries: one per frontend (ServicePort.AllFrontends: the
-// learned flows key on the destination), matching protocol, address and port, cookie =
-// owner kind OwnerServiceAffinity under CookieOwnerKindMask. For a changed timeout or
+// AffinityPortDelete returns the OFPFC_DELETE flow mod (OpenFlow 1.3.5 §7.3.4.1) that
+// removes every learned affinity flow (and remainder flow) of Service port sp from
+// service_affinity, whatever endpoint or affinity id it carries: match reg5 = sp.ID (the
+// learned flows key on the port, ServicePortField), cookie = owner kind
+// OwnerServiceAffinity under CookieOwnerKindMask, any priority. For a changed timeout or
 // removed affinity (a learn action's modify of an existing learned flow takes the new
-// cookie but keeps the old timeouts, so deleting by the old ids alone misses it).
+// cookie but keeps the old timeouts, so deleting by the old ids alone misses it) and a
+// gone port (whose id may be given to another port).
 func AffinityPortDelete(cfg NodeConfig, sp ServicePort) []*openflow13.FlowMod {
 	b := builder{p: std, cfg: cfg}
-	var out []*openflow13.FlowMod
-	for _, fe := range sp.AllFrontends() {
-		f := b.in(StageServiceAffinity).flow(Owner{Kind: OwnerServiceAffinity}, 0,
-			Match{EthType: EthTypeIPv4, IPProto: sp.Proto, IPDst: hostPrefix(fe.IP), TPDst: fe.Port, TPDstMask: 0xffff})
-		fm := f.FlowMod(openflow13.FC_DELETE)
-		fm.Cookie, fm.CookieMask = uint64(OwnerServiceAffinity)<<cookieOwnerShift, CookieOwnerKindMask
-		out = append(out, fm)
-	}
-	return out
+	f := b.in(StageServiceAffinity).flow(Owner{Kind: OwnerServiceAffinity}, 0,
+		Match{Regs: []RegMark{{Range: ServicePortField, Value: sp.ID}}})
+	fm := f.FlowMod(openflow13.FC_DELETE)
+	fm.Cookie, fm.CookieMask = uint64(OwnerServiceAffinity)<<cookieOwnerShift, CookieOwnerKindMask
+	return []*openflow13.FlowMod{fm}
 }
 
 // AffinityLearnTimeout returns the idle timeout, seconds, of a learned affinity flow for
-// a timeout of seconds: min(seconds, MaxLearnTimeout); and whether the learned flow asks
-// for a flow-removed message (the remainder, seconds - MaxLearnTimeout, is for the
-// daemon to carry; not built yet).
-func AffinityLearnTimeout(seconds uint32) (idle uint16, sendFlowRem bool) {
-	if seconds > MaxLearnTimeout {
-		return MaxLearnTimeout, true
+// a timeout of seconds on a node of cfg: min(seconds, cfg's learn limit,
+// NodeConfig.AffinityLearnLimit); and whether the learned flow asks for a flow-removed
+// message (above the limit: the daemon then adds the remainder, AffinityRemainder).
+func AffinityLearnTimeout(cfg NodeConfig, seconds uint32) (idle uint16, sendFlowRem bool) {
+	if max := cfg.AffinityLearnLimit(); seconds > uint32(max) {
+		return max, true
 	}
 	return uint16(seconds), false
 }
 
-// affinityLearn is the learn action that remembers ep for the packet's client and Service port.
+// AffinityRemoved is a flow the switch removed from a table, as its OFPT_FLOW_REMOVED
+// (OpenFlow 1.3.5 §7.4.2) tells it: what AffinityRemainder needs to judge it.
+type AffinityRemoved struct {
+	// Table, Priority, Cookie and IdleTimeout (seconds) are the removed flow's.
+	Table       TableID
+	Priority    uint16
+	Cookie      Cookie
+	IdleTimeout uint16
+	// IdleExpired: the switch removed it at its idle timeout (OFPRR_IDLE_TIMEOUT), not
+	// a delete, a hard timeout or an eviction.
+	IdleExpired bool
+	// Client (nw_src) and PortID (reg5, ServicePortField: the Service port's id) are
+	// its match; nil and 0 when the match lacks them.
+	Client net.IP
+	PortID uint32
+}
+
+// AffinityRemainderFlow is the flow that carries on a client's session affinity after its
+// learned flow expired at the learn limit: a flow in service_affinity at priority
+// PriorityAffinityRemainder with IdleTimeout (seconds), sent as an OFPFC_ADD without
+// flags (FlowMod): no flow-removed message, its end is the end of the affinity.
+type AffinityRemainderFlow struct {
+	Flow        Flow
+	IdleTimeout uint16
+}
+
+// FlowMod returns the OFPFC_ADD (OpenFlow 1.3.5 §7.3.4.1) of f with its idle timeout. An
+// ADD replaces a flow of the same match and priority (an earlier remainder of the client
+// at that frontend) with its own timeout.
+func (f AffinityRemainderFlow) FlowMod() *openflow13.FlowMod {
+	fm := f.Flow.FlowMod(openflow13.FC_ADD)
+	fm.IdleTimeout = f.IdleTimeout
+	return fm
+}
+
+// String is f as ovs-ofctl dump-flows --no-stats prints it:
+//
+//	cookie=0x..., table="service_affinity", idle_timeout=4, priority=199,ip,reg5=ID,nw_src=CLIENT actions=load:EP->NXM_NX_REG3[],load:1<<16|PORT->NXM_NX_REG4[0..16]
+func (f AffinityRemainderFlow) String() string {
+	return strings.Replace(f.Flow.String(), "priority=", fmt.Sprintf("idle_timeout=%d, priority=", f.IdleTimeout), 1)
+}
+
+// AffinityRemainder returns the remainder flow of a learned affinity flow of Service port
+// sp that the switch removed (r), on a node of cfg: when sp's affinity timeout T is above
+// the learn limit L (NodeConfig.AffinityLearnLimit) and r is one of sp's learned flows
+// that expired idle after L seconds: table service_affinity, priority
+// PriorityAffinityLearned, idle timeout L, the cookie AffinityCookie(cfg.Generation, ep)
+// of one of sp's endpoints ep (so of this run's generation, and an endpoint that is still
+// sp's), and sp's id in reg5 (ServicePortField). The flow has r's
+// match, the cookie (so every delete of the endpoint's or the port's learned flows takes
+// it too: by cookie, or AffinityPortDelete's non-strict delete of any priority), the
+// loads of ep and idle timeout T − L (at most MaxLearnTimeout: only a lowered limit gets
+// there). false: nothing to add.
+func AffinityRemainder(cfg NodeConfig, sp ServicePort, r AffinityRemoved) (AffinityRemainderFlow, bool) {
+	limit := cfg.AffinityLearnLimit()
+	if sp.AffinitySeconds <= uint32(limit) || !r.IdleExpired || r.IdleTimeout != limit ||
+		r.Priority != PriorityAffinityLearned || r.PortID != sp.ID || r.Client.To4() == nil {
+		return AffinityRemainderFlow{}, false
+	}
+	if t, ok := StageTable(StageServiceAffinity); !ok || r.Table != t {
+		return AffinityRemainderFlow{}, false
+	}
+	i := slices.IndexFunc(sp.Endpoints, func(ep ServiceEndpoint) bool { return AffinityCookie(cfg.Generation, ep) == r.Cookie })
+	if i < 0 {
+		return AffinityRemainderFlow{}, false
+	}
+	ep := sp.Endpoints[i]
+	b := builder{p: std, cfg: cfg}
+	f := b.in(StageServiceAffinity).flow(Owner{Kind: OwnerServiceAffinity, ID: ep.AffinityID}, PriorityAffinityRemainder,
+		Match{EthType: EthTypeIPv4, IPSrc: hostPrefix(r.Client), Regs: []RegMark{{Range: ServicePortField, Value: sp.ID}}},
+		Load{Dst: AffinityEndpointIPField, Value: uint64(ipv4ToUint32(ep.IP))},
+		Load{Dst: AffinityEndpointField, Value: uint64(ep.Port) | 1<<16})
+	return AffinityRemainderFlow{Flow: f, IdleTimeout: uint16(min(sp.AffinitySeconds-uint32(limit), MaxLearnTimeout))}, true
+}
+
+// affinityLearn is the learn action that remembers ep for the packet's client and Service
+// port (the packet's nw_src and reg5, which service_lb loaded with sp.ID).
 func (b builder) affinityLearn(sp ServicePort, ep ServiceEndpoint) Learn {
-	idle, rem := AffinityLearnTimeout(sp.AffinitySeconds)
-	tp := map[uint8]NXMField{IPProtoTCP: FieldTCPDst, IPProtoUDP: FieldUDPDst, IPProtoSCTP: FieldSCTPDst}[sp.Proto]
+	idle, rem := AffinityLearnTimeout(b.cfg, sp.AffinitySeconds)
 	l := Learn{Table: b.goTo(StageServiceAffinity).Table, IdleTimeout: idle, Priority: PriorityAffinityLearned,
 		Cookie: AffinityCookie(b.cfg.Generation, ep),
 		Match: []LearnMatch{{Field: fieldEthType, Imm: uint64(EthTypeIPv4), HasImm: true},
-			{Field: fieldIPProto, Imm: uint64(sp.Proto), HasImm: true},
-			{Field: FieldIPSrc}, {Field: FieldIPDst}, {Field: tp}},
+			{Field: FieldIPSrc}, {Field: ServicePortField.Field}},
 		Load: []LearnLoad{{Dst: AffinityEndpointIPField, Value: uint64(ipv4ToUint32(ep.IP))},
 			{Dst: AffinityEndpointField, Value: uint64(ep.Port) | 1<<16}}}
 	if rem {
@@ -518,25 +604,26 @@ func (b builder) servicePortFlows(sp ServicePort) ([]Flow, []Group) {
 		return lb(0, choose...), groups
 	}
 	if slots != nil {
-		// The slot flows are in service_endpoint itself: resubmit there.
-		choose = append(choose, Resubmit{Table: epTable})
+		// service_lb loaded reg5 already (below); the slot flows are in service_endpoint
+		// itself: resubmit there.
+		choose = append(choose[1:], Resubmit{Table: epTable})
 	}
-	// Affinity: look the client up in the learned flows, then DNAT to the endpoint they
-	// name if it is still one of the port's, else the group (whose bucket learns). The
-	// learned flows and the endpoint flows are per frontend (the learn action keys on
-	// the packet's destination address and port).
-	fs := lb(0, Resubmit{Table: b.goTo(StageServiceAffinity).Table}, s.next())
+	// Affinity: every frontend names the port in reg5 and looks the client up in the
+	// learned flows (one per client and port, whatever the frontend), then DNATs to the
+	// endpoint they name if it is still one of the port's, else goes to the port's choice:
+	// the group (whose bucket names its endpoint for the same endpoint flow, which
+	// learns) or, UDP, the multipath and the slot flows (priority 150, above the port's
+	// flow: they learn). The DNAT's reply is un-NATed to whichever frontend the client
+	// used (conntrack).
+	port := RegMark{Range: ServicePortField, Value: sp.ID}
+	fs := lb(0, LoadMark(port), Resubmit{Table: b.goTo(StageServiceAffinity).Table}, s.next())
 	e := b.in(StageServiceEndpoint)
-	for _, fe := range sp.AllFrontends() {
-		pm := Match{EthType: EthTypeIPv4, IPProto: sp.Proto, IPDst: hostPrefix(fe.IP), TPDst: fe.Port, TPDstMask: 0xffff}
-		for _, ep := range sp.Endpoints {
-			hm := pm
-			hm.Regs = []RegMark{{Range: AffinityEndpointIPField, Value: ipv4ToUint32(ep.IP)},
-				{Range: AffinityEndpointField, Value: uint32(ep.Port) | 1<<16}}
-			fs = append(fs, e.flow(ServicePortOwner(sp), PriorityAffinityLearned, hm, b.affinityLearn(sp, ep), dnat(ep)))
-		}
-		fs = append(fs, e.flow(ServicePortOwner(sp), PriorityServicePort, pm, choose...))
+	for _, ep := range sp.Endpoints {
+		hm := Match{EthType: EthTypeIPv4, Regs: []RegMark{{Range: AffinityEndpointIPField, Value: ipv4ToUint32(ep.IP)},
+			{Range: AffinityEndpointField, Value: uint32(ep.Port) | 1<<16}, port}}
+		fs = append(fs, e.flow(ServicePortOwner(sp), PriorityAffinityLearned, hm, b.affinityLearn(sp, ep), dnat(ep)))
 	}
+	fs = append(fs, e.flow(ServicePortOwner(sp), PriorityServicePort, Match{EthType: EthTypeIPv4, Regs: []RegMark{port}}, choose...))
 	return append(fs, slots...), groups
 }
 

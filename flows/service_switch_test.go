@@ -20,6 +20,14 @@ import (
 	"github.com/ofsdn/ofsdn/test/sandbox"
 )
 
+// onlyKey returns a key of m ("" when empty).
+func onlyKey(m map[string]int) string {
+	for k := range m {
+		return k
+	}
+	return ""
+}
+
 // svcPod is one pod of the Service test: a netns whose eth0 is a veth into the bridge.
 type svcPod struct {
 	pod  Pod
@@ -155,8 +163,10 @@ func TestServiceOnSwitch(t *testing.T) {
 	// hairpinPort's only endpoint is ep1, which then reaches itself through it.
 	hairpinPort := ServicePort{ID: 4, ClusterIP: vip, Proto: IPProtoTCP, Port: 82, Endpoints: eps[:1]}
 	hairpinUDP := ServicePort{ID: 5, ClusterIP: vip, Proto: IPProtoUDP, Port: 82, Endpoints: eps[:1]}
+	// affPort has an external IP besides its ClusterIP: one affinity across both.
 	affPort := ServicePort{ID: 3, ClusterIP: vip, Proto: IPProtoTCP, Port: 81, AffinitySeconds: 86400, Endpoints: []ServiceEndpoint{
-		{IP: ep1.pod.IPv4(), Port: 8080, AffinityID: 1}, {IP: ep2.pod.IPv4(), Port: 8080, AffinityID: 2}}}
+		{IP: ep1.pod.IPv4(), Port: 8080, AffinityID: 1}, {IP: ep2.pod.IPv4(), Port: 8080, AffinityID: 2}},
+		Frontends: []ServiceFrontend{{IP: net.ParseIP("192.0.2.20"), Port: 81}}}
 	// NodePort and load-balancer frontends (source range: the client's subnet).
 	_, clients, _ := net.ParseCIDR("10.244.1.0/24")
 	fePort := ServicePort{ID: 6, ClusterIP: vip, Proto: IPProtoTCP, Port: 83, Endpoints: eps,
@@ -303,22 +313,25 @@ func TestServiceOnSwitch(t *testing.T) {
 	// Session affinity (86400 s, learned as 65535 s with send_flow_rem): every new
 	// connection of the client goes to the endpoint its first one got; the switch holds
 	// one learned flow for it.
-	affTry := func() (string, error) {
-		var c net.Conn
-		var err error
-		client.do(t, func() error {
-			c, err = net.DialTimeout("tcp4", "10.96.0.10:81", 5*time.Second)
-			return nil
-		})
-		if err != nil {
-			return "", err
+	affTo := func(addr string) func() (string, error) {
+		return func() (string, error) {
+			var c net.Conn
+			var err error
+			client.do(t, func() error {
+				c, err = net.DialTimeout("tcp4", addr, 5*time.Second)
+				return nil
+			})
+			if err != nil {
+				return "", err
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			buf := make([]byte, 100)
+			k, err := c.Read(buf)
+			return strings.TrimSpace(string(buf[:k])), err
 		}
-		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-		buf := make([]byte, 100)
-		k, err := c.Read(buf)
-		return strings.TrimSpace(string(buf[:k])), err
 	}
+	affTry, affExt := affTo("10.96.0.10:81"), affTo("192.0.2.20:81")
 	// The first connection learns; until the revalidators see the learned flow, cached
 	// datapath flows (which do not look at nw_src yet) can send another new connection
 	// to the group: a known window of learn on a caching datapath (docs/design.md).
@@ -329,8 +342,26 @@ func TestServiceOnSwitch(t *testing.T) {
 	}
 	learned := ovs.Ofctl(t, "dump-flows", "--names", mgmt, "table=service_affinity")
 	if !strings.Contains(learned, "idle_timeout=65535") || !strings.Contains(learned, "send_flow_rem") ||
-		!strings.Contains(learned, "nw_src=10.244.1.5,nw_dst=10.96.0.10,tp_dst=81") {
-		t.Errorf("service_affinity holds no learned flow for the client with idle_timeout=65535 and send_flow_rem:\n%s", learned)
+		!strings.Contains(learned, "reg5=0x3,nw_src=10.244.1.5 ") {
+		t.Errorf("service_affinity holds no learned flow for the client and the port with idle_timeout=65535 and send_flow_rem:\n%s", learned)
+	}
+	// One affinity per Service port across its frontends (kube-proxy's): six times over,
+	// the learned state is deleted, the client's first connection through the ClusterIP
+	// picks an endpoint, and its connections through the external IP go there too (the
+	// learned flow keys on the port, not on the frontend). Learned per frontend, the
+	// external IP's first connection would pick on its own (agreeing six times: 1 in 64).
+	for round := 0; round < 6; round++ {
+		ovs.Ofctl(t, "del-flows", mgmt, fmt.Sprintf("table=service_affinity,cookie=%#x/%#x", uint64(OwnerServiceAffinity)<<32, CookieOwnerKindMask))
+		ovs.Appctl(t, "revalidator/purge")
+		first := tries("tcp with affinity through the ClusterIP", 1, affTry)
+		ovs.Appctl(t, "revalidator/purge")
+		ext := tries("tcp with affinity through the external IP", 4, affExt)
+		if len(first) != 1 || len(ext) != 1 || first[onlyKey(ext)] != 1 {
+			t.Fatalf("round %d: the ClusterIP's connection reached %v, the external IP's 4 then %v: want the same endpoint", round, first, ext)
+		}
+		if n := strings.Count(ovs.Ofctl(t, "dump-flows", mgmt, "table=service_affinity"), "nw_src=10.244.1.5"); n != 1 {
+			t.Fatalf("round %d: %d learned flows for the client, want 1 (one per Service port)", round, n)
+		}
 	}
 
 	// Hairpin: ep1 reaches itself through a Service whose only endpoint it is, TCP and
@@ -716,7 +747,7 @@ func TestServiceUDPSpreadOnSwitch(t *testing.T) {
 		t.Errorf("with session affinity, 40 UDP flows of one client reached %v, want all at %s", seen, first)
 	}
 	learned := ovs.Ofctl(t, "dump-flows", "--names", mgmt, "table=service_affinity")
-	if !strings.Contains(learned, "nw_src=10.244.1.5,nw_dst=10.96.0.10,tp_dst=55") {
+	if !strings.Contains(learned, "reg5=0x3,nw_src=10.244.1.5 ") { // one per client and Service port (id 3)
 		t.Errorf("service_affinity holds no learned flow for the client's UDP flows:\n%s", learned)
 	}
 }

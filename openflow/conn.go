@@ -118,6 +118,18 @@ type Options struct {
 	// blocks on the queue: a packet-in that does not fit is dropped and counted
 	// (PacketInQueue.Dropped). nil: packet-ins are discarded.
 	PacketIns *PacketInQueue
+	// FlowRemoved, when set, receives the switch's flow-removed messages
+	// (OFPT_FLOW_REMOVED, OpenFlow 1.3.5 §7.4.2, for flows with OFPFF_SEND_FLOW_REM): Dial
+	// then sets miss_send_len as for PacketIns. The reader never blocks on the queue: a
+	// message that does not fit is dropped and counted (FlowRemovedQueue.Dropped). nil:
+	// they are discarded.
+	FlowRemoved *FlowRemovedQueue
+	// FlowRemovedFilter, when set, says which decoded flow-removed messages go to the
+	// FlowRemoved queue; the rest are discarded by the reader, uncounted (a mass delete
+	// of flows with send_flow_rem, such as a reconnection's delete of every flow, then
+	// does not fill the queue). It runs on the reader goroutine: it must be quick and
+	// must not block. nil: every message is queued.
+	FlowRemovedFilter func(FlowRemoved) bool
 }
 
 func (o Options) withDefaults() Options {
@@ -237,12 +249,12 @@ func Dial(ctx context.Context, socketPath string, opts Options) (*Conn, error) {
 		conn.Close()
 		return nil, err
 	}
-	if opts.PacketIns != nil {
+	if opts.PacketIns != nil || opts.FlowRemoved != nil {
 		// Before the read loop: answered only by an error, which the loop logs.
 		conn.SetWriteDeadline(time.Now().Add(opts.WriteTimeout))
 		if _, err := conn.Write(setConfigMsg(s.nextXid(), packetInMissSendLen)); err != nil {
 			conn.Close()
-			return nil, fmt.Errorf("OpenFlow handshake with bridge %s on %s: send SET_CONFIG (miss_send_len %d, for packet-ins): %w", bridge, socketPath, packetInMissSendLen, err)
+			return nil, fmt.Errorf("OpenFlow handshake with bridge %s on %s: send SET_CONFIG (miss_send_len %d, for packet-ins and flow-removed messages): %w", bridge, socketPath, packetInMissSendLen, err)
 		}
 		conn.SetWriteDeadline(time.Time{})
 	}
@@ -812,7 +824,25 @@ func (s *Conn) dispatch(msg []byte) {
 		p.Data = append([]byte(nil), p.Data...) // msg is not reused, but keep Data independent
 		q.offer(p)
 		return
-	case openflow13.Type_Hello, openflow13.Type_PortStatus, openflow13.Type_FlowRemoved:
+	case openflow13.Type_FlowRemoved:
+		q := s.opts.FlowRemoved
+		if q == nil {
+			s.log.Debug("ignoring flow-removed (no flow-removed queue)", "xid", xid)
+			return
+		}
+		f, err := decodeFlowRemoved(msg)
+		if err != nil {
+			s.log.Warn("dropping undecodable flow-removed", "err", err)
+			return
+		}
+		if s.opts.FlowRemovedFilter != nil && !s.opts.FlowRemovedFilter(f) {
+			return
+		}
+		if !q.offer(f) { // counted (FlowRemovedQueue.Dropped); a mass delete can fill it
+			s.log.Debug("flow-removed dropped: queue full", "table", f.TableID, "cookie", fmt.Sprintf("%#x", f.Cookie))
+		}
+		return
+	case openflow13.Type_Hello, openflow13.Type_PortStatus:
 		s.log.Debug("ignoring unsolicited message", "type", msgTypeName(typ), "xid", xid)
 		return
 	case openflow13.Type_Error:
