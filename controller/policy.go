@@ -557,10 +557,9 @@ func (p *policyRealizer) detach(a *Attachment) {
 		return // the pod's name now belongs to another attachment (a new sandbox)
 	}
 	it := &policyItem{detach: a, done: make(chan error, 1)}
-	p.opts.Agent.Update(func(e *policy.Engine) policy.Changes {
-		it.ch = e.DeleteLocalPod(a.PodNamespace, a.PodName)
+	p.opts.Agent.Detach(a.PodNamespace, a.PodName, func(ch policy.Changes) {
+		it.ch = ch
 		p.enqueue(it) // under the agent's lock: in order with every other change
-		return policy.Changes{}
 	})
 	select {
 	case <-it.done:

@@ -230,13 +230,7 @@ func (a *Agent) WaitPod(ctx context.Context, namespace, name string) error {
 func (a *Agent) Attach(ctx context.Context, lp LocalPod, install func(Changes) (wait func() error)) error {
 	for {
 		r := &attachReq{lp: lp, install: install, done: make(chan struct{})}
-		a.amu.Lock()
-		a.apending = append(a.apending, r)
-		if !a.attaching {
-			a.attaching = true
-			go a.runAttaches()
-		}
-		a.amu.Unlock()
+		a.queueAttach(r)
 		<-r.done
 		if !r.unknown {
 			return a.finishAttach(lp, r.wait())
@@ -248,17 +242,29 @@ func (a *Agent) Attach(ctx context.Context, lp LocalPod, install func(Changes) (
 	}
 }
 
-// attachReq is one Attach waiting to be recorded (runAttaches).
+// attachReq is one Attach or Detach waiting to be recorded (runAttaches).
 type attachReq struct {
 	lp      LocalPod
-	install func(Changes) func() error
-	done    chan struct{} // closed once recorded (wait set) or found unknown
-	unknown bool          // the pod was not known: not recorded
+	install func(Changes) func() error // Attach's
+	detach  func(Changes)              // Detach's (nil for an Attach)
+	done    chan struct{}              // closed once recorded (wait set) or found unknown
+	unknown bool                       // the pod was not known: not recorded
 	wait    func() error
 }
 
-// runAttaches records pending attaches, a batch per hold of the lock, until none is
-// pending.
+// queueAttach queues r for the next batch, starting runAttaches if it is not running.
+func (a *Agent) queueAttach(r *attachReq) {
+	a.amu.Lock()
+	a.apending = append(a.apending, r)
+	if !a.attaching {
+		a.attaching = true
+		go a.runAttaches()
+	}
+	a.amu.Unlock()
+}
+
+// runAttaches records pending attaches and detaches, a batch per hold of the lock, until
+// none is pending.
 func (a *Agent) runAttaches() {
 	for {
 		a.amu.Lock()
@@ -276,12 +282,13 @@ func (a *Agent) runAttaches() {
 	}
 }
 
-// attachLocked records batch in the engine, compiling the rules it changes once, and
-// calls each known pod's install (see Attach). a.mu is held.
+// attachLocked records batch (attaches and detaches, in arrival order) in the engine,
+// compiling the rules it changes once, and calls each install in the same order (see
+// Attach and Detach). a.mu is held.
 func (a *Agent) attachLocked(batch []*attachReq) {
 	var known []*attachReq
 	for _, r := range batch {
-		if !a.isSynced || !a.eng.HasPod(r.lp.Namespace, r.lp.Name) {
+		if r.detach == nil && (!a.isSynced || !a.eng.HasPod(r.lp.Namespace, r.lp.Name)) {
 			r.unknown = true
 			close(r.done)
 			continue
@@ -296,6 +303,10 @@ func (a *Agent) attachLocked(batch []*attachReq) {
 	a.eng.Defer()
 	iso := make([][]IsolationChange, len(known))
 	for i, r := range known {
+		if r.detach != nil {
+			iso[i] = a.eng.DeleteLocalPod(r.lp.Namespace, r.lp.Name).Isolation
+			continue
+		}
 		iso[i] = a.eng.SetLocalPod(r.lp).Isolation
 	}
 	conjs := a.eng.Flush().Conjunctions
@@ -304,7 +315,11 @@ func (a *Agent) attachLocked(batch []*attachReq) {
 		if i == 0 {
 			ch.Conjunctions = conjs
 		}
-		r.wait = r.install(ch)
+		if r.detach != nil {
+			r.detach(ch)
+		} else {
+			r.wait = r.install(ch)
+		}
 		close(r.done)
 	}
 }
@@ -330,8 +345,15 @@ func (a *Agent) finishAttach(lp LocalPod, err error) error {
 	return err
 }
 
-// Detach forgets local pod namespace/name (CNI DEL) and hands the changes to the
-// realizer. Detaching a pod that is not attached does nothing.
-func (a *Agent) Detach(namespace, name string) {
-	a.Update(func(e *Engine) Changes { return e.DeleteLocalPod(namespace, name) })
+// Detach forgets local pod namespace/name (CNI DEL) and hands the changes to install
+// under the agent's lock, in order with every other change (install must not wait on the
+// switch: it queues them). Detaching a pod that is not attached hands over no change.
+// Concurrent detaches and attaches are combined as in Attach: the rules a batch changes
+// are compiled once, and the first install of the batch gets every conjunction change of
+// it, so the rule flows naming a detached pod are queued for removal no later than the
+// pod's own item. It returns once install has been called.
+func (a *Agent) Detach(namespace, name string, install func(Changes)) {
+	r := &attachReq{lp: LocalPod{Namespace: namespace, Name: name}, detach: install, done: make(chan struct{})}
+	a.queueAttach(r)
+	<-r.done
 }

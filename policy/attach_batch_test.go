@@ -16,6 +16,8 @@ import (
 // called, and when a pod's own install is called the conjunction changes handed over
 // until then (in the realizer's order) already name it, so the rule flows it brings are
 // queued no later than its own flows; at the end the rule's one conjunction holds all 32.
+// Then the same for 32 concurrent detaches: the rule flows naming a pod are queued for
+// removal no later than its own detach, and no conjunction is left.
 func TestAttachBatchQueuesRuleFlowsFirst(t *testing.T) {
 	const pods = 32
 	a := NewAgent()
@@ -84,5 +86,49 @@ func TestAttachBatchQueuesRuleFlowsFirst(t *testing.T) {
 	a.View(func(e *Engine) { conjs = e.Conjunctions() })
 	if len(conjs) != 1 || len(conjs[0].Pods) != pods {
 		t.Fatalf("conjunctions %v, want one holding the %d pods", conjs, pods)
+	}
+
+	// Detaching them all at once: when a pod's own install is called, the conjunctions as
+	// the changes handed over until then leave them no longer name it.
+	cur := map[uint32]*Conjunction{conjs[0].ID: conjs[0]}
+	missing = nil
+	start = make(chan struct{})
+	for i := range pods {
+		key := fmt.Sprintf("x/p%02d", i)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			a.Detach("x", key[2:], func(ch Changes) {
+				mu.Lock()
+				defer mu.Unlock()
+				for _, c := range ch.Conjunctions {
+					if c.New != nil {
+						cur[c.New.ID] = c.New
+					} else {
+						delete(cur, c.Old.ID)
+					}
+				}
+				for _, c := range cur {
+					for _, p := range c.Pods {
+						if p.Key() == key {
+							missing = append(missing, key)
+						}
+					}
+				}
+			})
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if len(missing) > 0 {
+		t.Fatalf("pods still named by a conjunction when their own detach was queued: %v", missing)
+	}
+	if len(cur) != 0 {
+		t.Fatalf("conjunctions left after every pod was detached: %v", cur)
+	}
+	a.View(func(e *Engine) { conjs = e.Conjunctions() })
+	if len(conjs) != 0 {
+		t.Fatalf("the engine still has %d conjunctions", len(conjs))
 	}
 }
