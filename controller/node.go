@@ -664,7 +664,7 @@ func (n *Node) onConnect(ctx context.Context, c *openflow.Conn, first bool) erro
 		return err
 	}
 	n.denyLog.afterReplay(ctx, c)
-	n.log.Info("flow tables synchronised", "first", first, "flows", len(n.store.All()), "duration", time.Since(start).Round(time.Microsecond))
+	n.log.Info("flow tables synchronised", "first", first, "flows", n.store.Len(), "duration", time.Since(start).Round(time.Microsecond))
 	return n.clearFlowRestoreWait(ctx)
 }
 
