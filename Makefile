@@ -4,7 +4,7 @@ BIN     := bin
 GOFLAGS ?=
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: all build deps test unit demo bench bench-quick bench-policy bench-policy-ab bench-services bench-services-quick bench-k8s bench-k8s-quick lint clean image k8s-build e2e-k8s
+.PHONY: all build deps test unit demo bench bench-quick bench-policy bench-policy-ab bench-services bench-services-quick bench-nodes bench-nodes-quick bench-k8s bench-k8s-quick lint clean image k8s-build e2e-k8s
 
 all: build
 
@@ -83,6 +83,7 @@ lint:
 	$(GO) vet ./...
 	$(GO) vet -tags benchk8s ./bench/k8s/
 	$(GO) vet -tags benchservices ./bench/services/
+	$(GO) vet -tags benchnodes ./bench/nodescale/
 	$(GO) vet -tags policyscale ./bench/policyscale/
 	@for d in $(COMPAT_MODULES); do (cd $$d && $(GO) vet ./...) || exit 1; done
 	./hack/check-no-shellout.sh
@@ -151,6 +152,19 @@ bench-services: deps build k8s-build
 bench-services-quick: deps build k8s-build
 	$(SVC_BENCH_TOOLS)
 	SVC_BENCH_SIZES=50x5 SVC_BENCH_CHANGES=20 $(GO) test -tags benchservices -count=1 -timeout 30m -v -run TestServices ./bench/services
+
+# Cluster size by simulation (issue 24; bench/nodescale, results in bench/RESULTS.md
+# "Cluster size by simulation"): one ofsdn-node (Kubernetes topology, sandbox OVS) against
+# a real kube-apiserver holding NODE_BENCH_PEERS (1000,5000) Node objects with no kubelet:
+# time until every peer's flows are on the switch, flows per peer, RSS and CPU,
+# NODE_BENCH_CHANGES (200) joins and leaves timed from the API call to the switch, and no
+# peer flow left once every Node is deleted. NODE_BENCH_OUT=FILE (JSON). Never asserts a time.
+bench-nodes: deps build k8s-build
+	$(GO) test -tags benchnodes -count=1 -timeout 60m -v -run TestNodeScale ./bench/nodescale
+
+# The same, small (about a minute): 200 peers, 20 joins and leaves.
+bench-nodes-quick: deps build k8s-build
+	NODE_BENCH_PEERS=200 NODE_BENCH_CHANGES=20 NODE_BENCH_IDLE=5 $(GO) test -tags benchnodes -count=1 -timeout 20m -v -run TestNodeScale ./bench/nodescale
 
 # Pod start-up as the kubelet sees it (issue 24; bench/k8s, results in bench/RESULTS.md
 # "Pod start-up on a real cluster"): a test/k8s cluster of four nodes with kubelet maxPods

@@ -257,6 +257,9 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 		DenyLog:       opts.Policy != nil && opts.Policy.DenyLog,
 		Services:      opts.Services != nil,
 	}
+	if opts.Services != nil {
+		n.cfg.AffinityLearnMax = opts.Services.AffinityLearnMax
+	}
 	if ov := opts.Overlay; ov != nil {
 		n.cfg.TunnelOFPort = uint32(ports.tunnel)
 		n.cfg.NodeIP = ov.NodeIP.To4()
@@ -372,6 +375,8 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 			close(n.denyLog.done)
 		}
 		ofOpts.PacketIns = n.services.q
+		ofOpts.FlowRemoved = n.services.frq // learned affinity flows at the learn limit
+		ofOpts.FlowRemovedFilter = wantsFlowRemoved
 		go n.services.run()
 	case n.denyLog != nil:
 		ofOpts.PacketIns = n.denyLog.q
@@ -611,6 +616,12 @@ func writeFileAtomic(path string, data []byte) error {
 		os.Remove(tmp)
 		return err
 	}
+	return syncDir(dir)
+}
+
+// syncDir fsyncs directory dir, so that names created, renamed or removed in it survive a
+// crash.
+func syncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err
@@ -653,7 +664,7 @@ func (n *Node) onConnect(ctx context.Context, c *openflow.Conn, first bool) erro
 		return err
 	}
 	n.denyLog.afterReplay(ctx, c)
-	n.log.Info("flow tables synchronised", "first", first, "flows", len(n.store.All()), "duration", time.Since(start).Round(time.Microsecond))
+	n.log.Info("flow tables synchronised", "first", first, "flows", n.store.Len(), "duration", time.Since(start).Round(time.Microsecond))
 	return n.clearFlowRestoreWait(ctx)
 }
 
@@ -1055,8 +1066,9 @@ func (n *Node) restorePods(ctx context.Context) {
 			n.log.Warn("IP lease of a pod port was missing from the lease store; restored from the port's external_ids",
 				"port", p.Name, "container_id", a.ContainerID, "ifname", a.IfName, "ip", a.IPv4(), "network", a.Network)
 		}
-		if l, ok := n.leases.Get(a.ContainerID, a.IfName); ok && len(l.IPs) > len(a.IPs) && slices.ContainsFunc(l.IPs, a.IPv4().IP.Equal) {
-			// The port records the IPv4 address only; a dual-stack pod's IPv6 one is in its lease.
+		if l, ok := n.leases.Get(a.ContainerID, a.IfName); ok && slices.ContainsFunc(l.IPs, a.IPv4().IP.Equal) {
+			// The lease is the record of the pod's addresses (a port of a build before
+			// ExtIDIPv6 records the IPv4 one only).
 			a.IPs = n.leaseNets(l.IPs)
 		}
 		if a.OFPort == 0 {
@@ -1168,16 +1180,25 @@ func (n *Node) restoreFromLease(ctx context.Context, l ipam.Lease, hostVeth stri
 	return a, nil
 }
 
-// restoreLease records a's address as its IP lease (ipam.Store.Restore), with its pod
-// and network, when the address lies in this node's pod subnet with the same prefix.
+// restoreLease records a's addresses as its IP lease (ipam.Store.Restore), with its pod
+// and network, when its IPv4 address lies in this node's pod subnet with the same prefix.
+// Its IPv6 address (a dual-stack port records it, ExtIDIPv6) is kept when it lies in the
+// node's IPv6 pod subnet; without one (a port of a build before ExtIDIPv6) the store gives
+// the IPv6 pool's next address.
 func (n *Node) restoreLease(ctx context.Context, a *Attachment) error {
 	if ones, _ := a.IPv4().Mask.Size(); ones != maskOnes(n.opts.PodSubnet) || !n.opts.PodSubnet.Contains(a.IPv4().IP) {
 		return fmt.Errorf("address %s is not in this node's pod subnet %s", a.IPv4(), n.opts.PodSubnet)
 	}
+	ips := []*net.IPNet{a.IPv4()}
+	if v6, sn := a.IPv6(), n.opts.PodSubnetIPv6; v6 != nil && sn != nil {
+		if ones, _ := v6.Mask.Size(); ones == maskOnes(sn) && sn.Contains(v6.IP) {
+			ips = append(ips, v6)
+		}
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return n.ipam.Restore(ipam.Lease{IPs: addrsOf(a.IPs), ContainerID: a.ContainerID, IfName: a.IfName,
+	return n.ipam.Restore(ipam.Lease{IPs: addrsOf(ips), ContainerID: a.ContainerID, IfName: a.IfName,
 		Owner: a.PodNamespace + "/" + a.PodName, Network: a.Network, OwnerID: a.OwnerID})
 }
 

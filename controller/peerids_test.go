@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -201,5 +202,124 @@ func TestOverlayLoadSeedsLegacyIDs(t *testing.T) {
 	rec = mustReadPeerIDs(t, filepath.Join(dir, PeerIDsFile))
 	if _, ok := rec.get("node-c"); ok || len(rec.byKey) != 2 || rec.byKey["node-d"] != got["node-d"] {
 		t.Errorf("record after the restart %v: want node-b and node-d only (%v)", rec.byKey, got)
+	}
+}
+
+// TestPeerIDsJournal: after the snapshot, each id given or freed is one journal line (the
+// snapshot is not rewritten per change: at 5,000 peers that rewrite was half the daemon's
+// CPU); a reopened record replays the journal; a torn last line is ignored; once the
+// journal outgrows twice the peers plus peerIDsCompactSlack lines it is folded into a
+// snapshot and removed.
+func TestPeerIDsJournal(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, PeerIDsFile)
+	r := mustReadPeerIDs(t, path)
+	if err := r.save(); err != nil {
+		t.Fatal(err)
+	}
+	snap, _ := os.ReadFile(path)
+	want := map[string]uint32{}
+	for i := 0; i < 50; i++ {
+		name := "node-" + strconv.Itoa(i)
+		id, err := r.assign(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[name] = id
+	}
+	for i := 0; i < 50; i += 5 {
+		name := "node-" + strconv.Itoa(i)
+		if err := r.free(name); err != nil {
+			t.Fatal(err)
+		}
+		delete(want, name)
+	}
+	if now, _ := os.ReadFile(path); string(now) != string(snap) {
+		t.Errorf("the snapshot was rewritten by single changes:\n%s", now)
+	}
+	j, err := os.ReadFile(filepath.Join(dir, PeerIDsJournal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(j), "\n"); n != 60 {
+		t.Errorf("journal has %d lines, want 60 (50 given, 10 freed)", n)
+	}
+	// A crash mid-append leaves part of a line: it was never acknowledged, and is ignored.
+	f, err := os.OpenFile(filepath.Join(dir, PeerIDsJournal), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(`{"seq":61,"peer":"node-torn","id":9`); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	r2 := mustReadPeerIDs(t, path)
+	if len(r2.byKey) != len(want) {
+		t.Errorf("reopened record holds %d peers, want %d", len(r2.byKey), len(want))
+	}
+	for name, id := range want {
+		if got, ok := r2.get(name); !ok || got != id {
+			t.Errorf("reopened record: %s has id %d (%v), want %d", name, got, ok, id)
+		}
+	}
+	if _, ok := r2.get("node-torn"); ok {
+		t.Error("the torn last line was applied")
+	}
+	if r2.cursor != r.cursor {
+		t.Errorf("reopened record's cursor %d, want %d", r2.cursor, r.cursor)
+	}
+
+	// Compaction: enough changes fold the journal into a snapshot.
+	r3 := mustReadPeerIDs(t, path)
+	if err := r3.save(); err != nil { // as Overlay.load does at start
+		t.Fatal(err)
+	}
+	for i := 0; i < peerIDsCompactSlack+2*len(want)+10; i++ {
+		name := "churn-" + strconv.Itoa(i)
+		if _, err := r3.assign(name); err != nil {
+			t.Fatal(err)
+		}
+		if err := r3.free(name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if j, err := os.ReadFile(filepath.Join(dir, PeerIDsJournal)); err == nil && strings.Count(string(j), "\n") > 2*len(want)+peerIDsCompactSlack {
+		t.Errorf("journal has %d lines after %d changes: never folded", strings.Count(string(j), "\n"), 2*(peerIDsCompactSlack+2*len(want)+10))
+	}
+	r4 := mustReadPeerIDs(t, path)
+	if len(r4.byKey) != len(want) || r4.cursor != r3.cursor {
+		t.Errorf("after compaction: %d peers, cursor %d; want %d, %d", len(r4.byKey), r4.cursor, len(want), r3.cursor)
+	}
+}
+
+// TestPeerIDsJournalKeptAfterSnapshot: a crash after a new snapshot is written and before
+// the journal is removed leaves lines the snapshot already holds; they are skipped by
+// their sequence numbers, not applied again (here id 5 went from node-a to node-b: replayed,
+// node-a's line would clash with node-b).
+func TestPeerIDsJournalKeptAfterSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, PeerIDsFile)
+	journal := `{"seq":1,"peer":"node-a","id":5,"lastAllocated":5}` + "\n" +
+		`{"seq":2,"peer":"node-a","free":true}` + "\n" +
+		`{"seq":3,"peer":"node-b","id":5,"lastAllocated":5}` + "\n"
+	if err := os.WriteFile(filepath.Join(dir, PeerIDsJournal), []byte(journal), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(`{"version":1,"lastAllocated":5,"peers":{"node-b":5,"node-c":7},"journalSeq":3}`+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := mustReadPeerIDs(t, path)
+	if id, ok := r.get("node-b"); !ok || id != 5 {
+		t.Errorf("node-b: %d %v, want 5", id, ok)
+	}
+	if _, ok := r.get("node-a"); ok || len(r.byKey) != 2 {
+		t.Errorf("record %v, want node-b and node-c only", r.byKey)
+	}
+	// A line after the snapshot is applied.
+	f, _ := os.OpenFile(filepath.Join(dir, PeerIDsJournal), os.O_APPEND|os.O_WRONLY, 0)
+	f.WriteString(`{"seq":4,"peer":"node-c","free":true}` + "\n")
+	f.Close()
+	if r := mustReadPeerIDs(t, path); len(r.byKey) != 1 {
+		t.Errorf("after a later free: %v, want node-b only", r.byKey)
 	}
 }

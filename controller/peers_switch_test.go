@@ -113,9 +113,9 @@ func TestOverlayPeerIDsOnSwitch(t *testing.T) {
 	delete(want, "node-b")
 	check("node-b deleted", want, 3)
 
-	// The record cannot be written (its path is a non-empty directory): the new peer gets
-	// no flows, and the error names the file.
-	path := filepath.Join(dir, PeerIDsFile)
+	// The record cannot be written (its journal's path is a non-empty directory): the new
+	// peer gets no flows, and the error names the file.
+	path := filepath.Join(dir, PeerIDsJournal)
 	saved, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)

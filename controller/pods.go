@@ -51,6 +51,11 @@ const (
 	ExtIDPodName = "ofsdn-pod-name"
 	// ExtIDIP holds the pod's IPv4 address with prefix length, e.g. "10.128.0.5/24".
 	ExtIDIP = "ofsdn-ip"
+	// ExtIDIPv6 holds a dual-stack pod's IPv6 address with prefix length, e.g.
+	// "fd00:10:128::5/64"; absent on an IPv4-only node's ports. Ports written before
+	// ofsdn recorded it lack it: a lease rebuilt from such a port gets the IPv6 pool's next
+	// address (restoreLease).
+	ExtIDIPv6 = "ofsdn-ipv6"
 	// ExtIDMAC holds the pod interface's MAC address.
 	ExtIDMAC = "ofsdn-mac"
 	// ExtIDNetns holds the path of the pod's network namespace (CNI_NETNS).
@@ -845,6 +850,9 @@ func (a *Attachment) externalIDs() map[string]string {
 		ExtIDMAC:          a.MAC.String(),
 		ExtIDNetns:        a.Netns,
 	}
+	if v6 := a.IPv6(); v6 != nil {
+		ids[ExtIDIPv6] = v6.String()
+	}
 	if a.Network != "" {
 		ids[ExtIDNetwork] = a.Network
 	}
@@ -871,6 +879,9 @@ func attachmentFromPort(p ovsdb.PortInfo) (*Attachment, bool) {
 		ContainerID: cid, IfName: e[ExtIDIfName], Netns: e[ExtIDNetns],
 		PodNamespace: e[ExtIDPodNamespace], PodName: e[ExtIDPodName], Network: e[ExtIDNetwork],
 		HostVeth: p.Name, IPs: []*net.IPNet{{IP: ip.To4(), Mask: ipnet.Mask}}, MAC: mac,
+	}
+	if ip6, net6, err := net.ParseCIDR(e[ExtIDIPv6]); err == nil && ip6.To4() == nil {
+		a.IPs = append(a.IPs, &net.IPNet{IP: ip6, Mask: net6.Mask})
 	}
 	if id, err := strconv.ParseUint(e[ExtIDOwnerID], 10, 32); err == nil && id != 0 {
 		a.OwnerID = uint32(id)

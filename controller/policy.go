@@ -13,7 +13,10 @@ package controller
 // A pod ADD attaches the pod to the agent under the same lock and installs its forwarding
 // flows, its default-deny flows and the rule flows it brings in one bundle: a pod is never
 // reachable before its policy applies. The ADD first waits (bounded by its context, the
-// daemon's addTimeout) until the informers have synced and the Pod is known.
+// daemon's addTimeout) until the informers have synced and the Pod is known. Concurrent
+// ADDs and DELs are combined by the agent (policy.Agent.Attach, Detach): the rules a
+// batch changes are compiled once, and the batch's first item carries all their changes,
+// so a pod's rule flows are never in a later bundle than its own flows.
 //
 // Realization is off the agent's lock (issue 21): the agent computes each event's changes
 // under its lock and queues them (policyRealizer.enqueue); one runner goroutine (run)
@@ -557,10 +560,9 @@ func (p *policyRealizer) detach(a *Attachment) {
 		return // the pod's name now belongs to another attachment (a new sandbox)
 	}
 	it := &policyItem{detach: a, done: make(chan error, 1)}
-	p.opts.Agent.Update(func(e *policy.Engine) policy.Changes {
-		it.ch = e.DeleteLocalPod(a.PodNamespace, a.PodName)
+	p.opts.Agent.Detach(a.PodNamespace, a.PodName, func(ch policy.Changes) {
+		it.ch = ch
 		p.enqueue(it) // under the agent's lock: in order with every other change
-		return policy.Changes{}
 	})
 	select {
 	case <-it.done:

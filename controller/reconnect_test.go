@@ -34,7 +34,7 @@ func cookieCounts(fs []flows.Flow) map[uint64]int {
 
 // ofTestBridge starts a sandbox with bridge br-int (userspace datapath, OpenFlow 1.3 only,
 // fail_mode=secure so it starts with no flows) and returns it with a connection to it.
-func ofTestBridge(t *testing.T, opts openflow.Options) (*sandbox.OVS, *openflow.Conn) {
+func ofTestBridge(t testing.TB, opts openflow.Options) (*sandbox.OVS, *openflow.Conn) {
 	t.Helper()
 	ovs := sandbox.Start(t)
 	ovs.Vsctl(t, "add-br", "br-int", "--", "set", "bridge", "br-int",

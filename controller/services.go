@@ -2,7 +2,8 @@ package controller
 
 // Kubernetes Services load-balanced in OVS (issue 22, config serviceProxy: ofsdn): the
 // proxy.Sink that turns package proxy's Updates into each Service port's select group
-// and service_lb flow (flows.ServicePortFlows), and the rejects of the no-endpoint flow.
+// (a UDP port's: hash slot flows, flows.ServiceHashSelect) and service_lb flow
+// (flows.ServicePortFlows), and the rejects of the no-endpoint flow.
 //
 // Design history.
 //
@@ -20,7 +21,7 @@ package controller
 //     orders them), confirmed before Sync returns, so the proxy's applied state is the
 //     switch's.
 //   - Verdicts (proxy.Choice) for ClusterIP traffic from pods (Internal): Forward = the
-//     select group over the chosen endpoints; Reject = the metered flow to the
+//     select group (UDP: the slot flows) over the chosen endpoints; Reject = the metered flow to the
 //     controller, answered here; Drop (internalTrafficPolicy Local without a local
 //     endpoint) = the same match with no action.
 //   - Other frontends for pods (servicePortViews): external IPs and load-balancer IPs at
@@ -85,6 +86,11 @@ const ServiceRejectRate = 100
 // dropped and counted).
 const ServiceRejectQueueSize = 256
 
+// ServiceFlowRemovedQueueSize is how many flow-removed messages (learned session-affinity
+// flows that expired at the learn limit) wait for their remainder flow; more are dropped
+// and counted, and their clients' affinity ends at the limit.
+const ServiceFlowRemovedQueueSize = 4096
+
 // ServiceOptions turn on Services load-balanced in OVS (NodeConfig.Services). The node's
 // Services() is then the proxy.Sink to feed from a proxy.Runner.
 type ServiceOptions struct {
@@ -102,14 +108,19 @@ type ServiceOptions struct {
 	// could still reach a removed endpoint; PolicyOptions.PurgeDatapath likewise). An
 	// error is logged.
 	PurgeDatapath func(context.Context) error
+	// AffinityLearnMax is the learn limit of session affinity, seconds
+	// (flows.NodeConfig.AffinityLearnMax): 0 = 65535, the learn action's maximum. Only
+	// tests lower it, to show a timeout above the limit carried on by the remainder flows
+	// in seconds.
+	AffinityLearnMax uint16
 }
 
 // ServiceStats are the Service proxy's counters since the daemon started (monotonic).
 type ServiceStats struct {
 	// Ports is the number of Service ports on the switch.
 	Ports int
-	// Endpoints is the number of buckets over all of their groups (an external view's
-	// group counts too).
+	// Endpoints is the number of endpoints over all of them: buckets of their groups, a
+	// UDP port's endpoints (an external view's count too).
 	Endpoints int
 	// Rejected counts packets of connections to a Service port without endpoints that
 	// the daemon answered (TCP RST or ICMP port unreachable).
@@ -120,6 +131,11 @@ type ServiceStats struct {
 	// Flushed counts successful conntrack flushes of stale UDP/SCTP entries;
 	// FlushErrors the failed ones.
 	Flushed, FlushErrors uint64
+	// AffinityRemainders counts the remainder flows added for learned session-affinity
+	// flows that expired at the learn limit (a timeout above 65,535 s);
+	// AffinityRemainderErrors those not added (the switch refused, the connection was
+	// down, the queue was full): their clients' affinity ended at the limit.
+	AffinityRemainders, AffinityRemainderErrors uint64
 }
 
 // portKey names one view of a Service port on the switch, each its own owner and group:
@@ -167,6 +183,8 @@ type serviceProxy struct {
 	affNext uint32
 
 	q                  *openflow.PacketInQueue
+	frq                *openflow.FlowRemovedQueue
+	remainders, remErr atomic.Uint64
 	rejected, rejDrop  atomic.Uint64
 	flushed, flushErrs atomic.Uint64
 	stop, done         chan struct{}
@@ -179,7 +197,8 @@ func newServiceProxy(n *Node, opts ServiceOptions) *serviceProxy {
 		ids: map[portKey]uint32{}, parts: map[portKey][]uint32{}, ports: map[portKey]flows.ServicePort{},
 		verdicts: map[portKey]proxy.Verdict{}, affIDs: map[affinityKey]uint32{},
 		states: map[proxy.ServicePortName]*proxy.ServicePortState{},
-		q:      openflow.NewPacketInQueue(ServiceRejectQueueSize), stop: make(chan struct{}), done: make(chan struct{}),
+		q:      openflow.NewPacketInQueue(ServiceRejectQueueSize), frq: openflow.NewFlowRemovedQueue(ServiceFlowRemovedQueueSize),
+		stop: make(chan struct{}), done: make(chan struct{}),
 		lbTable: lb}
 }
 
@@ -229,6 +248,7 @@ func (n *Node) ServiceStats() *ServiceStats {
 	s.mu.Unlock()
 	st.Rejected, st.RejectDropped = s.rejected.Load(), s.rejDrop.Load()+s.q.Dropped()
 	st.Flushed, st.FlushErrors = s.flushed.Load(), s.flushErrs.Load()
+	st.AffinityRemainders, st.AffinityRemainderErrors = s.remainders.Load(), s.remErr.Load()+s.frq.Dropped()
 	return st
 }
 
@@ -247,7 +267,8 @@ type ServicePortInfo struct {
 	// Port.ClusterIP is nil.
 	External bool
 	// GroupID is the port's OpenFlow select group id (flows.ServiceGroupID: GroupIDMin +
-	// ID), 0 when it has no endpoints (a flow that rejects or drops, no group).
+	// ID), 0 when it has no endpoints (a flow that rejects or drops, no group) or is a
+	// UDP port choosing by hash (flows.ServiceHashSelect: slot flows, no group).
 	GroupID uint32
 	// Verdict is what a new connection gets: Forward (to an endpoint), Reject (no
 	// endpoint: TCP RST, ICMP port unreachable) or Drop (none usable under the traffic
@@ -268,7 +289,7 @@ func (n *Node) ServicePorts() []ServicePortInfo {
 		sp.Endpoints = append([]flows.ServiceEndpoint(nil), sp.Endpoints...)
 		sp.Frontends = append([]flows.ServiceFrontend(nil), sp.Frontends...)
 		info := ServicePortInfo{Name: key.name, Port: sp, External: key.external, Verdict: s.verdicts[key]}
-		if len(sp.Endpoints) > 0 {
+		if len(sp.Endpoints) > 0 && !flows.ServiceHashSelect(sp) {
 			info.GroupID = flows.ServiceGroupID(sp)
 		}
 		out = append(out, info)
@@ -716,10 +737,10 @@ func (s *serviceProxy) sync(ctx context.Context, u *proxy.Update) error {
 	for key, sp := range built {
 		if old, ok := s.ports[key]; ok {
 			staleAff = append(staleAff, staleAffinity(old, &sp)...)
+			// (A lost frontend loses nothing: the learned flows key on the port, whatever
+			// frontend the client came through, as kube-proxy's affinity.)
 			if old.AffinitySeconds != 0 && old.AffinitySeconds != sp.AffinitySeconds {
 				staleAffPorts = append(staleAffPorts, old)
-			} else if lost, ok := lostFrontends(old, sp); old.AffinitySeconds != 0 && ok {
-				staleAffPorts = append(staleAffPorts, lost)
 			}
 		}
 		s.ports[key], s.verdicts[key] = sp, verdicts[key]
@@ -765,27 +786,6 @@ func (s *serviceProxy) sync(ctx context.Context, u *proxy.Update) error {
 	}
 	s.flushStale(ctx, u.Stale)
 	return nil
-}
-
-// lostFrontends returns old with only the frontends now lacks (a node removed, an
-// external IP dropped), whose learned affinity flows, keyed on the frontend, are to go;
-// false when it lost none.
-func lostFrontends(old, now flows.ServicePort) (flows.ServicePort, bool) {
-	have := map[string]bool{}
-	for _, fe := range now.AllFrontends() {
-		have[fe.String()] = true
-	}
-	lost := old
-	lost.Frontends = nil
-	if lost.ClusterIP != nil && have[net.JoinHostPort(old.ClusterIP.String(), fmt.Sprint(old.Port))] {
-		lost.ClusterIP = nil
-	}
-	for _, fe := range old.Frontends {
-		if !have[fe.String()] {
-			lost.Frontends = append(lost.Frontends, fe)
-		}
-	}
-	return lost, lost.ClusterIP != nil || len(lost.Frontends) > 0
 }
 
 // forgetAffinity deletes the learned affinity flows of ids from the switch (by owner
@@ -895,6 +895,8 @@ func (s *serviceProxy) run() {
 			case s.n.denyLog != nil: // the deny log's packet-ins share the queue
 				s.n.denyLog.handle(p)
 			}
+		case f := <-s.frq.C():
+			s.remainder(f)
 		}
 	}
 }
@@ -907,6 +909,82 @@ func (s *serviceProxy) close() {
 	}
 	<-s.done
 }
+
+// wantsFlowRemoved is the OpenFlow connection's flow-removed filter
+// (openflow.Options.FlowRemovedFilter): only what remainder may act on, learned affinity
+// flows of service_affinity removed at their idle timeout, is queued; the deletes of the
+// daemon's own changes and of a reconnection are not.
+func wantsFlowRemoved(f openflow.FlowRemoved) bool {
+	t, _ := flows.StageTable(flows.StageServiceAffinity)
+	return f.Reason == openflow.FlowRemovedIdleTimeout && flows.TableID(f.TableID) == t &&
+		flows.Cookie(f.Cookie).Owner() == flows.OwnerServiceAffinity
+}
+
+// remainder carries on the session affinity of a learned flow the switch removed (f):
+// when it is a learned flow of a live Service port and endpoint of this run that expired
+// at the learn limit while the port's timeout is longer (flows.AffinityRemainder), the
+// remainder flow goes to the switch (an add: it replaces an earlier remainder of the same
+// client and frontend). s.mu is held from the look-up to the switch's answer, so a Sync
+// that removes the endpoint or the port, or changes its timeout, comes either before
+// (nothing added: the id is no longer the port's) or after (its delete by cookie or by
+// port takes the remainder too). Everything else is ignored: deletes, other tables and
+// owners, the remainder flows' own expiry (they ask for no message anyway). A failure is
+// logged and counted: the client's affinity then ends at the limit.
+func (s *serviceProxy) remainder(f openflow.FlowRemoved) {
+	if !wantsFlowRemoved(f) {
+		return
+	}
+	t, _ := flows.StageTable(flows.StageServiceAffinity)
+	cookie := flows.Cookie(f.Cookie)
+	r := flows.AffinityRemoved{Table: t, Priority: f.Priority, Cookie: cookie, IdleTimeout: f.IdleTimeout, IdleExpired: true}
+	if v, ok := f.Field(oxmOpenFlowBasic, oxmIPv4Src); ok && len(v) == 4 {
+		r.Client = net.IP(v)
+	}
+	if v, ok := f.Field(oxmNXM1, oxmReg5); ok && len(v) == 4 {
+		r.PortID = binary.BigEndian.Uint32(v)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cfg := s.n.config()
+	var rf flows.AffinityRemainderFlow
+	var port flows.ServicePort
+	found := false
+	for _, sp := range s.ports { // the port whose id the flow names (AffinityRemainder checks it)
+		if rf, found = flows.AffinityRemainder(cfg, sp, r); found {
+			port = sp
+			break
+		}
+	}
+	if !found {
+		s.log.Debug("learned session-affinity flow removed, no remainder", "cookie", fmt.Sprintf("%#x", f.Cookie),
+			"priority", f.Priority, "idle_timeout", f.IdleTimeout, "client", r.Client, "service_port_id", r.PortID)
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.n.runCtx, UndoTimeout)
+	defer cancel()
+	c, err := s.n.sw.Conn()
+	if err == nil {
+		err = c.Apply(ctx, []openflow.FlowModOp{{Mod: rf.FlowMod(), Name: fmt.Sprintf("service port %v: session-affinity remainder of client %s: %s", port, r.Client, rf)}})
+	}
+	if err != nil {
+		s.remErr.Add(1)
+		s.log.Warn("session-affinity remainder flow not added; the client's affinity ends now, before its timeout", "service", port.String(),
+			"client", r.Client, "err", err)
+		return
+	}
+	s.remainders.Add(1)
+	s.log.Debug("session-affinity remainder flow added", "service", port.String(), "client", r.Client, "idle_timeout", rf.IdleTimeout)
+}
+
+// The fields of a learned affinity flow's match that name its client and Service port:
+// OXM ipv4_src (OpenFlow 1.3.5 §7.2.3.7) and Nicira's reg5 (class NXM_1, field 5:
+// flows.ServicePortField).
+const (
+	oxmOpenFlowBasic = 0x8000
+	oxmIPv4Src       = 11
+	oxmNXM1          = 0x0001
+	oxmReg5          = 5
+)
 
 // handle answers one packet-in of a no-endpoint flow.
 func (s *serviceProxy) handle(p openflow.PacketIn) {

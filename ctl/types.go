@@ -165,14 +165,16 @@ type ServicePort struct {
 	External bool `json:"external,omitempty"`
 	// OwnerID is the Service port's flow owner id (cookie owner kind 5, service). GroupID
 	// is its OpenFlow select group's id (flows.GroupIDMin + OwnerID) when it has endpoints,
-	// 0 when it has none (reject or drop: a flow, no group).
+	// 0 when it has none (reject or drop: a flow, no group) and for a UDP port, whose
+	// endpoint is chosen by a multipath hash and its slot flows (flows.ServiceHashSelect).
 	OwnerID uint32 `json:"ownerID"`
 	GroupID uint32 `json:"groupID"`
 	// Verdict is what a new connection gets: "forward" (to one of Endpoints), "reject"
 	// (no endpoint: TCP RST or ICMP port unreachable) or "drop" (no endpoint usable under
 	// the traffic policy).
 	Verdict string `json:"verdict"`
-	// Endpoints are the group's buckets, "IP:PORT", in bucket order.
+	// Endpoints are the group's buckets (a UDP port's: its slot flows' endpoints),
+	// "IP:PORT", in bucket order.
 	Endpoints []string `json:"endpoints"`
 	// Connections is the packet count of the port's service_lb flow: new connections
 	// sent to the group, or refused/dropped; -1 when the switch could not be asked.

@@ -143,6 +143,18 @@ var (
 	// and bit 16 set when a learned flow matched, loaded and matched with
 	// AffinityEndpointIPField.
 	AffinityEndpointField = FieldRange{Field: reg(4), Start: 0, End: 16}
+
+	// ServicePortField is reg5 (all 32 bits): the owner id (ServicePort.ID) of the Service
+	// port a new connection is for (0 = none: ids start at 1). A UDP port loads it with
+	// the hash slot in ServiceSlotField before the multipath action, and its slot flows in
+	// service_endpoint match it; a session-affinity port's service_lb flows (every
+	// frontend's) load it before the look-up in service_affinity, and the learned flows
+	// key on it and the client's address, so a client has one affinity per Service port
+	// whatever frontend it comes through, as kube-proxy's.
+	ServicePortField = FieldRange{Field: reg(5), Start: 0, End: 31}
+	// ServiceSlotField is reg6[0..15]: the hash slot, 0..slots-1, the multipath action
+	// chose for a new UDP flow to a Service port (service.go, "UDP Service ports").
+	ServiceSlotField = FieldRange{Field: reg(6), Start: 0, End: 15}
 )
 
 // SourceClass values of SourceClassField (reg0[0..3]).

@@ -237,7 +237,7 @@ type PortNames map[uint32]string
 // Action is one action of a flow. The implementations are Output, OutputInPort,
 // OutputReg, OutputController, GotoTable, SetEthSrc, SetEthDst, SetARPOp, SetARPSpa,
 // SetARPTpa, SetARPSha, SetARPTha, SetTunDst, Load, Move, DecTTL, Conjunction, CT and
-// Drop.
+// Drop, and (Nicira extensions, learn.go and multipath.go) Learn, Resubmit and Multipath.
 type Action interface {
 	// format appends the action as ovs-ofctl prints it.
 	format(b *strings.Builder, ports PortNames)
@@ -561,6 +561,10 @@ func (f Flow) Validate() error {
 		case Load:
 			if a.Dst.Bits() < 64 && a.Value >= uint64(1)<<a.Dst.Bits() {
 				return fail("load value %#x does not fit %s", a.Value, a.Dst)
+			}
+		case Multipath:
+			if problem := a.check(); problem != "" {
+				return fail("action %d: %s", i, problem)
 			}
 		case Move:
 			if a.Src.Bits() != a.Dst.Bits() {

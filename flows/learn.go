@@ -112,7 +112,9 @@ func (a Learn) format(b *strings.Builder, _ PortNames) {
 	b.WriteString(")")
 }
 
-func (a Learn) ofAction() openflow13.Action { return &rawNXAction{body: a.encode()} }
+func (a Learn) ofAction() openflow13.Action {
+	return &rawNXAction{subtype: nxastLearn, body: a.encode()}
+}
 
 // encode returns nx_action_learn after the 10-byte NX action header (nicira-ext.h):
 // timeouts, priority, cookie, flags, table, pad, fin timeouts, the flow_mod_specs.
@@ -177,14 +179,19 @@ func (a Resubmit) ofAction() openflow13.Action {
 	return openflow13.NewNXActionResubmitTableAction(0xfff8, uint8(a.Table)) // OFPP_IN_PORT (16-bit): keep in_port
 }
 
-// rawNXAction is a Nicira vendor action (type 0xffff, vendor 0x2320) from its subtype
-// onwards: the body follows the subtype, and the whole is zero-padded to 8 bytes.
+// rawNXAction is a Nicira vendor action (type 0xffff, vendor 0x2320) that libOpenflow
+// does not encode: its subtype, then the body, the whole zero-padded to 8 bytes.
 type rawNXAction struct {
-	body []byte
-	hdr  openflow13.ActionHeader
+	subtype uint16
+	body    []byte
+	hdr     openflow13.ActionHeader
 }
 
-const nxastLearn = 16
+// Nicira action subtypes (nicira-ext.h NXAST_*) encoded by rawNXAction.
+const (
+	nxastMultipath = 10
+	nxastLearn     = 16
+)
 
 var _ util.Message = (*rawNXAction)(nil)
 
@@ -200,11 +207,11 @@ func (r *rawNXAction) MarshalBinary() ([]byte, error) {
 	binary.BigEndian.PutUint16(d[0:], openflow13.ActionType_Experimenter)
 	binary.BigEndian.PutUint16(d[2:], r.Len())
 	binary.BigEndian.PutUint32(d[4:], 0x00002320)
-	binary.BigEndian.PutUint16(d[8:], nxastLearn)
+	binary.BigEndian.PutUint16(d[8:], r.subtype)
 	copy(d[10:], r.body)
 	return d, nil
 }
 
 func (r *rawNXAction) UnmarshalBinary([]byte) error {
-	return fmt.Errorf("flows: decoding a learn action is not supported")
+	return fmt.Errorf("flows: decoding Nicira action subtype %d is not supported", r.subtype)
 }

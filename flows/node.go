@@ -58,10 +58,25 @@ type NodeConfig struct {
 	// endpoint. Off, its stages hold no flow. The daemon sets it with config serviceProxy:
 	// ofsdn (controller.NodeOptions.Services).
 	Services bool
+	// AffinityLearnMax is the learn limit: the largest idle timeout, seconds, of the
+	// flows the switch learns for session affinity (1..65535); 0 = MaxLearnTimeout
+	// (65535, the learn action's 16 bits). A Service's affinity timeout above it is
+	// learned with it and carried on by the daemon's remainder flow (AffinityRemainder).
+	// Only tests lower it, to show the remainder in seconds.
+	AffinityLearnMax uint16
 	// DenyLog sends the first packet of each denied connection to the controller
 	// (through meter DenyLogMeter, which the controller creates) instead of dropping it
 	// silently; the switch drops it either way.
 	DenyLog bool
+}
+
+// AffinityLearnLimit is c's learn limit, seconds: AffinityLearnMax, or MaxLearnTimeout
+// when that is 0.
+func (c NodeConfig) AffinityLearnLimit() uint16 {
+	if c.AffinityLearnMax == 0 {
+		return MaxLearnTimeout
+	}
+	return c.AffinityLearnMax
 }
 
 // Validate checks that the config can build a pipeline: a valid gateway ofport, a

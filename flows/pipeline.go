@@ -225,7 +225,7 @@ var features = []Feature{
 		{ID: 25, Name: "nd", Miss: MissDrop, node: ndNode,
 			Purpose: "deliver neighbor discovery (RFC 4861) to the port owning the target or the destination MAC (reg1)"},
 	}},
-	{Name: FeatureServices, Purpose: "Services in OVS: DNAT to an endpoint by select group, un-NAT replies", On: func(c NodeConfig) bool { return c.Services }, Stages: []Stage{
+	{Name: FeatureServices, Purpose: "Services in OVS: DNAT to an endpoint by select group (UDP: multipath hash), un-NAT replies", On: func(c NodeConfig) bool { return c.Services }, Stages: []Stage{
 		// 28 (before the other Services stages: only resubmit reaches it): the learned
 		// session-affinity flows (one per client address and Service port, Learn from the
 		// buckets and the endpoint flows): reached only by resubmit from a Service port's
@@ -243,14 +243,18 @@ var features = []Feature{
 		{ID: 34, Name: StageServiceConntrack, Miss: MissDrop, node: serviceConntrackNode,
 			Purpose: "IP through conntrack with nat (zone ConntrackZone): un-NAT replies, keep endpoints"},
 		// 36: per Service port: a pod's new connection to ClusterIP:port → its select group
-		// (a bucket per endpoint: ct(commit, nat(dst=EP:port)) → l3_forwarding); no
-		// endpoints → the controller (reject), metered and counted. The rest goes on.
+		// (a bucket per endpoint: ct(commit, nat(dst=EP:port)) → l3_forwarding), a UDP
+		// port's → multipath into a hash slot (reg6) → service_endpoint; no endpoints → the
+		// controller (reject), metered and counted. The rest goes on.
 		{ID: 36, Name: StageServiceLB, Miss: MissNext,
-			Purpose: "new connections to a ClusterIP:port to its select group (DNAT); no endpoints to the controller"},
+			Purpose: "new connections to a ClusterIP:port to its select group (DNAT), UDP by multipath to a hash slot; no endpoints to the controller"},
 		// 38: per affinity Service port: an affinity hit whose endpoint is still selected →
-		// relearn and DNAT to it; otherwise the port's select group. The rest goes on.
+		// relearn and DNAT to it; otherwise the port's select group (a UDP port: its
+		// multipath choice, resubmitted here). Per UDP Service port: its slot flows (reg5 =
+		// the port's id, reg6 = the hash slot) → DNAT (with affinity, learn first). The
+		// rest goes on.
 		{ID: 38, Name: StageServiceEndpoint, Miss: MissNext,
-			Purpose: "session affinity: DNAT to the remembered endpoint if still selected, else the select group"},
+			Purpose: "DNAT to the remembered endpoint if still selected (session affinity), else the select group; UDP ports' hash slots (reg5, reg6) to their endpoints"},
 	}},
 	{Name: FeatureServiceHost, Purpose: "service CIDR to the host's kube-proxy", On: func(c NodeConfig) bool { return c.ServiceCIDR != nil }, Stages: []Stage{
 		// 40: a pod's IP to the service CIDR → gateway (eth_dst, reg1) → output, where

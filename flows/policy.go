@@ -41,8 +41,11 @@ package flows
 // denied new connections, and they go with the pod's other flows.
 
 import (
+	"bytes"
 	"net"
+	"slices"
 	"sort"
+	"strconv"
 )
 
 // ConntrackZone is the conntrack zone of every ct action ofsdn issues (0..65535): its
@@ -257,12 +260,16 @@ type PolicyFlowSet struct {
 	cfg     NodeConfig
 	entries map[string]*policyEntry // MatchKey → entry
 	rules   map[uint32][]string     // conj id → the keys it contributes to
+	last    map[uint32]PolicyRule   // conj id → the rule as last Set (setPods)
+	// full makes every Set recompute the rule's contributions (tests: the reference the
+	// incremental path is checked against).
+	full bool
 }
 
 // NewPolicyFlowSet returns an empty set building flows for cfg (its generation goes in
 // the cookies).
 func NewPolicyFlowSet(cfg NodeConfig) *PolicyFlowSet {
-	return &PolicyFlowSet{cfg: cfg, entries: map[string]*policyEntry{}, rules: map[uint32][]string{}}
+	return &PolicyFlowSet{cfg: cfg, entries: map[string]*policyEntry{}, rules: map[uint32][]string{}, last: map[uint32]PolicyRule{}}
 }
 
 // Set makes the set hold rule r's flows (replacing those of the rule with the same ID)
@@ -270,7 +277,14 @@ func NewPolicyFlowSet(cfg NodeConfig) *PolicyFlowSet {
 // r is the same as before (the same clause of the same conjunction, or the same allow) is
 // not among them, so a rule that gains one pod reports that pod's flow only. A rule with
 // no pods, or with no peers or ports and not Any, has no flows.
+//
+// A rule whose peers and ports are those it was last Set with (a pod attached or
+// detached: the runner re-sets each rule selecting it) costs O(M) comparisons and the
+// changed pods' flows only, not a rebuild of its M+N+K contributions (setPods).
 func (s *PolicyFlowSet) Set(r PolicyRule) []string {
+	if old, ok := s.last[r.ID]; ok && !s.full && samePeersPorts(old, r) && old.hasFlows() && r.hasFlows() {
+		return s.setPods(old, r)
+	}
 	// What r's id contributed before, by key.
 	type part struct {
 		conj   Conjunction
@@ -290,6 +304,7 @@ func (s *PolicyFlowSet) Set(r PolicyRule) []string {
 		}
 	}
 	removed := s.remove(r.ID)
+	s.last[r.ID] = r.clone()
 	after := map[string]part{}
 	for _, c := range s.contributions(r) {
 		k := c.key
@@ -343,6 +358,7 @@ func (s *PolicyFlowSet) Remove(id uint32) []string {
 func (s *PolicyFlowSet) remove(id uint32) []string {
 	keys := s.rules[id]
 	delete(s.rules, id)
+	delete(s.last, id)
 	for _, k := range keys {
 		e := s.entries[k]
 		if e == nil {
@@ -458,6 +474,131 @@ type contribution struct {
 	conj   Conjunction
 	allow  bool   // a single-clause rule: this flow allows
 	conjID uint32 // the conj_id flow of conjunction conjID
+}
+
+// clone returns r with its own slices (the set keeps it; the caller may reuse its own).
+func (r PolicyRule) clone() PolicyRule {
+	r.Pods, r.Peers, r.Ports = slices.Clone(r.Pods), slices.Clone(r.Peers), slices.Clone(r.Ports)
+	return r
+}
+
+// hasFlows reports whether rule r has flows at all (contributions is not empty).
+func (r PolicyRule) hasFlows() bool {
+	return len(r.Pods) > 0 && (r.AnyPeer || len(r.Peers) > 0) && (r.AnyPort || len(r.Ports) > 0)
+}
+
+// samePeersPorts reports whether a and b differ at most in their pods: same direction,
+// peers and ports (so the same clauses, numbered the same).
+func samePeersPorts(a, b PolicyRule) bool {
+	if a.Egress != b.Egress || a.AnyPeer != b.AnyPeer || a.AnyPort != b.AnyPort ||
+		len(a.Peers) != len(b.Peers) || len(a.Ports) != len(b.Ports) {
+		return false
+	}
+	for i, p := range a.Peers {
+		q := b.Peers[i]
+		if !p.IP.Equal(q.IP) || !bytes.Equal(p.Mask, q.Mask) {
+			return false
+		}
+	}
+	for i, p := range a.Ports {
+		if p != b.Ports[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// podClause returns rule r's contribution for pod p: its clause of the conjunction (or,
+// for a rule with only its pod dimension, its allow flow), with the flow's match key.
+func (s *PolicyFlowSet) podClause(r PolicyRule, p Pod) contribution {
+	t, _ := StageTable(StageIngressRules)
+	m := Match{EthType: EthTypeIPv4, Regs: []RegMark{{Range: OutPortField, Value: p.OFPort}}}
+	if r.Egress {
+		t, _ = StageTable(StageEgressRules)
+		m = Match{EthType: EthTypeIPv4, IPSrc: hostPrefix(p.IPv4())}
+	}
+	n := uint8(1)
+	if !r.AnyPeer {
+		n++
+	}
+	if !r.AnyPort {
+		n++
+	}
+	if n == 1 {
+		f := Flow{Table: t, Priority: PriorityPolicyAllowAll, Match: m}
+		return contribution{flow: f, key: f.MatchKey(), allow: true}
+	}
+	f := Flow{Table: t, Priority: PriorityPolicyRule, Match: m}
+	return contribution{flow: f, key: f.MatchKey(), conj: Conjunction{ID: r.ID, Clause: 1, NClauses: n}}
+}
+
+// setPods is Set for rule r whose peers and ports are those of old, its last Set (both
+// with flows): only the pods' clause flows differ. Pods are told apart by what their
+// clause matches (the ofport for ingress, the IPv4 address for egress), so only the pods
+// added and removed are turned into flows.
+func (s *PolicyFlowSet) setPods(old, r PolicyRule) []string {
+	s.last[r.ID] = r.clone()
+	podID := func(p Pod) string {
+		if r.Egress {
+			return string(p.IPv4())
+		}
+		return strconv.FormatUint(uint64(p.OFPort), 10)
+	}
+	was := make(map[string]Pod, len(old.Pods))
+	for _, p := range old.Pods {
+		was[podID(p)] = p
+	}
+	now := make(map[string]bool, len(r.Pods))
+	changed := map[string]bool{}
+	for _, p := range r.Pods {
+		id := podID(p)
+		if now[id] {
+			continue // the same match twice
+		}
+		now[id] = true
+		if _, ok := was[id]; ok {
+			continue
+		}
+		c := s.podClause(r, p)
+		e := s.entries[c.key]
+		if e == nil {
+			e = &policyEntry{flow: c.flow, conj: map[uint32]Conjunction{}, allow: map[uint32]bool{}}
+			s.entries[c.key] = e
+		}
+		if c.allow {
+			e.allow[r.ID] = true
+		} else {
+			e.conj[r.ID] = c.conj
+		}
+		s.rules[r.ID] = append(s.rules[r.ID], c.key)
+		changed[c.key] = true
+	}
+	gone := map[string]bool{}
+	for id, p := range was {
+		if now[id] {
+			continue
+		}
+		k := s.podClause(r, p).key
+		if e := s.entries[k]; e != nil {
+			delete(e.conj, r.ID)
+			delete(e.allow, r.ID)
+			if len(e.conj) == 0 && len(e.allow) == 0 {
+				delete(s.entries, k)
+			}
+		}
+		gone[k] = true
+		changed[k] = true
+	}
+	if len(gone) > 0 {
+		keys := s.rules[r.ID][:0]
+		for _, k := range s.rules[r.ID] {
+			if !gone[k] {
+				keys = append(keys, k)
+			}
+		}
+		s.rules[r.ID] = keys
+	}
+	return sortedKeys(changed)
 }
 
 // contributions lists rule r's flows: one per pod, peer and port (clauses) and the

@@ -16,14 +16,15 @@ package flows
 //     reply from an endpoint on another node comes back through the tunnel to the client's
 //     node, the one that translated it.
 //   - service_lb: a pod's new connection (+new+trk) to ClusterIP:port goes to the Service
-//     port's select group; the switch picks a bucket by a hash of the packet's 5-tuple
-//     (weighted), and the bucket runs ct(commit, zone=ConntrackZone, nat(dst=EP:port),
-//     table=l3_forwarding): the connection is committed with its translation, and the
-//     translated packet goes on to l3_forwarding (local endpoint) or remote (tunnel), as
-//     any pod-to-pod packet does. With no endpoints the flow sends the packet to the
-//     controller (meter ServiceRejectMeter) to be rejected (TCP RST / ICMP port
-//     unreachable, built by the daemon); it is the Service port's own flow, so its
-//     n_packets counts the refused connections.
+//     port's select group (a UDP port: multipath, "UDP Service ports" below); the switch
+//     picks a bucket by a hash of the packet's 5-tuple (weighted), and the bucket runs
+//     ct(commit, zone=ConntrackZone, nat(dst=EP:port), table=l3_forwarding): the
+//     connection is committed with its translation, and the translated packet goes on to
+//     l3_forwarding (local endpoint) or remote (tunnel), as any pod-to-pod packet does.
+//     With no endpoints the flow sends the packet to the controller (meter
+//     ServiceRejectMeter) to be rejected (TCP RST / ICMP port unreachable, built by the
+//     daemon); it is the Service port's own flow, so its n_packets counts the refused
+//     connections.
 //   - NetworkPolicy judges after the translation: its stages (60..68) come after
 //     l3_forwarding and see the endpoint as nw_dst and the client pod as nw_src. The
 //     policy stages and the NAT agree on one conntrack zone and one lookup: with Services
@@ -38,12 +39,36 @@ package flows
 //     A connection that policy then refuses stays committed but unreplied until conntrack
 //     times it out; its retransmissions keep their endpoint and are refused again.
 //   - The select group's bucket choice is OVS's: on OVS 3.1 an OpenFlow 1.3 select group
-//     uses dp_hash with the symmetric L3/L4 hash, which in the userspace datapath leaves
-//     out UDP ports. TCP and SCTP connections of one client spread over the endpoints;
-//     all UDP flows between one client address and one ClusterIP go to one endpoint
-//     (TestServiceOnSwitch shows both). Choosing the hash fields needs the group's
-//     selection_method property (OpenFlow 1.5) or the multipath action with
-//     symmetric_l3l4+udp: still to do.
+//     of at most 64 buckets uses dp_hash with the symmetric L3/L4 hash (the datapath's
+//     hash action, OVS_HASH_ALG_SYM_L4: flow_hash_symmetric_l3l4 without UDP ports), and
+//     a larger one the default selection, flow_hash_symmetric_l4, which leaves UDP ports
+//     out too. TCP and SCTP connections of one client spread over the endpoints. UDP
+//     ports choose otherwise (below, "UDP Service ports").
+//
+// UDP Service ports. Through a select group every UDP flow between one client address
+// and one ClusterIP went to one endpoint (measured on OVS 3.1's userspace datapath: 200
+// flows from distinct client ports, all to one of 4 endpoints; with the group padded
+// above 64 buckets, the default selection, the same). kube-proxy picks an endpoint for
+// each new conntrack entry at random, so a DNS client's queries spread. Choosing the
+// group's hash fields needs OpenFlow 1.5's selection_method, and our connection speaks
+// 1.3. So a UDP port (ServiceHashSelect) has no group: its flow loads the port's id into
+// reg5 (ServicePortField) and runs the multipath action (Multipath: fields
+// symmetric_l3l4+udp, modulo_n over the port's slots) into reg6[0..15]
+// (ServiceSlotField), and goes on to service_endpoint, where the port's slot flows
+// (PriorityServiceSlot, one per aligned block of an endpoint's slots, serviceSlots) do
+// what its bucket did: the DNAT. An endpoint owns as many slots as its weight (weights
+// divided by their greatest common divisor: the controller's weights of 1 give one slot
+// each), so every new flow, a distinct client port, picks on its own with the weights'
+// shares (modulo_n over a 32-bit hash: equal to within one in 2^32/slots, where dp_hash
+// quantizes to 2^k hash values). ovs-vswitchd computes the hash when it translates, and
+// the datapath flow it installs matches the hashed fields exactly, so each new UDP flow
+// is one upcall (only +new packets pass service_lb; later datagrams follow conntrack).
+// With session affinity the port's flow in service_endpoint (the miss of the learned
+// flows) chooses and resubmits, and the slot flow runs the learn action before its DNAT,
+// as the endpoint's hit flow does (no group bucket is in the way, so no reg3/reg4 hop).
+// One multipath action chooses among at most MaxMultipathLinks (65,536) slots: a UDP
+// port with more endpoints keeps the select group (and its parts), as before. A port of
+// one endpoint has one slot and no multipath (reg6 is 0).
 //
 // Group ids: GroupIDMin + ServicePort.ID, in ofsdn's group range (group.go), so the
 // Service port's owner id (allocated by the caller per owner kind, kept across restarts)
@@ -89,25 +114,34 @@ package flows
 // default (--nodeport-addresses primary); the NodePort on another node's address is
 // translated here too, so it never leaves the node untranslated. The reply is un-NATed by
 // service_conntrack as for a ClusterIP, with the frontend as its source; a reject
-// answers from the frontend. With session affinity, learned flows key on the frontend
-// (the learn action takes the packet's destination), so a client's affinity is per
-// frontend, where kube-proxy's is per Service port across its frontends.
+// answers from the frontend. With session affinity every frontend's flow loads the
+// Service port's id into reg5 (ServicePortField) and the learned flows key on it, so a
+// client's affinity is one per Service port across its frontends, as kube-proxy's (all of
+// its frontends jump to the one service chain, whose per-endpoint affinity sets key on
+// the client's address alone).
 //
-// Session affinity (sessionAffinity: ClientIP): an affinity port's service_lb flow
-// resubmits to service_affinity, where the switch's learned flows (one per client address
-// and Service port, owner kind OwnerServiceAffinity) load the remembered endpoint into
+// Session affinity (sessionAffinity: ClientIP): an affinity port's service_lb flows
+// load the port's id into reg5 and resubmit to service_affinity, where the switch's
+// learned flows (one per client address and Service port: nw_src and reg5, owner kind
+// OwnerServiceAffinity) load the remembered endpoint into
 // reg3/reg4, then goes on to service_endpoint: an endpoint flow matching reg3/reg4
 // (so only an endpoint still in the port) runs the learn action again and DNATs; anything
 // else goes to the group, whose bucket loads its endpoint into reg3/reg4 and resubmits to
 // that endpoint's flow (a learn action in the bucket itself learned nothing on OVS 3.1's
-// userspace datapath). Idle timeout min(T, MaxLearnTimeout); above it send_flow_rem, for
-// the daemon to carry the remainder (docs/design.md, "Session affinity"; that handler
-// is not built yet). The daemon
+// userspace datapath), or for a UDP port to the multipath choice and its slot flow, which
+// learns and DNATs. Idle timeout min(T, the learn limit: NodeConfig.AffinityLearnMax);
+// above it send_flow_rem, and when the switch removes such a flow at its idle timeout the
+// daemon adds its remainder flow (AffinityRemainder: the same match, cookie and loads,
+// priority PriorityAffinityRemainder, idle timeout T minus the limit), so the client's
+// window is T exactly (docs/design.md, "Session affinity"). The daemon
 // builds these flows with config serviceProxy: ofsdn (controller/services.go).
 
 import (
 	"fmt"
+	"math/bits"
 	"net"
+	"slices"
+	"strings"
 
 	"github.com/contiv/libOpenflow/openflow13"
 )
@@ -133,13 +167,27 @@ const (
 	// PriorityAffinityLearned (200) is the priority of learned flows in
 	// service_affinity and of the per-endpoint hit flows in service_endpoint.
 	PriorityAffinityLearned uint16 = 200
+	// PriorityAffinityRemainder (199) is the priority of the remainder flows the daemon
+	// adds in service_affinity (AffinityRemainder), below the learned flows: a new
+	// connection that hits a remainder flow learns a fresh flow at
+	// PriorityAffinityLearned with the learn action's own timeouts and flags, which then
+	// hides the remainder. At the learned flows' own priority the learn would modify the
+	// remainder flow instead (OVS's learn is a modify-strict, which keeps an existing
+	// flow's idle timeout and flags), and the client would keep only the remainder.
+	PriorityAffinityRemainder uint16 = 199
 	// MaxLearnTimeout is the largest idle timeout a learn action can give, seconds
-	// (nx_action_learn.idle_timeout is 16 bits). A longer affinity timeout is learned
-	// with this one and LearnSendFlowRem, for the daemon to carry the remainder from
-	// the flow-removed message (docs/design.md; the daemon's handler is not built yet, so
-	// such a timeout acts as 65535 s today).
+	// (nx_action_learn.idle_timeout is 16 bits), and the default learn limit
+	// (NodeConfig.AffinityLearnMax). A longer affinity timeout is learned with the limit
+	// and LearnSendFlowRem, and the daemon carries the remainder from the flow-removed
+	// message (AffinityRemainder).
 	MaxLearnTimeout = 65535
 )
+
+// PriorityServiceSlot (150) in service_endpoint: a UDP Service port's slot flows
+// (ServiceHashSelect), above an affinity port's per-frontend flows (PriorityServicePort),
+// below the affinity hits (PriorityAffinityLearned), so that a slot flow's learn and DNAT
+// run once the multipath chose, and a remembered endpoint wins before it.
+const PriorityServiceSlot uint16 = 150
 
 // ServiceRejectMeter is the meter id of the no-endpoint flows: it limits the packet-ins
 // of connections to Services without endpoints (the controller creates it, as it creates
@@ -231,8 +279,8 @@ type ServicePort struct {
 	Proto uint8
 	// Port is the Service port (1..65535).
 	Port uint16
-	// Endpoints are the ready endpoints, each a bucket; none = new connections are
-	// refused (sent to the controller).
+	// Endpoints are the ready endpoints, each a bucket (a UDP port's: its hash slots,
+	// ServiceHashSelect); none = new connections are refused (sent to the controller).
 	Endpoints []ServiceEndpoint
 	// AffinitySeconds is sessionAffinity ClientIP's timeoutSeconds (1..86400, the API's
 	// range); 0 = no affinity. With it every endpoint needs an AffinityID.
@@ -353,46 +401,117 @@ func AffinityCookie(gen uint16, ep ServiceEndpoint) Cookie {
 	return NewCookie(gen, OwnerServiceAffinity, ep.AffinityID)
 }
 
-// AffinityPortDelete returns the OFPFC_DELETE flow mods (OpenFlow 1.3.5 §7.3.4.1) that
-// remove every learned affinity flow of Service port sp from service_affinity, whatever
-// endpoint or affinity id it carries: one per frontend (ServicePort.AllFrontends: the
-// learned flows key on the destination), matching protocol, address and port, cookie =
-// owner kind OwnerServiceAffinity under CookieOwnerKindMask. For a changed timeout or
+// AffinityPortDelete returns the OFPFC_DELETE flow mod (OpenFlow 1.3.5 §7.3.4.1) that
+// removes every learned affinity flow (and remainder flow) of Service port sp from
+// service_affinity, whatever endpoint or affinity id it carries: match reg5 = sp.ID (the
+// learned flows key on the port, ServicePortField), cookie = owner kind
+// OwnerServiceAffinity under CookieOwnerKindMask, any priority. For a changed timeout or
 // removed affinity (a learn action's modify of an existing learned flow takes the new
-// cookie but keeps the old timeouts, so deleting by the old ids alone misses it).
+// cookie but keeps the old timeouts, so deleting by the old ids alone misses it) and a
+// gone port (whose id may be given to another port).
 func AffinityPortDelete(cfg NodeConfig, sp ServicePort) []*openflow13.FlowMod {
 	b := builder{p: std, cfg: cfg}
-	var out []*openflow13.FlowMod
-	for _, fe := range sp.AllFrontends() {
-		f := b.in(StageServiceAffinity).flow(Owner{Kind: OwnerServiceAffinity}, 0,
-			Match{EthType: EthTypeIPv4, IPProto: sp.Proto, IPDst: hostPrefix(fe.IP), TPDst: fe.Port, TPDstMask: 0xffff})
-		fm := f.FlowMod(openflow13.FC_DELETE)
-		fm.Cookie, fm.CookieMask = uint64(OwnerServiceAffinity)<<cookieOwnerShift, CookieOwnerKindMask
-		out = append(out, fm)
-	}
-	return out
+	f := b.in(StageServiceAffinity).flow(Owner{Kind: OwnerServiceAffinity}, 0,
+		Match{Regs: []RegMark{{Range: ServicePortField, Value: sp.ID}}})
+	fm := f.FlowMod(openflow13.FC_DELETE)
+	fm.Cookie, fm.CookieMask = uint64(OwnerServiceAffinity)<<cookieOwnerShift, CookieOwnerKindMask
+	return []*openflow13.FlowMod{fm}
 }
 
 // AffinityLearnTimeout returns the idle timeout, seconds, of a learned affinity flow for
-// a timeout of seconds: min(seconds, MaxLearnTimeout); and whether the learned flow asks
-// for a flow-removed message (the remainder, seconds - MaxLearnTimeout, is for the
-// daemon to carry; not built yet).
-func AffinityLearnTimeout(seconds uint32) (idle uint16, sendFlowRem bool) {
-	if seconds > MaxLearnTimeout {
-		return MaxLearnTimeout, true
+// a timeout of seconds on a node of cfg: min(seconds, cfg's learn limit,
+// NodeConfig.AffinityLearnLimit); and whether the learned flow asks for a flow-removed
+// message (above the limit: the daemon then adds the remainder, AffinityRemainder).
+func AffinityLearnTimeout(cfg NodeConfig, seconds uint32) (idle uint16, sendFlowRem bool) {
+	if max := cfg.AffinityLearnLimit(); seconds > uint32(max) {
+		return max, true
 	}
 	return uint16(seconds), false
 }
 
-// affinityLearn is the learn action that remembers ep for the packet's client and Service port.
+// AffinityRemoved is a flow the switch removed from a table, as its OFPT_FLOW_REMOVED
+// (OpenFlow 1.3.5 §7.4.2) tells it: what AffinityRemainder needs to judge it.
+type AffinityRemoved struct {
+	// Table, Priority, Cookie and IdleTimeout (seconds) are the removed flow's.
+	Table       TableID
+	Priority    uint16
+	Cookie      Cookie
+	IdleTimeout uint16
+	// IdleExpired: the switch removed it at its idle timeout (OFPRR_IDLE_TIMEOUT), not
+	// a delete, a hard timeout or an eviction.
+	IdleExpired bool
+	// Client (nw_src) and PortID (reg5, ServicePortField: the Service port's id) are
+	// its match; nil and 0 when the match lacks them.
+	Client net.IP
+	PortID uint32
+}
+
+// AffinityRemainderFlow is the flow that carries on a client's session affinity after its
+// learned flow expired at the learn limit: a flow in service_affinity at priority
+// PriorityAffinityRemainder with IdleTimeout (seconds), sent as an OFPFC_ADD without
+// flags (FlowMod): no flow-removed message, its end is the end of the affinity.
+type AffinityRemainderFlow struct {
+	Flow        Flow
+	IdleTimeout uint16
+}
+
+// FlowMod returns the OFPFC_ADD (OpenFlow 1.3.5 §7.3.4.1) of f with its idle timeout. An
+// ADD replaces a flow of the same match and priority (an earlier remainder of the client
+// at that frontend) with its own timeout.
+func (f AffinityRemainderFlow) FlowMod() *openflow13.FlowMod {
+	fm := f.Flow.FlowMod(openflow13.FC_ADD)
+	fm.IdleTimeout = f.IdleTimeout
+	return fm
+}
+
+// String is f as ovs-ofctl dump-flows --no-stats prints it:
+//
+//	cookie=0x..., table="service_affinity", idle_timeout=4, priority=199,ip,reg5=ID,nw_src=CLIENT actions=load:EP->NXM_NX_REG3[],load:1<<16|PORT->NXM_NX_REG4[0..16]
+func (f AffinityRemainderFlow) String() string {
+	return strings.Replace(f.Flow.String(), "priority=", fmt.Sprintf("idle_timeout=%d, priority=", f.IdleTimeout), 1)
+}
+
+// AffinityRemainder returns the remainder flow of a learned affinity flow of Service port
+// sp that the switch removed (r), on a node of cfg: when sp's affinity timeout T is above
+// the learn limit L (NodeConfig.AffinityLearnLimit) and r is one of sp's learned flows
+// that expired idle after L seconds: table service_affinity, priority
+// PriorityAffinityLearned, idle timeout L, the cookie AffinityCookie(cfg.Generation, ep)
+// of one of sp's endpoints ep (so of this run's generation, and an endpoint that is still
+// sp's), and sp's id in reg5 (ServicePortField). The flow has r's
+// match, the cookie (so every delete of the endpoint's or the port's learned flows takes
+// it too: by cookie, or AffinityPortDelete's non-strict delete of any priority), the
+// loads of ep and idle timeout T − L (at most MaxLearnTimeout: only a lowered limit gets
+// there). false: nothing to add.
+func AffinityRemainder(cfg NodeConfig, sp ServicePort, r AffinityRemoved) (AffinityRemainderFlow, bool) {
+	limit := cfg.AffinityLearnLimit()
+	if sp.AffinitySeconds <= uint32(limit) || !r.IdleExpired || r.IdleTimeout != limit ||
+		r.Priority != PriorityAffinityLearned || r.PortID != sp.ID || r.Client.To4() == nil {
+		return AffinityRemainderFlow{}, false
+	}
+	if t, ok := StageTable(StageServiceAffinity); !ok || r.Table != t {
+		return AffinityRemainderFlow{}, false
+	}
+	i := slices.IndexFunc(sp.Endpoints, func(ep ServiceEndpoint) bool { return AffinityCookie(cfg.Generation, ep) == r.Cookie })
+	if i < 0 {
+		return AffinityRemainderFlow{}, false
+	}
+	ep := sp.Endpoints[i]
+	b := builder{p: std, cfg: cfg}
+	f := b.in(StageServiceAffinity).flow(Owner{Kind: OwnerServiceAffinity, ID: ep.AffinityID}, PriorityAffinityRemainder,
+		Match{EthType: EthTypeIPv4, IPSrc: hostPrefix(r.Client), Regs: []RegMark{{Range: ServicePortField, Value: sp.ID}}},
+		Load{Dst: AffinityEndpointIPField, Value: uint64(ipv4ToUint32(ep.IP))},
+		Load{Dst: AffinityEndpointField, Value: uint64(ep.Port) | 1<<16})
+	return AffinityRemainderFlow{Flow: f, IdleTimeout: uint16(min(sp.AffinitySeconds-uint32(limit), MaxLearnTimeout))}, true
+}
+
+// affinityLearn is the learn action that remembers ep for the packet's client and Service
+// port (the packet's nw_src and reg5, which service_lb loaded with sp.ID).
 func (b builder) affinityLearn(sp ServicePort, ep ServiceEndpoint) Learn {
-	idle, rem := AffinityLearnTimeout(sp.AffinitySeconds)
-	tp := map[uint8]NXMField{IPProtoTCP: FieldTCPDst, IPProtoUDP: FieldUDPDst, IPProtoSCTP: FieldSCTPDst}[sp.Proto]
+	idle, rem := AffinityLearnTimeout(b.cfg, sp.AffinitySeconds)
 	l := Learn{Table: b.goTo(StageServiceAffinity).Table, IdleTimeout: idle, Priority: PriorityAffinityLearned,
 		Cookie: AffinityCookie(b.cfg.Generation, ep),
 		Match: []LearnMatch{{Field: fieldEthType, Imm: uint64(EthTypeIPv4), HasImm: true},
-			{Field: fieldIPProto, Imm: uint64(sp.Proto), HasImm: true},
-			{Field: FieldIPSrc}, {Field: FieldIPDst}, {Field: tp}},
+			{Field: FieldIPSrc}, {Field: ServicePortField.Field}},
 		Load: []LearnLoad{{Dst: AffinityEndpointIPField, Value: uint64(ipv4ToUint32(ep.IP))},
 			{Dst: AffinityEndpointField, Value: uint64(ep.Port) | 1<<16}}}
 	if rem {
@@ -411,13 +530,16 @@ func ServiceGroupID(sp ServicePort) uint32 { return GroupIDMin + sp.ID }
 // ServicePort.AllFrontends, a load-balancer IP one per source range and a drop) and,
 // with endpoints, its select group (owner ServicePortOwner; the group must be on the
 // switch before the flow, switchstate's replay order), last, after its part groups when
-// its endpoints need them ("Endpoints beyond one group mod"). cfg must have Services on, sp must
-// be valid (ServicePort.Validate).
+// its endpoints need them ("Endpoints beyond one group mod"), or a UDP port's slot flows.
+// cfg must have Services on, sp must be valid (ServicePort.Validate).
 //
 //	table="service_lb", priority=100,ct_state=+new+trk,tcp,reg0=0x2/0xf,nw_dst=VIP,tp_dst=PORT actions=group:G
 //	table="service_lb", priority=90,ct_state=+new+trk,tcp,reg0=0x2/0xf,nw_dst=NODEIP,tp_dst=NODEPORT actions=group:G
 //	group_id=G,type=select,bucket=actions=ct(commit,table="l3_forwarding",zone=65280,nat(dst=EP:TPORT)),...
 //	no endpoints: ... actions=meter:2,controller(max_len=128)
+//
+// A UDP port (ServiceHashSelect) has no group: its flows choose by multipath and its slot
+// flows in service_endpoint DNAT (serviceSlotFlows).
 func ServicePortFlows(cfg NodeConfig, sp ServicePort) ([]Flow, []Group) {
 	return builder{p: std, cfg: cfg}.servicePortFlows(sp)
 }
@@ -460,32 +582,136 @@ func (b builder) servicePortFlows(sp ServicePort) ([]Flow, []Group) {
 		epTable = b.goTo(StageServiceEndpoint).Table
 	}
 	dnat := func(ep ServiceEndpoint) CT { return serviceDNAT(ep, l3) }
-	var buckets []Bucket
-	for _, ep := range sp.Endpoints {
-		buckets = append(buckets, serviceBucket(sp, ep, l3, epTable))
-	}
-	groups := serviceGroups(sp, buckets)
-	g := groups[len(groups)-1]
-	if sp.AffinitySeconds == 0 {
-		return lb(0, GroupAction{ID: g.ID}), groups
-	}
-	// Affinity: look the client up in the learned flows, then DNAT to the endpoint they
-	// name if it is still one of the port's, else the group (whose bucket learns). The
-	// learned flows and the endpoint flows are per frontend (the learn action keys on
-	// the packet's destination address and port).
-	fs := lb(0, Resubmit{Table: b.goTo(StageServiceAffinity).Table}, s.next())
-	e := b.in(StageServiceEndpoint)
-	for _, fe := range sp.AllFrontends() {
-		pm := Match{EthType: EthTypeIPv4, IPProto: sp.Proto, IPDst: hostPrefix(fe.IP), TPDst: fe.Port, TPDstMask: 0xffff}
+	// choose is what picks the endpoint: the port's select group, or for a UDP port
+	// (ServiceHashSelect) the multipath hash into a slot and its slot flows.
+	var choose []Action
+	var groups []Group
+	var slots []Flow
+	if ServiceHashSelect(sp) {
+		choose, slots = b.serviceSlotFlows(sp, dnat)
+	} else {
+		var buckets []Bucket
 		for _, ep := range sp.Endpoints {
-			hm := pm
-			hm.Regs = []RegMark{{Range: AffinityEndpointIPField, Value: ipv4ToUint32(ep.IP)},
-				{Range: AffinityEndpointField, Value: uint32(ep.Port) | 1<<16}}
-			fs = append(fs, e.flow(ServicePortOwner(sp), PriorityAffinityLearned, hm, b.affinityLearn(sp, ep), dnat(ep)))
+			buckets = append(buckets, serviceBucket(sp, ep, l3, epTable))
 		}
-		fs = append(fs, e.flow(ServicePortOwner(sp), PriorityServicePort, pm, GroupAction{ID: g.ID}))
+		groups = serviceGroups(sp, buckets)
+		choose = []Action{GroupAction{ID: groups[len(groups)-1].ID}}
 	}
-	return fs, groups
+	if sp.AffinitySeconds == 0 {
+		if slots != nil {
+			return append(lb(0, append(choose, b.goTo(StageServiceEndpoint))...), slots...), nil
+		}
+		return lb(0, choose...), groups
+	}
+	if slots != nil {
+		// service_lb loaded reg5 already (below); the slot flows are in service_endpoint
+		// itself: resubmit there.
+		choose = append(choose[1:], Resubmit{Table: epTable})
+	}
+	// Affinity: every frontend names the port in reg5 and looks the client up in the
+	// learned flows (one per client and port, whatever the frontend), then DNATs to the
+	// endpoint they name if it is still one of the port's, else goes to the port's choice:
+	// the group (whose bucket names its endpoint for the same endpoint flow, which
+	// learns) or, UDP, the multipath and the slot flows (priority 150, above the port's
+	// flow: they learn). The DNAT's reply is un-NATed to whichever frontend the client
+	// used (conntrack).
+	port := RegMark{Range: ServicePortField, Value: sp.ID}
+	fs := lb(0, LoadMark(port), Resubmit{Table: b.goTo(StageServiceAffinity).Table}, s.next())
+	e := b.in(StageServiceEndpoint)
+	for _, ep := range sp.Endpoints {
+		hm := Match{EthType: EthTypeIPv4, Regs: []RegMark{{Range: AffinityEndpointIPField, Value: ipv4ToUint32(ep.IP)},
+			{Range: AffinityEndpointField, Value: uint32(ep.Port) | 1<<16}, port}}
+		fs = append(fs, e.flow(ServicePortOwner(sp), PriorityAffinityLearned, hm, b.affinityLearn(sp, ep), dnat(ep)))
+	}
+	fs = append(fs, e.flow(ServicePortOwner(sp), PriorityServicePort, Match{EthType: EthTypeIPv4, Regs: []RegMark{port}}, choose...))
+	return append(fs, slots...), groups
+}
+
+// ServiceHashSelect reports whether a new flow to sp picks its endpoint by the multipath
+// hash and sp's slot flows in service_endpoint rather than by a select group: a UDP port
+// with 1..MaxMultipathLinks endpoints ("UDP Service ports"). Such a port has no group.
+func ServiceHashSelect(sp ServicePort) bool {
+	return sp.Proto == IPProtoUDP && len(sp.Endpoints) > 0 && len(sp.Endpoints) <= MaxMultipathLinks
+}
+
+// serviceSlotFlows returns a hash-selected port's choice (ServiceHashSelect): the actions
+// that load its id into ServicePortField and the new flow's slot into ServiceSlotField
+// (multipath over the port's slots; no multipath for one slot, the register's 0 is it),
+// and the port's slot flows in service_endpoint, one per aligned block of an endpoint's
+// slots (serviceSlots, slotBlocks): its DNAT, with session affinity after the learn
+// action (as the endpoint's hit flow does).
+//
+//	table="service_lb", ...,udp,...,nw_dst=VIP,tp_dst=PORT actions=load:ID->NXM_NX_REG5[],multipath(symmetric_l3l4+udp,0,modulo_n,N,0,NXM_NX_REG6[0..15]),goto_table:"service_endpoint"
+//	table="service_endpoint", priority=150,udp,reg5=ID,reg6=SLOT actions=ct(commit,table="l3_forwarding",zone=65280,nat(dst=EP:TPORT))
+func (b builder) serviceSlotFlows(sp ServicePort, dnat func(ServiceEndpoint) CT) ([]Action, []Flow) {
+	starts, counts, total := serviceSlots(sp)
+	port := RegMark{Range: ServicePortField, Value: sp.ID}
+	choose := []Action{LoadMark(port)}
+	if total > 1 {
+		choose = append(choose, Multipath{Fields: HashSymmetricL3L4UDP, Algorithm: MultipathModuloN, Links: total, Dst: ServiceSlotField})
+	}
+	e := b.in(StageServiceEndpoint)
+	var fs []Flow
+	for i, ep := range sp.Endpoints {
+		acts := []Action{dnat(ep)}
+		if sp.AffinitySeconds != 0 {
+			acts = []Action{b.affinityLearn(sp, ep), dnat(ep)}
+		}
+		for _, blk := range slotBlocks(starts[i], counts[i]) {
+			m := Match{EthType: EthTypeIPv4, IPProto: sp.Proto, Regs: []RegMark{port, blk}}
+			fs = append(fs, e.flow(ServicePortOwner(sp), PriorityServiceSlot, m, acts...))
+		}
+	}
+	return choose, fs
+}
+
+// serviceSlots returns the hash slots of sp's endpoints: endpoint i owns slots
+// starts[i] .. starts[i]+counts[i]-1 of 0..total-1, in endpoint order, as many as its
+// weight (0 counts as 1) after dividing every weight by their greatest common divisor;
+// where the weights sum to more than MaxMultipathLinks, each endpoint gets 1 + its
+// proportional share of the slots left after one each (so every endpoint keeps a slot and
+// the shares stay within one slot of the weights'). Needs 1..MaxMultipathLinks endpoints.
+func serviceSlots(sp ServicePort) (starts, counts []uint32, total uint32) {
+	ws := make([]uint64, len(sp.Endpoints))
+	var g, sum uint64
+	for i, ep := range sp.Endpoints {
+		ws[i] = uint64(max(ep.Weight, 1))
+		a, b := g, ws[i]
+		for b != 0 {
+			a, b = b, a%b
+		}
+		g = a
+	}
+	for i := range ws {
+		ws[i] /= g
+		sum += ws[i]
+	}
+	starts, counts = make([]uint32, len(ws)), make([]uint32, len(ws))
+	budget := uint64(MaxMultipathLinks - len(ws))
+	for i, w := range ws {
+		if sum > MaxMultipathLinks {
+			w = 1 + w*budget/sum
+		}
+		starts[i], counts[i] = total, uint32(w)
+		total += uint32(w)
+	}
+	return starts, counts, total
+}
+
+// slotBlocks returns the slots start .. start+n-1 as ServiceSlotField matches, the
+// fewest aligned power-of-two blocks (a block of 2^k slots matches bits k..15 only).
+func slotBlocks(start, n uint32) []RegMark {
+	var out []RegMark
+	for n > 0 {
+		k := min(bits.TrailingZeros32(start), 15) // 32 for slot 0
+		for uint32(1)<<k > n {
+			k--
+		}
+		out = append(out, RegMark{Range: FieldRange{Field: ServiceSlotField.Field, Start: uint8(k), End: ServiceSlotField.End}, Value: start >> k})
+		start += 1 << k
+		n -= 1 << k
+	}
+	return out
 }
 
 // serviceConntrackNode: every IP packet through ct(nat) in ConntrackZone, then service_lb.
@@ -586,6 +812,9 @@ func serviceBucket(sp ServicePort, ep ServiceEndpoint, l3, epTable TableID) Buck
 // ServiceGroupParts returns how many part groups sp's endpoints need: 0 when one group
 // mod carries every bucket, else n ≥ 2 (ServicePort.GroupParts must then hold n ids).
 func ServiceGroupParts(sp ServicePort) int {
+	if ServiceHashSelect(sp) {
+		return 0 // no group at all
+	}
 	bs := make([]Bucket, 0, len(sp.Endpoints))
 	for _, ep := range sp.Endpoints {
 		bs = append(bs, serviceBucket(sp, ep, 1, 1)) // table ids do not change the size

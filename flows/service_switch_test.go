@@ -20,13 +20,21 @@ import (
 	"github.com/ofsdn/ofsdn/test/sandbox"
 )
 
+// onlyKey returns a key of m ("" when empty).
+func onlyKey(m map[string]int) string {
+	for k := range m {
+		return k
+	}
+	return ""
+}
+
 // svcPod is one pod of the Service test: a netns whose eth0 is a veth into the bridge.
 type svcPod struct {
 	pod  Pod
 	name string // netns name
 }
 
-func (p svcPod) do(t *testing.T, f func() error) {
+func (p svcPod) do(t testing.TB, f func() error) {
 	t.Helper()
 	h, err := ns.GetNS("/var/run/netns/" + p.name)
 	if err != nil {
@@ -38,7 +46,7 @@ func (p svcPod) do(t *testing.T, f func() error) {
 	}
 }
 
-func run(t *testing.T, args ...string) {
+func run(t testing.TB, args ...string) {
 	t.Helper()
 	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
@@ -48,7 +56,7 @@ func run(t *testing.T, args ...string) {
 // addSvcPod makes a pod netns with eth0 (MAC, IP/24, default route via the gateway, a
 // permanent neighbour entry for it, transmit checksum offload off so that the userspace
 // datapath's conntrack and NAT see full checksums) and its veth peer on br-int at ofport.
-func addSvcPod(t *testing.T, ovs *sandbox.OVS, cfg NodeConfig, ofport uint32, ip string) svcPod {
+func addSvcPod(t testing.TB, ovs *sandbox.OVS, cfg NodeConfig, ofport uint32, ip string) svcPod {
 	t.Helper()
 	name := fmt.Sprintf("svc-%d-%d", ofport, time.Now().UnixNano()%1e6)
 	run(t, "ip", "netns", "add", name)
@@ -74,7 +82,7 @@ func addSvcPod(t *testing.T, ovs *sandbox.OVS, cfg NodeConfig, ofport uint32, ip
 
 // echo serves TCP and UDP on port in pod p: each connection or datagram is answered with
 // "PEER-IP SERVER-IP", the address the endpoint sees the client by and its own.
-func echo(t *testing.T, p svcPod, port int) {
+func echo(t testing.TB, p svcPod, port int) {
 	var ln net.Listener
 	var pc net.PacketConn
 	p.do(t, func() (err error) {
@@ -111,7 +119,7 @@ func echo(t *testing.T, p svcPod, port int) {
 // svcBridge starts a sandbox OVS with br-int (userspace datapath, OpenFlow 1.3, the
 // pipeline's table names), the gateway port gw0 at ofport 2 and the reject meter 2, and
 // returns it and br-int's management socket.
-func svcBridge(t *testing.T) (*sandbox.OVS, string) {
+func svcBridge(t testing.TB) (*sandbox.OVS, string) {
 	ovs := sandbox.Start(t)
 	mgmt := ovs.MgmtSocket("br-int")
 	ovs.Vsctl(t, "add-br", "br-int", "--", "set", "bridge", "br-int",
@@ -129,7 +137,8 @@ func svcBridge(t *testing.T) (*sandbox.OVS, string) {
 }
 
 // TestServiceOnSwitch: a client pod's TCP and UDP connections to a ClusterIP:port reach
-// one of two endpoint pods through the port's select group; each endpoint sees the
+// one of two endpoint pods through the port's select group (TCP) or multipath slot flows
+// (UDP); each endpoint sees the
 // client's own address; replies come back from the ClusterIP:port; over many connections
 // both endpoints are chosen; after one endpoint's bucket is removed (mod-group), no new
 // connection goes to it. NetworkPolicy is on (no rules): its conntrack shares the zone
@@ -154,8 +163,10 @@ func TestServiceOnSwitch(t *testing.T) {
 	// hairpinPort's only endpoint is ep1, which then reaches itself through it.
 	hairpinPort := ServicePort{ID: 4, ClusterIP: vip, Proto: IPProtoTCP, Port: 82, Endpoints: eps[:1]}
 	hairpinUDP := ServicePort{ID: 5, ClusterIP: vip, Proto: IPProtoUDP, Port: 82, Endpoints: eps[:1]}
+	// affPort has an external IP besides its ClusterIP: one affinity across both.
 	affPort := ServicePort{ID: 3, ClusterIP: vip, Proto: IPProtoTCP, Port: 81, AffinitySeconds: 86400, Endpoints: []ServiceEndpoint{
-		{IP: ep1.pod.IPv4(), Port: 8080, AffinityID: 1}, {IP: ep2.pod.IPv4(), Port: 8080, AffinityID: 2}}}
+		{IP: ep1.pod.IPv4(), Port: 8080, AffinityID: 1}, {IP: ep2.pod.IPv4(), Port: 8080, AffinityID: 2}},
+		Frontends: []ServiceFrontend{{IP: net.ParseIP("192.0.2.20"), Port: 81}}}
 	// NodePort and load-balancer frontends (source range: the client's subnet).
 	_, clients, _ := net.ParseCIDR("10.244.1.0/24")
 	fePort := ServicePort{ID: 6, ClusterIP: vip, Proto: IPProtoTCP, Port: 83, Endpoints: eps,
@@ -268,12 +279,6 @@ func TestServiceOnSwitch(t *testing.T) {
 	}{{"tcp", tcpTry}, {"udp", udpTry}} {
 		seen := tries(c.what, 24, c.try)
 		t.Logf("%s: 24 connections to 10.96.0.10: %v", c.what, seen)
-		if c.what == "udp" {
-			// OVS 3.1's default select hash (dp_hash, symmetric L3/L4) leaves UDP ports out
-			// in the userspace datapath: one client's UDP flows all pick one endpoint
-			// (service.go, a known limit). Removing that endpoint's bucket moves them below.
-			continue
-		}
 		if seen["10.244.1.6"] == 0 || seen["10.244.1.7"] == 0 {
 			t.Errorf("%s: 24 connections reached %v, want both endpoints", c.what, seen)
 		}
@@ -308,22 +313,25 @@ func TestServiceOnSwitch(t *testing.T) {
 	// Session affinity (86400 s, learned as 65535 s with send_flow_rem): every new
 	// connection of the client goes to the endpoint its first one got; the switch holds
 	// one learned flow for it.
-	affTry := func() (string, error) {
-		var c net.Conn
-		var err error
-		client.do(t, func() error {
-			c, err = net.DialTimeout("tcp4", "10.96.0.10:81", 5*time.Second)
-			return nil
-		})
-		if err != nil {
-			return "", err
+	affTo := func(addr string) func() (string, error) {
+		return func() (string, error) {
+			var c net.Conn
+			var err error
+			client.do(t, func() error {
+				c, err = net.DialTimeout("tcp4", addr, 5*time.Second)
+				return nil
+			})
+			if err != nil {
+				return "", err
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			buf := make([]byte, 100)
+			k, err := c.Read(buf)
+			return strings.TrimSpace(string(buf[:k])), err
 		}
-		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-		buf := make([]byte, 100)
-		k, err := c.Read(buf)
-		return strings.TrimSpace(string(buf[:k])), err
 	}
+	affTry, affExt := affTo("10.96.0.10:81"), affTo("192.0.2.20:81")
 	// The first connection learns; until the revalidators see the learned flow, cached
 	// datapath flows (which do not look at nw_src yet) can send another new connection
 	// to the group: a known window of learn on a caching datapath (docs/design.md).
@@ -334,8 +342,26 @@ func TestServiceOnSwitch(t *testing.T) {
 	}
 	learned := ovs.Ofctl(t, "dump-flows", "--names", mgmt, "table=service_affinity")
 	if !strings.Contains(learned, "idle_timeout=65535") || !strings.Contains(learned, "send_flow_rem") ||
-		!strings.Contains(learned, "nw_src=10.244.1.5,nw_dst=10.96.0.10,tp_dst=81") {
-		t.Errorf("service_affinity holds no learned flow for the client with idle_timeout=65535 and send_flow_rem:\n%s", learned)
+		!strings.Contains(learned, "reg5=0x3,nw_src=10.244.1.5 ") {
+		t.Errorf("service_affinity holds no learned flow for the client and the port with idle_timeout=65535 and send_flow_rem:\n%s", learned)
+	}
+	// One affinity per Service port across its frontends (kube-proxy's): six times over,
+	// the learned state is deleted, the client's first connection through the ClusterIP
+	// picks an endpoint, and its connections through the external IP go there too (the
+	// learned flow keys on the port, not on the frontend). Learned per frontend, the
+	// external IP's first connection would pick on its own (agreeing six times: 1 in 64).
+	for round := 0; round < 6; round++ {
+		ovs.Ofctl(t, "del-flows", mgmt, fmt.Sprintf("table=service_affinity,cookie=%#x/%#x", uint64(OwnerServiceAffinity)<<32, CookieOwnerKindMask))
+		ovs.Appctl(t, "revalidator/purge")
+		first := tries("tcp with affinity through the ClusterIP", 1, affTry)
+		ovs.Appctl(t, "revalidator/purge")
+		ext := tries("tcp with affinity through the external IP", 4, affExt)
+		if len(first) != 1 || len(ext) != 1 || first[onlyKey(ext)] != 1 {
+			t.Fatalf("round %d: the ClusterIP's connection reached %v, the external IP's 4 then %v: want the same endpoint", round, first, ext)
+		}
+		if n := strings.Count(ovs.Ofctl(t, "dump-flows", mgmt, "table=service_affinity"), "nw_src=10.244.1.5"); n != 1 {
+			t.Fatalf("round %d: %d learned flows for the client, want 1 (one per Service port)", round, n)
+		}
 	}
 
 	// Hairpin: ep1 reaches itself through a Service whose only endpoint it is, TCP and
@@ -399,16 +425,33 @@ func TestServiceOnSwitch(t *testing.T) {
 		t.Errorf("conntrack_state's established flow counted %d packets, want at least the 48 replies: the policy conntrack does not see the NAT connections as established", est)
 	}
 
-	// Remove one endpoint's bucket from both groups (the one UDP went to): new
-	// connections never pick it.
+	// Remove one endpoint from both ports (the one a UDP flow went to): from the TCP
+	// port's group (mod-group) and the UDP port's slot flows (the port's flows replaced):
+	// new connections never pick it.
 	keep, gone := eps[:1], "10.244.1.7"
 	if udp := tries("udp", 1, udpTry); udp["10.244.1.6"] != 0 {
 		keep, gone = eps[1:], "10.244.1.6"
 	}
 	for _, sp := range []ServicePort{tcpPort, udpPort} {
 		sp.Endpoints = keep
-		_, gs := ServicePortFlows(cfg, sp)
-		ovs.Ofctl(t, "mod-group", mgmt, gs[0].String())
+		fs, gs := ServicePortFlows(cfg, sp)
+		if len(gs) > 0 {
+			ovs.Ofctl(t, "mod-group", mgmt, gs[0].String())
+			continue
+		}
+		cookie, mask := ServicePortOwner(sp).Cookie()
+		ovs.Ofctl(t, "del-flows", mgmt, fmt.Sprintf("cookie=%#x/%#x", cookie, mask))
+		file := filepath.Join(t.TempDir(), "udp.txt")
+		if err := os.WriteFile(file, []byte(strings.Join(lines(fs, nil), "\n")+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		ovs.Ofctl(t, "add-flows", mgmt, file)
+		// As the daemon does for a UDP endpoint that left (controller flushStale): a new
+		// flow from a client port that an earlier flow used would still find that flow's
+		// conntrack entry and its endpoint (the kernel reuses ephemeral UDP ports; seen once
+		// in some 50 runs).
+		ovs.Appctl(t, "dpctl/flush-conntrack", "zone=65280", "ct_nw_dst=10.96.0.10,ct_nw_proto=17,ct_tp_dst=53",
+			"ct_nw_src="+gone+",ct_nw_proto=17,ct_tp_src=8080")
 	}
 	for _, c := range []struct {
 		what string
@@ -421,11 +464,19 @@ func TestServiceOnSwitch(t *testing.T) {
 }
 
 // TestServiceManyEndpointsOnSwitch: a Service port with 5,000 endpoints (two endpoint
-// pods, 2,500 target ports each) on a real switch: its group chains to part groups, and
-// 2,000 TCP connections from a client pod are answered by ~1,650 distinct endpoints (the
-// expectation for 2,000 uniform picks of 5,000), each part its even share. Were the part's choice
-// tied to the port group's hash, a part would reach only a fraction of its buckets.
+// pods, 2,500 target ports each) on a real switch, TCP and UDP: the TCP port's group
+// chains to part groups, the UDP port has 5,000 slot flows; 2,000 connections (UDP: flows,
+// each from a new client port) from a client pod are answered by ~1,650 distinct endpoints
+// (the expectation for 2,000 uniform picks of 5,000), each eighth of the endpoints (TCP:
+// each part) its even share. Were the part's choice tied to the port group's hash, a part
+// would reach only a fraction of its buckets.
 func TestServiceManyEndpointsOnSwitch(t *testing.T) {
+	for _, proto := range []uint8{IPProtoTCP, IPProtoUDP} {
+		t.Run(map[uint8]string{IPProtoTCP: "tcp", IPProtoUDP: "udp"}[proto], func(t *testing.T) { manyEndpoints(t, proto) })
+	}
+}
+
+func manyEndpoints(t *testing.T, proto uint8) {
 	ovs, mgmt := svcBridge(t)
 	cfg := testConfig()
 	cfg.TunnelOFPort, cfg.NodeIP = 0, nil
@@ -433,7 +484,7 @@ func TestServiceManyEndpointsOnSwitch(t *testing.T) {
 	client := addSvcPod(t, ovs, cfg, 3, "10.244.1.5")
 	ends := []svcPod{addSvcPod(t, ovs, cfg, 4, "10.244.1.6"), addSvcPod(t, ovs, cfg, 5, "10.244.1.7")}
 	const perPod, total = 2500, 5000
-	sp := ServicePort{ID: 1, ClusterIP: net.ParseIP("10.96.0.11"), Proto: IPProtoTCP, Port: 80}
+	sp := ServicePort{ID: 1, ClusterIP: net.ParseIP("10.96.0.11"), Proto: proto, Port: 80}
 	for i := 0; i < total; i++ {
 		sp.Endpoints = append(sp.Endpoints, ServiceEndpoint{IP: ends[i%2].pod.IPv4(), Port: uint16(10000 + i/2)})
 	}
@@ -448,6 +499,24 @@ func TestServiceManyEndpointsOnSwitch(t *testing.T) {
 		me := p.pod.IPv4().String()
 		p.do(t, func() error {
 			for port := 10000; port < 10000+perPod; port++ {
+				if proto == IPProtoUDP {
+					pc, err := net.ListenPacket("udp4", fmt.Sprintf(":%d", port))
+					if err != nil {
+						return err
+					}
+					t.Cleanup(func() { pc.Close() })
+					go func() {
+						buf := make([]byte, 64)
+						for {
+							_, from, err := pc.ReadFrom(buf)
+							if err != nil {
+								return
+							}
+							_, _ = pc.WriteTo([]byte(fmt.Sprintf("%s:%d\n", me, pc.LocalAddr().(*net.UDPAddr).Port)), from)
+						}
+					}()
+					continue
+				}
 				ln, err := net.Listen("tcp4", fmt.Sprintf(":%d", port))
 				if err != nil {
 					return err
@@ -473,7 +542,11 @@ func TestServiceManyEndpointsOnSwitch(t *testing.T) {
 	}
 	fs, groups := ServicePortFlows(cfg, sp)
 	all = append(all, fs...)
-	if len(groups) != 1+len(sp.GroupParts) || len(sp.GroupParts) < 2 {
+	if proto == IPProtoUDP {
+		if len(groups) != 0 || len(fs) != 1+total {
+			t.Fatalf("UDP, %d endpoints: %d groups, %d flows: want none and the port's flow and %d slot flows", total, len(groups), len(fs), total)
+		}
+	} else if len(groups) != 1+len(sp.GroupParts) || len(sp.GroupParts) < 2 {
 		t.Fatalf("%d endpoints: %d groups, %d parts: want the port's group and at least 2 parts", total, len(groups), len(sp.GroupParts))
 	}
 	dir := t.TempDir()
@@ -491,7 +564,9 @@ func TestServiceManyEndpointsOnSwitch(t *testing.T) {
 	if err := os.WriteFile(ffile, []byte(strings.Join(lines(all, nil), "\n")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ovs.Ofctl(t, "add-groups", mgmt, gfile)
+	if len(gl) > 0 {
+		ovs.Ofctl(t, "add-groups", mgmt, gfile)
+	}
 	ovs.Ofctl(t, "add-flows", mgmt, ffile)
 
 	const conns, workers = 2000, 8
@@ -503,10 +578,13 @@ func TestServiceManyEndpointsOnSwitch(t *testing.T) {
 			client.do(t, func() error {
 				for i := 0; i < conns/workers && err == nil; i++ {
 					var c net.Conn
-					if c, err = net.DialTimeout("tcp4", "10.96.0.11:80", 5*time.Second); err != nil {
+					if c, err = net.DialTimeout(map[uint8]string{IPProtoTCP: "tcp4", IPProtoUDP: "udp4"}[proto], "10.96.0.11:80", 5*time.Second); err != nil {
 						break
 					}
 					_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+					if proto == IPProtoUDP {
+						_, _ = c.Write([]byte("hi"))
+					}
 					buf := make([]byte, 64)
 					var k int
 					k, err = c.Read(buf)
@@ -525,23 +603,151 @@ func TestServiceManyEndpointsOnSwitch(t *testing.T) {
 	}
 	close(got)
 	seen := map[string]bool{}
-	perPart := make([]int, len(sp.GroupParts))
+	nSlices := max(len(sp.GroupParts), 8) // TCP: the parts; UDP: eighths of the endpoints
+	perSlice := make([]int, nSlices)
 	for a := range got {
 		seen[a] = true
 		host, port, _ := net.SplitHostPort(a)
 		pn, _ := strconv.Atoi(port)
 		idx := (pn-10000)*2 + map[string]int{"10.244.1.6": 0, "10.244.1.7": 1}[host]
-		perPart[idx*len(sp.GroupParts)/total]++ // parts are even slices in endpoint order
+		perSlice[idx*nSlices/total]++ // parts are even slices in endpoint order
 	}
-	t.Logf("%d connections reached %d distinct endpoints of %d; per part %v", conns, len(seen), total, perPart)
+	t.Logf("%d connections reached %d distinct endpoints of %d; per slice %v", conns, len(seen), total, perSlice)
 	// 2,000 uniform picks of 5,000: 5000·(1-e^-0.4) ≈ 1,648 distinct (σ ≈ 17); a part
 	// reaching only a sixth of its buckets would give ~760.
 	if len(seen) < 1500 {
-		t.Errorf("%d connections reached %d distinct endpoints, want about 1,650: the part groups' choice is not independent of the port group's", conns, len(seen))
+		t.Errorf("%d connections reached %d distinct endpoints, want about 1,650: the choice is not uniform (TCP: the part groups' choice is not independent of the port group's)", conns, len(seen))
 	}
-	for i, c := range perPart {
-		if c < conns/len(perPart)*6/10 { // σ ≈ 15 for 8 parts of 250
-			t.Errorf("part %d got %d of %d connections, want about %d", i, c, conns, conns/len(perPart))
+	for i, c := range perSlice {
+		if c < conns/len(perSlice)*6/10 { // σ ≈ 15 for 8 slices of 250
+			t.Errorf("slice %d got %d of %d connections, want about %d", i, c, conns, conns/len(perSlice))
 		}
+	}
+}
+
+// TestServiceUDPSpreadOnSwitch: new UDP flows from one client address to a ClusterIP
+// spread over the endpoints, each flow (a distinct client port) choosing on its own, as
+// kube-proxy's conntrack entries do: 200 flows over 4 endpoints give each about 50 (σ ≈
+// 6; the bound, 20, is 5σ below); 200 flows over endpoints of weights 1 and 3 share about
+// 1:3. Every datagram of one flow reaches the endpoint its first one did (conntrack keeps
+// the translation), and with session affinity every flow of the client reaches one
+// endpoint. Before the multipath choice (OVS 3.1's select group hashes UDP flows without
+// their ports) all 200 flows went to one endpoint.
+func TestServiceUDPSpreadOnSwitch(t *testing.T) {
+	ovs, mgmt := svcBridge(t)
+	cfg := testConfig()
+	cfg.TunnelOFPort, cfg.NodeIP = 0, nil
+	cfg.Services, cfg.Policy = true, true
+	client := addSvcPod(t, ovs, cfg, 3, "10.244.1.5")
+	var pods []svcPod
+	var eps []ServiceEndpoint
+	for i := 0; i < 4; i++ {
+		p := addSvcPod(t, ovs, cfg, uint32(4+i), fmt.Sprintf("10.244.1.%d", 6+i))
+		echo(t, p, 8080)
+		pods = append(pods, p)
+		eps = append(eps, ServiceEndpoint{IP: p.pod.IPv4(), Port: 8080, AffinityID: uint32(1 + i)})
+	}
+	vip := net.ParseIP("10.96.0.10")
+	even := ServicePort{ID: 1, ClusterIP: vip, Proto: IPProtoUDP, Port: 53, Endpoints: eps}
+	weighted := ServicePort{ID: 2, ClusterIP: vip, Proto: IPProtoUDP, Port: 54, Endpoints: []ServiceEndpoint{
+		{IP: eps[0].IP, Port: 8080, Weight: 1}, {IP: eps[1].IP, Port: 8080, Weight: 3}}}
+	affinity := ServicePort{ID: 3, ClusterIP: vip, Proto: IPProtoUDP, Port: 55, AffinitySeconds: 600, Endpoints: eps}
+	all := PipelineFlows(cfg)
+	for _, p := range append([]svcPod{client}, pods...) {
+		all = append(all, PodFlows(cfg, p.pod)...)
+	}
+	for _, sp := range []ServicePort{even, weighted, affinity} {
+		if err := sp.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		fs, gs := ServicePortFlows(cfg, sp)
+		all = append(all, fs...)
+		for _, g := range gs {
+			ovs.Ofctl(t, "add-group", mgmt, g.String())
+		}
+	}
+	file := filepath.Join(t.TempDir(), "flows.txt")
+	if err := os.WriteFile(file, []byte(strings.Join(lines(all, nil), "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ovs.Ofctl(t, "add-flows", mgmt, file)
+	n := &switchNode{ovs: ovs, mgmt: mgmt}
+	names := PortNames{2: "gw0"}
+	for i := uint32(3); i <= 7; i++ {
+		names[i] = fmt.Sprintf("svch%d", i)
+	}
+	compareLines(t, "dump-flows", n.dump(t), sortedFormat(all, names))
+
+	// flow sends k datagrams from one new client socket (one client port) to the
+	// ClusterIP at port and returns the endpoint address that answered each.
+	flow := func(port, k int) []string {
+		t.Helper()
+		var pc net.PacketConn
+		client.do(t, func() (err error) { pc, err = net.ListenPacket("udp4", ":0"); return err })
+		defer pc.Close()
+		var got []string
+		for i := 0; i < k; i++ {
+			_ = pc.SetDeadline(time.Now().Add(5 * time.Second))
+			if _, err := pc.WriteTo([]byte("hi"), &net.UDPAddr{IP: vip, Port: port}); err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, 100)
+			m, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				t.Fatalf("UDP datagram %d from %s to 10.96.0.10:%d: %v", i, pc.LocalAddr(), port, err)
+			}
+			f := strings.Fields(string(buf[:m]))
+			if from.String() != fmt.Sprintf("10.96.0.10:%d", port) || len(f) != 2 || f[0] != "10.244.1.5" {
+				t.Fatalf("UDP datagram %d to 10.96.0.10:%d: reply %q from %s, want the client's address as peer, from the ClusterIP:port", i, port, buf[:m], from)
+			}
+			got = append(got, f[1])
+		}
+		return got
+	}
+	count := func(port, flows int) map[string]int {
+		seen := map[string]int{}
+		for i := 0; i < flows; i++ {
+			seen[flow(port, 1)[0]]++
+		}
+		return seen
+	}
+
+	seen := count(53, 200)
+	t.Logf("200 UDP flows to 10.96.0.10:53 (4 endpoints): %v", seen)
+	for _, ep := range eps {
+		if seen[ep.IP.String()] < 20 {
+			t.Errorf("200 UDP flows from one client over 4 endpoints: %s got %d, want about 50 (at least 20): %v", ep.IP, seen[ep.IP.String()], seen)
+		}
+	}
+	seen = count(54, 200)
+	t.Logf("200 UDP flows to 10.96.0.10:54 (weights 1 and 3): %v", seen)
+	if a, b := seen[eps[0].IP.String()], seen[eps[1].IP.String()]; a < 20 || b < 120 {
+		t.Errorf("200 UDP flows over endpoints of weights 1 and 3: %d and %d, want about 50 and 150 (at least 20 and 120)", a, b)
+	}
+	// One flow, many datagrams: one endpoint each, and different flows different ones.
+	flowsTo := map[string]bool{}
+	for i := 0; i < 20; i++ {
+		got := flow(53, 5)
+		for _, g := range got[1:] {
+			if g != got[0] {
+				t.Errorf("one UDP flow's datagrams reached %v: want one endpoint (conntrack keeps the translation)", got)
+				break
+			}
+		}
+		flowsTo[got[0]] = true
+	}
+	if len(flowsTo) < 2 {
+		t.Errorf("20 UDP flows of 5 datagrams reached only %v", flowsTo)
+	}
+	// Session affinity: the first flow learns, every later flow of the client goes to
+	// the same endpoint (the known window: cached datapath flows until the purge).
+	first := flow(55, 1)[0]
+	ovs.Appctl(t, "revalidator/purge")
+	if seen := count(55, 40); seen[first] != 40 {
+		t.Errorf("with session affinity, 40 UDP flows of one client reached %v, want all at %s", seen, first)
+	}
+	learned := ovs.Ofctl(t, "dump-flows", "--names", mgmt, "table=service_affinity")
+	if !strings.Contains(learned, "reg5=0x3,nw_src=10.244.1.5 ") { // one per client and Service port (id 3)
+		t.Errorf("service_affinity holds no learned flow for the client's UDP flows:\n%s", learned)
 	}
 }

@@ -1,6 +1,8 @@
 package flows
 
 import (
+	"encoding/hex"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -131,15 +133,15 @@ func TestServiceAffinityFlowsGolden(t *testing.T) {
 	}
 	learn := func(idle string, ep, port string, id int) string {
 		return `learn(table="service_affinity",idle_timeout=` + idle + `,priority=200,cookie=0x50007060000000` + string(rune('0'+id)) +
-			`,eth_type=0x800,nw_proto=6,NXM_OF_IP_SRC[],NXM_OF_IP_DST[],NXM_OF_TCP_DST[],load:` + ep + `->NXM_NX_REG3[],load:` + port + `->NXM_NX_REG4[0..16])`
+			`,eth_type=0x800,NXM_OF_IP_SRC[],NXM_NX_REG5[],load:` + ep + `->NXM_NX_REG3[],load:` + port + `->NXM_NX_REG4[0..16])`
 	}
 	want := []string{
-		`cookie=0x500070500000008, table="service_lb", priority=100,ct_state=+new+trk,tcp,reg0=0x2/0xf,nw_dst=10.96.0.11,tp_dst=80 actions=resubmit(,"service_affinity"),goto_table:"service_endpoint"`,
-		`cookie=0x500070500000008, table="service_endpoint", priority=200,tcp,reg3=0xaf40106,reg4=0x11f90/0x1ffff,nw_dst=10.96.0.11,tp_dst=80 actions=` +
+		`cookie=0x500070500000008, table="service_lb", priority=100,ct_state=+new+trk,tcp,reg0=0x2/0xf,nw_dst=10.96.0.11,tp_dst=80 actions=load:0x8->NXM_NX_REG5[],resubmit(,"service_affinity"),goto_table:"service_endpoint"`,
+		`cookie=0x500070500000008, table="service_endpoint", priority=200,ip,reg3=0xaf40106,reg4=0x11f90/0x1ffff,reg5=0x8 actions=` +
 			learn("10800", "0xaf40106", "0x11f90", 1) + `,ct(commit,table="l3_forwarding",zone=65280,nat(dst=10.244.1.6:8080))`,
-		`cookie=0x500070500000008, table="service_endpoint", priority=200,tcp,reg3=0xaf40209,reg4=0x11f90/0x1ffff,nw_dst=10.96.0.11,tp_dst=80 actions=` +
+		`cookie=0x500070500000008, table="service_endpoint", priority=200,ip,reg3=0xaf40209,reg4=0x11f90/0x1ffff,reg5=0x8 actions=` +
 			learn("10800", "0xaf40209", "0x11f90", 2) + `,ct(commit,table="l3_forwarding",zone=65280,nat(dst=10.244.2.9:8080))`,
-		`cookie=0x500070500000008, table="service_endpoint", priority=100,tcp,nw_dst=10.96.0.11,tp_dst=80 actions=group:1048584`,
+		`cookie=0x500070500000008, table="service_endpoint", priority=100,ip,reg5=0x8 actions=group:1048584`,
 		`group_id=1048584,type=select,bucket=actions=load:0xaf40106->NXM_NX_REG3[],load:0x11f90->NXM_NX_REG4[0..16],resubmit(,"service_endpoint"),` +
 			`bucket=actions=load:0xaf40209->NXM_NX_REG3[],load:0x11f90->NXM_NX_REG4[0..16],resubmit(,"service_endpoint")`,
 	}
@@ -152,19 +154,46 @@ func TestServiceAffinityFlowsGolden(t *testing.T) {
 	if g := fs[1].String(); !strings.Contains(g, `idle_timeout=65535,priority=200,send_flow_rem,cookie=`) {
 		t.Errorf("86400 s affinity: endpoint flow %s, want learn with idle_timeout=65535,priority=200,send_flow_rem", g)
 	}
-	if idle, rem := AffinityLearnTimeout(86400); idle != 65535 || !rem {
+	if idle, rem := AffinityLearnTimeout(cfg, 86400); idle != 65535 || !rem {
 		t.Errorf("AffinityLearnTimeout(86400) = %d, %v; want 65535, true", idle, rem)
 	}
-	if idle, rem := AffinityLearnTimeout(65535); idle != 65535 || rem {
+	if idle, rem := AffinityLearnTimeout(cfg, 65535); idle != 65535 || rem {
 		t.Errorf("AffinityLearnTimeout(65535) = %d, %v; want 65535, false", idle, rem)
 	}
-	// UDP and SCTP learn their own destination port field.
-	for proto, field := range map[uint8]string{IPProtoUDP: "nw_proto=17,NXM_OF_IP_SRC[],NXM_OF_IP_DST[],NXM_OF_UDP_DST[]", IPProtoSCTP: "nw_proto=132,NXM_OF_IP_SRC[],NXM_OF_IP_DST[],OXM_OF_SCTP_DST[]"} {
+	// A lowered learn limit (tests): 6 s is learned as 2 s with send_flow_rem.
+	low := cfg
+	low.AffinityLearnMax = 2
+	sp.AffinitySeconds = 6
+	fs, _ = ServicePortFlows(low, sp)
+	if g := fs[1].String(); !strings.Contains(g, `idle_timeout=2,priority=200,send_flow_rem,cookie=`) {
+		t.Errorf("6 s affinity with a 2 s limit: endpoint flow %s, want learn with idle_timeout=2,priority=200,send_flow_rem", g)
+	}
+	sp.AffinitySeconds = 86400
+	// UDP and SCTP learn alike: the port's id in reg5 names the protocol too.
+	for _, proto := range []uint8{IPProtoUDP, IPProtoSCTP} {
 		sp.Proto = proto
 		fs, _ = ServicePortFlows(cfg, sp)
-		if g := fs[1].String(); !strings.Contains(g, field) {
-			t.Errorf("protocol %d: endpoint flow %s, want %s", proto, g, field)
+		if g := fs[1].String(); !strings.Contains(g, "eth_type=0x800,NXM_OF_IP_SRC[],NXM_NX_REG5[],load:") {
+			t.Errorf("protocol %d: endpoint flow %s, want the learn keyed on the client and reg5", proto, g)
 		}
+	}
+	// More frontends (an external IP, a node address at the NodePort): a service_lb flow
+	// each, all loading the port's id; the endpoint flows and the learned flows are the
+	// port's, not the frontend's (one affinity per Service port, as kube-proxy's).
+	sp = testAffinityPort()
+	sp.Frontends = []ServiceFrontend{{IP: net.ParseIP("192.0.2.10"), Port: 80}, {IP: net.ParseIP("172.30.0.71"), Port: 30080, NodePort: true}}
+	fs, _ = ServicePortFlows(cfg, sp)
+	var lbs, eps int
+	for _, f := range fs {
+		switch tbl := f.Table.Name(); {
+		case tbl == StageServiceLB && strings.Contains(f.String(), "actions=load:0x8->NXM_NX_REG5[],resubmit(,\"service_affinity\")"):
+			lbs++
+		case tbl == StageServiceEndpoint:
+			eps++
+		}
+	}
+	if lbs != 3 || eps != 3 {
+		t.Errorf("3 frontends: %d service_lb flows loading the port id (want 3), %d service_endpoint flows (want 3: 2 endpoints and the group)", lbs, eps)
 	}
 	// Validation: above the API's maximum, and an endpoint without an affinity id.
 	sp = testAffinityPort()
@@ -179,14 +208,78 @@ func TestServiceAffinityFlowsGolden(t *testing.T) {
 	}
 }
 
+// TestAffinityRemainderGolden: the remainder flow of a learned flow that expired at the
+// learn limit (lowered to 2 s, a timeout of 6 s): the learned flow's match, cookie and
+// loads at priority 199 with the idle timeout T - limit; nothing for a flow that was
+// deleted, expired at another idle timeout (a remainder itself), sits at another priority
+// or table, names an endpoint or a frontend the port no longer has, carries another
+// generation, or for a port whose timeout is within the limit. The 86400 s default gets
+// 20865 s.
+func TestAffinityRemainderGolden(t *testing.T) {
+	cfg := testConfig()
+	cfg.Services, cfg.AffinityLearnMax = true, 2
+	sp := testAffinityPort()
+	sp.AffinitySeconds = 6
+	tbl, _ := StageTable(StageServiceAffinity)
+	learned := AffinityRemoved{Table: tbl, Priority: PriorityAffinityLearned, Cookie: AffinityCookie(cfg.Generation, sp.Endpoints[1]),
+		IdleTimeout: 2, IdleExpired: true, Client: net.ParseIP("10.244.1.5"), PortID: sp.ID}
+	f, ok := AffinityRemainder(cfg, sp, learned)
+	if !ok {
+		t.Fatal("no remainder for a learned flow expired at the limit")
+	}
+	if err := f.Flow.Validate(); err != nil {
+		t.Error(err)
+	}
+	compareLines(t, "remainder flow", []string{f.String()}, []string{
+		`cookie=0x500070600000002, table="service_affinity", idle_timeout=4, priority=199,ip,reg5=0x8,nw_src=10.244.1.5 actions=load:0xaf40209->NXM_NX_REG3[],load:0x11f90->NXM_NX_REG4[0..16]`})
+	if fm := f.FlowMod(); fm.Command != 0 /* OFPFC_ADD */ || fm.IdleTimeout != 4 || fm.HardTimeout != 0 || fm.Flags != 0 || fm.Priority != 199 {
+		t.Errorf("flow mod: command %d idle %d hard %d flags %#x priority %d; want ADD, idle 4, no hard timeout, no flags, 199",
+			fm.Command, fm.IdleTimeout, fm.HardTimeout, fm.Flags, fm.Priority)
+	}
+	other := cfg
+	other.Generation++
+	for name, mod := range map[string]func(*AffinityRemoved){
+		"deleted":              func(r *AffinityRemoved) { r.IdleExpired = false },
+		"a remainder expired":  func(r *AffinityRemoved) { r.IdleTimeout = 4; r.Priority = PriorityAffinityRemainder },
+		"another idle timeout": func(r *AffinityRemoved) { r.IdleTimeout = 3 },
+		"another table":        func(r *AffinityRemoved) { r.Table++ },
+		"another port":         func(r *AffinityRemoved) { r.PortID = 9 },
+		"no port":              func(r *AffinityRemoved) { r.PortID = 0 },
+		"a gone endpoint":      func(r *AffinityRemoved) { r.Cookie = AffinityCookie(cfg.Generation, ServiceEndpoint{AffinityID: 9}) },
+		"another generation":   func(r *AffinityRemoved) { r.Cookie = AffinityCookie(other.Generation, sp.Endpoints[1]) },
+		"no client":            func(r *AffinityRemoved) { r.Client = nil },
+	} {
+		r := learned
+		mod(&r)
+		if f, ok := AffinityRemainder(cfg, sp, r); ok {
+			t.Errorf("%s: remainder %s, want none", name, f)
+		}
+	}
+	within := sp
+	within.AffinitySeconds = 2
+	if f, ok := AffinityRemainder(cfg, within, learned); ok {
+		t.Errorf("timeout within the limit: remainder %s, want none", f)
+	}
+	// The default limit: 86400 s learned as 65535 s, carried on for 20865 s.
+	cfg.AffinityLearnMax = 0
+	sp.AffinitySeconds = 86400
+	learned.IdleTimeout = 65535
+	if f, ok := AffinityRemainder(cfg, sp, learned); !ok || f.IdleTimeout != 20865 {
+		t.Errorf("86400 s: remainder %s (%v), want idle_timeout=20865", f, ok)
+	}
+}
+
 // TestAffinityPortDelete: the delete of a Service port's learned affinity flows selects
-// table service_affinity, the port's match and owner kind 6 by cookie, any id.
+// table service_affinity, the port's id in reg5 and owner kind 6 by cookie, any id, one
+// flow mod whatever the frontends.
 func TestAffinityPortDelete(t *testing.T) {
 	cfg := testConfig()
 	cfg.Services = true
-	fms := AffinityPortDelete(cfg, testAffinityPort())
+	sp := testAffinityPort()
+	sp.Frontends = []ServiceFrontend{{IP: net.ParseIP("192.0.2.10"), Port: 80}}
+	fms := AffinityPortDelete(cfg, sp)
 	if len(fms) != 1 {
-		t.Fatalf("%d flow mods for a port with only its ClusterIP, want 1", len(fms))
+		t.Fatalf("%d flow mods for a port with two frontends, want 1", len(fms))
 	}
 	fm := fms[0]
 	tbl, _ := StageTable(StageServiceAffinity)
@@ -196,8 +289,8 @@ func TestAffinityPortDelete(t *testing.T) {
 	if fm.Cookie != uint64(OwnerServiceAffinity)<<32 || fm.CookieMask != CookieOwnerKindMask {
 		t.Errorf("cookie %#x/%#x, want kind 6 under the owner kind mask", fm.Cookie, fm.CookieMask)
 	}
-	if n := len(fm.Match.Fields); n != 4 {
-		t.Errorf("%d match fields, want 4 (eth_type, ip_proto, ipv4_dst, tcp_dst)", n)
+	if n := len(fm.Match.Fields); n != 1 {
+		t.Errorf("%d match fields, want 1 (reg5)", n)
 	}
 }
 
@@ -279,29 +372,28 @@ func TestServiceFrontendsGolden(t *testing.T) {
 		t.Errorf("external view String() = %q, want %q", got, w)
 	}
 
-	// Affinity with a NodePort frontend: its own lookup flow and endpoint flows.
+	// Affinity with a NodePort frontend: its own lookup flow, which names the port in
+	// reg5 as the ClusterIP's does; one set of endpoint flows for the port (one affinity
+	// per Service port across its frontends, as kube-proxy's).
 	aff := ServicePort{ID: 9, ClusterIP: net.ParseIP("10.96.0.12"), Proto: IPProtoTCP, Port: 80, AffinitySeconds: 60,
 		Frontends: []ServiceFrontend{{IP: net.ParseIP("172.16.0.1"), Port: 30080, NodePort: true}},
 		Endpoints: []ServiceEndpoint{{IP: net.ParseIP("10.244.1.6"), Port: 8080, AffinityID: 1}}}
 	if err := aff.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	learn := `learn(table="service_affinity",idle_timeout=60,priority=200,cookie=0x500070600000001,eth_type=0x800,nw_proto=6,` +
-		`NXM_OF_IP_SRC[],NXM_OF_IP_DST[],NXM_OF_TCP_DST[],load:0xaf40106->NXM_NX_REG3[],load:0x11f90->NXM_NX_REG4[0..16])`
+	learn := `learn(table="service_affinity",idle_timeout=60,priority=200,cookie=0x500070600000001,eth_type=0x800,` +
+		`NXM_OF_IP_SRC[],NXM_NX_REG5[],load:0xaf40106->NXM_NX_REG3[],load:0x11f90->NXM_NX_REG4[0..16])`
 	const e = `cookie=0x500070500000009, table="service_endpoint", `
 	compareLines(t, "affinity frontends", render(aff), []string{
-		match("100", "10.96.0.12", "80") + ` actions=resubmit(,"service_affinity"),goto_table:"service_endpoint"`,
-		match("90", "172.16.0.1", "30080") + ` actions=resubmit(,"service_affinity"),goto_table:"service_endpoint"`,
-		e + `priority=200,tcp,reg3=0xaf40106,reg4=0x11f90/0x1ffff,nw_dst=10.96.0.12,tp_dst=80 actions=` + learn +
+		match("100", "10.96.0.12", "80") + ` actions=load:0x9->NXM_NX_REG5[],resubmit(,"service_affinity"),goto_table:"service_endpoint"`,
+		match("90", "172.16.0.1", "30080") + ` actions=load:0x9->NXM_NX_REG5[],resubmit(,"service_affinity"),goto_table:"service_endpoint"`,
+		e + `priority=200,ip,reg3=0xaf40106,reg4=0x11f90/0x1ffff,reg5=0x9 actions=` + learn +
 			`,ct(commit,table="l3_forwarding",zone=65280,nat(dst=10.244.1.6:8080))`,
-		e + `priority=100,tcp,nw_dst=10.96.0.12,tp_dst=80 actions=group:1048585`,
-		e + `priority=200,tcp,reg3=0xaf40106,reg4=0x11f90/0x1ffff,nw_dst=172.16.0.1,tp_dst=30080 actions=` + learn +
-			`,ct(commit,table="l3_forwarding",zone=65280,nat(dst=10.244.1.6:8080))`,
-		e + `priority=100,tcp,nw_dst=172.16.0.1,tp_dst=30080 actions=group:1048585`,
+		e + `priority=100,ip,reg5=0x9 actions=group:1048585`,
 		`group_id=1048585,type=select,bucket=actions=load:0xaf40106->NXM_NX_REG3[],load:0x11f90->NXM_NX_REG4[0..16],resubmit(,"service_endpoint")`,
 	})
-	if n := len(AffinityPortDelete(cfg, aff)); n != 2 {
-		t.Errorf("AffinityPortDelete of a port with 2 frontends: %d flow mods, want 2", n)
+	if n := len(AffinityPortDelete(cfg, aff)); n != 1 {
+		t.Errorf("AffinityPortDelete of a port with 2 frontends: %d flow mods, want 1 (by the port's id)", n)
 	}
 
 	// Validation.
@@ -402,5 +494,131 @@ func TestServiceGroupPartsGolden(t *testing.T) {
 	sp.Endpoints, sp.GroupParts = sp.Endpoints[:900], nil
 	if n := ServiceGroupParts(sp); n != 0 {
 		t.Errorf("900 endpoints: %d parts, want none (one group mod)", n)
+	}
+}
+
+// TestServiceUDPFlowsGolden: a UDP Service port picks its endpoint by the multipath hash
+// (symmetric L3/L4 with UDP ports, modulo_n over its slots) into reg6 with its id in
+// reg5, and its slot flows in service_endpoint DNAT (weights 1 and 3: one slot and three,
+// the three as an aligned block of two and one); with session affinity the slot flows
+// learn first and the port's flow in service_endpoint chooses and resubmits; a port of
+// one endpoint has one slot and no multipath. No UDP port has a group.
+// TestServiceUDPSpreadOnSwitch checks the same text on OVS.
+func TestServiceUDPFlowsGolden(t *testing.T) {
+	cfg := testConfig()
+	cfg.Services, cfg.Policy = true, true
+	sp := ServicePort{ID: 9, ClusterIP: net.ParseIP("10.96.0.10"), Proto: IPProtoUDP, Port: 53, Endpoints: []ServiceEndpoint{
+		{IP: net.ParseIP("10.244.1.6"), Port: 5353, AffinityID: 1}, {IP: net.ParseIP("10.244.2.9"), Port: 5353, Weight: 3, AffinityID: 2}}}
+	build := func(sp ServicePort) []string {
+		t.Helper()
+		if err := sp.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		fs, gs := ServicePortFlows(cfg, sp)
+		if len(gs) != 0 || ServiceGroupParts(sp) != 0 || !ServiceHashSelect(sp) {
+			t.Errorf("UDP port %v: groups %v, %d parts, hash select %v: want none, 0, true", sp, gs, ServiceGroupParts(sp), ServiceHashSelect(sp))
+		}
+		var got []string
+		for _, f := range fs {
+			if err := f.Validate(); err != nil {
+				t.Error(err)
+			}
+			got = append(got, f.String())
+		}
+		return got
+	}
+	dnat := func(ep string) string {
+		return `ct(commit,table="l3_forwarding",zone=65280,nat(dst=` + ep + `:5353))`
+	}
+	compareLines(t, "UDP port flows", build(sp), []string{
+		`cookie=0x500070500000009, table="service_lb", priority=100,ct_state=+new+trk,udp,reg0=0x2/0xf,nw_dst=10.96.0.10,tp_dst=53 actions=load:0x9->NXM_NX_REG5[],multipath(symmetric_l3l4+udp,0,modulo_n,4,0,NXM_NX_REG6[0..15]),goto_table:"service_endpoint"`,
+		`cookie=0x500070500000009, table="service_endpoint", priority=150,udp,reg5=0x9,reg6=0/0xffff actions=` + dnat("10.244.1.6"),
+		`cookie=0x500070500000009, table="service_endpoint", priority=150,udp,reg5=0x9,reg6=0x1/0xffff actions=` + dnat("10.244.2.9"),
+		`cookie=0x500070500000009, table="service_endpoint", priority=150,udp,reg5=0x9,reg6=0x2/0xfffe actions=` + dnat("10.244.2.9"),
+	})
+
+	aff := sp
+	aff.AffinitySeconds = 10800
+	learn := func(ep string, id int) string {
+		return `learn(table="service_affinity",idle_timeout=10800,priority=200,cookie=0x50007060000000` + string(rune('0'+id)) +
+			`,eth_type=0x800,NXM_OF_IP_SRC[],NXM_NX_REG5[],load:` + ep + `->NXM_NX_REG3[],load:0x114e9->NXM_NX_REG4[0..16])`
+	}
+	compareLines(t, "UDP affinity port flows", build(aff), []string{
+		`cookie=0x500070500000009, table="service_lb", priority=100,ct_state=+new+trk,udp,reg0=0x2/0xf,nw_dst=10.96.0.10,tp_dst=53 actions=load:0x9->NXM_NX_REG5[],resubmit(,"service_affinity"),goto_table:"service_endpoint"`,
+		`cookie=0x500070500000009, table="service_endpoint", priority=200,ip,reg3=0xaf40106,reg4=0x114e9/0x1ffff,reg5=0x9 actions=` + learn("0xaf40106", 1) + `,` + dnat("10.244.1.6"),
+		`cookie=0x500070500000009, table="service_endpoint", priority=200,ip,reg3=0xaf40209,reg4=0x114e9/0x1ffff,reg5=0x9 actions=` + learn("0xaf40209", 2) + `,` + dnat("10.244.2.9"),
+		`cookie=0x500070500000009, table="service_endpoint", priority=100,ip,reg5=0x9 actions=multipath(symmetric_l3l4+udp,0,modulo_n,4,0,NXM_NX_REG6[0..15]),resubmit(,"service_endpoint")`,
+		`cookie=0x500070500000009, table="service_endpoint", priority=150,udp,reg5=0x9,reg6=0/0xffff actions=` + learn("0xaf40106", 1) + `,` + dnat("10.244.1.6"),
+		`cookie=0x500070500000009, table="service_endpoint", priority=150,udp,reg5=0x9,reg6=0x1/0xffff actions=` + learn("0xaf40209", 2) + `,` + dnat("10.244.2.9"),
+		`cookie=0x500070500000009, table="service_endpoint", priority=150,udp,reg5=0x9,reg6=0x2/0xfffe actions=` + learn("0xaf40209", 2) + `,` + dnat("10.244.2.9"),
+	})
+
+	one := sp
+	one.Endpoints = sp.Endpoints[1:]
+	compareLines(t, "UDP port of one endpoint", build(one), []string{
+		`cookie=0x500070500000009, table="service_lb", priority=100,ct_state=+new+trk,udp,reg0=0x2/0xf,nw_dst=10.96.0.10,tp_dst=53 actions=load:0x9->NXM_NX_REG5[],goto_table:"service_endpoint"`,
+		`cookie=0x500070500000009, table="service_endpoint", priority=150,udp,reg5=0x9,reg6=0/0xffff actions=` + dnat("10.244.2.9"),
+	})
+	// The multipath action's wire form (nx_action_multipath, 32 bytes).
+	b, err := Multipath{Fields: HashSymmetricL3L4UDP, Algorithm: MultipathModuloN, Links: 4, Dst: ServiceSlotField}.ofAction().MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := hex.EncodeToString(b), "ffff002000002320000a00030000000000000003000000000000000f00010c04"; got != want {
+		t.Errorf("multipath encodes as %s, want %s", got, want)
+	}
+}
+
+// TestServiceSlots: slots follow the weights (divided by their greatest common divisor),
+// every slot belongs to exactly one endpoint, above MaxMultipathLinks the weights are
+// scaled with a slot each kept, and slotBlocks covers a range exactly with aligned blocks.
+// Above MaxMultipathLinks endpoints a UDP port keeps the select group.
+func TestServiceSlots(t *testing.T) {
+	port := func(ws ...uint16) ServicePort {
+		sp := ServicePort{ID: 1, ClusterIP: net.ParseIP("10.96.0.1"), Proto: IPProtoUDP, Port: 53}
+		for i, w := range ws {
+			sp.Endpoints = append(sp.Endpoints, ServiceEndpoint{IP: net.IPv4(10, 244, byte(i>>8), byte(i)), Port: 53, Weight: w})
+		}
+		return sp
+	}
+	for _, c := range []struct {
+		ws    []uint16
+		want  []uint32
+		total uint32
+	}{
+		{[]uint16{0, 1, 1}, []uint32{1, 1, 1}, 3},
+		{[]uint16{5, 5}, []uint32{1, 1}, 2},
+		{[]uint16{2, 6, 4}, []uint32{1, 3, 2}, 6},
+		{[]uint16{65535, 65535, 1}, []uint32{32767, 32767, 1}, 65535},
+		{[]uint16{65535, 2, 1}, []uint32{65531, 2, 1}, 65534},
+	} {
+		starts, counts, total := serviceSlots(port(c.ws...))
+		if fmt.Sprint(counts) != fmt.Sprint(c.want) || total != c.total {
+			t.Errorf("weights %v: slots %v of %d, want %v of %d", c.ws, counts, total, c.want, c.total)
+		}
+		// Exact cover: each slot 0..total-1 matched by exactly one block.
+		hits := make([]int, total)
+		for i := range starts {
+			for _, blk := range slotBlocks(starts[i], counts[i]) {
+				for s := uint32(0); s < total; s++ {
+					if (s & blk.Range.Mask()) == blk.Value<<blk.Range.Start {
+						hits[s]++
+					}
+				}
+			}
+		}
+		for s, h := range hits {
+			if h != 1 {
+				t.Errorf("weights %v: slot %d matched by %d blocks", c.ws, s, h)
+				break
+			}
+		}
+	}
+	many := port(make([]uint16, MaxMultipathLinks+1)...)
+	if ServiceHashSelect(many) || ServiceGroupParts(many) == 0 {
+		t.Errorf("%d UDP endpoints: hash select %v, %d parts; want the select group and its parts", len(many.Endpoints), ServiceHashSelect(many), ServiceGroupParts(many))
+	}
+	if !ServiceHashSelect(port(make([]uint16, MaxMultipathLinks)...)) {
+		t.Errorf("%d UDP endpoints: want hash select", MaxMultipathLinks)
 	}
 }

@@ -105,7 +105,8 @@ const (
 	// ServicePorts is a gauge: Service ports in the switch (serviceProxy: ofsdn), one flow
 	// each; those with endpoints also have a select group.
 	ServicePorts = "ofsdn_service_ports"
-	// ServiceEndpoints is a gauge: buckets over all Service ports' groups.
+	// ServiceEndpoints is a gauge: endpoints over all Service ports (their groups'
+	// buckets; a UDP port's endpoints, which have slot flows, no group).
 	ServiceEndpoints = "ofsdn_service_endpoints"
 	// ServiceRejected is a counter: packets of new connections to Service ports without
 	// endpoints, by result: answered (TCP RST or ICMP port unreachable sent) or dropped
@@ -114,6 +115,10 @@ const (
 	// ServiceConntrackFlushes is a counter: flushes of stale UDP/SCTP conntrack entries
 	// after an endpoint left, by result: ok or error.
 	ServiceConntrackFlushes = "ofsdn_service_conntrack_flushes_total"
+	// ServiceAffinityRemainders is a counter: remainder flows of session-affinity
+	// timeouts above 65,535 s (a learned flow expired at the learn action's limit), by
+	// result: added or error (not added: the client's affinity ended at the limit).
+	ServiceAffinityRemainders = "ofsdn_service_affinity_remainders_total"
 	// ServiceSyncDuration is a histogram (seconds) of the Service proxy's syncs, from the
 	// start of one sync of the proxy's changes to the switch confirming them (kube-proxy's
 	// kubeproxy_sync_proxy_rules_duration_seconds).
@@ -140,6 +145,8 @@ var (
 	RejectResults = []string{"answered", "dropped"}
 	// FlushResults are the result label's values of ServiceConntrackFlushes.
 	FlushResults = []string{"ok", "error"}
+	// RemainderResults are the result label's values of ServiceAffinityRemainders.
+	RemainderResults = []string{"added", "error"}
 	// DenyLogDropReasons are the reason label's values of NetworkPolicyDenyLogDropped.
 	DenyLogDropReasons = []string{"meter", "queue", "undecodable"}
 	// BatchKinds are the kind label's values (controller.Hooks.FlowOp's set).
@@ -206,8 +213,10 @@ type ServiceStats struct {
 	// Ports and Endpoints are the Service ports on the switch and their buckets.
 	Ports, Endpoints int
 	// Rejected and RejectDropped count refused connections' packets answered and not
-	// answered; Flushed and FlushErrors the stale conntrack flushes. All monotonic.
-	Rejected, RejectDropped, Flushed, FlushErrors uint64
+	// answered; Flushed and FlushErrors the stale conntrack flushes; AffinityRemainders
+	// and AffinityRemainderErrors the session-affinity remainder flows added and not
+	// added. All monotonic.
+	Rejected, RejectDropped, Flushed, FlushErrors, AffinityRemainders, AffinityRemainderErrors uint64
 }
 
 // PolicyStats is the NetworkPolicy part of a NodeStats sample.
@@ -445,11 +454,12 @@ var (
 	descPolDenied  = prometheus.NewDesc(NetworkPolicyDenied, "Packets (first packets of new connections) dropped by isolated pods' default-deny flows, by direction.", []string{"direction"}, nil)
 	descDenyLogged = prometheus.NewDesc(NetworkPolicyDenyLogEntries, "NetworkPolicy deny log lines logged (denied packets that passed the switch's rate-limiting meter).", nil, nil)
 	descSvcPorts   = prometheus.NewDesc(ServicePorts, "Service ports in the switch (serviceProxy: ofsdn), one flow each; those with endpoints also have a select group.", nil, nil)
-	descSvcEPs     = prometheus.NewDesc(ServiceEndpoints, "Endpoints (group buckets) over all Service ports in the switch.", nil, nil)
+	descSvcEPs     = prometheus.NewDesc(ServiceEndpoints, "Endpoints over all Service ports in the switch (group buckets; a UDP port's endpoints).", nil, nil)
 	descSvcReject  = prometheus.NewDesc(ServiceRejected, "Packets of new connections to Service ports without endpoints, by result: answered (TCP RST or ICMP port unreachable sent by the daemon) or dropped (not answered).", []string{"result"}, nil)
 	descSvcFlush   = prometheus.NewDesc(ServiceConntrackFlushes, "Flushes of stale UDP/SCTP conntrack entries of ofsdn's zone after an endpoint left, by result: ok or error.", []string{"result"}, nil)
+	descSvcRemain  = prometheus.NewDesc(ServiceAffinityRemainders, "Remainder flows of session-affinity timeouts above 65,535 s added when a learned flow expired at the learn limit, by result: added or error (the client's affinity ended at the limit).", []string{"result"}, nil)
 	descDenyLogDrp = prometheus.NewDesc(NetworkPolicyDenyLogDropped, "Denied packets not logged, by reason: meter (over policyDenyLogRate, dropped in the switch), queue (daemon's queue full), undecodable.", []string{"reason"}, nil)
-	nodeCollectors = []*prometheus.Desc{descSvcPorts, descSvcEPs, descSvcReject, descSvcFlush, descLocalPods, descPool, descAllocated, descFlows, descOFUp, descOVSDBUp, descOFRecon, descOVSDBRecon, descPeers, descReady,
+	nodeCollectors = []*prometheus.Desc{descSvcPorts, descSvcEPs, descSvcReject, descSvcFlush, descSvcRemain, descLocalPods, descPool, descAllocated, descFlows, descOFUp, descOVSDBUp, descOFRecon, descOVSDBRecon, descPeers, descReady,
 		descPolicies, descPolRules, descPolFlows, descPolDenied, descDenyLogged, descDenyLogDrp}
 )
 
@@ -500,6 +510,8 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descSvcReject, sv.RejectDropped, RejectResults[1])
 		counter(descSvcFlush, sv.Flushed, FlushResults[0])
 		counter(descSvcFlush, sv.FlushErrors, FlushResults[1])
+		counter(descSvcRemain, sv.AffinityRemainders, RemainderResults[0])
+		counter(descSvcRemain, sv.AffinityRemainderErrors, RemainderResults[1])
 	}
 }
 

@@ -391,7 +391,7 @@ func TestServiceMetrics(t *testing.T) {
 		}
 	}
 	f.update(func(s *NodeStats) {
-		s.Services = &ServiceStats{Ports: 3, Endpoints: 5, Rejected: 7, RejectDropped: 2, Flushed: 4, FlushErrors: 1}
+		s.Services = &ServiceStats{Ports: 3, Endpoints: 5, Rejected: 7, RejectDropped: 2, Flushed: 4, FlushErrors: 1, AffinityRemainders: 6, AffinityRemainderErrors: 3}
 	})
 	mfs, _ = m.Registry().Gather()
 	if got := gaugeValue(t, mfs, ServicePorts, nil); got != 3 {
@@ -403,7 +403,8 @@ func TestServiceMetrics(t *testing.T) {
 	for _, c := range []struct {
 		name, result string
 		want         float64
-	}{{ServiceRejected, "answered", 7}, {ServiceRejected, "dropped", 2}, {ServiceConntrackFlushes, "ok", 4}, {ServiceConntrackFlushes, "error", 1}} {
+	}{{ServiceRejected, "answered", 7}, {ServiceRejected, "dropped", 2}, {ServiceConntrackFlushes, "ok", 4}, {ServiceConntrackFlushes, "error", 1},
+		{ServiceAffinityRemainders, "added", 6}, {ServiceAffinityRemainders, "error", 3}} {
 		if got := counterValue(t, mfs, c.name, map[string]string{"result": c.result}); got != c.want {
 			t.Errorf("%s{result=%s} = %v, want %v", c.name, c.result, got, c.want)
 		}

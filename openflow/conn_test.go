@@ -668,3 +668,30 @@ func TestConnDumpFlowsMACMatches(t *testing.T) {
 		}
 	}
 }
+
+// TestConnDumpFlowsUnknownNiciraAction: a flow whose actions include a Nicira action the
+// pinned libOpenflow cannot decode (multipath, on every UDP Service port's flow) comes
+// back from DumpFlows with its match and counters and without instructions, logged at
+// debug level only: the audit and the inspection API dump such flows every round, and
+// the flow is well formed. A malformed entry is not taken for one (still a warning).
+func TestConnDumpFlowsUnknownNiciraAction(t *testing.T) {
+	var logs bytes.Buffer
+	ovs, sw := ofTestBridge(t, Options{Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	ovs.Ofctl(t, "add-flow", ovs.MgmtSocket("br-int"),
+		"cookie=0x7,priority=100,udp,nw_dst=10.96.0.10,tp_dst=53 actions=load:0x1->NXM_NX_REG5[],multipath(symmetric_l3l4+udp,0,modulo_n,4,0,NXM_NX_REG6[0..15]),goto_table:1")
+	stats, err := sw.DumpFlows(context.Background(), openflow13.OFPTT_ALL, 0x7, 0xffffffffffffffff)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stats) != 1 || stats[0].Priority != 100 || len(stats[0].Match.Fields) != 4 {
+		t.Fatalf("DumpFlows of the multipath flow: %+v, want one entry, priority 100, its 4 match fields", stats)
+	}
+	if logs.Len() != 0 {
+		t.Errorf("DumpFlows of a flow with a multipath action logged at warning level:\n%s", logs.String())
+	}
+	for _, e := range [][]byte{nil, make([]byte, 51), make([]byte, 64)} {
+		if sub := undecodedNXSubtype(e); sub != -1 {
+			t.Errorf("undecodedNXSubtype of a malformed %d-byte entry = %d, want -1", len(e), sub)
+		}
+	}
+}

@@ -60,8 +60,18 @@ type podState struct {
 	localIPs []netip.Addr // the attachment's addresses (known before status.podIPs is)
 }
 
-// ips returns the pod's IPv4 addresses: status IPs plus the local attachment's.
+// ips returns the pod's IPv4 addresses: status IPs plus the local attachment's. The
+// result may share the pod's or the attachment's slice: callers only read it (a rule's
+// compilation reads every member's, so the common cases allocate nothing).
 func (s *podState) ips() []netip.Addr {
+	switch {
+	case len(s.localIPs) == 0 && s.pod != nil:
+		return s.pod.IPs
+	case len(s.localIPs) == 0:
+		return nil
+	case s.pod == nil || len(s.pod.IPs) == 0:
+		return s.localIPs
+	}
 	var out []netip.Addr
 	if s.pod != nil {
 		out = append(out, s.pod.IPs...)
@@ -897,25 +907,38 @@ func (e *Engine) build(ps *policyState, r *ruleState) map[string]*Conjunction {
 		}
 		groups := map[string][]LocalPod{}
 		groupPorts := map[string][]PortMatch{}
+		// The numeric ports alone, sorted and signed once: every pod that resolves none of
+		// the named ports has exactly them (a rule's M pods would otherwise each sort and
+		// format the same set).
+		var numSorted []PortMatch
+		numSig := ""
+		if !rule.AllPorts && len(numeric) > 0 {
+			numSorted = sortPorts(append([]PortMatch(nil), numeric...))
+			numSig = portSig(numSorted)
+		}
 		for _, lp := range applied {
 			g := "*"
 			var ports []PortMatch
 			if !rule.AllPorts {
-				ports = append(ports, numeric...)
+				var resolved []PortMatch
 				if len(named) > 0 {
 					if st := e.pods[lp.Key()]; st != nil && st.pod != nil {
 						for _, n := range named {
 							if m, ok := n.resolve(st.pod.Ports); ok {
-								ports = append(ports, m)
+								resolved = append(resolved, m)
 							}
 						}
 					}
 				}
-				if len(ports) == 0 {
+				switch {
+				case len(resolved) == 0 && len(numSorted) == 0:
 					continue // this pod has none of the rule's ports
+				case len(resolved) == 0:
+					ports, g = numSorted, numSig
+				default:
+					ports = sortPorts(append(append([]PortMatch(nil), numeric...), resolved...))
+					g = portSig(ports)
 				}
-				ports = sortPorts(ports)
-				g = portSig(ports)
 			}
 			groups[g] = append(groups[g], lp)
 			groupPorts[g] = ports

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -247,5 +248,53 @@ func TestFlowStoreAuditRepairs(t *testing.T) {
 	want[0x1234]++
 	if got := switchCookieCounts(t, ovs); !sameCounts(got, want) {
 		t.Fatalf("after the changes the switch has\n%swant\n%s", fmtCounts(got), fmtCounts(want))
+	}
+}
+
+// TestAuditUDPServicePortOnSwitch: a UDP Service port's flows (the multipath choice, slot
+// flows with masked reg6 matches, with session affinity too) replayed to a real switch
+// compare equal in the audit, so a synchronised switch has nothing to repair; a slot
+// flow deleted by hand is re-created and the next audit is clean again.
+func TestAuditUDPServicePortOnSwitch(t *testing.T) {
+	ovs, sw := ofTestBridge(t, openflow.Options{})
+	cfg := auditTestConfig()
+	cfg.Services = true
+	prefix, mask := auditPrefix()
+	store := New()
+	store.Load(flows.PipelineOwner, flows.PipelineFlows(cfg))
+	eps := []flows.ServiceEndpoint{{IP: net.ParseIP("10.152.0.2"), Port: 53, AffinityID: 1},
+		{IP: net.ParseIP("10.152.0.3"), Port: 53, AffinityID: 2}, {IP: net.ParseIP("10.152.0.4"), Port: 53, Weight: 6, AffinityID: 3}}
+	var slot flows.Flow
+	for _, sp := range []flows.ServicePort{{ID: 1, ClusterIP: net.ParseIP("10.96.0.10"), Proto: flows.IPProtoUDP, Port: 53, Endpoints: eps},
+		{ID: 2, ClusterIP: net.ParseIP("10.96.0.10"), Proto: flows.IPProtoUDP, Port: 54, Endpoints: eps, AffinitySeconds: 60}} {
+		if err := sp.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		fs, gs := flows.ServicePortFlows(cfg, sp)
+		if len(gs) != 0 {
+			t.Fatalf("UDP port %v has groups %v", sp, gs)
+		}
+		if err := store.LoadState(flows.ServicePortOwner(sp), Desired{Flows: fs}); err != nil {
+			t.Fatal(err)
+		}
+		slot = fs[len(fs)-1]
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := store.Sync(ctx, sw, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	res, err := store.Audit(ctx, prefix, mask)
+	if err != nil || res.Skipped || len(res.Missing)+len(res.Unexpected)+len(res.Foreign) != 0 {
+		t.Fatalf("audit of a synchronised switch with UDP Service ports: %+v, %v", res, err)
+	}
+	br := ovs.MgmtSocket("br-int")
+	m := strings.SplitN(strings.SplitN(slot.String(), "priority=", 2)[1], " actions=", 2)[0]
+	ovs.Ofctl(t, "del-flows", "--strict", br, fmt.Sprintf("table=%d,priority=%s", slot.Table, m))
+	if res, err = store.Audit(ctx, prefix, mask); err != nil || len(res.Missing) != 1 || len(res.Unexpected) != 0 {
+		t.Fatalf("audit after deleting %s by hand: %+v, %v; want it missing", slot, res, err)
+	}
+	if res, err = store.Audit(ctx, prefix, mask); err != nil || len(res.Missing)+len(res.Unexpected)+len(res.Foreign) != 0 {
+		t.Errorf("audit after the repair: %+v, %v; want nothing", res, err)
 	}
 }

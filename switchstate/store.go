@@ -961,6 +961,18 @@ func (s *Store) Meters() []flows.Meter {
 	return out
 }
 
+// Len returns how many desired flows the store holds, over every owner (without
+// formatting or sorting them, unlike All).
+func (s *Store) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, st := range s.owners {
+		n += len(st.flows)
+	}
+	return n
+}
+
 // CountByTable returns how many desired flows each flow table holds (table id → flows).
 func (s *Store) CountByTable() map[uint8]int {
 	s.mu.Lock()

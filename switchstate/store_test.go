@@ -353,3 +353,26 @@ func TestFlowOpStrictDeleteNamesItsCookie(t *testing.T) {
 		t.Errorf("add with cookie mask %#x, want 0", add.CookieMask)
 	}
 }
+
+// TestStoreLenCountsEveryOwnersFlows: Len is the number of desired flows over every owner
+// (what All lists), and follows a deleted owner.
+func TestStoreLenCountsEveryOwnersFlows(t *testing.T) {
+	cfg := storeTestConfig()
+	s := New()
+	if n := s.Len(); n != 0 {
+		t.Fatalf("empty store: Len %d", n)
+	}
+	s.Load(flows.PipelineOwner, flows.PipelineFlows(cfg))
+	p1, p2 := storePod(5, 5), storePod(6, 6)
+	s.Load(flows.PodOwner(p1), flows.PodFlows(cfg, p1))
+	s.Load(flows.PodOwner(p2), flows.PodFlows(cfg, p2))
+	if n, all := s.Len(), len(s.All()); n != all || n == 0 {
+		t.Fatalf("Len %d, All lists %d flows", n, all)
+	}
+	if err := s.DeleteOwner(context.Background(), flows.PodOwner(p2)); err != nil { // not connected: only forgets it
+		t.Fatal(err)
+	}
+	if n, all := s.Len(), len(s.All()); n != all {
+		t.Fatalf("after deleting an owner: Len %d, All lists %d flows", n, all)
+	}
+}

@@ -129,6 +129,12 @@ type Config struct {
 	// kube-proxy keeps running beside ofsdn either way (the node's own traffic, NodePort
 	// and external IPs: README "Services in OVS").
 	ServiceProxy string `json:"serviceProxy"`
+	// ServiceAffinityLearnMax is the largest idle timeout, seconds, of the flows the
+	// switch learns for sessionAffinity ClientIP (1..65535); 0, the default, is 65535,
+	// the learn action's maximum. A Service's timeoutSeconds above it is carried on by
+	// the daemon's remainder flows (docs/design.md "Session affinity"). Only tests lower
+	// it, to show a long timeout in seconds.
+	ServiceAffinityLearnMax int `json:"serviceAffinityLearnMax"`
 }
 
 // Values of Config.ServiceProxy.
@@ -229,6 +235,7 @@ func loadConfig(args []string) (Config, error) {
 	fs.BoolVar(&cfg.PolicyDenyLog, "policy-deny-log", cfg.PolicyDenyLog, "log each connection NetworkPolicy denies (rate-limited in the switch)")
 	fs.IntVar(&cfg.PolicyDenyLogRate, "policy-deny-log-rate", cfg.PolicyDenyLogRate, "deny log limit, packets per second per node")
 	fs.StringVar(&cfg.ServiceProxy, "service-proxy", cfg.ServiceProxy, "who load-balances pods' Service traffic: ofsdn (in OVS; needs -topology kubernetes) or kube-proxy (on the host); default ofsdn with -topology kubernetes, kube-proxy without")
+	fs.IntVar(&cfg.ServiceAffinityLearnMax, "service-affinity-learn-max", cfg.ServiceAffinityLearnMax, "largest idle timeout of a learned session-affinity flow, seconds (0 = 65535; longer Service timeouts are carried on by remainder flows); for tests")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -242,7 +249,7 @@ func loadConfig(args []string) (Config, error) {
 			return cfg, fmt.Errorf("config file %s: %w", *file, err)
 		}
 		if err := yaml.UnmarshalStrict(b, &fromFile); err != nil {
-			return cfg, fmt.Errorf("config file %s: %w (keys are: podSubnet, podSubnets, bridge, gateway, datapathType, ovsdb, ovsRunDir, socket, dataDir, mtu, startTimeout, addTimeout, flowAuditInterval, logLevel, logFormat, metricsAddress, ctlSocket, topology, topologyFile, nodeName, kubeconfig, clusterCIDR, serviceCIDR, nodeIP, tunnelType, tunnelPort, masquerade, cniBinDir, cniConfDir, pluginBinary, networkPolicy, policyDenyLog, policyDenyLogRate, serviceProxy)", *file, err)
+			return cfg, fmt.Errorf("config file %s: %w (keys are: podSubnet, podSubnets, bridge, gateway, datapathType, ovsdb, ovsRunDir, socket, dataDir, mtu, startTimeout, addTimeout, flowAuditInterval, logLevel, logFormat, metricsAddress, ctlSocket, topology, topologyFile, nodeName, kubeconfig, clusterCIDR, serviceCIDR, nodeIP, tunnelType, tunnelPort, masquerade, cniBinDir, cniConfDir, pluginBinary, networkPolicy, policyDenyLog, policyDenyLogRate, serviceProxy, serviceAffinityLearnMax)", *file, err)
 		}
 		// The flag variables point into cfg: parsing again re-applies only the flags given
 		// explicitly, over the file's values.
@@ -389,6 +396,9 @@ func (c Config) validate() error {
 	}
 	if c.policyOn() && c.Topology != "kubernetes" {
 		return fmt.Errorf("config networkPolicy: NetworkPolicy needs the Kubernetes API; set topology: kubernetes, or networkPolicy: false")
+	}
+	if c.ServiceAffinityLearnMax < 0 || c.ServiceAffinityLearnMax > 65535 {
+		return fmt.Errorf("config serviceAffinityLearnMax %d: want 0 (= 65535) or 1..65535 seconds", c.ServiceAffinityLearnMax)
 	}
 	if c.PolicyDenyLogRate < 1 || c.PolicyDenyLogRate > 1000000 {
 		return fmt.Errorf("config policyDenyLogRate %d: want 1..1000000 packets per second", c.PolicyDenyLogRate)

@@ -167,7 +167,8 @@ func (o *observer) stats() metrics.NodeStats {
 		}
 		if st := n.ServiceStats(); st != nil {
 			s.Services = &metrics.ServiceStats{Ports: st.Ports, Endpoints: st.Endpoints, Rejected: st.Rejected,
-				RejectDropped: st.RejectDropped, Flushed: st.Flushed, FlushErrors: st.FlushErrors}
+				RejectDropped: st.RejectDropped, Flushed: st.Flushed, FlushErrors: st.FlushErrors,
+				AffinityRemainders: st.AffinityRemainders, AffinityRemainderErrors: st.AffinityRemainderErrors}
 		}
 		s.Ready = o.readiness() == nil
 	}

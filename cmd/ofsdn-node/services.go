@@ -21,7 +21,7 @@ func serviceOptions(cfg Config) *controller.ServiceOptions {
 	if !cfg.servicesOn() {
 		return nil
 	}
-	o := &controller.ServiceOptions{FlushConntrack: flushConntrack(cfg.OVSRunDir)}
+	o := &controller.ServiceOptions{FlushConntrack: flushConntrack(cfg.OVSRunDir), AffinityLearnMax: uint16(cfg.ServiceAffinityLearnMax)}
 	if cfg.DatapathType == "netdev" {
 		o.PurgeDatapath = purgeDatapath(cfg.OVSRunDir)
 	}

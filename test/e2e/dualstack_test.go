@@ -12,9 +12,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -452,6 +454,54 @@ func TestDualStack(t *testing.T) {
 			t.Errorf("after the restart: %v", err)
 		}
 		if err := ping(b.netns, a.ip()); err != nil {
+			t.Errorf("after the restart: %v", err)
+		}
+	})
+
+	t.Run("restart with a pod's lease lost: rebuilt from its port with both its addresses", func(t *testing.T) {
+		// The lease file as an old backup has it, without a's lease. The port records both
+		// addresses (ofsdn-ip, ofsdn-ipv6): the lease comes back with a's own IPv6 address,
+		// not the IPv6 pool's next one (which would leave a's IPv6 flows naming an address
+		// it does not have, and its own free to be handed out again).
+		n.StopDaemon()
+		raw, err := os.ReadFile(n.LeasesPath())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st map[string]any
+		if err := json.Unmarshal(raw, &st); err != nil {
+			t.Fatal(err)
+		}
+		delete(st["leases"].(map[string]any), a.ip().String())
+		raw, _ = json.Marshal(st)
+		if err := os.WriteFile(n.LeasesPath(), raw, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		n.StartDaemon(filepath.Join(buildBinaries(t), "ofsdn-node"), 30*time.Second,
+			"--pod-subnets", dsSubnet4+","+dsSubnet6, "--log-level", "debug")
+		raw, err = os.ReadFile(n.LeasesPath())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got struct {
+			Leases map[string]struct {
+				ContainerID string   `json:"containerID"`
+				MoreIPs     []string `json:"moreIPs"`
+			} `json:"leases"`
+		}
+		if err := json.Unmarshal(raw, &got); err != nil {
+			t.Fatal(err)
+		}
+		l, ok := got.Leases[a.ip().String()]
+		if !ok || l.ContainerID != a.containerID || len(l.MoreIPs) != 1 || !net.ParseIP(l.MoreIPs[0]).Equal(a.ip6(t)) {
+			t.Errorf("lease of %s after the restart: %+v (present %v), want container %s with IPv6 %s", a.ip(), l, ok, a.containerID, a.ip6(t))
+		}
+		cookie, mask := n.podCookie(t, a)
+		dump := n.OVS.Ofctl(t, "dump-flows", "--no-stats", n.mgmt(), fmt.Sprintf("cookie=%#x/%#x", cookie, mask))
+		if !strings.Contains(dump, "ipv6_src="+a.ip6(t).String()) {
+			t.Errorf("after the restart %s's flows do not name its IPv6 address %s:\n%s", a.name, a.ip6(t), dump)
+		}
+		if err := ping6(b.netns, a.ip6(t)); err != nil {
 			t.Errorf("after the restart: %v", err)
 		}
 	})

@@ -134,24 +134,21 @@ func waitUntil(t *testing.T, what string, limit time.Duration, cond func() error
 	}
 }
 
-// peerIDRecord returns the peer owner ids node n's daemon recorded (controller.PeerIDsFile,
-// by peer name); nil when there is no record (a build before it).
+// peerIDRecord returns the peer owner ids node n's daemon recorded (controller.PeerIDsFile
+// with controller.PeerIDsJournal applied, by peer name); nil when there is no record (a
+// build before it).
 func (n *testNode) peerIDRecord(t *testing.T) map[string]uint32 {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(n.DataDir, controller.PeerIDsFile))
-	if errors.Is(err, fs.ErrNotExist) {
+	_, errSnap := os.Stat(filepath.Join(n.DataDir, controller.PeerIDsFile))
+	_, errJournal := os.Stat(filepath.Join(n.DataDir, controller.PeerIDsJournal))
+	if errors.Is(errSnap, fs.ErrNotExist) && errors.Is(errJournal, fs.ErrNotExist) {
 		return nil
 	}
+	rec, err := controller.RecordedPeerIDs(n.DataDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st struct {
-		Peers map[string]uint32 `json:"peers"`
-	}
-	if err := json.Unmarshal(b, &st); err != nil {
-		t.Fatalf("%s: %v", controller.PeerIDsFile, err)
-	}
-	return st.Peers
+	return rec
 }
 
 // peerOwnerID returns the owner id of peer's flows on cn: the one cn's daemon recorded for
@@ -411,7 +408,9 @@ var icmpSeqRe = regexp.MustCompile(`icmp_seq=(\d+)`)
 func startPings(t *testing.T, netnsPath string, dst net.IP, interval string) *pingSeqs {
 	t.Helper()
 	p := &pingSeqs{out: &bytes.Buffer{}}
-	p.cmd = exec.Command("ip", "netns", "exec", filepath.Base(netnsPath), "ping", "-n", "-i", interval, "-W", "2", dst.String())
+	// -D: each answer carries its arrival time, so a lost request can be placed in time
+	// (sentAround) against the daemons' logs.
+	p.cmd = exec.Command("ip", "netns", "exec", filepath.Base(netnsPath), "ping", "-n", "-D", "-i", interval, "-W", "2", dst.String())
 	p.cmd.Stdout = p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -443,6 +442,30 @@ func (p *pingSeqs) stop(t *testing.T) (sent, lost int, missing []int) {
 	return maxSeq, len(missing), missing
 }
 
+var pingAnswerRe = regexp.MustCompile(`^\[(\d+\.\d+)\].*icmp_seq=(\d+)`)
+
+// sentAround places the unanswered request seq in time: the arrival times (UTC) of the
+// last answer before it and the first after it, from ping -D's timestamps.
+func (p *pingSeqs) sentAround(seq int) string {
+	var before, after string
+	for _, l := range strings.Split(p.out.String(), "\n") {
+		m := pingAnswerRe.FindStringSubmatch(l)
+		if m == nil {
+			continue
+		}
+		s, _ := strconv.Atoi(m[2])
+		f, _ := strconv.ParseFloat(m[1], 64)
+		at := time.Unix(0, int64(f*1e9)).UTC().Format("15:04:05.000")
+		switch {
+		case s < seq:
+			before = fmt.Sprintf("seq %d answered at %s", s, at)
+		case s > seq && after == "":
+			after = fmt.Sprintf("seq %d answered at %s", s, at)
+		}
+	}
+	return fmt.Sprintf("request %d was sent between (%s) and (%s)", seq, before, after)
+}
+
 // flowGenerations returns the generations (cookie bits 55..40) found on cn's bridge.
 func (cn *clusterNode) flowGenerations(t *testing.T) map[uint16]int {
 	t.Helper()
@@ -465,7 +488,7 @@ func (cn *clusterNode) flowGenerations(t *testing.T) map[uint16]int {
 // ofsdnctl peers and the ofsdn_peers gauge list node-a's two peers, and ofsdnctl flows
 // pairs every flow on the switch (MAC matches included) with a desired flow.
 func TestMultiNodeRestarts(t *testing.T) {
-	serial(t)
+	alone(t)
 	_, a, b, c := startCluster(t, 10)
 	pa, pb, pc := a.addPod("rs-a"), b.addPod("rs-b"), c.addPod("rs-c")
 	for _, dst := range []*testPod{pb, pc} {

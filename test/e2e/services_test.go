@@ -21,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -112,6 +113,11 @@ func askService(netnsPath, addr string, timeout time.Duration) (string, error) {
 	return strings.TrimSpace(line), err
 }
 
+// svcAffinityLearnMax is the learn limit the Service tests' daemons run with (config
+// serviceAffinityLearnMax, seconds): a session-affinity timeout above it is learned with
+// it and carried on by the daemon's remainder flows, shown in seconds.
+const svcAffinityLearnMax = 3
+
 // startSvcNodes starts the API and n nodes (svc-node-1.., 172.30.0.71.., pod subnets
 // 10.244.70.0/24..) with the Service proxy and the deny log on, and namespace svc.
 func startSvcNodes(t *testing.T, n int) (*kapi.API, []*clusterNode) {
@@ -146,7 +152,9 @@ func startSvcNodes(t *testing.T, n int) (*kapi.API, []*clusterNode) {
 			"--kubeconfig", api.Kubeconfig(t), "--node-name", cn.name, "--cluster-cidr", "10.244.0.0/16",
 			"--service-cidr", "10.96.0.0/12", "--mtu", "0", "--add-timeout", "15s", "--service-proxy", "ofsdn",
 			// The deny log shares the packet-in queue with the proxy's rejects (both checked).
-			"--log-format", "json", "--policy-deny-log")
+			"--log-format", "json", "--policy-deny-log",
+			// Session-affinity timeouts above 3 s are carried on by remainder flows.
+			"--service-affinity-learn-max", fmt.Sprint(svcAffinityLearnMax))
 	}
 	if err := api.CreateNamespace(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: svcNamespace}}); err != nil {
 		t.Fatal(err)
@@ -260,6 +268,39 @@ func TestServiceProxy(t *testing.T) {
 		got := connections(24)
 		if got["ep1"] == 0 || got["ep2"] == 0 {
 			t.Errorf("24 connections went %v: want both endpoints used", got)
+		}
+	})
+	t.Run("UDP spreads per flow", func(t *testing.T) {
+		// Each new UDP flow (a new client socket, so a new client port) picks its endpoint
+		// on its own, as kube-proxy's conntrack entries do (the port's multipath slot
+		// flows); through OVS 3.1's select group all of a client's UDP flows went to one.
+		got := map[string]int{}
+		for i := 0; i < 24; i++ {
+			var conn *net.UDPConn
+			if err := inNS(netns["client"], func() (err error) {
+				conn, err = net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.ParseIP(svcClusterIP), Port: svcUDPPort})
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, 256)
+			line := ""
+			for try := 0; try < 5 && line == ""; try++ { // UDP: a lost datagram is retried
+				_, _ = conn.Write([]byte("who"))
+				_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+				if n, err := conn.Read(buf); err == nil {
+					line = string(buf[:n])
+				}
+			}
+			conn.Close()
+			ep, peer, _ := strings.Cut(line, " ")
+			if peer != ips["client"] {
+				t.Fatalf("UDP flow %d to %s:%d: answer %q, want an endpoint naming the client %s", i, svcClusterIP, svcUDPPort, line, ips["client"])
+			}
+			got[ep]++
+		}
+		if got["ep1"] == 0 || got["ep2"] == 0 {
+			t.Errorf("24 UDP flows of one client went %v: want both endpoints", got)
 		}
 	})
 	t.Run("one endpoint", func(t *testing.T) {
@@ -389,12 +430,28 @@ func TestServiceProxy(t *testing.T) {
 	// Session affinity (sessionAffinity: ClientIP, timeoutSeconds).
 	affTable, _ := flows.StageTable(flows.StageServiceAffinity)
 	epTable, _ := flows.StageTable(flows.StageServiceEndpoint)
-	// learned returns the switch's learned affinity flows for the client to the TCP port.
+	lbTable, _ := flows.StageTable(flows.StageServiceLB)
+	// portID returns "reg5=ID" for the TCP port: its id (the owner id in the cookie of its
+	// ClusterIP flow in service_lb), which its affinity flows match in reg5.
+	portID := func() string {
+		t.Helper()
+		for _, l := range strings.Split(cn.OVS.Ofctl(t, "dump-flows", cn.mgmt(), fmt.Sprintf("table=%d", lbTable)), "\n") {
+			if m := regexp.MustCompile(`cookie=(0x[0-9a-f]+),.*nw_dst=` + regexp.QuoteMeta(svcClusterIP) + fmt.Sprintf(`,tp_dst=%d `, svcPort)).FindStringSubmatch(l); m != nil {
+				c, _ := strconv.ParseUint(m[1], 0, 64)
+				return fmt.Sprintf("reg5=%#x", uint32(c))
+			}
+		}
+		t.Fatalf("no service_lb flow for %s:%d", svcClusterIP, svcPort)
+		return ""
+	}
+	// learned returns the switch's affinity flows (learned and remainder) for the client to
+	// the TCP port: they match the client's address and the port's id, whatever frontend.
 	learned := func() []string {
 		t.Helper()
+		id := portID()
 		var out []string
 		for _, l := range strings.Split(cn.OVS.Ofctl(t, "dump-flows", cn.mgmt(), fmt.Sprintf("table=%d", affTable)), "\n") {
-			if strings.Contains(l, "nw_src="+ips["client"]) && strings.Contains(l, fmt.Sprintf("tp_dst=%d", svcPort)) {
+			if regexp.MustCompile(`nw_src=`+regexp.QuoteMeta(ips["client"])+`[, ]`).MatchString(l) && strings.Contains(l, id+",") {
 				out = append(out, strings.TrimSpace(l))
 			}
 		}
@@ -406,7 +463,7 @@ func TestServiceProxy(t *testing.T) {
 		return fmt.Sprintf("load:0x%x->NXM_NX_REG3[]", uint32(ip[0])<<24|uint32(ip[1])<<16|uint32(ip[2])<<8|uint32(ip[3]))
 	}
 	// setAffinity sets the Service's session affinity (0 = None) and waits until the
-	// TCP port's endpoint flows learn with idle timeout min(seconds, 65535) (or, for
+	// TCP port's endpoint flows learn with idle timeout min(seconds, the learn limit) (or, for
 	// None, until service_endpoint holds no flow of the port).
 	setAffinity := func(seconds int32) {
 		t.Helper()
@@ -423,11 +480,12 @@ func TestServiceProxy(t *testing.T) {
 		if _, err := api.Admin.CoreV1().Services(svcNamespace).Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		idle := min(seconds, 65535)
+		idle := min(seconds, svcAffinityLearnMax)
 		waitUntil(t, fmt.Sprintf("service_endpoint learns with idle_timeout=%d", idle), 60*time.Second, func() error {
 			n := 0
+			id := portID()
 			for _, l := range strings.Split(cn.OVS.Ofctl(t, "dump-flows", cn.mgmt(), fmt.Sprintf("table=%d", epTable)), "\n") {
-				if !strings.Contains(l, "nw_dst="+svcClusterIP) || !strings.Contains(l, fmt.Sprintf("tp_dst=%d", svcPort)) {
+				if !regexp.MustCompile(regexp.QuoteMeta(id) + `[, ]`).MatchString(l) {
 					continue
 				}
 				if strings.Contains(l, "learn(") && !strings.Contains(l, fmt.Sprintf("idle_timeout=%d,", idle)) {
@@ -475,6 +533,55 @@ func TestServiceProxy(t *testing.T) {
 			t.Errorf("with ClientIP affinity to %s, 24 new connections went %v: want all to %s", ep, got, ep)
 		}
 	})
+	t.Run("session affinity shared across frontends", func(t *testing.T) {
+		// An external IP beside the ClusterIP: a client's affinity is the Service port's
+		// (kube-proxy's: every frontend jumps to the one service chain). Three times over,
+		// with the learned state reset (a changed timeout), the endpoint the client got
+		// through the ClusterIP is the one its connections through the external IP reach.
+		const extIP = "10.99.0.60"
+		cur, err := api.Admin.CoreV1().Services(svcNamespace).Get(ctx, "echo", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur.Spec.ExternalIPs = []string{extIP}
+		if _, err := api.Admin.CoreV1().Services(svcNamespace).Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			cur, err := api.Admin.CoreV1().Services(svcNamespace).Get(ctx, "echo", metav1.GetOptions{})
+			if err == nil {
+				cur.Spec.ExternalIPs = nil
+				_, err = api.Admin.CoreV1().Services(svcNamespace).Update(ctx, cur, metav1.UpdateOptions{})
+			}
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+		ext := net.JoinHostPort(extIP, fmt.Sprint(svcPort))
+		for round := 0; round < 3; round++ {
+			setAffinity(int32(600 + round))
+			waitUntil(t, "the external IP's flow", 30*time.Second, func() error {
+				if !strings.Contains(cn.OVS.Ofctl(t, "dump-flows", cn.mgmt(), fmt.Sprintf("table=%d", lbTable)), "nw_dst="+extIP+",") {
+					return fmt.Errorf("no service_lb flow for %s", extIP)
+				}
+				return nil
+			})
+			c.revalidated()
+			ep := affined()
+			for i := 0; i < 4; i++ {
+				line, err := askService(netns["client"], ext, 5*time.Second)
+				if err != nil {
+					t.Fatalf("round %d: connection %d to the external IP %s: %v", round, i, ext, err)
+				}
+				if got, _, _ := strings.Cut(line, " "); got != ep {
+					t.Fatalf("round %d: the client got %s through the ClusterIP, then %s through the external IP: want one affinity per Service port", round, ep, got)
+				}
+			}
+			if l := learned(); len(l) != 1 {
+				t.Errorf("round %d: affinity flows for the client %v, want one for the Service port", round, l)
+			}
+		}
+	})
 	t.Run("session affinity times out", func(t *testing.T) {
 		setAffinity(2)
 		if l := learned(); len(l) != 0 {
@@ -518,6 +625,79 @@ func TestServiceProxy(t *testing.T) {
 			t.Errorf("after %s came back, 16 connections went %v: want all to %s (learned while %s was alone)", ep, got, other, ep)
 		}
 	})
+	// remainder waits until the client's only affinity flow is the daemon's remainder
+	// (priority 199, idle timeout rem s) naming endpoint ep: the learned flow expired at
+	// the learn limit.
+	remainder := func(ep string, rem int) {
+		t.Helper()
+		waitUntil(t, "the remainder flow after the learned flow expired", 3*svcAffinityLearnMax*time.Second, func() error {
+			l := learned()
+			if len(l) != 1 || !strings.Contains(l[0], "priority=199,") || !strings.Contains(l[0], fmt.Sprintf("idle_timeout=%d,", rem)) ||
+				!strings.Contains(l[0], epHex(ep)) || strings.Contains(l[0], "send_flow_rem") {
+				return fmt.Errorf("affinity flows for the client: %v, want one at priority 199 with idle_timeout=%d naming %s", l, rem, ep)
+			}
+			return nil
+		})
+		c.revalidated()
+	}
+	t.Run("session affinity beyond the learn limit", func(t *testing.T) {
+		// T = limit + 3 s: the learned flow goes after 3 s idle, its remainder carries the
+		// client for 3 s more.
+		const rem = 3
+		setAffinity(svcAffinityLearnMax + rem)
+		ep := affined()
+		remainder(ep, rem)
+		// Within T: the client's new connections still reach its endpoint, through the
+		// remainder, and the first one learns afresh above it (the limit, send_flow_rem).
+		if got := connections(8); got[ep] != 8 {
+			t.Errorf("within the timeout after the learned flow expired, 8 new connections went %v: want all to %s", got, ep)
+		}
+		fresh := false
+		for _, l := range learned() {
+			fresh = fresh || strings.Contains(l, "priority=200,") && strings.Contains(l, fmt.Sprintf("idle_timeout=%d,", svcAffinityLearnMax)) &&
+				strings.Contains(l, "send_flow_rem") && strings.Contains(l, epHex(ep))
+		}
+		if !fresh {
+			t.Errorf("after a connection through the remainder, no fresh learned flow: %v", learned())
+		}
+		// Idle for T: nothing is left of the client's affinity (the learned flow, then
+		// its remainder, which asks for no flow-removed message: nothing comes back), and
+		// new connections, each after T of idleness, spread again.
+		got := map[string]int{}
+		last := ep
+		for i := 0; i < 8 && (got["ep1"] == 0 || got["ep2"] == 0); i++ {
+			remainder(last, rem)
+			waitUntil(t, "no affinity flow left for the client", 4*(svcAffinityLearnMax+rem)*time.Second, func() error {
+				if l := learned(); len(l) != 0 {
+					return fmt.Errorf("still there: %v", l)
+				}
+				return nil
+			})
+			c.revalidated()
+			for k, v := range connections(1) {
+				got[k] += v
+				last = k
+			}
+		}
+		if got["ep1"] == 0 || got["ep2"] == 0 {
+			t.Errorf("connections each after the timeout went %v, want both endpoints (affinity expired)", got)
+		}
+	})
+	t.Run("session affinity remainder of an endpoint that leaves", func(t *testing.T) {
+		const rem = 60
+		setAffinity(svcAffinityLearnMax + rem)
+		ep := affined()
+		other := map[string]string{"ep1": "ep2", "ep2": "ep1"}[ep]
+		remainder(ep, rem)
+		setEndpoints(other)
+		if l := learned(); len(l) != 0 {
+			t.Errorf("after %s left the Service, the client's affinity flows are still there: %v", ep, l)
+		}
+		if got := connections(8); got[other] != 8 {
+			t.Errorf("after %s left the Service, 8 connections went %v: want all to %s", ep, got, other)
+		}
+		setEndpoints("ep1", "ep2")
+	})
 	t.Run("session affinity 86400 s", func(t *testing.T) {
 		setAffinity(86400)
 		if l := learned(); len(l) != 0 {
@@ -531,9 +711,12 @@ func TestServiceProxy(t *testing.T) {
 		}
 		affined()
 		l := learned()
-		if len(l) != 1 || !strings.Contains(l[0], "idle_timeout=65535") || !strings.Contains(l[0], "send_flow_rem") || strings.Contains(l[0], "hard_timeout") {
-			t.Errorf("learned flow for 86400 s: %v, want one with idle_timeout=65535, send_flow_rem and no hard timeout", l)
+		if len(l) != 1 || !strings.Contains(l[0], fmt.Sprintf("idle_timeout=%d,", svcAffinityLearnMax)) || !strings.Contains(l[0], "send_flow_rem") || strings.Contains(l[0], "hard_timeout") {
+			t.Errorf("learned flow for 86400 s: %v, want one with idle_timeout=%d (the learn limit), send_flow_rem and no hard timeout", l, svcAffinityLearnMax)
 		}
+		// Its remainder carries the rest of the 86400 s (86397 s, cut to the 16-bit
+		// 65535 s: only a lowered limit leaves more than 20865 s).
+		remainder(map[bool]string{true: "ep1", false: "ep2"}[strings.Contains(l[0], epHex("ep1"))], 65535)
 	})
 	t.Run("session affinity removed", func(t *testing.T) {
 		setAffinity(0)
@@ -548,7 +731,8 @@ func TestServiceProxy(t *testing.T) {
 
 // waitServiceBuckets waits until the switch holds the Service port as eps say: a select
 // group whose buckets DNAT to exactly eps (each at svcEPPort) used by the port's flow in
-// service_lb, or, with none, the port's flow to the controller.
+// service_lb (a UDP port: its slot flows in service_endpoint), or, with none, the port's
+// flow to the controller.
 func waitServiceBuckets(t *testing.T, cn *clusterNode, svcPort, svcEPPort int, eps []string, ips map[string]string) {
 	t.Helper()
 	lb, _ := flows.StageTable(flows.StageServiceLB)
@@ -572,28 +756,45 @@ func waitServiceBuckets(t *testing.T, cn *clusterNode, svcPort, svcEPPort int, e
 		}
 		// Session affinity: the group is used from service_endpoint, and the DNAT to each
 		// endpoint is in its flow there (the buckets resubmit to it).
+		// The port's flows there match its id in reg5, which the service_lb flow loads.
 		var affinityNAT string
 		if strings.Contains(line, "resubmit(") {
 			ept, _ := flows.StageTable(flows.StageServiceEndpoint)
+			id := regexp.MustCompile(`load:(0x[0-9a-f]+)->NXM_NX_REG5\[\]`).FindStringSubmatch(line)
+			if id == nil {
+				return fmt.Errorf("affinity flow %q loads no Service port id into reg5", line)
+			}
 			for _, l := range strings.Split(cn.OVS.Ofctl(t, "dump-flows", cn.mgmt(), fmt.Sprintf("table=%d", ept)), "\n") {
-				if !strings.Contains(l, "nw_dst="+svcClusterIP) || !strings.Contains(l, fmt.Sprintf("tp_dst=%d", svcPort)) {
+				if !regexp.MustCompile(`reg5=` + id[1] + `[, ]`).MatchString(l) {
 					continue
 				}
-				if strings.Contains(l, "group:") {
+				if strings.Contains(l, "group:") || strings.Contains(l, "->NXM_NX_REG5[]") {
 					line = l
 				} else {
 					affinityNAT += l
 				}
 			}
 		}
-		m := regexp.MustCompile(`group:([0-9]+)`).FindStringSubmatch(line)
-		if m == nil {
-			return fmt.Errorf("flow %q uses no group", line)
-		}
 		var group string
-		for _, l := range strings.Split(cn.OVS.Ofctl(t, "dump-groups", cn.mgmt()), "\n") {
-			if strings.Contains(l, "group_id="+m[1]+",") {
-				group = l
+		if m := regexp.MustCompile(`load:(0x[0-9a-f]+)->NXM_NX_REG5\[\]`).FindStringSubmatch(line); m != nil {
+			// A UDP port: no group; its slot flows in service_endpoint (reg5 = its id)
+			// DNAT to its endpoints.
+			ept, _ := flows.StageTable(flows.StageServiceEndpoint)
+			for _, l := range strings.Split(cn.OVS.Ofctl(t, "dump-flows", cn.mgmt(), fmt.Sprintf("table=%d", ept)), "\n") {
+				if strings.Contains(l, "reg5="+m[1]+",") {
+					group += l
+				}
+			}
+			affinityNAT = ""
+		} else {
+			m := regexp.MustCompile(`group:([0-9]+)`).FindStringSubmatch(line)
+			if m == nil {
+				return fmt.Errorf("flow %q uses no group", line)
+			}
+			for _, l := range strings.Split(cn.OVS.Ofctl(t, "dump-groups", cn.mgmt()), "\n") {
+				if strings.Contains(l, "group_id="+m[1]+",") {
+					group = l
+				}
 			}
 		}
 		got := map[string]bool{}
@@ -608,7 +809,7 @@ func waitServiceBuckets(t *testing.T, cn *clusterNode, svcPort, svcEPPort int, e
 			want[fmt.Sprintf("%s:%d", ips[e], svcEPPort)] = true
 		}
 		if fmt.Sprint(got) != fmt.Sprint(want) {
-			return fmt.Errorf("group %s has buckets %v, want %v", m[1], got, want)
+			return fmt.Errorf("Service port flow %q: its group's buckets or slot flows DNAT to %v, want %v", line, got, want)
 		}
 		return nil
 	})

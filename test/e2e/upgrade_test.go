@@ -234,7 +234,7 @@ func (n *testNode) flowLayout(t *testing.T) (versions map[uint8]int, gens map[ui
 // CHECK of each old pod passes through this build's plugin, and a pod added by the new
 // daemon reaches the old ones and is deleted without leaving anything.
 func TestUpgradeFromPreviousRelease(t *testing.T) {
-	serial(t)
+	alone(t)
 	const subnet = "10.157.0.0/24"
 	gw := net.ParseIP("10.157.0.1")
 	oldBin := previousReleaseBinaries(t)
@@ -284,6 +284,9 @@ func TestUpgradeFromPreviousRelease(t *testing.T) {
 		}
 		if lost > 0 {
 			t.Errorf("%s: %d of %d echo requests lost across the upgrade (seq %v)", p.what, lost, sent, missing)
+			for _, s := range missing {
+				t.Logf("%s: %s", p.what, p.p.sentAround(s))
+			}
 		}
 		// stop counts up to the last answer: the answers must go on to the end.
 		if m := pingSummaryRe.FindStringSubmatch(p.p.out.String()); m == nil {
@@ -357,7 +360,7 @@ func upgradeClusterNode(t *testing.T, cn *clusterNode, newCNI *libcni.CNIConfig)
 // owner id the previous release gave them (recorded now), and a new pod on node-a reaches
 // the pod on node-b.
 func TestUpgradeOverlayFromPreviousRelease(t *testing.T) {
-	serial(t)
+	alone(t)
 	oldBin := previousReleaseBinaries(t)
 	ul := filepath.Base(newNetns(t, "ofsdn-ul-upg"))
 	mustRun(t, "ip", "netns", "exec", ul, "ip", "link", "add", "br0", "type", "bridge")
@@ -418,6 +421,9 @@ func TestUpgradeOverlayFromPreviousRelease(t *testing.T) {
 		}
 		if lost > 0 {
 			t.Errorf("%s: %d of %d echo requests lost across the upgrades (seq %v)", p.what, lost, sent, missing)
+			for _, s := range missing {
+				t.Logf("%s: %s", p.what, p.p.sentAround(s))
+			}
 		}
 		if m := pingSummaryRe.FindStringSubmatch(p.p.out.String()); m == nil {
 			t.Errorf("%s: no summary in ping's output:\n%s", p.what, p.p.out.String())

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -119,6 +120,14 @@ func NewNode(t *testing.T, subnet, netName string) *Node {
 			b, _ := os.ReadFile(n.LogPath)
 			t.Logf("%s log:\n%s", n.Name, b)
 			t.Logf("%s flows:\n%s", n.Name, o.Ofctl(t, "dump-flows", "--names", n.Mgmt()))
+			// Where the datapath dropped what (OVS's drop reasons, upcalls, tunnel neighbours).
+			var drops []string
+			for _, l := range strings.Split(o.AppctlOutput("coverage/show"), "\n") {
+				if strings.Contains(l, "drop") || strings.Contains(l, "upcall") || strings.Contains(l, "tnl") {
+					drops = append(drops, l)
+				}
+			}
+			t.Logf("%s ovs-vswitchd coverage (drop, upcall, tnl):\n%s", n.Name, strings.Join(drops, "\n"))
 		}
 	})
 	return n

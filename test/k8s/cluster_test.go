@@ -687,6 +687,65 @@ func (e *env) testServices(t *testing.T) {
 		}
 		t.Logf("answers per endpoint: %v", seen)
 	})
+	t.Run("sessionAffinity ClientIP: a client keeps one endpoint within timeoutSeconds, then gets one anew", func(t *testing.T) {
+		// Kubernetes API reference (ServiceSpec.sessionAffinity, ClientIPConfig.timeoutSeconds):
+		// a client's connections go to the endpoint it last got while each comes within the
+		// timeout of the previous one.
+		const timeout = 3 * time.Second
+		e.apply(t, fmt.Sprintf(`apiVersion: v1
+kind: Service
+metadata: {name: echo-affinity, namespace: default}
+spec:
+  selector: {app: echo}
+  sessionAffinity: ClientIP
+  sessionAffinityConfig: {clientIP: {timeoutSeconds: %d}}
+  ports: [{name: tcp, port: 80, targetPort: 8080}]
+`, int(timeout.Seconds())))
+		defer e.c.MustKubectl(t, "delete", "-n", ns, "service/echo-affinity", "--wait=true")
+		ip := e.clusterIP(t, "echo-affinity")
+		target := "tcp:" + ip + ":80"
+		answered := func(r probeResult) error {
+			if !r.ok {
+				return fmt.Errorf("%s: %s", r.target, r.reply)
+			}
+			return nil
+		}
+		for _, from := range pods {
+			e.waitProbe(t, from.Name+" → Service echo-affinity", from.Name, target, answered)
+			var targets []string
+			for i := 0; i < 20; i++ {
+				targets = append(targets, target)
+			}
+			got := map[string]int{}
+			for _, r := range e.probe(t, from.Name, targets...) {
+				if !r.ok {
+					t.Errorf("%s → %s: %s", from.Name, r.target, r.reply)
+					continue
+				}
+				got[replyName(r.reply)]++
+			}
+			if len(got) != 1 {
+				t.Errorf("%s: 20 connections within the affinity timeout went to %d endpoints %v, want one", from.Name, len(got), got)
+			}
+		}
+		// Idle past the timeout, a client's next connection is load-balanced again: over
+		// rounds of one connection after an idle timeout+2 s, it must reach another endpoint
+		// (4 endpoints: the same one 8 times in a row has odds of about 1 in 16,000).
+		client := pods[0].Name
+		first := e.probe(t, client, target)[0]
+		endpoints := map[string]bool{replyName(first.reply): true}
+		for round := 0; round < 8 && len(endpoints) < 2; round++ {
+			time.Sleep(timeout + 2*time.Second)
+			r := e.probe(t, client, target)[0]
+			if err := answered(r); err != nil {
+				t.Fatalf("%s after an idle timeout: %v", client, err)
+			}
+			endpoints[replyName(r.reply)] = true
+		}
+		if len(endpoints) < 2 {
+			t.Errorf("%s: after 8 idle timeouts its connections still all went to %v: the affinity does not expire", client, endpoints)
+		}
+	})
 	t.Run("NodePort from every pod to both nodes' addresses, the endpoint sees the client pod", func(t *testing.T) {
 		e.apply(t, `apiVersion: v1
 kind: Service
