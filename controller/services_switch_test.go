@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ofsdn/ofsdn/flows"
 	"github.com/ofsdn/ofsdn/openflow"
@@ -126,6 +127,20 @@ func TestServiceSinkOnSwitch(t *testing.T) {
 	if st := n.ServiceStats(); st.Ports != 1 || st.Endpoints != 3 {
 		t.Errorf("ServiceStats %+v: want 1 port, 3 endpoints", st)
 	}
+	// /metrics reads ServiceStats: it must not wait for a sync, which holds the proxy's
+	// lock until the switch confirms (seconds at 10,000 Services).
+	sp.mu.Lock()
+	got := make(chan *ServiceStats, 1)
+	go func() { got <- n.ServiceStats() }()
+	select {
+	case st := <-got:
+		if st.Ports != 1 || st.Endpoints != 3 {
+			t.Errorf("ServiceStats during a sync %+v: want the last sync's 1 port, 3 endpoints", st)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("ServiceStats waited for the sync in progress (the Service proxy's lock)")
+	}
+	sp.mu.Unlock()
 }
 
 // TestServiceSinkFrontendsOnSwitch: a NodePort Service port with an external IP on a

@@ -43,7 +43,11 @@ type Runner struct {
 	Sink Sink
 	// MinInterval is the least time from the start of one sync to the start of the next
 	// (events in between are coalesced); 0 = DefaultMinSyncInterval. A change after a
-	// quiet period longer than MinInterval is synced at once.
+	// quiet period longer than MinInterval is synced at once. Unlike kube-proxy v1.37,
+	// whose BoundedFrequencyRunner counts its minSyncPeriod from the end of a sync (so a
+	// sync of duration d delays the next by MinInterval + d), this counts from the start:
+	// a change waits at most MinInterval behind the previous sync's start, however long
+	// that sync took (make bench-services, bench/RESULTS.md, paces its changes by this).
 	MinInterval time.Duration
 	// RetryInterval is the wait after a failed Sync before the next attempt;
 	// 0 = DefaultRetryInterval.
