@@ -34,6 +34,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	benchk8s "github.com/ofsdn/ofsdn/bench/k8s"
 	"github.com/ofsdn/ofsdn/ctl"
 	"github.com/ofsdn/ofsdn/test/harness"
 	"github.com/ofsdn/ofsdn/test/kapi"
@@ -90,32 +91,8 @@ func policy(ns, k int) *networkingv1.NetworkPolicy {
 // parallel runs f(0..n-1) on 16 workers and fails on the first error.
 func parallel(t *testing.T, n int, f func(i int) error) {
 	t.Helper()
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var first error
-	next := make(chan int)
-	for w := 0; w < 16; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				if err := f(i); err != nil {
-					mu.Lock()
-					if first == nil {
-						first = err
-					}
-					mu.Unlock()
-				}
-			}
-		}()
-	}
-	for i := 0; i < n; i++ {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	if first != nil {
-		t.Fatal(first)
+	if err := benchk8s.Parallel(n, 16, f); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -49,7 +49,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -105,54 +104,6 @@ func epIP(i, j, per int) string {
 
 // altIP is change k's new address.
 func altIP(k int) string { return fmt.Sprintf("10.250.%d.%d", 240+k/250, 1+k%250) }
-
-func parallel(n int, f func(i int) error) error {
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var first error
-	next := make(chan int)
-	for w := 0; w < 16; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				if err := f(i); err != nil {
-					mu.Lock()
-					if first == nil {
-						first = err
-					}
-					mu.Unlock()
-				}
-			}
-		}()
-	}
-	for i := 0; i < n; i++ {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	return first
-}
-
-func rssMiB(pid int) float64 {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(l, "VmRSS:") {
-			kb, _ := strconv.ParseFloat(strings.Fields(l)[1], 64)
-			return kb / 1024
-		}
-	}
-	return 0
-}
-
-func loadavg() string {
-	b, _ := os.ReadFile("/proc/loadavg")
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return ""
-	}
-	return strings.Join(f[:3], " ")
-}
 
 // scrape reads a /metrics exposition through an HTTP client that dials in a netns.
 type scraper struct {
@@ -500,7 +451,7 @@ func (e *env) restore(ctx context.Context, touched map[int]bool) error {
 }
 
 func (e *env) runMode(ctx context.Context, which string, idx, round, changes int, gap time.Duration) modeResult {
-	r := modeResult{Mode: which, Size: fmt.Sprintf("%dx%d", e.nsvc, e.per), Round: round, LoadStart: loadavg()}
+	r := modeResult{Mode: which, Size: fmt.Sprintf("%dx%d", e.nsvc, e.per), Round: round, LoadStart: benchk8s.LoadAvg()}
 	var m *mode
 	var start time.Time
 	var err error
@@ -522,7 +473,7 @@ func (e *env) runMode(ctx context.Context, which string, idx, round, changes int
 		return r
 	}
 	time.Sleep(2 * time.Second) // settle: the first sync's aftermath (purge, GC)
-	r.RSSMiB = rssMiB(m.pid)
+	r.RSSMiB = benchk8s.RSSMiB(m.pid)
 	fams, err := m.sc.families()
 	if err != nil {
 		r.Errors = append(r.Errors, err.Error())
@@ -638,7 +589,7 @@ func (e *env) runMode(ctx context.Context, which string, idx, round, changes int
 			r.Errors = append(r.Errors, fmt.Sprintf("%d of %d changed endpoints not as expected on the dataplane: %s", len(bad), len(final), strings.Join(bad[:min(5, len(bad))], "; ")))
 		}
 	}
-	r.LoadEnd = loadavg()
+	r.LoadEnd = benchk8s.LoadAvg()
 	m.stop()
 	m.stop = func() {}
 	if err := e.restore(ctx, touched); err != nil {
@@ -717,7 +668,7 @@ func runSize(t *testing.T, nsvc, per, changes, rounds int, gap time.Duration, mo
 	start := time.Now()
 	e.slices, e.orig = make([]*discoveryv1.EndpointSlice, nsvc), make([]*discoveryv1.EndpointSlice, nsvc)
 	tcp, port, pname := corev1.ProtocolTCP, int32(8080), "http"
-	if err := parallel(nsvc, func(i int) error {
+	if err := benchk8s.Parallel(nsvc, 16, func(i int) error {
 		name := fmt.Sprintf("s-%05d", i)
 		if _, err := admin.CoreV1().Services(ns).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: pname, Protocol: tcp, Port: 80, TargetPort: intstr.FromInt32(port)}}}},
