@@ -1052,13 +1052,34 @@ func (n *Node) Gateway() *net.IPNet { return n.gwAddr }
 //     its ofport and its network.
 func (n *Node) restorePods(ctx context.Context) {
 	var fromPorts []*Attachment
+	// A port whose lease is lost gets it back from its external_ids in two rounds: first
+	// every port with its recorded addresses (both families), then, with the IPv4 address
+	// alone and the IPv6 pool's next free address, the ports that record no IPv6 address
+	// (written before ExtIDIPv6) or whose recorded one was taken (another port recorded
+	// it too). So a pool address is never one that another pod's port records (found by
+	// a breaker test: two pods whose ports recorded ::2 and ::4 lost their leases, IPv4
+	// too, to ports listed before them that had taken those addresses from the pool).
+	type portAttachment struct {
+		p ovsdb.PortInfo
+		a *Attachment
+	}
+	var ready, later []portAttachment
+	dualStack := n.opts.PodSubnetIPv6 != nil
 	for _, p := range n.ports.ListPorts(n.opts.Bridge) {
 		a, ok := attachmentFromPort(p)
 		if !ok {
 			continue
 		}
 		if _, ok := n.leases.Get(a.ContainerID, a.IfName); !ok {
-			if err := n.restoreLease(ctx, a); err != nil {
+			if dualStack && a.IPv6() == nil {
+				later = append(later, portAttachment{p, a})
+				continue
+			}
+			if err := n.restoreLease(ctx, a, true); err != nil {
+				if dualStack {
+					later = append(later, portAttachment{p, a})
+					continue
+				}
 				n.log.Error("pod port has no IP lease and it cannot be restored; its flows are not installed: DEL the pod",
 					"port", p.Name, "container_id", a.ContainerID, "ip", a.IPv4(), "err", err)
 				continue
@@ -1066,6 +1087,21 @@ func (n *Node) restorePods(ctx context.Context) {
 			n.log.Warn("IP lease of a pod port was missing from the lease store; restored from the port's external_ids",
 				"port", p.Name, "container_id", a.ContainerID, "ifname", a.IfName, "ip", a.IPv4(), "network", a.Network)
 		}
+		ready = append(ready, portAttachment{p, a})
+	}
+	for _, pa := range later {
+		p, a := pa.p, pa.a
+		if err := n.restoreLease(ctx, a, false); err != nil {
+			n.log.Error("pod port has no IP lease and it cannot be restored; its flows are not installed: DEL the pod",
+				"port", p.Name, "container_id", a.ContainerID, "ip", a.IPv4(), "err", err)
+			continue
+		}
+		n.log.Warn("IP lease of a pod port was missing from the lease store; restored from the port's external_ids with the IPv6 pool's next address (the port records no IPv6 address, or one another port holds)",
+			"port", p.Name, "container_id", a.ContainerID, "ifname", a.IfName, "ip", a.IPv4(), "recorded_ipv6", fmt.Sprint(a.IPv6()), "network", a.Network)
+		ready = append(ready, pa)
+	}
+	for _, pa := range ready {
+		p, a := pa.p, pa.a
 		if l, ok := n.leases.Get(a.ContainerID, a.IfName); ok && slices.ContainsFunc(l.IPs, a.IPv4().IP.Equal) {
 			// The lease is the record of the pod's addresses (a port of a build before
 			// ExtIDIPv6 records the IPv4 one only).
@@ -1182,15 +1218,16 @@ func (n *Node) restoreFromLease(ctx context.Context, l ipam.Lease, hostVeth stri
 
 // restoreLease records a's addresses as its IP lease (ipam.Store.Restore), with its pod
 // and network, when its IPv4 address lies in this node's pod subnet with the same prefix.
-// Its IPv6 address (a dual-stack port records it, ExtIDIPv6) is kept when it lies in the
-// node's IPv6 pod subnet; without one (a port of a build before ExtIDIPv6) the store gives
-// the IPv6 pool's next address.
-func (n *Node) restoreLease(ctx context.Context, a *Attachment) error {
+// With withIPv6, its IPv6 address (a dual-stack port records it, ExtIDIPv6) is kept when
+// it lies in the node's IPv6 pod subnet; otherwise (or without one: a port of a build
+// before ExtIDIPv6) the store gives the IPv6 pool's next address. Errors: the IPv4
+// address is outside the pod subnet, or the store's (an address another lease holds).
+func (n *Node) restoreLease(ctx context.Context, a *Attachment, withIPv6 bool) error {
 	if ones, _ := a.IPv4().Mask.Size(); ones != maskOnes(n.opts.PodSubnet) || !n.opts.PodSubnet.Contains(a.IPv4().IP) {
 		return fmt.Errorf("address %s is not in this node's pod subnet %s", a.IPv4(), n.opts.PodSubnet)
 	}
 	ips := []*net.IPNet{a.IPv4()}
-	if v6, sn := a.IPv6(), n.opts.PodSubnetIPv6; v6 != nil && sn != nil {
+	if v6, sn := a.IPv6(), n.opts.PodSubnetIPv6; withIPv6 && v6 != nil && sn != nil {
 		if ones, _ := v6.Mask.Size(); ones == maskOnes(sn) && sn.Contains(v6.IP) {
 			ips = append(ips, v6)
 		}

@@ -521,3 +521,72 @@ func TestDualStack(t *testing.T) {
 		}
 	})
 }
+
+// TestDualStackLeasesLostRestoredFromPorts: every lease of a dual-stack node is lost at
+// once (a lease file restored from a backup whose allocation cursor is at the pool's
+// start) while the pods' ports live. Ports that record both addresses get both back,
+// whatever order OVS lists the ports in: two ports written before ofsdn recorded the IPv6
+// address (no ofsdn-ipv6) take the IPv6 pool's next free addresses only after every
+// recorded one is restored, so they never take another pod's; and a port whose recorded
+// IPv6 address is another pod's keeps its IPv4 address (and gets a pool address) instead
+// of losing its lease. Every pod keeps IPv4; the pods whose recorded IPv6 address no other
+// port records keep it.
+func TestDualStackLeasesLostRestoredFromPorts(t *testing.T) {
+	serial(t)
+	n := startDualStackNode(t)
+	var pods []*testPod
+	for i := 0; i < 6; i++ {
+		pods = append(pods, n.addPod(fmt.Sprintf("dl-%d", i)))
+	}
+	n.StopDaemon()
+	raw, err := os.ReadFile(n.LeasesPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st map[string]any
+	if err := json.Unmarshal(raw, &st); err != nil {
+		t.Fatal(err)
+	}
+	st["leases"] = map[string]any{}
+	st["lastAllocated"] = "10.152.0.1"
+	st["lastAllocatedIPs"] = []string{"10.152.0.1", "fd00:10:152::1"}
+	raw, _ = json.Marshal(st)
+	if err := os.WriteFile(n.LeasesPath(), raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	port := func(p *testPod) string { return p.result.Interfaces[0].Name }
+	// dl-4 and dl-5: ports of a build before ofsdn-ipv6; dl-3 records dl-1's IPv6 address.
+	n.OVS.Vsctl(t, "remove", "Interface", port(pods[4]), "external_ids", "ofsdn-ipv6")
+	n.OVS.Vsctl(t, "remove", "Interface", port(pods[5]), "external_ids", "ofsdn-ipv6")
+	n.OVS.Vsctl(t, "set", "Interface", port(pods[3]), fmt.Sprintf(`external_ids:ofsdn-ipv6="%s/64"`, pods[1].ip6(t)))
+	n.StartDaemon(filepath.Join(buildBinaries(t), "ofsdn-node"), 30*time.Second,
+		"--pod-subnets", dsSubnet4+","+dsSubnet6, "--log-level", "debug")
+
+	leases := n.Leases(t)
+	for i, p := range pods {
+		if leases[p.ip().String()] != p.containerID {
+			t.Errorf("%s lost its IPv4 lease %s: leases %v", p.name, p.ip(), leases)
+		}
+		if err := ping(n.OVS.Netns, p.ip()); err != nil {
+			t.Errorf("%s over IPv4 after the restart: %v", p.name, err)
+		}
+		if i == 0 || i == 2 { // recorded and uncontested: their own IPv6 address back (dl-1's is contested by dl-3's record)
+			cookie, mask := n.podCookie(t, p)
+			dump := n.OVS.Ofctl(t, "dump-flows", "--no-stats", n.mgmt(), fmt.Sprintf("cookie=%#x/%#x", cookie, mask))
+			if !strings.Contains(dump, "ipv6_src="+p.ip6(t).String()) {
+				t.Errorf("%s's flows do not name its IPv6 address %s after the restart:\n%s", p.name, p.ip6(t), dump)
+			}
+			if err := ping6(n.OVS.Netns, p.ip6(t)); err != nil {
+				t.Errorf("%s over IPv6 after the restart: %v", p.name, err)
+			}
+		}
+	}
+	for _, p := range pods {
+		if err := n.delPod(p); err != nil {
+			t.Errorf("DEL %s: %v", p.name, err)
+		}
+	}
+	if got := len(n.Leases(t)); got != 0 {
+		t.Errorf("%d leases left after every DEL", got)
+	}
+}
