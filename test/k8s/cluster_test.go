@@ -1267,7 +1267,16 @@ func (e *env) testPolicyThroughServices(t *testing.T) {
 	})
 	t.Run("ofsdnctl services and the metrics show the Service port, its endpoints and connections", func(t *testing.T) {
 		node := e.c.Nodes[0]
+		// The count is the service_lb flow's packets: connections whose first packet hit an
+		// existing datapath flow are counted once ovs-vswitchd's revalidators push that
+		// flow's statistics to it (within about a second), not at once.
 		found, out := e.servicePort(t, node, "guarded", "TCP")
+		k8s.WaitFor(t, "default/guarded:tcp's connection count on "+node.Name+" reaching allowed-1's 8", 15*time.Second, func() error {
+			if found, out = e.servicePort(t, node, "guarded", "TCP"); found != nil && found.Connections < 8 {
+				return fmt.Errorf("%d", found.Connections)
+			}
+			return nil
+		})
 		want := map[string]bool{}
 		for _, s := range servers {
 			want[net.JoinHostPort(s.Status.PodIP, "8080")] = true
