@@ -1408,7 +1408,19 @@ spec:
 // connection that starts later reaches it.
 func (e *env) testRollingUpdate(t *testing.T) {
 	e.apply(t, rollingManifest)
-	defer e.c.MustKubectl(t, "delete", "-n", ns, "--wait=true", "deployment/rolling", "service/rolling")
+	defer func() {
+		e.c.MustKubectl(t, "delete", "-n", ns, "--wait=true", "deployment/rolling", "service/rolling")
+		// The Deployment goes at once, its pods after their preStop sleep; their CNI DELs
+		// (OVS port deletions) must not land in the next step, which counts every ping
+		// across a daemon replacement (a port deletion on the userspace datapath there
+		// coincided with one lost echo request).
+		k8s.WaitFor(t, "the rolling pods gone", 120*time.Second, func() error {
+			if left := e.pods(t, ns, "app=rolling"); len(left) > 0 {
+				return fmt.Errorf("%d left", len(left))
+			}
+			return nil
+		})
+	}()
 	old := map[string]string{} // old pod name → its address
 	for _, p := range e.waitPods(t, ns, "app=rolling", 3, 120*time.Second) {
 		old[p.Name] = p.Status.PodIP
