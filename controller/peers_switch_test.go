@@ -107,6 +107,22 @@ func TestOverlayPeerIDsOnSwitch(t *testing.T) {
 		t.Errorf("node-c's flows after the subnet change: %v", byID[want["node-c"]])
 	}
 
+	// Overlapping pod subnets are refused, against the peers' current subnets: inside
+	// node-c's new one, or covering node-d's; node-c's old one is free again.
+	for _, bad := range []struct{ subnet, holder string }{{"10.244.30.128/25", "node-c"}, {"10.244.0.0/16", ""}} {
+		err := o.AddPeer(ctx, testPeer("node-x", bad.subnet, "172.16.0.9"))
+		if err == nil || !strings.Contains(err.Error(), "overlaps peer "+bad.holder) {
+			t.Errorf("AddPeer with pod subnet %s: %v, want an error naming the peer it overlaps %s", bad.subnet, err, bad.holder)
+		}
+	}
+	y := testPeer("node-y", "10.244.3.0/24", "172.16.0.8")
+	if err := o.AddPeer(ctx, y); err != nil {
+		t.Errorf("AddPeer with node-c's former pod subnet: %v", err)
+	} else if err := o.DeletePeer(ctx, y); err != nil {
+		t.Fatal(err)
+	}
+	check("overlaps refused, a freed subnet taken and given back", want, 3)
+
 	if err := o.DeletePeer(ctx, b); err != nil {
 		t.Fatal(err)
 	}
