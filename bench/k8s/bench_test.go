@@ -29,18 +29,11 @@ import (
 	"github.com/ofsdn/ofsdn/test/testenv"
 )
 
-func env(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
-}
-
 func TestBenchK8s(t *testing.T) {
 	testenv.Privileged(t)
 	cfg := Config{Rounds: 2, MaxPods: 250, Policies: 10, Settle: 5 * time.Second, Timeout: 10 * time.Minute}
 	cfg.BurstRounds = map[int]int{}
-	for _, s := range strings.Split(env("BENCH_K8S_BURSTS", "30,100"), ",") {
+	for _, s := range strings.Split(EnvStr("BENCH_K8S_BURSTS", "30,100"), ",") {
 		size, rounds, hasRounds := strings.Cut(strings.TrimSpace(s), ":")
 		n, err := strconv.Atoi(size)
 		if err != nil {
@@ -54,13 +47,13 @@ func TestBenchK8s(t *testing.T) {
 		}
 	}
 	var err error
-	if cfg.Rounds, err = strconv.Atoi(env("BENCH_K8S_ROUNDS", "2")); err != nil {
+	if cfg.Rounds, err = strconv.Atoi(EnvStr("BENCH_K8S_ROUNDS", "2")); err != nil {
 		t.Fatalf("BENCH_K8S_ROUNDS: %v", err)
 	}
-	if cfg.Settle, err = time.ParseDuration(env("BENCH_K8S_SETTLE", "5s")); err != nil {
+	if cfg.Settle, err = time.ParseDuration(EnvStr("BENCH_K8S_SETTLE", "5s")); err != nil {
 		t.Fatalf("BENCH_K8S_SETTLE: %v", err)
 	}
-	out := env("BENCH_K8S_OUT", "/tmp/ofsdn-bench-k8s/results.json")
+	out := EnvStr("BENCH_K8S_OUT", "/tmp/ofsdn-bench-k8s/results.json")
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -83,3 +83,21 @@ func Parallel(n, workers int, f func(i int) error) error {
 	wg.Wait()
 	return first
 }
+
+// EnvStr returns environment variable name, or def when it is unset or empty (the
+// benchmarks' size and output settings).
+func EnvStr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// EnvInt returns environment variable name as a positive integer, or def when it is
+// unset, not an integer or not above 0.
+func EnvInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}

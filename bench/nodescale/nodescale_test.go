@@ -67,20 +67,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func envStr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
-}
-
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
-		return v
-	}
-	return def
-}
-
 // podCIDR is peer i's pod subnet: the (i+1)th /24 of clusterCIDR (i < 16383).
 func podCIDR(i int) string {
 	base := netip.MustParseAddr("10.64.0.0").As4()
@@ -197,15 +183,15 @@ func waitFor(limit time.Duration, cond func() (bool, error)) error {
 
 func TestNodeScale(t *testing.T) {
 	var sizes []int
-	for _, s := range strings.Split(envStr("NODE_BENCH_PEERS", "1000,5000"), ",") {
+	for _, s := range strings.Split(benchk8s.EnvStr("NODE_BENCH_PEERS", "1000,5000"), ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 1 || n > 16000 {
 			t.Fatalf("NODE_BENCH_PEERS: %q: want peer counts 1..16000, comma-separated", s)
 		}
 		sizes = append(sizes, n)
 	}
-	changes := envInt("NODE_BENCH_CHANGES", 200)
-	idle := time.Duration(envInt("NODE_BENCH_IDLE", 20)) * time.Second
+	changes := benchk8s.EnvInt("NODE_BENCH_CHANGES", 200)
+	idle := time.Duration(benchk8s.EnvInt("NODE_BENCH_IDLE", 20)) * time.Second
 	var results []Result
 	for _, n := range sizes {
 		t.Run(fmt.Sprintf("%d peers", n), func(t *testing.T) {

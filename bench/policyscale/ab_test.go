@@ -51,17 +51,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	benchk8s "github.com/ofsdn/ofsdn/bench/k8s"
 	"github.com/ofsdn/ofsdn/ctl"
 	"github.com/ofsdn/ofsdn/test/harness"
 	"github.com/ofsdn/ofsdn/test/kapi"
 )
-
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
-		return v
-	}
-	return def
-}
 
 // abBuild is one build under comparison, on its own sandbox node.
 type abBuild struct {
@@ -346,7 +340,7 @@ func TestPolicyAB(t *testing.T) {
 	if afterDir == "" {
 		afterDir = harness.BuildBinaries(t)
 	}
-	rounds, pods, conc, reps := envInt("POLICY_AB_ROUNDS", 2), envInt("POLICY_AB_PODS", 96), envInt("POLICY_AB_CONC", 32), envInt("POLICY_AB_LABEL_REPS", 5)
+	rounds, pods, conc, reps := benchk8s.EnvInt("POLICY_AB_ROUNDS", 2), benchk8s.EnvInt("POLICY_AB_PODS", 96), benchk8s.EnvInt("POLICY_AB_CONC", 32), benchk8s.EnvInt("POLICY_AB_LABEL_REPS", 5)
 
 	builds := []*abBuild{
 		{name: "before", dir: beforeDir, nodeName: "ab-before", localK: 0, burstNS: "burst-before"},

@@ -47,7 +47,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -80,20 +79,6 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	harness.RemoveBinaries()
 	os.Exit(code)
-}
-
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
-		return v
-	}
-	return def
-}
-
-func envStr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
 }
 
 // epIP is endpoint j of Service i: in the cluster CIDR, outside this node's subnet.
@@ -604,15 +589,15 @@ func TestServices(t *testing.T) {
 			t.Fatalf("%s is missing: make bench-services installs iptables and nftables (apt-get)", tool)
 		}
 	}
-	changes := envInt("SVC_BENCH_CHANGES", 200)
-	rounds := envInt("SVC_BENCH_ROUNDS", 1)
-	gap, err := time.ParseDuration(envStr("SVC_BENCH_GAP", "1100ms"))
+	changes := benchk8s.EnvInt("SVC_BENCH_CHANGES", 200)
+	rounds := benchk8s.EnvInt("SVC_BENCH_ROUNDS", 1)
+	gap, err := time.ParseDuration(benchk8s.EnvStr("SVC_BENCH_GAP", "1100ms"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	modes := strings.Split(envStr("SVC_BENCH_MODES", "ofsdn,kube-proxy iptables,kube-proxy nftables"), ",")
+	modes := strings.Split(benchk8s.EnvStr("SVC_BENCH_MODES", "ofsdn,kube-proxy iptables,kube-proxy nftables"), ",")
 	var all []modeResult
-	for _, sz := range strings.Split(envStr("SVC_BENCH_SIZES", "1000x10,10000x5"), ",") {
+	for _, sz := range strings.Split(benchk8s.EnvStr("SVC_BENCH_SIZES", "1000x10,10000x5"), ",") {
 		var nsvc, per int
 		if _, err := fmt.Sscanf(sz, "%dx%d", &nsvc, &per); err != nil {
 			t.Fatalf("SVC_BENCH_SIZES entry %q: want SERVICESxENDPOINTS", sz)

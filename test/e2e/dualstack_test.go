@@ -49,9 +49,15 @@ var (
 func startDualStackNode(t *testing.T) *testNode {
 	t.Helper()
 	n := &testNode{harness.NewNode(t, dsSubnet4, "ofsdn-e2e")}
+	n.startDualStackDaemon(t)
+	return n
+}
+
+// startDualStackDaemon (re)starts n's daemon with both pod subnets.
+func (n *testNode) startDualStackDaemon(t *testing.T) {
+	t.Helper()
 	n.StartDaemon(filepath.Join(buildBinaries(t), "ofsdn-node"), 30*time.Second,
 		"--pod-subnets", dsSubnet4+","+dsSubnet6, "--log-level", "debug")
-	return n
 }
 
 // ip6 returns the pod's IPv6 address from its CNI result.
@@ -443,8 +449,7 @@ func TestDualStack(t *testing.T) {
 		// A restarted daemon restores each pod from its port and its lease: the port
 		// records the IPv4 address only, the lease both, and the pods' IPv6 flows come back.
 		n.StopDaemon()
-		n.StartDaemon(filepath.Join(buildBinaries(t), "ofsdn-node"), 30*time.Second,
-			"--pod-subnets", dsSubnet4+","+dsSubnet6, "--log-level", "debug")
+		n.startDualStackDaemon(t)
 		cookie, mask := n.podCookie(t, a)
 		dump := n.OVS.Ofctl(t, "dump-flows", "--no-stats", n.mgmt(), fmt.Sprintf("cookie=%#x/%#x", cookie, mask))
 		if !strings.Contains(dump, "ipv6_src="+a.ip6(t).String()) || !strings.Contains(dump, "ipv6_dst="+a.ip6(t).String()) {
@@ -464,22 +469,9 @@ func TestDualStack(t *testing.T) {
 		// not the IPv6 pool's next one (which would leave a's IPv6 flows naming an address
 		// it does not have, and its own free to be handed out again).
 		n.StopDaemon()
+		n.editLeaseFile(t, func(st map[string]any) { delete(st["leases"].(map[string]any), a.ip().String()) })
+		n.startDualStackDaemon(t)
 		raw, err := os.ReadFile(n.LeasesPath())
-		if err != nil {
-			t.Fatal(err)
-		}
-		var st map[string]any
-		if err := json.Unmarshal(raw, &st); err != nil {
-			t.Fatal(err)
-		}
-		delete(st["leases"].(map[string]any), a.ip().String())
-		raw, _ = json.Marshal(st)
-		if err := os.WriteFile(n.LeasesPath(), raw, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		n.StartDaemon(filepath.Join(buildBinaries(t), "ofsdn-node"), 30*time.Second,
-			"--pod-subnets", dsSubnet4+","+dsSubnet6, "--log-level", "debug")
-		raw, err = os.ReadFile(n.LeasesPath())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -539,28 +531,17 @@ func TestDualStackLeasesLostRestoredFromPorts(t *testing.T) {
 		pods = append(pods, n.addPod(fmt.Sprintf("dl-%d", i)))
 	}
 	n.StopDaemon()
-	raw, err := os.ReadFile(n.LeasesPath())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var st map[string]any
-	if err := json.Unmarshal(raw, &st); err != nil {
-		t.Fatal(err)
-	}
-	st["leases"] = map[string]any{}
-	st["lastAllocated"] = "10.152.0.1"
-	st["lastAllocatedIPs"] = []string{"10.152.0.1", "fd00:10:152::1"}
-	raw, _ = json.Marshal(st)
-	if err := os.WriteFile(n.LeasesPath(), raw, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	n.editLeaseFile(t, func(st map[string]any) {
+		st["leases"] = map[string]any{}
+		st["lastAllocated"] = "10.152.0.1"
+		st["lastAllocatedIPs"] = []string{"10.152.0.1", "fd00:10:152::1"}
+	})
 	port := func(p *testPod) string { return p.result.Interfaces[0].Name }
 	// dl-4 and dl-5: ports of a build before ofsdn-ipv6; dl-3 records dl-1's IPv6 address.
 	n.OVS.Vsctl(t, "remove", "Interface", port(pods[4]), "external_ids", "ofsdn-ipv6")
 	n.OVS.Vsctl(t, "remove", "Interface", port(pods[5]), "external_ids", "ofsdn-ipv6")
 	n.OVS.Vsctl(t, "set", "Interface", port(pods[3]), fmt.Sprintf(`external_ids:ofsdn-ipv6="%s/64"`, pods[1].ip6(t)))
-	n.StartDaemon(filepath.Join(buildBinaries(t), "ofsdn-node"), 30*time.Second,
-		"--pod-subnets", dsSubnet4+","+dsSubnet6, "--log-level", "debug")
+	n.startDualStackDaemon(t)
 
 	leases := n.Leases(t)
 	for i, p := range pods {

@@ -92,6 +92,25 @@ func (n *testNode) leaseFile(t *testing.T) map[string]leaseEntry {
 	return out
 }
 
+// editLeaseFile rewrites n's lease file (the daemon stopped) as edit leaves its decoded
+// JSON: a lease file restored from an old backup.
+func (n *testNode) editLeaseFile(t *testing.T, edit func(st map[string]any)) {
+	t.Helper()
+	raw, err := os.ReadFile(n.LeasesPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st map[string]any
+	if err := json.Unmarshal(raw, &st); err != nil {
+		t.Fatal(err)
+	}
+	edit(st)
+	raw, _ = json.Marshal(st)
+	if err := os.WriteFile(n.LeasesPath(), raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // leaseNetworks returns the lease file's leases: container ID → recorded network.
 func (n *testNode) leaseNetworks(t *testing.T) map[string]string {
 	t.Helper()
@@ -212,21 +231,11 @@ func TestRestartKeepsWhatMayBeInUse(t *testing.T) {
 	n.stopDaemon() // SIGKILL
 
 	// The lease file as an old backup has it: without pa's and pb's leases.
-	b, err := os.ReadFile(n.LeasesPath())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var st map[string]any
-	if err := json.Unmarshal(b, &st); err != nil {
-		t.Fatal(err)
-	}
-	leases := st["leases"].(map[string]any)
-	delete(leases, pa.ip().String())
-	delete(leases, pb.ip().String())
-	b, _ = json.Marshal(st)
-	if err := os.WriteFile(n.LeasesPath(), b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	n.editLeaseFile(t, func(st map[string]any) {
+		leases := st["leases"].(map[string]any)
+		delete(leases, pa.ip().String())
+		delete(leases, pb.ip().String())
+	})
 	// The orphan's port goes; its lease and veth stay.
 	orphanHost := orphan.result.Interfaces[0].Name
 	n.OVS.Vsctl(t, "del-port", "br-int", orphanHost)
