@@ -18,7 +18,6 @@ package openflow
 import (
 	"encoding/binary"
 	"fmt"
-	"sync/atomic"
 
 	"github.com/contiv/libOpenflow/openflow13"
 )
@@ -75,39 +74,10 @@ func (f FlowRemoved) Field(class uint16, field uint8) ([]byte, bool) {
 
 // FlowRemovedQueue is a bounded queue of flow-removed messages shared by every connection
 // of a Switch (Options.FlowRemoved). All methods are safe for concurrent use.
-type FlowRemovedQueue struct {
-	ch       chan FlowRemoved
-	received atomic.Uint64
-	dropped  atomic.Uint64
-}
+type FlowRemovedQueue = Queue[FlowRemoved]
 
 // NewFlowRemovedQueue returns a queue holding at most size messages (size < 1 means 1).
-func NewFlowRemovedQueue(size int) *FlowRemovedQueue {
-	return &FlowRemovedQueue{ch: make(chan FlowRemoved, max(size, 1))}
-}
-
-// C is the channel to receive flow-removed messages from. It is never closed.
-func (q *FlowRemovedQueue) C() <-chan FlowRemoved { return q.ch }
-
-// Received is the number of flow-removed messages decoded since the queue was made
-// (queued or dropped), monotonic.
-func (q *FlowRemovedQueue) Received() uint64 { return q.received.Load() }
-
-// Dropped is the number of flow-removed messages dropped because the queue was full,
-// monotonic.
-func (q *FlowRemovedQueue) Dropped() uint64 { return q.dropped.Load() }
-
-// offer queues f without blocking; it reports false (and counts a drop) when full.
-func (q *FlowRemovedQueue) offer(f FlowRemoved) bool {
-	q.received.Add(1)
-	select {
-	case q.ch <- f:
-		return true
-	default:
-		q.dropped.Add(1)
-		return false
-	}
-}
+func NewFlowRemovedQueue(size int) *FlowRemovedQueue { return newQueue[FlowRemoved](size) }
 
 // decodeFlowRemoved decodes an OFPT_FLOW_REMOVED: header 8, cookie 8, priority 2, reason
 // 1, table_id 1, duration_sec 4, duration_nsec 4, idle_timeout 2, hard_timeout 2,

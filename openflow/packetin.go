@@ -14,7 +14,6 @@ package openflow
 import (
 	"encoding/binary"
 	"fmt"
-	"sync/atomic"
 
 	"github.com/contiv/libOpenflow/openflow13"
 )
@@ -41,38 +40,10 @@ type PacketIn struct {
 
 // PacketInQueue is a bounded queue of packet-ins shared by every connection of a Switch
 // (Options.PacketIns). All methods are safe for concurrent use.
-type PacketInQueue struct {
-	ch       chan PacketIn
-	received atomic.Uint64
-	dropped  atomic.Uint64
-}
+type PacketInQueue = Queue[PacketIn]
 
 // NewPacketInQueue returns a queue holding at most size packet-ins (size < 1 means 1).
-func NewPacketInQueue(size int) *PacketInQueue {
-	return &PacketInQueue{ch: make(chan PacketIn, max(size, 1))}
-}
-
-// C is the channel to receive packet-ins from. It is never closed.
-func (q *PacketInQueue) C() <-chan PacketIn { return q.ch }
-
-// Received is the number of packet-ins decoded since the queue was made (queued or
-// dropped), monotonic.
-func (q *PacketInQueue) Received() uint64 { return q.received.Load() }
-
-// Dropped is the number of packet-ins dropped because the queue was full, monotonic.
-func (q *PacketInQueue) Dropped() uint64 { return q.dropped.Load() }
-
-// offer queues p without blocking; it reports false (and counts a drop) when full.
-func (q *PacketInQueue) offer(p PacketIn) bool {
-	q.received.Add(1)
-	select {
-	case q.ch <- p:
-		return true
-	default:
-		q.dropped.Add(1)
-		return false
-	}
-}
+func NewPacketInQueue(size int) *PacketInQueue { return newQueue[PacketIn](size) }
 
 // packetInMissSendLen is the miss_send_len Dial sets when packet-ins are wanted (bytes
 // of a table-miss packet sent to the controller; 128 as OVS's default for a controller).
