@@ -37,12 +37,7 @@ package controller
 //     stale is left.
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 
 	"github.com/ofsdn/ofsdn/flows"
@@ -66,48 +61,21 @@ const PeerIDsFile = "peer-ids.json"
 // generation sweep makes harmless (see above).
 const PeerIDsJournal = "peer-ids.journal"
 
-// peerIDsVersion is the layout version of PeerIDsFile; other versions are refused.
-const peerIDsVersion = 1
+// peerIDsWhat names the peers' record in errors.
+const peerIDsWhat = "peer owner ids"
 
-// peerIDsCompactSlack is how many journal lines beyond twice the peers recorded make the
-// next change fold the journal into a new snapshot.
-const peerIDsCompactSlack = 1024
+// peerIDs is the record of peer owner ids (ownerIDs with the peers' layout, ids
+// 1..2^32-1). The Overlay serialises its changes.
+type peerIDs = ownerIDs
 
-// peerIDsState is PeerIDsFile's JSON layout.
-type peerIDsState struct {
-	Version       int               `json:"version"`
-	LastAllocated uint32            `json:"lastAllocated,omitempty"`
-	Peers         map[string]uint32 `json:"peers"`
-	// JournalSeq is the sequence number of the last PeerIDsJournal line the snapshot
-	// holds (0: none).
-	JournalSeq uint64 `json:"journalSeq,omitempty"`
+// newPeerIDs returns an empty record of peer owner ids at path.
+func newPeerIDs(path string) *peerIDs {
+	return newOwnerIDs(peerIDsWhat, path, PeerIDsJournal, true, 1<<32-1)
 }
 
-// peerIDsEntry is one PeerIDsJournal line.
-type peerIDsEntry struct {
-	Seq           uint64 `json:"seq"`
-	Peer          string `json:"peer"`
-	ID            uint32 `json:"id,omitempty"`
-	Free          bool   `json:"free,omitempty"`
-	LastAllocated uint32 `json:"lastAllocated,omitempty"`
-}
-
-// peerIDs is the record of peer owner ids, in memory and in its file. It is not safe for
-// concurrent use (the Overlay serialises its changes).
-type peerIDs struct {
-	path   string
-	found  bool // the file existed when it was read
-	byKey  map[string]uint32
-	byID   map[uint32]string
-	cursor uint32 // the last id handed out round robin
-	seq    uint64 // the last journal line's sequence number (written or read)
-	lines  int    // lines in the journal since the last snapshot
-	broken bool   // an append failed: the next change writes a snapshot
-}
-
-// journalPath is the journal's path: PeerIDsJournal beside the snapshot.
-func (r *peerIDs) journalPath() string {
-	return filepath.Join(filepath.Dir(r.path), PeerIDsJournal)
+// readPeerIDs reads the record of peer owner ids at path (readOwnerIDs).
+func readPeerIDs(path string) (*peerIDs, error) {
+	return readOwnerIDs(peerIDsWhat, path, PeerIDsJournal, true, 1<<32-1)
 }
 
 // peerKey is the key under which peer p's owner id is recorded: its node name, else (no
@@ -117,124 +85,6 @@ func peerKey(p flows.Peer) string {
 		return p.Name
 	}
 	return fmt.Sprintf("subnet %v", p.PodSubnet)
-}
-
-// readPeerIDs reads the record at path. A missing file is an empty record with found
-// false (ids are then seeded, see Overlay.load). Errors name the file: it cannot be read,
-// is not JSON of this layout's version, or records id 0, one id for two peers or an empty
-// key.
-func readPeerIDs(path string) (*peerIDs, error) {
-	r := &peerIDs{path: path, byKey: map[string]uint32{}, byID: map[uint32]string{}}
-	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return r, r.replay()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("peer owner ids %s: %w", path, err)
-	}
-	var st peerIDsState
-	if err := json.Unmarshal(b, &st); err != nil {
-		return nil, fmt.Errorf("peer owner ids %s: invalid JSON: %w", path, err)
-	}
-	if st.Version != peerIDsVersion {
-		return nil, fmt.Errorf("peer owner ids %s: version %d is not supported (want %d)", path, st.Version, peerIDsVersion)
-	}
-	for key, id := range st.Peers {
-		switch other, dup := r.byID[id]; {
-		case key == "":
-			return nil, fmt.Errorf("peer owner ids %s: an entry without a peer name (id %d)", path, id)
-		case id == 0:
-			return nil, fmt.Errorf("peer owner ids %s: peer %s has id 0, not an owner id (1..2^32-1)", path, key)
-		case dup:
-			return nil, fmt.Errorf("peer owner ids %s: peers %s and %s have the same id %d", path, min(key, other), max(key, other), id)
-		}
-		r.byKey[key], r.byID[id] = id, key
-	}
-	r.found, r.cursor, r.seq = true, st.LastAllocated, st.JournalSeq
-	return r, r.replay()
-}
-
-// replay applies the journal's lines newer than the snapshot (r.seq) to r. A last line
-// without its newline is a torn append and is ignored. Errors name the journal: it cannot
-// be read, a line is not an entry, or an entry contradicts the record (id 0, an id another
-// peer holds).
-func (r *peerIDs) replay() error {
-	jp := r.journalPath()
-	b, err := os.ReadFile(jp)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("peer owner ids %s: %w", jp, err)
-	}
-	r.found = true
-	for n := 1; len(b) > 0; n++ {
-		i := bytes.IndexByte(b, '\n')
-		if i < 0 {
-			break // torn last line
-		}
-		line := b[:i]
-		b = b[i+1:]
-		var e peerIDsEntry
-		if err := json.Unmarshal(line, &e); err != nil || e.Peer == "" {
-			return fmt.Errorf("peer owner ids %s: line %d is not an entry: %q", jp, n, line)
-		}
-		r.lines++
-		if e.Seq <= r.seq {
-			continue // already in the snapshot
-		}
-		r.seq = e.Seq
-		if e.Free {
-			r.release(e.Peer)
-			continue
-		}
-		if other, held := r.byID[e.ID]; e.ID == 0 || (held && other != e.Peer) {
-			return fmt.Errorf("peer owner ids %s: line %d gives peer %s id %d, held by %q or not an owner id", jp, n, e.Peer, e.ID, other)
-		}
-		r.release(e.Peer)
-		r.byKey[e.Peer], r.byID[e.ID] = e.ID, e.Peer
-		r.cursor = e.LastAllocated
-	}
-	return nil
-}
-
-// appendJournal records one change (e, its Seq set here) as a journal line, fsync'd, or
-// folds the journal into a new snapshot (save) when it has grown past its bound; the
-// change must already be in r's maps. Errors name the file.
-func (r *peerIDs) appendJournal(e peerIDsEntry) error {
-	if r.broken || r.lines >= 2*len(r.byKey)+peerIDsCompactSlack {
-		return r.save()
-	}
-	e.Seq = r.seq + 1
-	line, err := json.Marshal(e)
-	if err != nil {
-		return fmt.Errorf("peer owner ids %s: %w", r.journalPath(), err)
-	}
-	jp := r.journalPath()
-	_, statErr := os.Stat(jp)
-	f, err := os.OpenFile(jp, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-	if err != nil {
-		return fmt.Errorf("peer owner ids %s: %w", jp, err)
-	}
-	_, err = f.Write(append(line, '\n'))
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil && statErr != nil {
-		err = syncDir(filepath.Dir(jp)) // the new file's name must survive a crash too
-	}
-	if err != nil {
-		// The journal may now end in part of a line, which a later append would turn
-		// into a corrupt one: the next change writes a snapshot instead, which replaces
-		// the journal (a part left by a crash before then is a torn last line, ignored).
-		r.broken = true
-		return fmt.Errorf("peer owner ids %s: %w", jp, err)
-	}
-	r.seq, r.lines, r.found = e.Seq, r.lines+1, true
-	return nil
 }
 
 // RecordedPeerIDs returns the peer owner ids recorded in data directory dataDir
@@ -247,113 +97,4 @@ func RecordedPeerIDs(dataDir string) (map[string]uint32, error) {
 		return nil, err
 	}
 	return r.byKey, nil
-}
-
-// get returns the id recorded for key.
-func (r *peerIDs) get(key string) (uint32, bool) {
-	id, ok := r.byKey[key]
-	return id, ok
-}
-
-// peek returns the id reserve(key, 0) would give key, without reserving it: its recorded
-// id, else the first id after the cursor that no peer holds (0 only when all 2^32-1 are
-// held).
-func (r *peerIDs) peek(key string) uint32 {
-	if id, ok := r.byKey[key]; ok {
-		return id
-	}
-	id := r.cursor
-	for range uint64(1) << 32 {
-		id++
-		if id == 0 {
-			id = 1
-		}
-		if _, held := r.byID[id]; !held {
-			return id
-		}
-	}
-	return 0
-}
-
-// reserve gives key an id in memory (save records it) and returns it; fresh says it is
-// new. A key already recorded keeps its id. Otherwise want, if it is not 0 and no peer
-// holds it (a legacy id), else the next id round robin (peek). It returns 0 only when
-// every id is held.
-func (r *peerIDs) reserve(key string, want uint32) (id uint32, fresh bool) {
-	if id, ok := r.byKey[key]; ok {
-		return id, false
-	}
-	if _, held := r.byID[want]; want != 0 && !held {
-		id = want
-	} else if id = r.peek(key); id == 0 {
-		return 0, false
-	} else {
-		r.cursor = id
-	}
-	r.byKey[key], r.byID[id] = id, key
-	return id, true
-}
-
-// release frees key's id in memory (save records it); it reports whether key had one.
-func (r *peerIDs) release(key string) bool {
-	id, ok := r.byKey[key]
-	if ok {
-		delete(r.byKey, key)
-		delete(r.byID, id)
-	}
-	return ok
-}
-
-// save writes the whole record as a new snapshot (writeFileAtomic), holding every
-// journal line so far, then removes the journal. Errors name the file.
-func (r *peerIDs) save() error {
-	b, err := json.Marshal(peerIDsState{Version: peerIDsVersion, LastAllocated: r.cursor, Peers: r.byKey, JournalSeq: r.seq})
-	if err != nil {
-		return fmt.Errorf("peer owner ids %s: %w", r.path, err)
-	}
-	if err := writeFileAtomic(r.path, append(b, '\n')); err != nil {
-		return fmt.Errorf("peer owner ids %s: %w", r.path, err)
-	}
-	r.found = true
-	// The snapshot holds every line: a journal that outlives a crash here is skipped by
-	// its sequence numbers.
-	if err := os.Remove(r.journalPath()); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("peer owner ids %s: %w", r.journalPath(), err)
-	}
-	r.lines, r.broken = 0, false
-	return nil
-}
-
-// assign returns key's id, allocating a new one round robin and recording it (a journal
-// line) before it returns if key has none. On an error nothing changes: the error names the
-// file, or says that every id is held.
-func (r *peerIDs) assign(key string) (uint32, error) {
-	cursor := r.cursor
-	id, fresh := r.reserve(key, 0)
-	if id == 0 {
-		return 0, fmt.Errorf("peer owner ids %s: all 2^32-1 ids are held", r.path)
-	}
-	if fresh {
-		if err := r.appendJournal(peerIDsEntry{Peer: key, ID: id, LastAllocated: r.cursor}); err != nil {
-			r.release(key)
-			r.cursor = cursor
-			return 0, err
-		}
-	}
-	return id, nil
-}
-
-// free removes key's id from the record (a journal line) if it has one. On an error the id stays
-// recorded; the error names the file.
-func (r *peerIDs) free(key string) error {
-	id, ok := r.byKey[key]
-	if !ok {
-		return nil
-	}
-	r.release(key)
-	if err := r.appendJournal(peerIDsEntry{Peer: key, Free: true}); err != nil {
-		r.byKey[key], r.byID[id] = id, key
-		return err
-	}
-	return nil
 }

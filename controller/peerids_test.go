@@ -208,7 +208,7 @@ func TestOverlayLoadSeedsLegacyIDs(t *testing.T) {
 // TestPeerIDsJournal: after the snapshot, each id given or freed is one journal line (the
 // snapshot is not rewritten per change: at 5,000 peers that rewrite was half the daemon's
 // CPU); a reopened record replays the journal; a torn last line is ignored; once the
-// journal outgrows twice the peers plus peerIDsCompactSlack lines it is folded into a
+// journal outgrows twice the peers plus ownerIDsCompactSlack lines it is folded into a
 // snapshot and removed.
 func TestPeerIDsJournal(t *testing.T) {
 	dir := t.TempDir()
@@ -274,7 +274,7 @@ func TestPeerIDsJournal(t *testing.T) {
 	if err := r3.save(); err != nil { // as Overlay.load does at start
 		t.Fatal(err)
 	}
-	for i := 0; i < peerIDsCompactSlack+2*len(want)+10; i++ {
+	for i := 0; i < ownerIDsCompactSlack+2*len(want)+10; i++ {
 		name := "churn-" + strconv.Itoa(i)
 		if _, err := r3.assign(name); err != nil {
 			t.Fatal(err)
@@ -283,8 +283,8 @@ func TestPeerIDsJournal(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if j, err := os.ReadFile(filepath.Join(dir, PeerIDsJournal)); err == nil && strings.Count(string(j), "\n") > 2*len(want)+peerIDsCompactSlack {
-		t.Errorf("journal has %d lines after %d changes: never folded", strings.Count(string(j), "\n"), 2*(peerIDsCompactSlack+2*len(want)+10))
+	if j, err := os.ReadFile(filepath.Join(dir, PeerIDsJournal)); err == nil && strings.Count(string(j), "\n") > 2*len(want)+ownerIDsCompactSlack {
+		t.Errorf("journal has %d lines after %d changes: never folded", strings.Count(string(j), "\n"), 2*(ownerIDsCompactSlack+2*len(want)+10))
 	}
 	r4 := mustReadPeerIDs(t, path)
 	if len(r4.byKey) != len(want) || r4.cursor != r3.cursor {

@@ -96,7 +96,7 @@ func (o *Overlay) load(peers []flows.Peer) error {
 	ids, err := readPeerIDs(path)
 	if err != nil {
 		o.log.Warn("peer owner id record unreadable; it is replaced and peers get ids as on a node without one", "file", path, "err", err)
-		ids = &peerIDs{path: path, byKey: map[string]uint32{}, byID: map[uint32]string{}}
+		ids = newPeerIDs(path)
 	}
 	o.ids = ids
 	legacy := !ids.found
