@@ -60,7 +60,7 @@ func switchTestNode(t *testing.T, services bool) (*sandbox.OVS, *openflow.Conn, 
 	t.Cleanup(cancel)
 	_, subnet, _ := net.ParseCIDR("10.244.1.0/24")
 	gwMAC, _ := net.ParseMAC("0a:58:0a:f4:01:01")
-	n := &Node{log: slog.Default(), runCtx: ctx, store: flowStore{switchstate.New()},
+	n := &Node{log: slog.Default(), runCtx: ctx, store: flowStore{switchstate.New()}, opts: NodeOptions{DataDir: t.TempDir()},
 		cfg: flows.NodeConfig{GatewayOFPort: 2, GatewayMAC: gwMAC, GatewayIP: net.ParseIP("10.244.1.1").To4(),
 			PodSubnet: subnet, Generation: 3, Policy: true, Services: services}}
 	return ovs, sw, n, ctx

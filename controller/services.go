@@ -7,15 +7,21 @@ package controller
 //
 // Design history.
 //
-//   - Owner and group ids come from an in-memory allocator (1.., freed ids reused only
-//     after the Sync that freed them is confirmed, so one switch change never deletes
-//     and re-creates the same group id for two Service ports). Nothing needs them across
-//     restarts: a new daemon run takes a new generation, its first flow sync deletes the
-//     earlier run's flows by cookie and every group and meter of ofsdn's range no owner
-//     wants (switchstate), and the proxy's first Update is Full, so every Service port
-//     is set again with whatever id it gets now. Between the node's first sync and the
-//     proxy's first Update, pods' Service traffic takes the service_host path to the
-//     host (kube-proxy, which keeps running beside ofsdn).
+//   - Owner and group ids (a Service port view's, and its part groups') are allocated
+//     round robin and recorded in the data directory (ServicePortIDsFile, the record of
+//     ownerids.go) under the view's name, so a restarted daemon gives every Service port
+//     the id, and so the group id, it had. A new id is recorded (one fsync per Sync)
+//     before the switch change that uses it; an id is freed only after the Sync that
+//     removed its flows and groups is confirmed, so one switch change never deletes and
+//     re-creates the same group id for two Service ports; the first confirmed Full sync
+//     frees the ids of Service ports gone while the daemon was down. Cleaning up does not
+//     depend on it: a new daemon run takes a new generation, its first flow sync deletes
+//     the earlier run's flows by cookie and every group and meter of ofsdn's range no
+//     owner wants (switchstate), and the proxy's first Update is Full, so every Service
+//     port is set again (in memory only until issue 21 asked for ids kept across
+//     restarts). Between the node's first sync and the proxy's first Update, pods'
+//     Service traffic takes the service_host path to the host (kube-proxy, which keeps
+//     running beside ofsdn).
 //   - One Sync is one switchstate.Update over every changed and deleted Service port
 //     (groups before the flows that use them, deletes the other way round, as the store
 //     orders them), confirmed before Sync returns, so the proxy's applied state is the
@@ -66,6 +72,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"path/filepath"
 	"slices"
 	"sort"
 	"sync"
@@ -163,11 +170,13 @@ type serviceProxy struct {
 	ids      map[portKey]uint32
 	ports    map[portKey]flows.ServicePort
 	verdicts map[portKey]proxy.Verdict
-	free     []uint32
-	next     uint32
+	// rec allocates and records the Service port ids (ids and parts) by recKey and
+	// partRecKey; fresh are the keys it gave an id in the sync in progress.
+	rec   *ownerIDs
+	fresh []string
 	// parts are the ids of the part groups (flows.ServicePort.GroupParts, group id
 	// GroupIDMin + id) of views whose endpoints do not fit one group mod, allocated from
-	// the Service port ids (ids, free, next).
+	// the Service port ids (rec).
 	parts map[portKey][]uint32
 
 	// states are the last states of the Service ports Sync was given (read only, shared
@@ -198,9 +207,59 @@ type serviceProxy struct {
 	lbTable            flows.TableID
 }
 
+// ServicePortIDsFile is the file in NodeOptions.DataDir that records each Service port
+// view's owner id (its select group is flows.GroupIDMin + id; 1..GroupIDMax-GroupIDMin)
+// under its name, "namespace/name:port/PROTOCOL" (proxy.ServicePortName; " external"
+// appended for the external view of a port split by internalTrafficPolicy Local, " part
+// N" for its N-th part group, 0-based), with ServicePortIDsJournal beside it (the layout
+// of the peers' record, ownerids.go):
+//
+//	{"version":1,"lastAllocated":2,"owners":{"default/web:http/TCP":1,"default/dns:dns/UDP":2}}
+const ServicePortIDsFile = "service-port-ids.json"
+
+// ServicePortIDsJournal is the journal of ServicePortIDsFile: one line per id given or
+// freed since the snapshot ({"seq":3,"owner":"default/web:http/TCP","id":1,"lastAllocated":1},
+// {"seq":4,"owner":"default/web:http/TCP","free":true}).
+const ServicePortIDsJournal = "service-port-ids.journal"
+
+// servicePortIDsWhat names the Service ports' record in errors.
+const servicePortIDsWhat = "Service port owner ids"
+
+// RecordedServicePortIDs returns the Service port owner ids recorded in data directory
+// dataDir (ServicePortIDsFile with its journal applied) by view name, as a restarted
+// daemon reads them: empty when there is none. Errors name the file.
+func RecordedServicePortIDs(dataDir string) (map[string]uint32, error) {
+	r, err := readOwnerIDs(servicePortIDsWhat, filepath.Join(dataDir, ServicePortIDsFile), ServicePortIDsJournal, false, flows.GroupIDMax-flows.GroupIDMin)
+	if err != nil {
+		return nil, err
+	}
+	return r.byKey, nil
+}
+
+// recKey is the name under which view k's id is recorded.
+func (k portKey) recKey() string {
+	if k.external {
+		return k.name.String() + " external"
+	}
+	return k.name.String()
+}
+
+// partRecKey is the name under which the i-th (0-based) part group id of view k is
+// recorded.
+func (k portKey) partRecKey(i int) string { return fmt.Sprintf("%s part %d", k.recKey(), i) }
+
 func newServiceProxy(n *Node, opts ServiceOptions) *serviceProxy {
 	lb, _ := flows.StageTable(flows.StageServiceLB)
-	return &serviceProxy{n: n, opts: opts, log: n.log.With("component", "service-proxy"),
+	log := n.log.With("component", "service-proxy")
+	path := filepath.Join(n.opts.DataDir, ServicePortIDsFile)
+	limit := uint32(flows.GroupIDMax - flows.GroupIDMin)
+	rec, err := readOwnerIDs(servicePortIDsWhat, path, ServicePortIDsJournal, false, limit)
+	if err != nil {
+		log.Warn("Service port owner id record unreadable; it is replaced and Service ports get new ids (their flows and groups are replaced as at every restart)", "file", path, "err", err)
+		rec = newOwnerIDs(servicePortIDsWhat, path, ServicePortIDsJournal, false, limit)
+		rec.broken = true // the next change writes a snapshot over it
+	}
+	return &serviceProxy{n: n, opts: opts, log: log, rec: rec,
 		ids: map[portKey]uint32{}, parts: map[portKey][]uint32{}, ports: map[portKey]flows.ServicePort{},
 		verdicts: map[portKey]proxy.Verdict{}, affIDs: map[affinityKey]uint32{},
 		states: map[proxy.ServicePortName]*proxy.ServicePortState{},
@@ -349,7 +408,7 @@ func (s *serviceProxy) alloc(name portKey) (uint32, error) {
 	if id, ok := s.ids[name]; ok {
 		return id, nil
 	}
-	id, err := s.allocID(name)
+	id, err := s.allocID(name, name.recKey())
 	if err != nil {
 		return 0, err
 	}
@@ -357,33 +416,46 @@ func (s *serviceProxy) alloc(name portKey) (uint32, error) {
 	return id, nil
 }
 
-// allocID hands out a Service port id (a freed one first). s.mu is held.
-func (s *serviceProxy) allocID(name portKey) (uint32, error) {
-	var id uint32
-	if len(s.free) > 0 {
-		id, s.free = s.free[len(s.free)-1], s.free[:len(s.free)-1]
-	} else {
-		if s.next >= flows.GroupIDMax-flows.GroupIDMin {
-			return 0, fmt.Errorf("service port %s: all %d Service port ids are in use (part groups of large Services count too)", name.name, flows.GroupIDMax-flows.GroupIDMin)
-		}
-		s.next++
-		id = s.next
+// allocID hands out the Service port id recorded under key (view name's own or one of
+// its part groups'): the one recorded, else the next one round robin, noted in s.fresh
+// to be recorded before the sync's switch change. s.mu is held.
+func (s *serviceProxy) allocID(name portKey, key string) (uint32, error) {
+	id, fresh := s.rec.reserve(key, 0)
+	if id == 0 {
+		return 0, fmt.Errorf("service port %s: all %d Service port ids are in use (part groups of large Services count too)", name.name, s.rec.limit)
+	}
+	if fresh {
+		s.fresh = append(s.fresh, key)
 	}
 	return id, nil
 }
 
+// freeIDs frees the ids recorded under keys (their flows and groups are gone from the
+// switch), in memory and in the record; a record that cannot be written is logged (its
+// next change writes a whole snapshot). s.mu is held.
+func (s *serviceProxy) freeIDs(keys []string) {
+	var freed []string
+	for _, k := range keys {
+		if s.rec.release(k) {
+			freed = append(freed, k)
+		}
+	}
+	if err := s.rec.record(freed...); err != nil {
+		s.log.Warn("freed Service port ids not recorded; the next change rewrites the record", "err", err)
+	}
+}
+
 // groupParts gives sp (view key) the part group ids its endpoints need
-// (flows.ServiceGroupParts): those key holds first, new ones appended to *added. It
-// returns the ids key is to hold once the sync is confirmed. s.mu is held.
-func (s *serviceProxy) groupParts(key portKey, sp *flows.ServicePort, added *[]uint32) ([]uint32, error) {
+// (flows.ServiceGroupParts): those key holds first, then new ones (allocID). It returns
+// the ids key is to hold once the sync is confirmed. s.mu is held.
+func (s *serviceProxy) groupParts(key portKey, sp *flows.ServicePort) ([]uint32, error) {
 	need := flows.ServiceGroupParts(*sp)
 	ids := append([]uint32(nil), s.parts[key]...)
 	for len(ids) < need {
-		id, err := s.allocID(key)
+		id, err := s.allocID(key, key.partRecKey(len(ids)))
 		if err != nil {
 			return nil, err
 		}
-		*added = append(*added, id)
 		ids = append(ids, id)
 	}
 	sp.GroupParts = nil
@@ -624,8 +696,8 @@ func (s *serviceProxy) sync(ctx context.Context, u *proxy.Update) error {
 	verdicts := map[portKey]proxy.Verdict{}
 	newIDs := map[portKey]bool{}
 	parts := map[portKey][]uint32{} // the part group ids each built view keeps
-	var newParts []uint32           // part group ids allocated by this sync
 	var errs []error
+	s.fresh = s.fresh[:0]
 	id := func(key portKey) (uint32, error) {
 		_, had := s.ids[key]
 		id, err := s.alloc(key)
@@ -659,7 +731,7 @@ func (s *serviceProxy) sync(ctx context.Context, u *proxy.Update) error {
 					sp.Endpoints[i].AffinityID = s.affinityID(key, sp.Endpoints[i])
 				}
 			}
-			keep, err := s.groupParts(key, &sp, &newParts)
+			keep, err := s.groupParts(key, &sp)
 			if err != nil {
 				errs = append(errs, err)
 				continue
@@ -707,7 +779,7 @@ func (s *serviceProxy) sync(ctx context.Context, u *proxy.Update) error {
 		}
 		return !gone[i].external && gone[j].external
 	})
-	var freed []uint32
+	var freed []string // the record keys this sync frees once confirmed
 	seen := map[portKey]bool{}
 	for _, key := range gone {
 		id, ok := s.ids[key]
@@ -716,7 +788,16 @@ func (s *serviceProxy) sync(ctx context.Context, u *proxy.Update) error {
 		}
 		seen[key] = true
 		ups = append(ups, OwnerUpdate{Owner: flows.Owner{Kind: flows.OwnerService, ID: id}, Replace: true})
-		freed = append(freed, id)
+		freed = append(freed, key.recKey())
+	}
+	recorded := false
+	if len(errs) == 0 && len(s.fresh) > 0 {
+		// New ids are recorded before any flow or group carries them.
+		if err := s.rec.record(s.fresh...); err != nil {
+			errs = append(errs, err)
+		} else {
+			recorded = true
+		}
 	}
 	if len(errs) == 0 && len(ups) > 0 {
 		if err := s.n.store.Update(ctx, ups); err != nil {
@@ -727,12 +808,20 @@ func (s *serviceProxy) sync(ctx context.Context, u *proxy.Update) error {
 		// Nothing of u counts as applied: new ids go back (the next attempt allocates
 		// again), the switch keeps what it had.
 		for key := range newIDs {
-			s.free = append(s.free, s.ids[key])
 			delete(s.ids, key)
 		}
-		s.free = append(s.free, newParts...)
+		for _, k := range s.fresh {
+			s.rec.release(k)
+		}
+		if recorded {
+			if err := s.rec.record(s.fresh...); err != nil {
+				s.log.Warn("Service port ids of a failed sync not freed in the record; the next change rewrites the record", "err", err)
+			}
+		}
+		s.fresh = s.fresh[:0]
 		return fmt.Errorf("service proxy: %w", errors.Join(errs...))
 	}
+	s.fresh = s.fresh[:0]
 	s.nodeAddrs = addrs
 	if u.Full {
 		clear(s.states)
@@ -759,7 +848,9 @@ func (s *serviceProxy) sync(ctx context.Context, u *proxy.Update) error {
 		s.ports[key], s.verdicts[key] = sp, verdicts[key]
 		// Part groups no longer needed were deleted with this sync: their ids are free.
 		keep := parts[key]
-		s.free = append(s.free, s.parts[key][min(len(keep), len(s.parts[key])):]...)
+		for i := len(keep); i < len(s.parts[key]); i++ {
+			freed = append(freed, key.partRecKey(i))
+		}
 		if len(keep) == 0 {
 			delete(s.parts, key)
 		} else {
@@ -777,11 +868,31 @@ func (s *serviceProxy) sync(ctx context.Context, u *proxy.Update) error {
 			delete(s.ids, key)
 			delete(s.ports, key)
 			delete(s.verdicts, key)
-			s.free = append(s.free, s.parts[key]...)
+			for i := range s.parts[key] {
+				freed = append(freed, key.partRecKey(i))
+			}
 			delete(s.parts, key)
 		}
 	}
-	s.free = append(s.free, freed...)
+	if u.Full {
+		// Service ports gone while the daemon was down (or of a failed sync's record
+		// write) still hold their recorded ids: every key no view holds now is freed.
+		live := map[string]bool{}
+		for key := range s.ids {
+			live[key.recKey()] = true
+		}
+		for key, ps := range s.parts {
+			for i := range ps {
+				live[key.partRecKey(i)] = true
+			}
+		}
+		for k := range s.rec.byKey {
+			if !live[k] {
+				freed = append(freed, k)
+			}
+		}
+	}
+	s.freeIDs(freed)
 	s.publishCounts()
 	if len(ups) > 0 && s.opts.PurgeDatapath != nil {
 		if err := s.opts.PurgeDatapath(ctx); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/ofsdn/ofsdn/flows"
 	"github.com/ofsdn/ofsdn/openflow"
 	"github.com/ofsdn/ofsdn/proxy"
+	"github.com/ofsdn/ofsdn/switchstate"
 )
 
 // startServiceSink loads n's pipeline and a Service proxy's reject meter and syncs them to
@@ -36,7 +37,7 @@ func startServiceSink(t *testing.T, ctx context.Context, sw *openflow.Conn, n *N
 // the controller, meter 2 on the switch) and a Local port without a local endpoint (a
 // flow without actions); then a delta deleting the first and adding another; then a Full
 // update holding one new port, which leaves the switch with exactly that port's flow and
-// group, nothing of the others. Ids freed by a sync are reused only by a later one.
+// group, nothing of the others. An id freed by a sync is never given in the same one.
 func TestServiceSinkOnSwitch(t *testing.T) {
 	ovs, sw, n, ctx := switchTestNode(t, true)
 	sp := startServiceSink(t, ctx, sw, n)
@@ -109,12 +110,13 @@ func TestServiceSinkOnSwitch(t *testing.T) {
 		t.Errorf("after deleting a and adding d: flows %v, groups %v", fl, gs)
 	}
 
+	idb, idd := sp.ids[portKey{name: b.Port.Name}], sp.ids[portKey{name: d.Port.Name}]
 	e := port("e", "10.96.0.5", []proxy.Endpoint{ep("10.244.1.7"), ep("10.244.1.8"), ep("10.244.1.9")}, true, false)
 	if err := sp.Sync(ctx, &proxy.Update{Full: true, Changed: []*proxy.ServicePortState{e}}); err != nil {
 		t.Fatal(err)
 	}
-	if got := sp.ids[portKey{name: e.Port.Name}]; got != ida {
-		t.Errorf("port e got id %d, want the id %d freed by an earlier sync", got, ida)
+	if got := sp.ids[portKey{name: e.Port.Name}]; got == ida || got == idd || got == idb {
+		t.Errorf("port e got id %d, one of the ids of a (%d, freed by an earlier sync), b (%d) or d (%d, both removed by this sync): want a new one (round robin)", got, ida, idb, idd)
 	}
 	fl, gs = state()
 	if len(fl) != 1 || !strings.Contains(fl["10.96.0.5"], "group:") || len(gs) != 1 || !strings.HasSuffix(gs[0], "buckets=3") {
@@ -315,8 +317,8 @@ func TestServiceSinkManyEndpointsOnSwitch(t *testing.T) {
 	if err := sp.Sync(ctx, &proxy.Update{Changed: []*proxy.ServicePortState{port(3)}}); err != nil {
 		t.Fatal(err)
 	}
-	if gs = groups(); len(gs) != 1 || len(gs[top]) != 3 || len(sp.parts) != 0 || len(sp.free) < len(parts) {
-		t.Errorf("shrunk to 3 endpoints: groups %v, parts %v, free ids %v: want group %s with 3 buckets only", gs, sp.parts, sp.free, top)
+	if gs = groups(); len(gs) != 1 || len(gs[top]) != 3 || len(sp.parts) != 0 || len(sp.rec.byKey) != 1 {
+		t.Errorf("shrunk to 3 endpoints: groups %v, parts %v, recorded ids %v: want group %s with 3 buckets only, the port's id alone recorded", gs, sp.parts, sp.rec.byKey, top)
 	}
 	// Grown again, then deleted: nothing left.
 	if err := sp.Sync(ctx, &proxy.Update{Changed: []*proxy.ServicePortState{port(2000)}}); err != nil {
@@ -330,5 +332,83 @@ func TestServiceSinkManyEndpointsOnSwitch(t *testing.T) {
 	}
 	if gs = groups(); len(gs) != 0 || len(sp.parts) != 0 || len(sp.ids) != 0 {
 		t.Errorf("after delete: groups %v, parts %v, ids %v: want none", gs, sp.parts, sp.ids)
+	}
+}
+
+// TestServicePortIDsKeptAcrossRestart: a restarted daemon (a new store and generation, a
+// new Service proxy on the same data directory) gives each Service port the owner id and
+// select group id it had, a port new to it an id no recorded port holds (not that of a
+// port deleted while the daemon was down, still recorded then), and the first Full sync
+// frees the deleted port's id in the record.
+func TestServicePortIDsKeptAcrossRestart(t *testing.T) {
+	ovs, sw, n, ctx := switchTestNode(t, true)
+	sp := startServiceSink(t, ctx, sw, n)
+	br := ovs.MgmtSocket("br-int")
+	port := func(name, vip, epIP string) *proxy.ServicePortState {
+		eps := []proxy.Endpoint{{Addr: netip.MustParseAddr(epIP), Port: 8080, Ready: true, Serving: true}}
+		return &proxy.ServicePortState{Port: &proxy.ServicePort{Name: proxy.ServicePortName{ServiceName: proxy.ServiceName{Namespace: "x", Name: name}, Protocol: proxy.ProtocolTCP},
+			ClusterIPs: []netip.Addr{netip.MustParseAddr(vip)}, Port: 80}, Family: proxy.IPv4, Endpoints: eps,
+			Selection: proxy.Selection{HasEndpoints: true, Cluster: eps}}
+	}
+	// groupOf returns the select group id the switch's service_lb flow for vip sends to.
+	lb, _ := flows.StageTable(flows.StageServiceLB)
+	groupOf := func(vip string) string {
+		for _, l := range strings.Split(ovs.Ofctl(t, "dump-flows", br, fmt.Sprintf("table=%d", lb)), "\n") {
+			if strings.Contains(l, "nw_dst="+vip+",") || strings.Contains(l, "nw_dst="+vip+" ") {
+				if m := regexp.MustCompile(`group:(\d+)`).FindStringSubmatch(l); m != nil {
+					return m[1]
+				}
+			}
+		}
+		return ""
+	}
+	a, b, c := port("a", "10.96.0.1", "10.244.1.5"), port("b", "10.96.0.2", "10.244.1.6"), port("c", "10.96.0.3", "10.244.1.7")
+	if err := sp.Sync(ctx, &proxy.Update{Full: true, Changed: []*proxy.ServicePortState{a, b, c}}); err != nil {
+		t.Fatal(err)
+	}
+	key := func(st *proxy.ServicePortState) portKey { return portKey{name: st.Port.Name} }
+	before := map[string]uint32{}
+	for _, st := range []*proxy.ServicePortState{a, b, c} {
+		before[st.Port.Name.String()] = sp.ids[key(st)]
+	}
+	groupA, groupC := groupOf("10.96.0.1"), groupOf("10.96.0.3")
+	if groupA == "" || groupC == "" {
+		t.Fatalf("service_lb flows of a and c send to groups %q and %q: want both", groupA, groupC)
+	}
+	rec, err := RecordedServicePortIDs(n.opts.DataDir)
+	if err != nil || len(rec) != 3 {
+		t.Fatalf("recorded Service port ids %v (err %v): want a, b and c's %v", rec, err, before)
+	}
+
+	// The daemon restarts: a new generation's store (its first sync removes the earlier
+	// run's flows and groups) and a new proxy; b was deleted while it was down and d is new.
+	n.store = flowStore{switchstate.New()}
+	n.cfg.Generation++
+	sp = startServiceSink(t, ctx, sw, n)
+	d := port("d", "10.96.0.4", "10.244.1.8")
+	if err := sp.Sync(ctx, &proxy.Update{Full: true, Changed: []*proxy.ServicePortState{a, c, d}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range []*proxy.ServicePortState{a, c} {
+		if got, want := sp.ids[key(st)], before[st.Port.Name.String()]; got != want {
+			t.Errorf("after the restart %s has owner id %d, want its recorded %d", st.Port.Name, got, want)
+		}
+	}
+	if got := groupOf("10.96.0.1"); got != groupA {
+		t.Errorf("after the restart a's service_lb flow sends to group %q, want %q as before", got, groupA)
+	}
+	if got := groupOf("10.96.0.3"); got != groupC {
+		t.Errorf("after the restart c's service_lb flow sends to group %q, want %q as before", got, groupC)
+	}
+	if idd := sp.ids[key(d)]; idd == 0 || idd == before[b.Port.Name.String()] || idd == before[a.Port.Name.String()] || idd == before[c.Port.Name.String()] {
+		t.Errorf("new port d got id %d: want one no recorded port held (%v)", idd, before)
+	}
+	rec, err = RecordedServicePortIDs(n.opts.DataDir)
+	want := map[string]uint32{a.Port.Name.String(): before[a.Port.Name.String()], c.Port.Name.String(): before[c.Port.Name.String()], d.Port.Name.String(): sp.ids[key(d)]}
+	if err != nil || fmt.Sprint(rec) != fmt.Sprint(want) {
+		t.Errorf("recorded Service port ids after the first Full sync: %v (err %v), want %v (b's freed)", rec, err, want)
+	}
+	if gs := ovs.Ofctl(t, "dump-groups", br); strings.Count(gs, "group_id=") != 3 {
+		t.Errorf("groups on the switch after the restart: want a's, c's and d's only:\n%s", gs)
 	}
 }
