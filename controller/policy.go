@@ -40,6 +40,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"path/filepath"
 	"sort"
 	"sync"
 	"time"
@@ -88,6 +89,9 @@ type policyRealizer struct {
 	n    *Node
 	opts PolicyOptions
 	ids  *policy.ConjIDs
+	// rec records the conjunction ids by conjunction key (PolicyRuleIDsFile), written by
+	// load and then by the runner alone (recordIDs).
+	rec *ownerIDs
 
 	// mu guards the realization state below. The runner holds it only while it applies
 	// queued changes (CPU work), never across a switch round trip; inspection reads under it.
@@ -128,7 +132,79 @@ func newPolicyRealizer(n *Node, opts PolicyOptions) *policyRealizer {
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	opts.Agent.View(func(e *policy.Engine) { p.ids = e.ConjIDs() })
+	path := filepath.Join(n.opts.DataDir, PolicyRuleIDsFile)
+	rec, err := readOwnerIDs(policyRuleIDsWhat, path, PolicyRuleIDsJournal, false, policyRuleIDMax)
+	if err != nil {
+		// RecordedPolicyRuleIDs logged it when the daemon started.
+		rec = newOwnerIDs(policyRuleIDsWhat, path, PolicyRuleIDsJournal, false, policyRuleIDMax)
+		rec.broken = true // the next change writes a snapshot over it
+	}
+	p.rec = rec
 	return p
+}
+
+// PolicyRuleIDsFile is the file in NodeOptions.DataDir that records each NetworkPolicy
+// conjunction's id (the owner id of its rule flows' cookies, and its conj_id; 1..
+// 0xfffffffe) under its key, policy.ConjKey ("namespace/policy ingress[0] TCP/80"), with
+// PolicyRuleIDsJournal beside it (the layout of ServicePortIDsFile, ownerids.go):
+//
+//	{"version":1,"lastAllocated":2,"owners":{"x/deny ingress[0] *":1,"x/web egress[1] TCP/80":2}}
+//
+// A restarted daemon hands the recorded ids to the policy engine before the informers'
+// initial lists are compiled (RecordedPolicyRuleIDs, policy.ConjIDs.Prefer), so every
+// rule keeps its ids.
+const PolicyRuleIDsFile = "policy-rule-ids.json"
+
+// PolicyRuleIDsJournal is the journal of PolicyRuleIDsFile (one line per id given or freed
+// since the snapshot).
+const PolicyRuleIDsJournal = "policy-rule-ids.journal"
+
+// policyRuleIDsWhat names the policy rules' record in errors.
+const policyRuleIDsWhat = "NetworkPolicy conjunction ids"
+
+// policyRuleIDMax is the largest conjunction id (policy.ConjIDs).
+const policyRuleIDMax = 0xfffffffe
+
+// RecordedPolicyRuleIDs returns the conjunction ids recorded in data directory dataDir
+// (PolicyRuleIDsFile with its journal applied) by conjunction key: what a starting daemon
+// gives policy.ConjIDs.Prefer before its informers sync. No record is an empty map. An
+// unreadable or corrupt record is an error naming the file; the daemon then starts
+// without preferences (its rules get new ids) and replaces the record.
+func RecordedPolicyRuleIDs(dataDir string) (map[string]uint32, error) {
+	r, err := readOwnerIDs(policyRuleIDsWhat, filepath.Join(dataDir, PolicyRuleIDsFile), PolicyRuleIDsJournal, false, policyRuleIDMax)
+	if err != nil {
+		return nil, err
+	}
+	return r.byKey, nil
+}
+
+// recordIDs applies the conjunction ids given and freed since the last call
+// (ConjIDs.TakeChanges) to the record and writes them (one fsync), before the bundle that
+// carries new ids. The ids are a convenience for operators (cookies kept across
+// restarts), never needed to clean up, so a record that cannot be written is logged, not
+// returned: its next change writes a whole snapshot.
+func (p *policyRealizer) recordIDs() {
+	changes := p.ids.TakeChanges()
+	if len(changes) == 0 {
+		return
+	}
+	keys := make([]string, 0, len(changes))
+	for _, c := range changes {
+		if c.Free {
+			p.rec.release(c.Key)
+		} else {
+			p.rec.release(c.Key)
+			if other, held := p.rec.byID[c.ID]; held {
+				p.rec.release(other) // its free is listed later in changes
+			}
+			p.rec.reserve(c.Key, c.ID)
+			p.rec.cursor = c.ID
+		}
+		keys = append(keys, c.Key)
+	}
+	if err := p.rec.record(keys...); err != nil {
+		p.n.log.Warn("NetworkPolicy conjunction ids not recorded; a restarted daemon may give the rules other ids (their flows are replaced at every restart anyway)", "err", err)
+	}
 }
 
 func podKeyOf(a *Attachment) string { return a.PodNamespace + "/" + a.PodName }
@@ -170,6 +246,15 @@ func (p *policyRealizer) load(restored []*Attachment) {
 		}
 		// Nothing is installed with this run's ids yet.
 		p.ids.Free(p.ids.Pending()...)
+		// Every conjunction of the restored state is compiled: recorded ids no rule
+		// claimed are freed, and the record is rewritten whole before the first sync.
+		for _, k := range p.ids.DropPreferences() {
+			p.rec.release(k)
+		}
+		p.recordIDs()
+		if err := p.rec.save(); err != nil {
+			p.n.log.Warn("NetworkPolicy conjunction ids not recorded; a restarted daemon may give the rules other ids", "err", err)
+		}
 	})
 	a.SetVersionGate(func(record func()) { p.enqueue(&policyItem{after: record}) })
 	go p.run()
@@ -415,6 +500,7 @@ func (p *policyRealizer) round() bool {
 	p.mu.Unlock()
 	tApplied := time.Now()
 
+	p.recordIDs() // new ids recorded before any flow carries them
 	ctx, cancel := context.WithTimeout(p.n.runCtx, p.opts.RealizeTimeout)
 	err := p.n.store.Update(ctx, ups)
 	tUpd := time.Now()

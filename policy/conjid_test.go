@@ -1,6 +1,9 @@
 package policy
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+)
 
 func TestConjIDsNeverReusedWhileHeld(t *testing.T) {
 	a := NewConjIDs()
@@ -46,5 +49,41 @@ func TestConjIDsMoveForward(t *testing.T) {
 	y, _ := a.Allocate()
 	if y == x {
 		t.Fatalf("freed id %d came back at once; ids must move forward through the space", x)
+	}
+}
+
+// TestConjIDsPreferredAndChanges: a key gets the id recorded for it (Prefer) while that id
+// is free, no other key gets a preferred id before DropPreferences, and TakeChanges lists
+// every id given and freed in order, a key given a newer id keeping it when its older id
+// is freed.
+func TestConjIDsPreferredAndChanges(t *testing.T) {
+	a := NewConjIDs()
+	a.Prefer(map[string]uint32{"x/p ingress[0] *": 2, "x/p ingress[1] *": 1, "gone": 3})
+	other, err := a.AllocateFor("x/q egress[0] TCP/80")
+	if err != nil || other == 1 || other == 2 || other == 3 {
+		t.Fatalf("a key without a recorded id got %d (err %v): want none of the preferred 1, 2, 3", other, err)
+	}
+	if id, _ := a.AllocateFor("x/p ingress[0] *"); id != 2 {
+		t.Errorf("x/p ingress[0] got id %d, want its recorded 2", id)
+	}
+	if id, _ := a.AllocateFor("x/p ingress[1] *"); id != 1 {
+		t.Errorf("x/p ingress[1] got id %d, want its recorded 1", id)
+	}
+	if dropped := a.DropPreferences(); len(dropped) != 1 || dropped[0] != "gone" {
+		t.Errorf("DropPreferences = %v, want [gone]", dropped)
+	}
+	// x/p ingress[0]'s group goes, comes back with a new id, then its old id is freed.
+	a.Release(2)
+	again, _ := a.AllocateFor("x/p ingress[0] *")
+	a.Free(2)
+	got := a.TakeChanges()
+	want := []ConjIDChange{{Key: "x/q egress[0] TCP/80", ID: other}, {Key: "x/p ingress[0] *", ID: 2}, {Key: "x/p ingress[1] *", ID: 1}, {Key: "x/p ingress[0] *", ID: again}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("changes %v, want %v (the old id's free not listed: the key holds %d)", got, want, again)
+	}
+	a.Release(again)
+	a.Free(again)
+	if got := a.TakeChanges(); len(got) != 1 || got[0] != (ConjIDChange{Key: "x/p ingress[0] *", Free: true}) {
+		t.Errorf("changes after freeing the key's id: %v, want its free", got)
 	}
 }

@@ -819,7 +819,7 @@ func (e *Engine) compile(ps *policyState, r *ruleState) []ConjChange {
 			}
 			continue
 		}
-		id, err := e.ids.Allocate()
+		id, err := e.ids.AllocateFor(c.Key.String())
 		if err != nil {
 			// Four billion live conjunctions: leave the rule out (its pods stay isolated).
 			delete(want, g)

@@ -231,6 +231,9 @@ type ConjKey struct {
 	Group string
 }
 
+// String returns e.g. "ns/policy ingress[0] TCP/80,UDP/53": the rule and its port group.
+func (k ConjKey) String() string { return k.RuleKey.String() + " " + k.Group }
+
 // Conjunction is one compiled conjunctive match: traffic matches when the local pod, the
 // peer address and the port each match one value of their clause. A dimension marked
 // Any has no clause.

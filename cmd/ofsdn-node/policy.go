@@ -25,6 +25,12 @@ func startPolicy(waitCtx, runCtx context.Context, cfg Config, log *slog.Logger) 
 		return nil, err
 	}
 	agent := policy.NewAgent()
+	// The rules' conjunction ids of the last run, before the initial lists compile them.
+	if rec, err := controller.RecordedPolicyRuleIDs(cfg.DataDir); err != nil {
+		log.Warn("NetworkPolicy conjunction id record unreadable; the rules get new ids and the record is replaced", "err", err)
+	} else {
+		agent.View(func(e *policy.Engine) { e.ConjIDs().Prefer(rec) })
+	}
 	w := &policy.Watcher{Client: client, Agent: agent, Logger: log}
 	errc := make(chan error, 1)
 	go func() { errc <- w.Run(runCtx) }()
