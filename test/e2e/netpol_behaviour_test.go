@@ -576,3 +576,72 @@ func testDeniedShown(t *testing.T, c *npCluster) {
 	}
 	t.Logf("deny log burst: %d denied UDP connections sent in %v, %d reached the deny flow, %v logged, %v dropped (rate %d/s)", burst, took, deniedDelta, logged-logged0, dropped-dropped0, npDenyLogRate)
 }
+
+// conjIDsOnSwitch returns the conjunction ids the node's flows match (conj_id=N), sorted,
+// and the generations their cookies carry.
+func conjIDsOnSwitch(t *testing.T, cn *clusterNode) (ids []string, gens map[uint16]bool) {
+	t.Helper()
+	gens = map[uint16]bool{}
+	for _, l := range strings.Split(cn.OVS.Ofctl(t, "dump-flows", "--no-stats", cn.mgmt()), "\n") {
+		if m := regexp.MustCompile(`conj_id=(\d+)`).FindStringSubmatch(l); m != nil {
+			ids = append(ids, m[1])
+			gens[cookieGeneration(t, l)] = true
+		}
+	}
+	sort.Strings(ids)
+	return ids, gens
+}
+
+// testRestartKeepsRuleIDs: the daemon enforcing two policies is killed and started again;
+// every rule's conjunction keeps its id (the record of policy rule ids), the flows carry
+// the new generation only, and the policies' verdicts hold.
+func testRestartKeepsRuleIDs(t *testing.T, c *npCluster) {
+	created := map[string]*networkingv1.NetworkPolicy{}
+	defer c.reset(created, map[string][]string{"pod:x/c": {"role"}})
+	c.setPodLabel("x/c", "role", "client")
+	// A policy made and deleted first moves the ids forward, so the rules' ids differ
+	// from those a daemon starting without the record would give (1, 2, ...).
+	churn := map[string]*networkingv1.NetworkPolicy{}
+	churn["x/churn"] = c.createPolicy(ingress(npPolicy("x", "churn", map[string]string{"pod": "a"}), from(podPeer(labels("role", "client"))), from(nsPeer(labels(nsName, "z")))))
+	c.reset(churn, nil)
+	created["x/r1"] = c.createPolicy(ingress(npPolicy("x", "r1", map[string]string{"pod": "a"}), from(podPeer(labels("role", "client")))))
+	created["x/r2"] = c.createPolicy(ingress(npPolicy("x", "r2", map[string]string{"pod": "a"}), from(nsPeer(labels(nsName, "y")))))
+	check := func(when string) {
+		t.Helper()
+		if ok, _ := probe(c.servers["x/c"], c.servers["x/a"], corev1.ProtocolTCP, 80, 3*time.Second); !ok {
+			t.Errorf("%s: x/c (role=client) -> x/a refused; r1 allows it", when)
+		}
+		if ok, _ := probe(c.servers["y/b"], c.servers["x/a"], corev1.ProtocolTCP, 80, 3*time.Second); !ok {
+			t.Errorf("%s: y/b -> x/a refused; r2 allows it", when)
+		}
+		if ok, _ := probe(c.servers["x/b"], c.servers["x/a"], corev1.ProtocolTCP, 80, time.Second); ok {
+			t.Errorf("%s: x/b -> x/a allowed; r1 and r2 isolate x/a", when)
+		}
+	}
+	check("before the restart")
+	name := npNodeName("x/a")
+	cn := c.nodes[name]
+	before, gens := conjIDsOnSwitch(t, cn)
+	if len(before) < 2 || len(gens) != 1 {
+		t.Fatalf("%s before the restart: conjunction ids %v in generations %v: want r1's and r2's in one", name, before, gens)
+	}
+	var old uint16
+	for g := range gens {
+		old = g
+	}
+	cn.StopDaemon()
+	cn.StartDaemon(daemonBinary(t), 90*time.Second, c.daemonArgs(name)...)
+	deadline := time.Now().Add(30 * time.Second)
+	var after []string
+	for {
+		after, gens = conjIDsOnSwitch(t, cn)
+		if !gens[old] && len(after) == len(before) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if fmt.Sprint(after) != fmt.Sprint(before) || gens[old] || len(gens) != 1 {
+		t.Errorf("%s after the restart: conjunction ids %v in generations %v; want %v as before, in the new generation only (not %d)", name, after, gens, before, old)
+	}
+	check("after the restart")
+}

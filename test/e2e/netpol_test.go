@@ -42,6 +42,18 @@ type npCluster struct {
 	servers map[string]*npServer    // "x/a" → its pod's servers
 	pods    map[string]*testPod
 	ips     map[string]string
+	// kubeconfig is the daemons' kubeconfig file.
+	kubeconfig string
+}
+
+// daemonArgs are node name's daemon flags (besides the harness's own).
+func (c *npCluster) daemonArgs(name string) []string {
+	return []string{"--log-level", "debug", "--topology", "kubernetes",
+		"--kubeconfig", c.kubeconfig, "--node-name", name, "--cluster-cidr", "10.244.0.0/16",
+		"--service-cidr", "10.96.0.0/12", "--mtu", "0", "--add-timeout", "15s",
+		// Every case runs with the deny log on: denied packets go to the controller
+		// through the meter instead of a plain drop, and must still be refused.
+		"--log-format", "json", "--policy-deny-log", "--policy-deny-log-rate", fmt.Sprint(npDenyLogRate)}
 }
 
 const npAPIAddr = "172.30.0.50"
@@ -87,13 +99,9 @@ func startNPCluster(t *testing.T) *npCluster {
 		mustRun(t, "ip", "netns", "exec", ul, "ethtool", "-K", fmt.Sprintf("ul-%d", i), "tx", "off")
 		c.nodes[name] = cn
 	}
+	c.kubeconfig = kc
 	for name, cn := range c.nodes {
-		cn.StartDaemon(daemonBinary(t), 90*time.Second, "--log-level", "debug", "--topology", "kubernetes",
-			"--kubeconfig", kc, "--node-name", name, "--cluster-cidr", "10.244.0.0/16",
-			"--service-cidr", "10.96.0.0/12", "--mtu", "0", "--add-timeout", "15s",
-			// Every case runs with the deny log on: denied packets go to the controller
-			// through the meter instead of a plain drop, and must still be refused.
-			"--log-format", "json", "--policy-deny-log", "--policy-deny-log-rate", fmt.Sprint(npDenyLogRate))
+		cn.StartDaemon(daemonBinary(t), 90*time.Second, c.daemonArgs(name)...)
 	}
 	for _, ns := range npNamespaces {
 		if err := api.CreateNamespace(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
@@ -600,6 +608,7 @@ func TestNetworkPolicy(t *testing.T) {
 		{"a pod created under deny-all is never reachable, not even right after ADD", testFirstProbe},
 		{"ADD of a pod the API does not know fails with code 11 and leaves nothing", testUnknownPod},
 		{"denied connections show in ofsdnctl and the metrics", testDeniedShown},
+		{"a restarted daemon gives each rule the conjunction ids it had", testRestartKeepsRuleIDs},
 	} {
 		t.Run(b.name, func(t *testing.T) {
 			c.t = t
