@@ -66,7 +66,7 @@ func benchMode(b *testing.B, name string) (Mode, string) {
 	var m Mode
 	switch name {
 	case ModeInDaemon:
-		m, err = newDaemon(context.Background(), sb, subnet, &log)
+		m, err = newDaemon(context.Background(), sb, subnet, nil, &log)
 	case ModeFloor:
 		m, err = newFloor(context.Background(), sb, subnet, &log)
 	}

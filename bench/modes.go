@@ -34,10 +34,16 @@ const (
 	ModeShellBundle = "shell-bundle"  // ovs-vsctl + one ovs-ofctl bundle per pod
 	ModeNoop        = "noop-cni"      // a plugin that does nothing, exec'd by libcni
 	ModeOVSCNI      = "ovs-cni"       // k8snetworkplumbingwg/ovs-cni + host-local, through libcni
+	// ModeFullDualStack and ModeInDaemonDualStack are ModeFull and ModeInDaemon on a
+	// dual-stack node (pod subnets IPv4 and IPv6): every pod gets one address of each
+	// family (issue 23: the second address must not cost more than 20% of an ADD).
+	ModeFullDualStack     = "ofsdn-cni-dualstack"
+	ModeInDaemonDualStack = "ofsdn-daemon-dualstack"
 )
 
 // AllModes lists every mode in table order.
-var AllModes = []string{ModeFull, ModeInDaemon, ModeFloor, ModeShellFlows, ModeShellBundle, ModeNoop, ModeOVSCNI}
+var AllModes = []string{ModeFull, ModeInDaemon, ModeFloor, ModeShellFlows, ModeShellBundle, ModeNoop, ModeOVSCNI,
+	ModeFullDualStack, ModeInDaemonDualStack}
 
 // Pod is one pod interface to wire: what a CNI request carries.
 type Pod struct {
@@ -329,13 +335,19 @@ func (m *shellMode) Fill(ctx context.Context, p Pod) error {
 // daemonMode runs controller.StartNode in this process and calls Node.AddPod/DelPod
 // directly: the daemon's work without the plugin exec and the socket hop.
 type daemonMode struct {
+	name string // ModeInDaemon, or ModeInDaemonDualStack with subnet6
 	sb   *Sandbox
 	db   *ovsdb.Client
 	node *controller.Node
 }
 
-func newDaemon(ctx context.Context, sb *Sandbox, subnet *net.IPNet, log *stepLog) (*daemonMode, error) {
-	m := &daemonMode{sb: sb}
+// newDaemon starts mode ModeInDaemon, or ModeInDaemonDualStack when subnet6 (the node's
+// IPv6 pod subnet) is not nil.
+func newDaemon(ctx context.Context, sb *Sandbox, subnet, subnet6 *net.IPNet, log *stepLog) (*daemonMode, error) {
+	m := &daemonMode{sb: sb, name: ModeInDaemon}
+	if subnet6 != nil {
+		m.name = ModeInDaemonDualStack
+	}
 	var err error
 	m.db, err = ovsdb.Connect(ctx, sb.Endpoint(), ovsdb.Options{Logger: quietLogger()})
 	if err != nil {
@@ -344,10 +356,10 @@ func newDaemon(ctx context.Context, sb *Sandbox, subnet *net.IPNet, log *stepLog
 	err = RunIn(sb.NetnsPath(), func() error {
 		var err error
 		m.node, err = controller.StartNode(ctx, m.db, controller.NodeOptions{
-			Bridge: benchBridge, Gateway: benchGateway, DatapathType: "netdev", PodSubnet: subnet, MTU: benchMTU,
+			Bridge: benchBridge, Gateway: benchGateway, DatapathType: "netdev", PodSubnet: subnet, PodSubnetIPv6: subnet6, MTU: benchMTU,
 			OVSRunDir: sb.Dir, DataDir: filepath.Join(sb.Dir, "data"), EchoInterval: 5 * time.Second,
 			Logger: quietLogger(),
-			Hooks:  controller.Hooks{AddStep: func(step string, d time.Duration) { log.add(ModeInDaemon, step, d) }},
+			Hooks:  controller.Hooks{AddStep: func(step string, d time.Duration) { log.add(m.name, step, d) }},
 		})
 		return err
 	})
@@ -358,7 +370,7 @@ func newDaemon(ctx context.Context, sb *Sandbox, subnet *net.IPNet, log *stepLog
 	return m, nil
 }
 
-func (m *daemonMode) Name() string      { return ModeInDaemon }
+func (m *daemonMode) Name() string      { return m.name }
 func (m *daemonMode) Sandbox() *Sandbox { return m.sb }
 func (m *daemonMode) Close()            { m.node.Close(); m.db.Close(); m.sb.Stop() }
 
@@ -378,9 +390,10 @@ func (m *daemonMode) Fill(ctx context.Context, p Pod) error { return m.Add(ctx, 
 // fullMode runs the real ofsdn-node in the sandbox's namespace and executes the real ofsdn
 // plugin binary through libcni (the library containerd and CRI-O use) for every ADD/DEL.
 type fullMode struct {
+	name    string // ModeFull, or ModeFullDualStack with an IPv6 pod subnet
 	sb      *Sandbox
 	binDir  string
-	subnet  string
+	subnet  string // the daemon's --pod-subnets value: IPv4, or "IPv4,IPv6"
 	socket  string
 	logPath string
 	daemon  *exec.Cmd
@@ -411,9 +424,14 @@ func (e *timedExec) ExecPlugin(ctx context.Context, pluginPath string, stdin []b
 	return out, err
 }
 
-func newFull(ctx context.Context, sb *Sandbox, subnet *net.IPNet, binDir string, log *stepLog) (*fullMode, error) {
-	m := &fullMode{sb: sb, binDir: binDir, subnet: subnet.String(), socket: filepath.Join(sb.Dir, "cni", "cni.sock"),
+// newFull starts mode ModeFull, or ModeFullDualStack when subnet6 (the node's IPv6 pod
+// subnet) is not nil.
+func newFull(ctx context.Context, sb *Sandbox, subnet, subnet6 *net.IPNet, binDir string, log *stepLog) (*fullMode, error) {
+	m := &fullMode{name: ModeFull, sb: sb, binDir: binDir, subnet: subnet.String(), socket: filepath.Join(sb.Dir, "cni", "cni.sock"),
 		logPath: filepath.Join(sb.Dir, "ofsdn-node.log")}
+	if subnet6 != nil {
+		m.name, m.subnet = ModeFullDualStack, subnet.String()+","+subnet6.String()
+	}
 	for _, b := range []string{"ofsdn", "ofsdn-node"} {
 		if !exists(filepath.Join(binDir, b)) {
 			return nil, fmt.Errorf("%s not found in %s: run make build (or pass -bin)", b, binDir)
@@ -424,7 +442,7 @@ func newFull(ctx context.Context, sb *Sandbox, subnet *net.IPNet, binDir string,
 	if m.netconf, err = libcni.ConfListFromBytes([]byte(conf)); err != nil {
 		return nil, err
 	}
-	exe := &timedExec{DefaultExec: invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: os.Stderr}, PluginDecoder: version.PluginDecoder{}}, log: log, mode: ModeFull}
+	exe := &timedExec{DefaultExec: invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: os.Stderr}, PluginDecoder: version.PluginDecoder{}}, log: log, mode: m.name}
 	m.cni = libcni.NewCNIConfigWithCacheDir([]string{binDir}, filepath.Join(sb.Dir, "cni-cache"), exe)
 	if _, err := m.startDaemon(ctx); err != nil {
 		return nil, err
@@ -442,7 +460,7 @@ func (m *fullMode) startDaemon(ctx context.Context) (time.Duration, error) {
 	defer logf.Close()
 	cmd := exec.Command("ip", "netns", "exec", m.sb.Netns, filepath.Join(m.binDir, "ofsdn-node"),
 		"--ovsdb", m.sb.Endpoint(), "--ovs-rundir", m.sb.Dir, "--datapath-type", "netdev",
-		"--socket", m.socket, "--data-dir", filepath.Join(m.sb.Dir, "data"), "--pod-subnet", m.subnet,
+		"--socket", m.socket, "--data-dir", filepath.Join(m.sb.Dir, "data"), "--pod-subnets", m.subnet,
 		"--bridge", benchBridge, "--gateway", benchGateway, "--mtu", fmt.Sprint(benchMTU), "--log-level", "info")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	t0 := time.Now()
@@ -503,7 +521,7 @@ func (m *fullMode) pid() int {
 	return m.daemon.Process.Pid
 }
 
-func (m *fullMode) Name() string      { return ModeFull }
+func (m *fullMode) Name() string      { return m.name }
 func (m *fullMode) Sandbox() *Sandbox { return m.sb }
 func (m *fullMode) Close()            { m.stopDaemon(); m.sb.Stop() }
 

@@ -104,7 +104,7 @@ func (r *Results) Markdown() string {
 	w("Run `%s` (%s config), %s, took %s. Failures: **%d**.\n\n", r.Command, r.Config, r.Started.Format("2006-01-02 15:04 MST"), r.Duration, r.Failures)
 	w("Machine: %s, %d cores, %d MiB, kernel %s, %s, datapath %s, %s; load average at start %s.\n\n",
 		m.CPUModel, m.Cores, m.MemTotalMB, m.Kernel, m.OVSVersion, m.DatapathType, m.GoVersion, m.LoadAvg)
-	w("Modes: **ofsdn-cni** = real `ofsdn` plugin exec'd by libcni → `ofsdn-node` over its socket; **ofsdn-daemon** = `controller.Node.AddPod/DelPod` in-process; **floor** = veth created in place + one OVSDB transaction (ofport from the monitor) + one flow batch with barrier; **shell-addflow** = same IPAM/veth, then `ovs-vsctl add-port` + `ovs-vsctl get ofport` + one `ovs-ofctl add-flow` per flow (DEL: one `del-flows --strict` per flow); **shell-bundle** = the same with one `ovs-ofctl bundle` per pod; **noop-cni** = libcni exec'ing a plugin that does nothing (`bench/cmd/ofsdn-bench-noop`): what any plugin costs a runtime; **ovs-cni** = k8snetworkplumbingwg/ovs-cni %s with host-local IPAM (containernetworking/plugins %s) through the same libcni harness on its own OVS (L2 only: no flows, no wait for an ofport). Latencies in milliseconds.\n\n", OVSCNIVersion, PluginsVersion)
+	w("Modes: **ofsdn-cni** = real `ofsdn` plugin exec'd by libcni → `ofsdn-node` over its socket; **ofsdn-daemon** = `controller.Node.AddPod/DelPod` in-process; **floor** = veth created in place + one OVSDB transaction (ofport from the monitor) + one flow batch with barrier; **shell-addflow** = same IPAM/veth, then `ovs-vsctl add-port` + `ovs-vsctl get ofport` + one `ovs-ofctl add-flow` per flow (DEL: one `del-flows --strict` per flow); **shell-bundle** = the same with one `ovs-ofctl bundle` per pod; **noop-cni** = libcni exec'ing a plugin that does nothing (`bench/cmd/ofsdn-bench-noop`): what any plugin costs a runtime; **ovs-cni** = k8snetworkplumbingwg/ovs-cni %s with host-local IPAM (containernetworking/plugins %s) through the same libcni harness on its own OVS (L2 only: no flows, no wait for an ofport). **ofsdn-cni-dualstack**, **ofsdn-daemon-dualstack** = ofsdn-cni and ofsdn-daemon on a dual-stack node (pod subnets IPv4 and IPv6: every pod gets one address of each family). Latencies in milliseconds.\n\n", OVSCNIVersion, PluginsVersion)
 
 	// Sequential.
 	w("### One pod at a time, empty node (concurrency 1)\n\n")
@@ -123,7 +123,8 @@ func (r *Results) Markdown() string {
 	w("\n### Ratios (same run, same phase: concurrency 1, empty node)\n\n")
 	w("| ratio | ADD p50 | ADD p90 | ADD p99 | DEL p50 | DEL p90 | DEL p99 |\n|---|---:|---:|---:|---:|---:|---:|\n")
 	pairs := [][2]string{{ModeShellFlows, ModeFull}, {ModeShellBundle, ModeFull}, {ModeOVSCNI, ModeFull}, {ModeShellFlows, ModeInDaemon},
-		{ModeShellBundle, ModeInDaemon}, {ModeFull, ModeFloor}, {ModeInDaemon, ModeFloor}, {ModeFull, ModeInDaemon}, {ModeNoop, ModeFull}}
+		{ModeShellBundle, ModeInDaemon}, {ModeFull, ModeFloor}, {ModeInDaemon, ModeFloor}, {ModeFull, ModeInDaemon}, {ModeNoop, ModeFull},
+		{ModeFullDualStack, ModeFull}, {ModeInDaemonDualStack, ModeInDaemon}}
 	for _, p := range pairs {
 		if r.find(p[0], "add", "seq") == nil || r.find(p[1], "add", "seq") == nil {
 			continue
@@ -458,7 +459,7 @@ func (r *Results) targets(w func(string, ...any)) {
 	}
 	fails := 0
 	for _, s := range r.Series {
-		if s.Mode == ModeFull || s.Mode == ModeInDaemon {
+		if s.Mode == ModeFull || s.Mode == ModeInDaemon || s.Mode == ModeFullDualStack || s.Mode == ModeInDaemonDualStack {
 			fails += len(s.Errors)
 		}
 	}
@@ -482,6 +483,16 @@ func (r *Results) targets(w func(string, ...any)) {
 			v := float64(fa) / float64(la)
 			w("| %s: ofsdn-cni ADD p50 ≤ 0.5× the floor's | %s vs %s ms = %.2f× (ofsdn-daemon: %s) | %s |\n", ph, fmtMS(fa), fmtMS(la), v,
 				ratio(r.pct(ModeInDaemon, "add", ph, 50), la), yes(v <= 0.5))
+		}
+	}
+	// Issue 23: the second address must not cost more than 20% of an ADD.
+	for _, p := range [][2]string{{ModeFullDualStack, ModeFull}, {ModeInDaemonDualStack, ModeInDaemon}} {
+		for _, q := range []float64{50, 99} {
+			ds, v4 := r.pct(p[0], "add", "seq", q), r.pct(p[1], "add", "seq", q)
+			if ds > 0 && v4 > 0 {
+				v := float64(ds) / float64(v4)
+				w("| conc 1: %s / %s ADD p%.0f ≤ 1.2× | %s vs %s ms = %.2f× | %s |\n", p[0], p[1], q, fmtMS(ds), fmtMS(v4), v, yes(v <= 1.2))
+			}
 		}
 	}
 	if sh, f := r.pct(ModeShellFlows, "add", "seq", 50), full50; sh > 0 && f > 0 {

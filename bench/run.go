@@ -292,6 +292,10 @@ func (r *runner) setup() error {
 	}
 	for i, name := range r.cfg.Modes {
 		_, subnet, _ := net.ParseCIDR(fmt.Sprintf("10.%d.0.0/20", 128+i))
+		var subnet6 *net.IPNet // the dual-stack modes' IPv6 pod subnet (ULA)
+		if name == ModeFullDualStack || name == ModeInDaemonDualStack {
+			_, subnet6, _ = net.ParseCIDR(fmt.Sprintf("fd00:10:%d::/64", 128+i))
+		}
 		if name == ModeOVSCNI && len(r.res.PeerErrors) > 0 {
 			r.logf("skipping %s: not built", name)
 			continue
@@ -318,10 +322,10 @@ func (r *runner) setup() error {
 			m, err = newShell(r.ctx, sb, subnet, false, &r.steps)
 		case ModeShellBundle:
 			m, err = newShell(r.ctx, sb, subnet, true, &r.steps)
-		case ModeInDaemon:
-			m, err = newDaemon(r.ctx, sb, subnet, &r.steps)
-		case ModeFull:
-			m, err = newFull(r.ctx, sb, subnet, r.cfg.BinDir, &r.steps)
+		case ModeInDaemon, ModeInDaemonDualStack:
+			m, err = newDaemon(r.ctx, sb, subnet, subnet6, &r.steps)
+		case ModeFull, ModeFullDualStack:
+			m, err = newFull(r.ctx, sb, subnet, subnet6, r.cfg.BinDir, &r.steps)
 		default:
 			err = fmt.Errorf("unknown mode %q (want one of %s)", name, strings.Join(AllModes, ", "))
 		}
@@ -354,9 +358,10 @@ func (r *runner) teardown() {
 	}
 }
 
+// full returns the ModeFull mode (IPv4-only), nil when it does not run.
 func (r *runner) full() *fullMode {
 	for _, m := range r.modes {
-		if f, ok := m.(*fullMode); ok {
+		if f, ok := m.(*fullMode); ok && f.name == ModeFull {
 			return f
 		}
 	}
