@@ -20,17 +20,33 @@ deps:
 	./hack/install-deps.sh
 
 # The node image, offline (hack/mkimage, go-containerregistry): a docker-archive tarball
-# (`ctr images import`, `docker load`, `kind load image-archive`) of static binaries,
-# /usr/local/bin/{ofsdn-node,ofsdn,ofsdnctl}, entrypoint ofsdn-node, for linux/GOARCH.
+# (`ctr images import`, `docker load`, `kind load image-archive`) for linux/GOARCH of two
+# layers. The first is Open vSwitch for the DaemonSet's ovs container (`ovs: bundled`):
+# ovsdb-server, ovs-vswitchd, ovsdb-tool, the shared libraries they need (mkimage -elf
+# follows DT_NEEDED) and the schema, from Debian 12's packages downloaded into OVS_DEBS and
+# unpacked into OVS_ROOT, never installed (hack/ovs-root.sh; /usr/sbin/ovs-vswitchd is
+# the symlink Debian's update-alternatives would make), with each package's copyright
+# file and the list of packages and versions. The second is ofsdn's static binaries,
+# /usr/local/bin/{ofsdn-node,ofsdn,ofsdnctl,ofsdn-ovs}; entrypoint ofsdn-node. No shell.
 IMAGE     ?= ofsdn.local/ofsdn:dev
 IMAGE_TAR ?= $(BIN)/ofsdn-image.tar
 IMAGE_BIN ?= $(BIN)/image
+OVS_DEBS  ?= $(BIN)/ovs-debs
+OVS_ROOT  ?= $(IMAGE_BIN)/ovs-root
 image:
 	mkdir -p $(IMAGE_BIN)
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(IMAGE_BIN)/ ./cmd/ofsdn-node ./cmd/ofsdn ./cmd/ofsdnctl
+	./hack/ovs-root.sh $(OVS_DEBS) $(OVS_ROOT)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(IMAGE_BIN)/ ./cmd/ofsdn-node ./cmd/ofsdn ./cmd/ofsdnctl ./cmd/ofsdn-ovs
 	$(GO) run ./hack/mkimage -o $(IMAGE_TAR) -t $(IMAGE) -entrypoint /usr/local/bin/ofsdn-node \
+	  -root $(OVS_ROOT) -elf /usr/sbin/ovsdb-server -elf /usr/bin/ovsdb-tool \
+	  -elf /usr/lib/openvswitch-switch/ovs-vswitchd -symlink /usr/sbin/ovs-vswitchd=/usr/lib/openvswitch-switch/ovs-vswitchd \
+	  -from /usr/share/openvswitch/vswitch.ovsschema \
+	  $$(awk '{print "-from /usr/share/doc/" $$1 "/copyright"}' $(OVS_ROOT)/PACKAGES) \
+	  -file /usr/share/doc/ofsdn-ovs/PACKAGES=$(OVS_ROOT)/PACKAGES \
+	  -dir /var/run/openvswitch -dir /var/lib/ofsdn/ovs:0750 -dir /tmp:1777 \
+	  -layer \
 	  -file /usr/local/bin/ofsdn-node=$(IMAGE_BIN)/ofsdn-node -file /usr/local/bin/ofsdn=$(IMAGE_BIN)/ofsdn \
-	  -file /usr/local/bin/ofsdnctl=$(IMAGE_BIN)/ofsdnctl
+	  -file /usr/local/bin/ofsdnctl=$(IMAGE_BIN)/ofsdnctl -file /usr/local/bin/ofsdn-ovs=$(IMAGE_BIN)/ofsdn-ovs
 
 # Kubernetes v1.37.2, etcd and containerd for the real-cluster tests (test/k8s), built once
 # into /var/cache/ofsdn/k8s-v1.37.2 (K8S_CACHE): about 20 minutes cold on 2 cores, then a

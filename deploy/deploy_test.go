@@ -102,10 +102,10 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 	if ds.Spec.Selector == nil || ds.Spec.Selector.MatchLabels["app"] != ds.Spec.Template.Labels["app"] {
 		t.Error("DaemonSet selector does not match its template")
 	}
-	if len(spec.Containers) != 1 {
-		t.Fatalf("%d containers, want 1", len(spec.Containers))
+	if len(spec.Containers) != 2 || spec.Containers[0].Name != "ofsdn-node" || spec.Containers[1].Name != "ovs" {
+		t.Fatalf("%d containers, want 2: ofsdn-node and ovs", len(spec.Containers))
 	}
-	c := spec.Containers[0]
+	c, ovs := spec.Containers[0], spec.Containers[1]
 	if c.SecurityContext == nil || c.SecurityContext.Privileged == nil || !*c.SecurityContext.Privileged {
 		t.Error("container is not privileged")
 	}
@@ -158,5 +158,78 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(c.Command, " "), "-config /etc/ofsdn/config.yaml") {
 		t.Errorf("container command %v does not read the ConfigMap's config.yaml", c.Command)
+	}
+
+	checkOVSContainer(t, c, ovs, spec.Volumes, conf)
+}
+
+// checkOVSContainer checks the Open vSwitch container (issue 25): ovsdb-server and
+// ovs-vswitchd run by cmd/ofsdn-ovs from the same image, reading the same config (ovs:
+// bundled, datapathType: auto by default), the database on a hostPath, the run directory
+// the one ofsdn-node dials, probes that ask OVS itself.
+func checkOVSContainer(t *testing.T, node, ovs corev1.Container, volumes []corev1.Volume, conf string) {
+	t.Helper()
+	var m map[string]any
+	if err := yaml.Unmarshal([]byte(conf), &m); err != nil {
+		t.Fatal(err)
+	}
+	if m["ovs"] != "bundled" || m["datapathType"] != "auto" {
+		t.Errorf("config.yaml: ovs %v, datapathType %v; want bundled and auto (the manifest runs Open vSwitch itself and picks the datapath at start)", m["ovs"], m["datapathType"])
+	}
+	runDir, _ := m["ovsRunDir"].(string)
+	if runDir == "" || m["ovsdb"] != "unix:"+runDir+"/db.sock" {
+		t.Errorf("config.yaml: ovsdb %v, ovsRunDir %v; want ovsdb unix:OVSRUNDIR/db.sock, the bundled ovsdb-server's socket", m["ovsdb"], m["ovsRunDir"])
+	}
+	if ovs.Image != node.Image {
+		t.Errorf("ovs container image %q, ofsdn-node's %q: want the one image", ovs.Image, node.Image)
+	}
+	if ovs.SecurityContext == nil || ovs.SecurityContext.Privileged == nil || !*ovs.SecurityContext.Privileged {
+		t.Error("ovs container is not privileged (ovs-vswitchd makes tap devices and netlink changes)")
+	}
+	cmd := strings.Join(ovs.Command, " ")
+	if !strings.HasPrefix(cmd, "/usr/local/bin/ofsdn-ovs ") || !strings.Contains(cmd, "-config /etc/ofsdn/config.yaml") {
+		t.Errorf("ovs container command %q: want /usr/local/bin/ofsdn-ovs -config /etc/ofsdn/config.yaml", cmd)
+	}
+	for _, p := range []struct {
+		name  string
+		probe *corev1.Probe
+		want  string
+	}{{"liveness", ovs.LivenessProbe, "-probe live"}, {"readiness", ovs.ReadinessProbe, "-probe ready"}} {
+		if p.probe == nil || p.probe.Exec == nil || !strings.HasPrefix(strings.Join(p.probe.Exec.Command, " "), "/usr/local/bin/ofsdn-ovs ") ||
+			!strings.Contains(strings.Join(p.probe.Exec.Command, " "), p.want) {
+			t.Errorf("ovs container %s probe %+v: want exec of ofsdn-ovs %s", p.name, p.probe, p.want)
+		}
+	}
+	hostPath := map[string]*corev1.HostPathVolumeSource{}
+	for _, v := range volumes {
+		hostPath[v.Name] = v.HostPath
+	}
+	mountOf := func(c corev1.Container, path string) string {
+		for _, vm := range c.VolumeMounts {
+			if vm.MountPath == path {
+				return vm.Name
+			}
+		}
+		return ""
+	}
+	// The run directory: one host directory, at ovsRunDir in both containers, made if the
+	// node has none (no Open vSwitch installed).
+	nv, ov := mountOf(node, runDir), mountOf(ovs, runDir)
+	if nv == "" || nv != ov || hostPath[nv] == nil || hostPath[nv].Path != "/var/run/openvswitch" ||
+		hostPath[nv].Type == nil || *hostPath[nv].Type != corev1.HostPathDirectoryOrCreate {
+		t.Errorf("run directory %s: ofsdn-node mounts volume %q, ovs %q; want one hostPath /var/run/openvswitch (DirectoryOrCreate) in both", runDir, nv, ov)
+	}
+	// The database: a host directory, at -db-dir, so it outlives the pod.
+	dbDir := ""
+	for i, a := range ovs.Command {
+		if a == "-db-dir" && i+1 < len(ovs.Command) {
+			dbDir = ovs.Command[i+1]
+		}
+	}
+	if dv := mountOf(ovs, dbDir); dbDir == "" || hostPath[dv] == nil || hostPath[dv].Path != "/var/lib/ofsdn/ovs" {
+		t.Errorf("ovs container: -db-dir %q is not a hostPath volume of /var/lib/ofsdn/ovs (the database must survive the pod)", dbDir)
+	}
+	if mountOf(ovs, "/etc/ofsdn") != mountOf(node, "/etc/ofsdn") || mountOf(ovs, "/etc/ofsdn") == "" {
+		t.Error("ovs container does not mount the ConfigMap at /etc/ofsdn as ofsdn-node does")
 	}
 }

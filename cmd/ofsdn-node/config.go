@@ -31,9 +31,16 @@ type Config struct {
 	Bridge string `json:"bridge"`
 	// Gateway is the gateway internal port's name (at most 15 bytes).
 	Gateway string `json:"gateway"`
-	// DatapathType is the bridge's datapath_type: "system" (kernel module) or "netdev"
-	// (userspace, for machines without the openvswitch module).
+	// DatapathType is the bridge's datapath_type: "system" (kernel module), "netdev"
+	// (userspace, for machines without the openvswitch module) or "auto" (chosen at start:
+	// system where the kernel has or loads the openvswitch module, else netdev;
+	// controller.ResolveDatapathType).
 	DatapathType string `json:"datapathType"`
+	// OVS says who runs Open vSwitch on the node: "host" (default: ovsdb-server and
+	// ovs-vswitchd managed on the host, as before) or "bundled" (the DaemonSet's ovs
+	// container runs them from the image: cmd/ofsdn-ovs reads this key from the same
+	// file). The daemon itself connects to ovsdb and ovsRunDir either way.
+	OVS string `json:"ovs"`
 	// OVSDB is the ovsdb-server endpoint, "unix:PATH" or "tcp:HOST:PORT".
 	OVSDB string `json:"ovsdb"`
 	// OVSRunDir is Open vSwitch's run directory (where BRIDGE.mgmt lives).
@@ -167,6 +174,7 @@ func defaultConfig() Config {
 		Bridge:       "br-int",
 		Gateway:      "ofsdn-gw0",
 		DatapathType: "system",
+		OVS:          "host",
 		OVSDB:        "unix:/var/run/openvswitch/db.sock",
 		OVSRunDir:    "/var/run/openvswitch",
 		Socket:       "/var/run/ofsdn/cni.sock",
@@ -197,7 +205,7 @@ func loadConfig(args []string) (Config, error) {
 	})
 	fs.StringVar(&cfg.Bridge, "bridge", cfg.Bridge, "integration bridge name")
 	fs.StringVar(&cfg.Gateway, "gateway", cfg.Gateway, "gateway internal port name")
-	fs.StringVar(&cfg.DatapathType, "datapath-type", cfg.DatapathType, "bridge datapath_type: system or netdev")
+	fs.StringVar(&cfg.DatapathType, "datapath-type", cfg.DatapathType, "bridge datapath_type: system, netdev or auto (system where the kernel has the openvswitch module, else netdev)")
 	fs.StringVar(&cfg.OVSDB, "ovsdb", cfg.OVSDB, "ovsdb-server endpoint (unix:PATH or tcp:HOST:PORT)")
 	fs.StringVar(&cfg.OVSRunDir, "ovs-rundir", cfg.OVSRunDir, "Open vSwitch run directory (holds BRIDGE.mgmt)")
 	fs.StringVar(&cfg.Socket, "socket", cfg.Socket, "CNI server unix socket path")
@@ -249,7 +257,7 @@ func loadConfig(args []string) (Config, error) {
 			return cfg, fmt.Errorf("config file %s: %w", *file, err)
 		}
 		if err := yaml.UnmarshalStrict(b, &fromFile); err != nil {
-			return cfg, fmt.Errorf("config file %s: %w (keys are: podSubnet, podSubnets, bridge, gateway, datapathType, ovsdb, ovsRunDir, socket, dataDir, mtu, startTimeout, addTimeout, flowAuditInterval, logLevel, logFormat, metricsAddress, ctlSocket, topology, topologyFile, nodeName, kubeconfig, clusterCIDR, serviceCIDR, nodeIP, tunnelType, tunnelPort, masquerade, cniBinDir, cniConfDir, pluginBinary, networkPolicy, policyDenyLog, policyDenyLogRate, serviceProxy, serviceAffinityLearnMax)", *file, err)
+			return cfg, fmt.Errorf("config file %s: %w (keys are: podSubnet, podSubnets, bridge, gateway, datapathType, ovs, ovsdb, ovsRunDir, socket, dataDir, mtu, startTimeout, addTimeout, flowAuditInterval, logLevel, logFormat, metricsAddress, ctlSocket, topology, topologyFile, nodeName, kubeconfig, clusterCIDR, serviceCIDR, nodeIP, tunnelType, tunnelPort, masquerade, cniBinDir, cniConfDir, pluginBinary, networkPolicy, policyDenyLog, policyDenyLogRate, serviceProxy, serviceAffinityLearnMax)", *file, err)
 		}
 		// The flag variables point into cfg: parsing again re-applies only the flags given
 		// explicitly, over the file's values.
@@ -337,8 +345,11 @@ func (c Config) validate() error {
 	if v6 != nil && c.policyOn() {
 		return fmt.Errorf("config podSubnets %q with networkPolicy on: NetworkPolicy is not built for IPv6 yet (issue 23), and the pods' IPv6 would pass unpoliced; set networkPolicy: false, or leave the IPv6 subnet out", c.PodSubnets)
 	}
-	if c.DatapathType != "system" && c.DatapathType != "netdev" {
-		return fmt.Errorf("config datapathType %q: want system or netdev", c.DatapathType)
+	if c.DatapathType != "system" && c.DatapathType != "netdev" && c.DatapathType != "auto" {
+		return fmt.Errorf("config datapathType %q: want system, netdev or auto", c.DatapathType)
+	}
+	if c.OVS != "host" && c.OVS != "bundled" {
+		return fmt.Errorf("config ovs %q: want host (Open vSwitch managed on the node) or bundled (run by the DaemonSet's ovs container)", c.OVS)
 	}
 	if c.MTU != 0 && (c.MTU < 576 || c.MTU > 9000) {
 		return fmt.Errorf("config mtu %d: want 576..9000 bytes, or 0 for automatic", c.MTU)

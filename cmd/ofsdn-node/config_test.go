@@ -65,6 +65,7 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		"deny log rate 0":       {args: []string{"-policy-deny-log-rate", "0"}, want: "policyDenyLogRate"},
 		"service proxy, no API": {args: []string{"-service-proxy", "ofsdn"}, want: "serviceProxy ofsdn"},
 		"bad service proxy":     {args: []string{"-topology", "kubernetes", "-service-proxy", "iptables"}, want: "serviceProxy"},
+		"bad ovs":               {file: "ovs: container\n", want: "config ovs \"container\""},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -144,5 +145,24 @@ func TestConfigServiceProxyDefault(t *testing.T) {
 		if got := cfg.servicesOn(); got != c.want {
 			t.Errorf("%v: Services in OVS %v, want %v", c.args, got, c.want)
 		}
+	}
+}
+
+// TestConfigOVSBundledAuto: the DaemonSet's keys for Open vSwitch in the pod (issue 25)
+// load: ovs bundled, datapathType auto; ovs defaults to host.
+func TestConfigOVSBundledAuto(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(f, []byte("ovs: bundled\ndatapathType: auto\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadConfig([]string{"-config", f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.OVS != "bundled" || cfg.DatapathType != "auto" {
+		t.Errorf("ovs %q, datapathType %q; want bundled, auto", cfg.OVS, cfg.DatapathType)
+	}
+	if cfg, err = loadConfig(nil); err != nil || cfg.OVS != "host" {
+		t.Errorf("default ovs %q (%v), want host", cfg.OVS, err)
 	}
 }

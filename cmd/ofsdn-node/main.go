@@ -54,6 +54,12 @@ func run(args []string) error {
 	}
 	log := newLogger(cfg)
 	slog.SetDefault(log)
+	dpType, why, err := controller.ResolveDatapathType(cfg.DatapathType)
+	if err != nil {
+		return err
+	}
+	log.Info("datapath", "datapath_type", dpType, "configured", cfg.DatapathType, "why", why, "ovs", cfg.OVS)
+	cfg.DatapathType = dpType
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
