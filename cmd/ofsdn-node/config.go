@@ -41,6 +41,13 @@ type Config struct {
 	// container runs them from the image: cmd/ofsdn-ovs reads this key from the same
 	// file). The daemon itself connects to ovsdb and ovsRunDir either way.
 	OVS string `json:"ovs"`
+	// UnderlayBridge, with the userspace datapath and a topology, is the OVS bridge the
+	// node IP is moved onto at start (e.g. br-phy): the interface holding the node IP
+	// becomes a port of that bridge, its IPv4 addresses and routes move to the bridge's
+	// internal port (controller.MoveUnderlay), as the userspace datapath's tunnels need.
+	// "" (default) moves nothing (the node IP must already be on an OVS bridge for
+	// tunnels with netdev). Ignored with the kernel datapath.
+	UnderlayBridge string `json:"underlayBridge"`
 	// OVSDB is the ovsdb-server endpoint, "unix:PATH" or "tcp:HOST:PORT".
 	OVSDB string `json:"ovsdb"`
 	// OVSRunDir is Open vSwitch's run directory (where BRIDGE.mgmt lives).
@@ -206,6 +213,7 @@ func loadConfig(args []string) (Config, error) {
 	fs.StringVar(&cfg.Bridge, "bridge", cfg.Bridge, "integration bridge name")
 	fs.StringVar(&cfg.Gateway, "gateway", cfg.Gateway, "gateway internal port name")
 	fs.StringVar(&cfg.DatapathType, "datapath-type", cfg.DatapathType, "bridge datapath_type: system, netdev or auto (system where the kernel has the openvswitch module, else netdev)")
+	fs.StringVar(&cfg.UnderlayBridge, "underlay-bridge", cfg.UnderlayBridge, "with the userspace datapath: the OVS bridge the node IP's interface, addresses and routes are moved onto at start (e.g. br-phy); \"\" moves nothing")
 	fs.StringVar(&cfg.OVSDB, "ovsdb", cfg.OVSDB, "ovsdb-server endpoint (unix:PATH or tcp:HOST:PORT)")
 	fs.StringVar(&cfg.OVSRunDir, "ovs-rundir", cfg.OVSRunDir, "Open vSwitch run directory (holds BRIDGE.mgmt)")
 	fs.StringVar(&cfg.Socket, "socket", cfg.Socket, "CNI server unix socket path")
@@ -257,7 +265,7 @@ func loadConfig(args []string) (Config, error) {
 			return cfg, fmt.Errorf("config file %s: %w", *file, err)
 		}
 		if err := yaml.UnmarshalStrict(b, &fromFile); err != nil {
-			return cfg, fmt.Errorf("config file %s: %w (keys are: podSubnet, podSubnets, bridge, gateway, datapathType, ovs, ovsdb, ovsRunDir, socket, dataDir, mtu, startTimeout, addTimeout, flowAuditInterval, logLevel, logFormat, metricsAddress, ctlSocket, topology, topologyFile, nodeName, kubeconfig, clusterCIDR, serviceCIDR, nodeIP, tunnelType, tunnelPort, masquerade, cniBinDir, cniConfDir, pluginBinary, networkPolicy, policyDenyLog, policyDenyLogRate, serviceProxy, serviceAffinityLearnMax)", *file, err)
+			return cfg, fmt.Errorf("config file %s: %w (keys are: podSubnet, podSubnets, bridge, gateway, datapathType, ovs, underlayBridge, ovsdb, ovsRunDir, socket, dataDir, mtu, startTimeout, addTimeout, flowAuditInterval, logLevel, logFormat, metricsAddress, ctlSocket, topology, topologyFile, nodeName, kubeconfig, clusterCIDR, serviceCIDR, nodeIP, tunnelType, tunnelPort, masquerade, cniBinDir, cniConfDir, pluginBinary, networkPolicy, policyDenyLog, policyDenyLogRate, serviceProxy, serviceAffinityLearnMax)", *file, err)
 		}
 		// The flag variables point into cfg: parsing again re-applies only the flags given
 		// explicitly, over the file's values.
@@ -347,6 +355,9 @@ func (c Config) validate() error {
 	}
 	if c.DatapathType != "system" && c.DatapathType != "netdev" && c.DatapathType != "auto" {
 		return fmt.Errorf("config datapathType %q: want system, netdev or auto", c.DatapathType)
+	}
+	if len(c.UnderlayBridge) > 15 || c.UnderlayBridge != "" && c.UnderlayBridge == c.Bridge {
+		return fmt.Errorf("config underlayBridge %q: want a bridge name of at most 15 bytes other than bridge %q", c.UnderlayBridge, c.Bridge)
 	}
 	if c.OVS != "host" && c.OVS != "bundled" {
 		return fmt.Errorf("config ovs %q: want host (Open vSwitch managed on the node) or bundled (run by the DaemonSet's ovs container)", c.OVS)

@@ -109,6 +109,13 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	if cl != nil && cfg.UnderlayBridge != "" && cfg.DatapathType == controller.DatapathNetdev {
+		holder, err := controller.MoveUnderlay(sctx, db, cfg.UnderlayBridge, cl.NodeIP, log)
+		if err != nil {
+			return err
+		}
+		cl.Underlay = holder
+	}
 	var overlay *controller.OverlayOptions
 	if cl != nil {
 		subnet, subnet6, mtu = cl.PodSubnet, cl.PodSubnetIPv6, cl.MTU

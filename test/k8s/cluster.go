@@ -47,6 +47,30 @@ type ClusterConfig struct {
 	// included); 0 = the kubelet's default, 110. The node pod CIDRs are /24s (253 pod
 	// addresses after the gateway), so more than 253 leaves pods without an address.
 	MaxPods int
+	// OVS is how the nodes get Open vSwitch: OVSHost ("", the default) starts a sandbox OVS
+	// per node before its kubelet, with br-phy holding the node IP (deploy/ofsdn.yaml's
+	// ovs: host, test/k8s/overlay); OVSBundled starts none: the node IP sits on its NIC
+	// uplink0 and no OVS process runs in the node until the DaemonSet's ovs container
+	// (ovs: bundled, test/k8s/overlay-bundled), whose ofsdn-node moves the node IP onto
+	// br-phy (underlayBridge).
+	OVS string
+}
+
+// Values of ClusterConfig.OVS.
+const (
+	// OVSHost is a sandbox Open vSwitch per node, started by the harness.
+	OVSHost = ""
+	// OVSBundled is Open vSwitch run by the DaemonSet's ovs container only.
+	OVSBundled = "bundled"
+)
+
+// Overlay returns the kustomize overlay (a path from the repository root) that deploys
+// ofsdn on a cluster of this configuration.
+func (c ClusterConfig) Overlay() string {
+	if c.OVS == OVSBundled {
+		return "test/k8s/overlay-bundled"
+	}
+	return "test/k8s/overlay"
 }
 
 // Cluster is a running test cluster.
@@ -174,18 +198,35 @@ func StartCluster(t *testing.T, cfg ClusterConfig) *Cluster {
 	return c
 }
 
-// startNode makes node i: sandbox OVS and network namespace, underlay link, br-phy with
-// the node IP, configs, cgroup subtree, and node-init.sh as PID 1 of new PID and mount
+// startNode makes node i: network namespace, underlay link, and with OVSHost a sandbox
+// OVS whose br-phy holds the node IP (with OVSBundled, uplink0 holds it and the node has no
+// OVS), configs, cgroup subtree, and node-init.sh as PID 1 of new PID and mount
 // namespaces. It returns once containerd, the kubelet and kube-proxy have been started.
 func (c *Cluster) startNode(t *testing.T, i int, server, proxyKC, containerdBin, loopback string) *Node {
 	t.Helper()
 	name := fmt.Sprintf("ofsdn-n%d", i)
 	ip := fmt.Sprintf("%s%d", UnderlayPrefix, 10+i)
-	o := sandbox.Start(t)
-	n := &Node{Name: name, IP: ip, OVS: o, Dir: filepath.Join(c.Dir, name), CgroupRoot: "/" + c.ID + "/" + name}
+	bundled := c.Config.OVS == OVSBundled
+	var o *sandbox.OVS
+	if bundled {
+		// The node's namespace alone; its OVS will be the DaemonSet's, whose run directory
+		// is the node's /run/openvswitch (set once node-init runs, below).
+		o = &sandbox.OVS{Netns: fmt.Sprintf("%s-n%d", c.ID, i)}
+		if _, err := run("ip", "netns", "add", o.Netns); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _, _ = run("ip", "netns", "del", o.Netns) })
+		if _, err := run("ip", "-n", o.Netns, "link", "set", "lo", "up"); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		o = sandbox.Start(t)
+	}
+	n := &Node{Name: name, IP: ip, OVS: o, Dir: filepath.Join(c.Dir, name), CgroupRoot: "/" + c.ID + "/" + name, Bundled: bundled}
 
-	// Underlay: veth ul-N (on the control plane's br0) ↔ uplink0 (in the node) on br-phy,
-	// whose internal port holds the node IP; the default route points at the control plane.
+	// Underlay: veth ul-N (on the control plane's br0) ↔ uplink0 (in the node); with
+	// OVSHost uplink0 is on br-phy, whose internal port holds the node IP, with OVSBundled
+	// uplink0 holds it; the default route points at the control plane.
 	cpns := filepath.Base(c.Netns)
 	host := fmt.Sprintf("ul-%d", i)
 	for _, cmd := range [][]string{
@@ -200,11 +241,15 @@ func (c *Cluster) startNode(t *testing.T, i int, server, proxyKC, containerdBin,
 			t.Fatal(err)
 		}
 	}
-	o.Vsctl(t, "add-br", "br-phy", "--", "set", "bridge", "br-phy", "datapath_type=netdev",
-		"--", "add-port", "br-phy", "uplink0")
+	ipDev := "uplink0"
+	if !bundled {
+		o.Vsctl(t, "add-br", "br-phy", "--", "set", "bridge", "br-phy", "datapath_type=netdev",
+			"--", "add-port", "br-phy", "uplink0")
+		ipDev = "br-phy"
+	}
 	for _, args := range [][]string{
-		{"addr", "add", ip + "/24", "dev", "br-phy"},
-		{"link", "set", "br-phy", "up"},
+		{"addr", "add", ip + "/24", "dev", ipDev},
+		{"link", "set", ipDev, "up"},
 		{"route", "add", "default", "via", ControlPlaneIP},
 	} {
 		if _, err := run("ip", append([]string{"-n", o.Netns}, args...)...); err != nil {
@@ -258,6 +303,15 @@ func (c *Cluster) startNode(t *testing.T, i int, server, proxyKC, containerdBin,
 		_, err := os.Stat(filepath.Join(n.Dir, "started"))
 		return err
 	})
+	if bundled {
+		// The DaemonSet's OVS, seen from the host through node-init's mount namespace.
+		pid := n.InitPID()
+		if pid == 0 {
+			t.Fatalf("%s: node-init is not running", name)
+		}
+		o.Dir = fmt.Sprintf("/proc/%d/root/run/openvswitch", pid)
+		o.DBSock = filepath.Join(o.Dir, "db.sock")
+	}
 	return n
 }
 

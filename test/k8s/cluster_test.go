@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -57,7 +58,14 @@ func TestCluster(t *testing.T) {
 	testenv.Privileged(t)
 	images := t.TempDir()
 	imgTime := k8s.BuildImages(t, images)
-	c := k8s.StartCluster(t, k8s.ClusterConfig{Nodes: 2, ImagesDir: images})
+	// The nodes run no Open vSwitch until the DaemonSet's ovs container does (the
+	// manifest's own way); OFSDN_K8S_OVS=host gives each node a sandbox OVS before its
+	// kubelet instead (ovs: host, test/k8s/overlay).
+	cfg := k8s.ClusterConfig{Nodes: 2, ImagesDir: images, OVS: k8s.OVSBundled}
+	if os.Getenv("OFSDN_K8S_OVS") == "host" {
+		cfg.OVS = k8s.OVSHost
+	}
+	c := k8s.StartCluster(t, cfg)
 	e := &env{c: c, ctx: context.Background()}
 	c.Timings = append([]k8s.Timing{{Step: "images built (make image, test server, pause)", Duration: imgTime}}, c.Timings...)
 	defer e.reportTimings(t)
@@ -282,6 +290,19 @@ func (e *env) testNotReadyBeforeOfsdn(t *testing.T) {
 			}
 			return nil
 		})
+		if n.Bundled {
+			// No Open vSwitch on the node before ofsdn: no process, nothing in its run
+			// directory, the node IP on the NIC.
+			if pids := n.OVSProcesses(); len(pids) > 0 {
+				t.Errorf("%s: Open vSwitch processes %v run before ofsdn was deployed", n.Name, pids)
+			}
+			if ents, err := os.ReadDir(n.OVS.Dir); err != nil || len(ents) > 0 {
+				t.Errorf("%s: the node's /run/openvswitch holds %v (%v) before ofsdn was deployed", n.Name, ents, err)
+			}
+			if out := n.OVS.Exec(t, "ip", "-4", "-o", "addr", "show", "dev", "uplink0"); !strings.Contains(out, n.IP+"/") {
+				t.Errorf("%s: uplink0 has %q, want the node IP %s", n.Name, out, n.IP)
+			}
+		}
 		for _, d := range []string{n.CNIConfDir(), n.CNIBinDir()} {
 			ents, err := os.ReadDir(d)
 			if err != nil {
@@ -298,7 +319,7 @@ func (e *env) testNotReadyBeforeOfsdn(t *testing.T) {
 
 func (e *env) testDaemonSet(t *testing.T) {
 	start := time.Now()
-	e.c.MustKubectl(t, "apply", "-k", "test/k8s/overlay")
+	e.c.MustKubectl(t, "apply", "-k", e.c.Config.Overlay())
 	ds := e.waitPods(t, sysNS, "app=ofsdn-node", len(e.c.Nodes), 180*time.Second)
 	for _, n := range e.c.Nodes {
 		k8s.WaitFor(t, n.Name+" Ready", 120*time.Second, func() error {
@@ -312,7 +333,7 @@ func (e *env) testDaemonSet(t *testing.T) {
 			return nil
 		})
 	}
-	e.timing("kubectl apply -k test/k8s/overlay → every ofsdn-node pod Ready and every node Ready", time.Since(start))
+	e.timing("kubectl apply -k "+e.c.Config.Overlay()+" → every ofsdn-node pod Ready and every node Ready", time.Since(start))
 
 	for _, p := range ds {
 		if p.Spec.ServiceAccountName != "ofsdn" || !p.Spec.HostNetwork {
@@ -343,10 +364,46 @@ func (e *env) testDaemonSet(t *testing.T) {
 		if !strings.Contains(out, gw+"/") {
 			t.Errorf("%s: gateway %s has %q, want %s from podCIDR %s", n.Name, gatewayIf, out, gw, node.Spec.PodCIDR)
 		}
+		if n.Bundled {
+			checkBundledOVS(t, n, ds)
+		}
 		// The daemon runs in the node's network namespace, so its nftables table is there.
 		if out := n.OVS.Exec(t, "nft", "list", "table", "ip", "ofsdn"); !strings.Contains(out, "ip saddr "+node.Spec.PodCIDR) {
 			t.Errorf("%s: nftables table ip ofsdn:\n%s", n.Name, out)
 		}
+	}
+}
+
+// checkBundledOVS checks a node whose Open vSwitch is the DaemonSet's: ovsdb-server and
+// ovs-vswitchd run in its ofsdn-node pod's cgroup, the node IP moved from uplink0 onto
+// br-phy's internal port, uplink0 a port of br-phy, the datapath chosen (auto: netdev here).
+func checkBundledOVS(t *testing.T, n *k8s.Node, ds []corev1.Pod) {
+	t.Helper()
+	var uid string
+	for _, p := range ds {
+		if p.Spec.NodeName == n.Name {
+			uid = string(p.UID)
+		}
+	}
+	pids := n.OVSProcesses()
+	if len(pids) != 2 {
+		t.Errorf("%s: Open vSwitch processes %v, want ovsdb-server and ovs-vswitchd", n.Name, pids)
+	}
+	for _, pid := range pids {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		// cgroupfs driver: .../kubepods/.../pod<UID>/<container>
+		if uid == "" || !strings.Contains(string(b), "pod"+uid) {
+			t.Errorf("%s: OVS process %d is not in the ofsdn-node pod's cgroup (pod %s):\n%s", n.Name, pid, uid, b)
+		}
+	}
+	if out := n.OVS.Exec(t, "ip", "-4", "-o", "addr", "show"); !strings.Contains(out, "br-phy    inet "+n.IP+"/24") || strings.Contains(out, "uplink0    inet") {
+		t.Errorf("%s: addresses %s; want the node IP %s on br-phy, none on uplink0", n.Name, out, n.IP)
+	}
+	if ports := n.OVS.Vsctl(t, "list-ports", "br-phy"); ports != "uplink0" {
+		t.Errorf("%s: br-phy's ports %q, want uplink0", n.Name, ports)
+	}
+	if dp := n.OVS.Vsctl(t, "get", "bridge", "br-int", "datapath_type"); dp != "netdev" {
+		t.Errorf("%s: br-int datapath_type %s, want netdev (auto on a kernel without the openvswitch module)", n.Name, dp)
 	}
 }
 
@@ -867,7 +924,7 @@ func (e *env) testDaemonRestart(t *testing.T) {
 
 	// The old daemon's log to its end, for a failure's report.
 	oldLog := &syncWriter{}
-	logs := e.c.KubectlCmd("logs", "-f", "--timestamps", "-n", sysNS, old.Name)
+	logs := e.c.KubectlCmd("logs", "-f", "--timestamps", "-n", sysNS, "-c", "ofsdn-node", old.Name)
 	logs.Stdout, logs.Stderr = oldLog, oldLog
 	if err := logs.Start(); err != nil {
 		t.Fatal(err)
@@ -875,18 +932,41 @@ func (e *env) testDaemonRestart(t *testing.T) {
 	defer func() { _ = logs.Process.Kill(); _ = logs.Wait() }()
 
 	start := time.Now()
-	e.c.MustKubectl(t, "delete", "pod", "-n", sysNS, old.Name, "--wait=true")
 	var ds []corev1.Pod
-	k8s.WaitFor(t, "a new ofsdn-node pod Ready on "+node.Name, 120*time.Second, func() error {
-		ds = e.pods(t, sysNS, "app=ofsdn-node")
-		for _, p := range ds {
-			if p.Spec.NodeName == node.Name && p.UID != old.UID && podReady(&p) {
-				return nil
-			}
+	if node.Bundled {
+		// The pod also runs the node's Open vSwitch, with the userspace datapath the
+		// forwarding itself: deleting it stops forwarding until the new pod's OVS runs
+		// (measured by "ovs container killed"). The daemon's own restart is its container's.
+		restarts := containerRestarts(old, "ofsdn-node")
+		pid := node.ProcessPID(t, "/usr/local/bin/ofsdn-node")
+		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+			t.Fatal(err)
 		}
-		return fmt.Errorf("not yet: %d ofsdn-node pods", len(ds))
-	})
-	e.timing("ofsdn-node pod deleted → its replacement Ready", time.Since(start))
+		k8s.WaitFor(t, "ofsdn-node container restarted and its pod Ready on "+node.Name, 120*time.Second, func() error {
+			p, err := e.c.CP.Client.CoreV1().Pods(sysNS).Get(e.ctx, old.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if containerRestarts(p, "ofsdn-node") <= restarts || !podReady(p) {
+				return fmt.Errorf("not yet: restarts %d, ready %v", containerRestarts(p, "ofsdn-node"), podReady(p))
+			}
+			ds = []corev1.Pod{*p}
+			return nil
+		})
+		e.timing("ofsdn-node container stopped (SIGTERM) → restarted and its pod Ready", time.Since(start))
+	} else {
+		e.c.MustKubectl(t, "delete", "pod", "-n", sysNS, old.Name, "--wait=true")
+		k8s.WaitFor(t, "a new ofsdn-node pod Ready on "+node.Name, 120*time.Second, func() error {
+			ds = e.pods(t, sysNS, "app=ofsdn-node")
+			for _, p := range ds {
+				if p.Spec.NodeName == node.Name && p.UID != old.UID && podReady(&p) {
+					return nil
+				}
+			}
+			return fmt.Errorf("not yet: %d ofsdn-node pods", len(ds))
+		})
+		e.timing("ofsdn-node pod deleted → its replacement Ready", time.Since(start))
+	}
 	time.Sleep(2 * time.Second)
 	_ = stdin.Close()
 	done := make(chan error, 1)
@@ -917,11 +997,11 @@ func (e *env) testDaemonRestart(t *testing.T) {
 		t.Errorf("%d of %d echo requests lost across the ofsdn-node restart: %s", sent-received, sent, line)
 		var newName string
 		for _, p := range ds {
-			if p.Spec.NodeName == node.Name && p.UID != old.UID {
+			if p.Spec.NodeName == node.Name && (p.UID != old.UID || node.Bundled) {
 				newName = p.Name
 			}
 		}
-		newLog, _ := e.c.Kubectl("logs", "--timestamps", "-n", sysNS, newName)
+		newLog, _ := e.c.Kubectl("logs", "--timestamps", "-n", sysNS, "-c", "ofsdn-node", newName)
 		t.Logf("ping output:\n%s\npod %s deleted at %s (UTC)\n---- old daemon %s (last 40 lines) ----\n%s\n---- new daemon %s (last 60 lines) ----\n%s\n---- %s ovs-vswitchd.log (last 40 lines) ----\n%s",
 			out.String(), old.Name, start.UTC().Format("15:04:05.000"), old.Name, lastLines(oldLog.String(), 40), newName, lastLines(newLog, 60),
 			node.Name, node.OVSLogTail(40))
@@ -940,6 +1020,16 @@ func (e *env) testDaemonRestart(t *testing.T) {
 	if genAfter := flowGenerations(t, node); len(genAfter) != 1 || equalKeys(genAfter, genBefore) {
 		t.Errorf("flow generations on %s before %v, after %v: want one new generation (the new daemon's)", node.Name, genBefore, genAfter)
 	}
+}
+
+// containerRestarts is the restart count of pod's container name.
+func containerRestarts(p *corev1.Pod, name string) int32 {
+	for _, s := range p.Status.ContainerStatuses {
+		if s.Name == name {
+			return s.RestartCount
+		}
+	}
+	return 0
 }
 
 // lastLines returns the last n lines of s.

@@ -8,12 +8,13 @@
 #
 # Env: NODE, NODE_IP, NODE_DIR (state: configs, logs, overlay upper dirs), K8S_BIN (kubelet,
 #   kube-proxy), CONTAINERD_BIN (containerd, ctr, shims), OVS_RUNDIR (the node's sandbox
-#   OVS, seen as /var/run/openvswitch), IMAGES (directory of image tarballs to import),
+#   OVS, seen as /var/run/openvswitch; empty on a node whose OVS is the DaemonSet's, which
+#   runs it in the node's own /var/run/openvswitch), IMAGES (directory of image tarballs to import),
 #   CLUSTER_CIDR.
 # Signals: TERM/INT stop the node (kube-proxy, kubelet, then containerd); USR1 restarts the
 #   kubelet (pods keep running).
 set -euo pipefail
-: "${NODE:?}" "${NODE_IP:?}" "${NODE_DIR:?}" "${K8S_BIN:?}" "${CONTAINERD_BIN:?}" "${OVS_RUNDIR:?}" "${IMAGES:?}" "${CLUSTER_CIDR:?}"
+: "${NODE:?}" "${NODE_IP:?}" "${NODE_DIR:?}" "${K8S_BIN:?}" "${CONTAINERD_BIN:?}" "${OVS_RUNDIR?}" "${IMAGES:?}" "${CLUSTER_CIDR:?}"
 D=$NODE_DIR
 export PATH=$CONTAINERD_BIN:$PATH
 log() { echo "node-init[$NODE] $(date +%T.%N | cut -c1-12) $*"; }
@@ -22,7 +23,7 @@ log() { echo "node-init[$NODE] $(date +%T.%N | cut -c1-12) $*"; }
 # mounts, the CNI socket and the xtables lock.
 mount -t tmpfs -o mode=0755 tmpfs /run
 mkdir -p /run/openvswitch /run/netns
-mount --bind "$OVS_RUNDIR" /run/openvswitch
+[ -z "$OVS_RUNDIR" ] || mount --bind "$OVS_RUNDIR" /run/openvswitch
 
 # /etc, /opt, /var/lib: overlays on the host's (upper dirs in NODE_DIR), so the node's
 # /etc/cni/net.d, /opt/cni/bin and /var/lib/ofsdn can be made without touching the host;

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -15,9 +16,10 @@ import (
 	"github.com/ofsdn/ofsdn/test/sandbox"
 )
 
-// Node is one kubelet node: a private Open vSwitch whose network namespace is the node's,
-// with br-phy holding the node IP on the underlay, and node-init.sh as PID 1 of the node's
-// PID and mount namespaces running containerd, the kubelet and kube-proxy.
+// Node is one kubelet node: a network namespace with the node IP on the underlay (on a
+// private Open vSwitch's br-phy, or with Bundled on uplink0 until ofsdn moves it onto the
+// DaemonSet's OVS), and node-init.sh as PID 1 of the node's PID and mount namespaces
+// running containerd, the kubelet and kube-proxy.
 type Node struct {
 	// Name is the Node object's name.
 	Name string
@@ -30,6 +32,10 @@ type Node struct {
 	Dir string
 	// CgroupRoot is the kubelet's cgroupRoot ("/ofsdn-k8s-PID-N/NAME").
 	CgroupRoot string
+	// Bundled is true on a node of ClusterConfig.OVS OVSBundled: OVS is the DaemonSet's,
+	// OVS.Dir its run directory through node-init's root (/proc/PID/root/run/openvswitch),
+	// OVS.Netns the node's namespace; nothing of test/sandbox runs.
+	Bundled bool
 
 	unshare *exec.Cmd
 	done    chan struct{}
@@ -108,8 +114,17 @@ func (n *Node) LogTail(name string, lines int) string {
 	return tail(filepath.Join(n.Dir, "logs", name+".log"), lines)
 }
 
-// OVSLogTail returns the last lines of the node's ovs-vswitchd log.
+// OVSLogTail returns the last lines of the node's ovs-vswitchd log (on a Bundled node,
+// the ovs container's log: ovsdb-server's and ovs-vswitchd's lines).
 func (n *Node) OVSLogTail(lines int) string {
+	if n.Bundled {
+		logs, _ := filepath.Glob(filepath.Join(n.Dir, "pod-logs", "kube-system_ofsdn-node-*", "ovs", "*.log"))
+		sort.Strings(logs)
+		if len(logs) == 0 {
+			return "(no ovs container log under " + filepath.Join(n.Dir, "pod-logs") + ")"
+		}
+		return tail(logs[len(logs)-1], lines)
+	}
 	return tail(filepath.Join(n.OVS.Dir, "ovs-vswitchd.log"), lines)
 }
 
@@ -230,4 +245,52 @@ func removeCgroup(rel string) error {
 		}
 		return nil
 	})
+}
+
+// ProcessPID returns the host PID of the process in the node's network namespace whose
+// command line starts with cmd (e.g. "/usr/local/bin/ofsdn-node", a container's process),
+// failing the test unless there is exactly one.
+func (n *Node) ProcessPID(t testing.TB, cmd string) int {
+	t.Helper()
+	pids := n.processes(cmd)
+	if len(pids) != 1 {
+		t.Fatalf("%s: %d processes %s in the node's network namespace (%v), want 1", n.Name, len(pids), cmd, pids)
+	}
+	return pids[0]
+}
+
+// processes returns the host PIDs of the processes in the node's network namespace whose
+// command line's first word is cmd (or, for a name without a slash, ends in /cmd).
+func (n *Node) processes(cmd string) []int {
+	var st syscall.Stat_t
+	if err := syscall.Stat(n.NetnsPath(), &st); err != nil {
+		return nil
+	}
+	want := fmt.Sprintf("net:[%d]", st.Ino)
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if l, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", pid)); err != nil || l != want {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil {
+			continue
+		}
+		arg0, _, _ := strings.Cut(string(b), "\x00")
+		if arg0 == cmd || !strings.Contains(cmd, "/") && strings.HasSuffix(arg0, "/"+cmd) || arg0 == cmd {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// OVSProcesses returns the host PIDs of ovsdb-server and ovs-vswitchd processes in the
+// node's network namespace.
+func (n *Node) OVSProcesses() []int {
+	return append(n.processes("ovsdb-server"), n.processes("ovs-vswitchd")...)
 }

@@ -1,0 +1,148 @@
+package controller
+
+// The node IP onto an OVS bridge (underlayBridge, issue 25). With the userspace datapath,
+// Open vSwitch encapsulates and decapsulates tunnel packets itself ("native tunneling"):
+// the outer packet's route must leave through the local port of an OVS bridge of the same
+// ovs-vswitchd, and arriving tunnel packets are taken only when addressed to such a local
+// port's IP and MAC. So the node IP must sit on a bridge's internal port, with the underlay
+// NIC a port of that bridge, as OVS-DPDK setups arrange it. A node whose Open vSwitch
+// comes with the DaemonSet (ovs: bundled) boots with the node IP on its NIC, since no OVS
+// runs before the kubelet; MoveUnderlay then moves it, once, over OVSDB and netlink:
+//
+//  1. the bridge (datapath netdev, fail mode standalone: a learning switch, the NORMAL
+//     action) is made, the NIC added to it as a port;
+//  2. every IPv4 address of the NIC is added to the bridge's internal port (a tap device),
+//     which is set up with the NIC's MTU;
+//  3. every IPv4 route through the NIC (main table, not the kernel's own prefix routes) is
+//     replaced by the same route through the bridge;
+//  4. the addresses are deleted from the NIC, and the NIC stops answering ARP (arp_ignore
+//     8): the kernel still sees its frames (ovs-vswitchd reads it through a packet
+//     socket), and would otherwise answer for the node IP with the NIC's MAC.
+//
+// The bridge's internal port has a MAC of its own, so frames for it are "other host"
+// frames to the NIC's own IP stack and are taken only through the bridge. Peers learn the
+// new MAC from the gratuitous ARP the daemon sends from the interface holding the node IP
+// (topology.KeepAnnounced, started after this). The outage is the time from step 4 to the
+// peers' ARP update: connections keep their addresses. Nothing moves back by itself: a
+// node returned to `ovs: host` needs its network configuration restored (or a reboot).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/ofsdn/ofsdn/ovsdb"
+	"github.com/ofsdn/ofsdn/podnet"
+)
+
+// MoveUnderlay makes sure the node IP nodeIP sits on bridge's internal port with the
+// interface that held it (the underlay NIC) a port of bridge, moving its IPv4 addresses
+// and routes as the file's comment says, in the calling thread's network namespace. It
+// returns the name of the interface that holds nodeIP afterwards (bridge, or an OVS
+// internal port that already held it: then nothing is changed). Idempotent: a second call
+// finds the node IP on the bridge and does nothing. Errors name the step, the interface
+// and the fix.
+func MoveUnderlay(ctx context.Context, db *ovsdb.Client, bridge string, nodeIP net.IP, log *slog.Logger) (string, error) {
+	nic, err := linkHolding(nodeIP)
+	if err != nil {
+		return "", err
+	}
+	name := nic.Attrs().Name
+	if p, ok := db.GetPort(name); ok && p.Type == "internal" {
+		return name, nil // already on an OVS bridge's internal port
+	}
+	if p, ok := db.GetPort(name); ok && p.Bridge != "" && p.Bridge != bridge {
+		return "", fmt.Errorf("underlay: %s (holding node IP %v) is a port of OVS bridge %s, not %s: set underlayBridge to %s, or take the node IP off %s", name, nodeIP, p.Bridge, bridge, p.Bridge, name)
+	}
+	start := time.Now()
+	if err := db.EnsureBridge(ctx, ovsdb.BridgeSpec{Name: bridge, DatapathType: ovsdb.DatapathNetdev,
+		FailMode: "standalone", ExternalIDs: map[string]string{"ofsdn-underlay": name}}); err != nil {
+		return "", fmt.Errorf("underlay: bridge %s for %s: %w", bridge, name, err)
+	}
+	if _, err := db.AddPort(ctx, bridge, name, map[string]string{"ofsdn-underlay": "true"}); err != nil {
+		return "", fmt.Errorf("underlay: %s as a port of bridge %s: %w", name, bridge, err)
+	}
+	br, err := netlink.LinkByName(bridge)
+	if err != nil {
+		return "", fmt.Errorf("underlay: bridge %s's internal port (a tap device on the userspace datapath): %w", bridge, err)
+	}
+	if err := netlink.LinkSetMTU(br, nic.Attrs().MTU); err != nil {
+		return "", fmt.Errorf("underlay: MTU %d on %s: %w", nic.Attrs().MTU, bridge, err)
+	}
+	addrs, err := netlink.AddrList(nic, netlink.FAMILY_V4)
+	if err != nil {
+		return "", fmt.Errorf("underlay: addresses of %s: %w", name, err)
+	}
+	routes, err := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{LinkIndex: nic.Attrs().Index, Table: unix.RT_TABLE_MAIN},
+		netlink.RT_FILTER_OIF|netlink.RT_FILTER_TABLE)
+	if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
+		return "", fmt.Errorf("underlay: routes through %s: %w", name, err)
+	}
+	for _, a := range addrs {
+		na := &netlink.Addr{IPNet: a.IPNet, Broadcast: a.Broadcast}
+		if err := netlink.AddrReplace(br, na); err != nil {
+			return "", fmt.Errorf("underlay: address %s on %s: %w", a.IPNet, bridge, err)
+		}
+	}
+	if err := netlink.LinkSetUp(br); err != nil {
+		return "", fmt.Errorf("underlay: set %s up: %w", bridge, err)
+	}
+	var moved []string
+	for _, r := range routes {
+		if r.Protocol == unix.RTPROT_KERNEL {
+			continue // the prefix route of an address: the kernel makes it on the bridge
+		}
+		r.LinkIndex = br.Attrs().Index
+		r.ILinkIndex = 0
+		if err := netlink.RouteReplace(&r); err != nil {
+			return "", fmt.Errorf("underlay: route %v through %s: %w", r, bridge, err)
+		}
+		moved = append(moved, routeString(r))
+	}
+	for _, a := range addrs {
+		if err := netlink.AddrDel(nic, &netlink.Addr{IPNet: a.IPNet}); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+			return "", fmt.Errorf("underlay: delete address %s from %s: %w", a.IPNet, name, err)
+		}
+	}
+	if err := podnet.IgnoreARP(name); err != nil {
+		return "", err
+	}
+	var as []string
+	for _, a := range addrs {
+		as = append(as, a.IPNet.String())
+	}
+	log.Info("underlay moved onto an OVS bridge (userspace datapath: tunnels leave through it)",
+		"interface", name, "bridge", bridge, "addresses", as, "routes", moved, "took", time.Since(start).Round(time.Millisecond))
+	return bridge, nil
+}
+
+// linkHolding returns the link that has ip as one of its IPv4 addresses.
+func linkHolding(ip net.IP) (netlink.Link, error) {
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return nil, fmt.Errorf("underlay: list addresses: %w", err)
+	}
+	for _, a := range addrs {
+		if a.IP.Equal(ip) {
+			return netlink.LinkByIndex(a.LinkIndex)
+		}
+	}
+	return nil, fmt.Errorf("underlay: no interface has node IP %v: set nodeIP to an address of this node", ip)
+}
+
+func routeString(r netlink.Route) string {
+	dst := "default"
+	if r.Dst != nil {
+		dst = r.Dst.String()
+	}
+	if r.Gw != nil {
+		return dst + " via " + r.Gw.String()
+	}
+	return dst
+}
