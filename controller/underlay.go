@@ -11,31 +11,36 @@ package controller
 //
 //  1. the bridge (datapath netdev, fail mode standalone: a learning switch, the NORMAL
 //     action) is made, the NIC added to it as a port;
-//  2. every IPv4 address of the NIC is added to the bridge's internal port (a tap device),
-//     which is set up with the NIC's MTU;
-//  3. every IPv4 route through the NIC (main table, not the kernel's own prefix routes) is
-//     replaced by the same route through the bridge;
-//  4. the addresses are deleted from the NIC, and the NIC stops answering ARP (arp_ignore
-//     8): the kernel still sees its frames (ovs-vswitchd reads it through a packet
-//     socket), and would otherwise answer for the node IP with the NIC's MAC.
+//  2. podnet.MoveIPv4: every IPv4 address of the NIC is added to the bridge's internal
+//     port (a tap device), which is set up with the NIC's MTU; every IPv4 route through
+//     the NIC (main table, not the kernel's own prefix routes) is replaced by the same
+//     route through the bridge; the addresses are deleted from the NIC, and the NIC stops
+//     answering ARP (arp_ignore 8): the kernel still sees its frames (ovs-vswitchd reads
+//     it through a packet socket), and would otherwise answer for the node IP with the
+//     NIC's MAC.
+//
+// The bridge records the NIC (external_ids:ofsdn-underlay), so that cmd/ofsdn-ovs, which
+// runs Open vSwitch in the DaemonSet, moves the addresses back onto the NIC when it stops
+// ovs-vswitchd on SIGTERM (a pod deleted or rolled: without it the node would lose its
+// address with the bridge's forwarding, and its kubelet could not fetch the pod that
+// brings it back) and onto the bridge again when it has started ovs-vswitchd.
 //
 // The bridge's internal port has a MAC of its own, so frames for it are "other host"
 // frames to the NIC's own IP stack and are taken only through the bridge. Peers learn the
 // new MAC from the gratuitous ARP the daemon sends from the interface holding the node IP
 // (topology.KeepAnnounced, started after this). The outage is the time from step 4 to the
-// peers' ARP update: connections keep their addresses. Nothing moves back by itself: a
-// node returned to `ovs: host` needs its network configuration restored (or a reboot).
+// peers' ARP update: connections keep their addresses. A node returned to `ovs: host`
+// keeps the NIC in the bridge of its old database; delete /var/lib/ofsdn/ovs (or the
+// bridge) with the DaemonSet.
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 
 	"github.com/ofsdn/ofsdn/ovsdb"
 	"github.com/ofsdn/ofsdn/podnet"
@@ -68,57 +73,16 @@ func MoveUnderlay(ctx context.Context, db *ovsdb.Client, bridge string, nodeIP n
 	if _, err := db.AddPort(ctx, bridge, name, map[string]string{"ofsdn-underlay": "true"}); err != nil {
 		return "", fmt.Errorf("underlay: %s as a port of bridge %s: %w", name, bridge, err)
 	}
-	br, err := netlink.LinkByName(bridge)
-	if err != nil {
+	if _, err := netlink.LinkByName(bridge); err != nil {
 		return "", fmt.Errorf("underlay: bridge %s's internal port (a tap device on the userspace datapath): %w", bridge, err)
 	}
-	if err := netlink.LinkSetMTU(br, nic.Attrs().MTU); err != nil {
-		return "", fmt.Errorf("underlay: MTU %d on %s: %w", nic.Attrs().MTU, bridge, err)
-	}
-	addrs, err := netlink.AddrList(nic, netlink.FAMILY_V4)
+	moved, err := podnet.MoveIPv4(name, bridge)
 	if err != nil {
-		return "", fmt.Errorf("underlay: addresses of %s: %w", name, err)
-	}
-	routes, err := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{LinkIndex: nic.Attrs().Index, Table: unix.RT_TABLE_MAIN},
-		netlink.RT_FILTER_OIF|netlink.RT_FILTER_TABLE)
-	if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
-		return "", fmt.Errorf("underlay: routes through %s: %w", name, err)
-	}
-	for _, a := range addrs {
-		na := &netlink.Addr{IPNet: a.IPNet, Broadcast: a.Broadcast}
-		if err := netlink.AddrReplace(br, na); err != nil {
-			return "", fmt.Errorf("underlay: address %s on %s: %w", a.IPNet, bridge, err)
-		}
-	}
-	if err := netlink.LinkSetUp(br); err != nil {
-		return "", fmt.Errorf("underlay: set %s up: %w", bridge, err)
-	}
-	var moved []string
-	for _, r := range routes {
-		if r.Protocol == unix.RTPROT_KERNEL {
-			continue // the prefix route of an address: the kernel makes it on the bridge
-		}
-		r.LinkIndex = br.Attrs().Index
-		r.ILinkIndex = 0
-		if err := netlink.RouteReplace(&r); err != nil {
-			return "", fmt.Errorf("underlay: route %v through %s: %w", r, bridge, err)
-		}
-		moved = append(moved, routeString(r))
-	}
-	for _, a := range addrs {
-		if err := netlink.AddrDel(nic, &netlink.Addr{IPNet: a.IPNet}); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
-			return "", fmt.Errorf("underlay: delete address %s from %s: %w", a.IPNet, name, err)
-		}
-	}
-	if err := podnet.IgnoreARP(name); err != nil {
-		return "", err
-	}
-	var as []string
-	for _, a := range addrs {
-		as = append(as, a.IPNet.String())
+		return "", fmt.Errorf("underlay: %w", err)
 	}
 	log.Info("underlay moved onto an OVS bridge (userspace datapath: tunnels leave through it)",
-		"interface", name, "bridge", bridge, "addresses", as, "routes", moved, "took", time.Since(start).Round(time.Millisecond))
+		"interface", name, "bridge", bridge, "addresses", moved.Addresses, "routes", moved.Routes,
+		"took", time.Since(start).Round(time.Millisecond))
 	return bridge, nil
 }
 
@@ -134,15 +98,4 @@ func linkHolding(ip net.IP) (netlink.Link, error) {
 		}
 	}
 	return nil, fmt.Errorf("underlay: no interface has node IP %v: set nodeIP to an address of this node", ip)
-}
-
-func routeString(r netlink.Route) string {
-	dst := "default"
-	if r.Dst != nil {
-		dst = r.Dst.String()
-	}
-	if r.Gw != nil {
-		return dst + " via " + r.Gw.String()
-	}
-	return dst
 }

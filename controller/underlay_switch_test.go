@@ -19,6 +19,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/ofsdn/ofsdn/ovsdb"
+	"github.com/ofsdn/ofsdn/podnet"
 	"github.com/ofsdn/ofsdn/test/sandbox"
 	"github.com/ofsdn/ofsdn/test/testenv"
 )
@@ -100,5 +101,30 @@ func TestMoveUnderlay(t *testing.T) {
 	}
 	if again := out(t, "ip", "-n", o.Netns, "-4", "-o", "addr", "show"); again != addrs {
 		t.Errorf("second call changed the addresses:\n%s\nwas\n%s", again, addrs)
+	}
+
+	// What cmd/ofsdn-ovs does around an ovs-vswitchd stop: back onto the NIC, then onto
+	// the bridge again; the gateway answers each time.
+	for _, step := range []struct{ from, to string }{{"br-phy", "uplink0"}, {"uplink0", "br-phy"}} {
+		err := ns.WithNetNSPath(o.NetnsPath(), func(ns.NetNS) error {
+			_, err := podnet.MoveIPv4(step.from, step.to)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs := out(t, "ip", "-n", o.Netns, "-4", "-o", "addr", "show")
+		routes := out(t, "ip", "-n", o.Netns, "-4", "route", "show")
+		if !strings.Contains(addrs, step.to+"    inet 192.168.77.11/24") || strings.Contains(addrs, step.from+"    inet") ||
+			!strings.Contains(routes, "default via 192.168.77.1 dev "+step.to) {
+			t.Errorf("after moving %s → %s: addresses\n%s\nroutes\n%s", step.from, step.to, addrs, routes)
+		}
+		for dev, want := range map[string]string{step.from: "8", step.to: "0"} {
+			if v := strings.TrimSpace(out(t, "ip", "netns", "exec", o.Netns, "cat", "/proc/sys/net/ipv4/conf/"+dev+"/arp_ignore")); v != want {
+				t.Errorf("after moving %s → %s: %s arp_ignore %s, want %s", step.from, step.to, dev, v, want)
+			}
+		}
+		run(t, "ip", "-n", ul, "neigh", "flush", "dev", "gw0")
+		run(t, "ip", "netns", "exec", o.Netns, "ping", "-c2", "-i0.2", "-W2", "192.168.77.1")
 	}
 }

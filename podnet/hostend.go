@@ -89,27 +89,3 @@ func isolateHostLink(index int, name string) error {
 	}
 	return nil
 }
-
-// IgnoreARP makes the host's IP stack never answer ARP on the link name (arp_ignore 8,
-// over netlink as IsolateHostEnd sets it), in the calling thread's network namespace: for
-// an underlay NIC whose addresses moved onto an OVS bridge's internal port
-// (controller.MoveUnderlay), where the kernel would otherwise answer for them with the
-// NIC's own MAC. Idempotent. Errors name the link and the fix.
-func IgnoreARP(name string) error {
-	link, err := netlink.LinkByName(name)
-	if err != nil {
-		return fmt.Errorf("podnet: %s: %w", name, err)
-	}
-	req := nl.NewNetlinkRequest(unix.RTM_SETLINK, unix.NLM_F_ACK)
-	msg := nl.NewIfInfomsg(unix.AF_UNSPEC)
-	msg.Index = int32(link.Attrs().Index)
-	req.AddData(msg)
-	afSpec := nl.NewRtAttr(unix.IFLA_AF_SPEC, nil)
-	afSpec.AddRtAttr(unix.AF_INET, nil).AddRtAttr(unix.IFLA_INET_CONF, nil).
-		AddRtAttr(ipv4DevconfARPIgnore, nl.Uint32Attr(8))
-	req.AddData(afSpec)
-	if _, err := req.Execute(unix.NETLINK_ROUTE, 0); err != nil {
-		return fmt.Errorf("podnet: %s: set IPv4 arp_ignore 8 (IFLA_INET_CONF; the daemon needs CAP_NET_ADMIN, e.g. a privileged container): %w", name, err)
-	}
-	return nil
-}

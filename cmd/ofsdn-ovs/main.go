@@ -17,6 +17,11 @@
 // BRIDGE.mgmt, ovs-vswitchd.pid and its control socket). If either daemon exits, the
 // other is stopped and ofsdn-ovs exits 1, so the kubelet restarts the container.
 //
+// With the userspace datapath and ofsdn-node's underlayBridge (a bridge whose
+// external_ids:ofsdn-underlay names the node's NIC, the node's addresses on it), ofsdn-ovs
+// moves the node's IPv4 addresses and routes onto that bridge once ovs-vswitchd runs, and
+// back onto the NIC before it stops ovs-vswitchd (underlay.go).
+//
 // SIGTERM or SIGINT: ovs-vswitchd first (TERM; with the kernel datapath the datapath and
 // its flows stay in the kernel and keep forwarding), then ovsdb-server, each given
 // stopGrace before KILL; exit 0.
@@ -256,9 +261,37 @@ func runOVS(ctx context.Context, log *slog.Logger, s settings, dbDir, schema str
 		return err
 	}
 	running["ovs-vswitchd"] = vswitchd
+	// The node IP back on the underlay bridge (userspace datapath, underlayBridge), if an
+	// earlier run moved it off before stopping.
+	qctx, qcancel := context.WithTimeout(ctx, 5*time.Second)
+	u, hasUnderlay, err := findUnderlay(qctx, sock)
+	qcancel()
+	if err != nil {
+		log.Warn("underlay bridge not looked up", "err", err)
+	}
+	if hasUnderlay {
+		uctx, ucancel := context.WithTimeout(ctx, 30*time.Second)
+		if err := underlayToBridge(uctx, log, u); err != nil {
+			log.Error("node addresses not moved onto the underlay bridge", "bridge", u.bridge, "nic", u.nic, "err", err)
+		}
+		ucancel()
+	}
 	select {
 	case <-ctx.Done():
 		log.Info("stopping Open vSwitch", "signal", "SIGTERM")
+		// The bridge stops forwarding with ovs-vswitchd: the node keeps its addresses on
+		// the NIC meanwhile (ofsdn-node moved them onto the bridge: underlayBridge).
+		qctx, qcancel := context.WithTimeout(context.Background(), 2*time.Second)
+		u, hasUnderlay, err := findUnderlay(qctx, sock)
+		qcancel()
+		if err != nil {
+			log.Warn("underlay bridge not looked up", "err", err)
+		}
+		if hasUnderlay {
+			if err := underlayToNIC(log, u); err != nil {
+				log.Error("node addresses not moved back onto the NIC", "bridge", u.bridge, "nic", u.nic, "err", err)
+			}
+		}
 		stopAll()
 		return nil
 	case e := <-exited:

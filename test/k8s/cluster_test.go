@@ -83,6 +83,7 @@ func TestCluster(t *testing.T) {
 		{"serviceProxy: kube-proxy: Services through the host, no Service group left, and back", e.testKubeProxyMode},
 		{"rolling update behind a Service: no connection fails, none reaches a removed endpoint", e.testRollingUpdate},
 		{"ofsdn-node pod deleted: no ping lost", e.testDaemonRestart},
+		{"ovs container killed: pings come back, no IP, port or flow changed", e.testOVSContainerKilled},
 		{"kubelet restarted: pods keep their IPs", e.testKubeletRestart},
 		{"deleted pods leave no IP, port or flow", e.testDeletion},
 	}
@@ -1019,6 +1020,124 @@ func (e *env) testDaemonRestart(t *testing.T) {
 	}
 	if genAfter := flowGenerations(t, node); len(genAfter) != 1 || equalKeys(genAfter, genBefore) {
 		t.Errorf("flow generations on %s before %v, after %v: want one new generation (the new daemon's)", node.Name, genBefore, genAfter)
+	}
+}
+
+// testOVSContainerKilled (nodes whose OVS is the DaemonSet's): the ovs container of the
+// first node's pod is killed (SIGKILL to its PID 1, ofsdn-ovs, which takes ovsdb-server
+// and ovs-vswitchd with it) while a pod there pings one on the other node every 10 ms.
+// The kubelet restarts the container, ovs-vswitchd takes its bridges back from the
+// database on the host, and the daemon, reconnected, replays its flows. Checked: the pings
+// come back (the last second of them all answered) and the outage is measured and logged;
+// the node's leases, br-int's ports and the flows' generation are those from before.
+func (e *env) testOVSContainerKilled(t *testing.T) {
+	node := e.c.Nodes[0]
+	if !node.Bundled {
+		t.Skip("the nodes' Open vSwitch is the harness's sandbox (OFSDN_K8S_OVS=host)")
+	}
+	pods := e.pods(t, ns, "app=echo")
+	var from, to *corev1.Pod
+	for i := range pods {
+		if pods[i].Spec.NodeName == node.Name && from == nil {
+			from = &pods[i]
+		}
+		if pods[i].Spec.NodeName == e.c.Nodes[1].Name && to == nil {
+			to = &pods[i]
+		}
+	}
+	var dsPod *corev1.Pod
+	for _, p := range e.pods(t, sysNS, "app=ofsdn-node") {
+		if p.Spec.NodeName == node.Name {
+			dsPod = &p
+		}
+	}
+	if from == nil || to == nil || dsPod == nil {
+		t.Fatal("need an echo pod on each node and ofsdn-node on the first")
+	}
+	leasesBefore := node.Leases(t)
+	portsBefore := node.OVS.Vsctl(t, "list-ports", "br-int")
+	genBefore := flowGenerations(t, node)
+	restarts := containerRestarts(dsPod, "ovs")
+
+	cmd := e.c.KubectlCmd("exec", "-i", "-n", ns, from.Name, "--", "/testbin", "ping", "-i", "10ms", to.Status.PodIP)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	time.Sleep(2 * time.Second)
+
+	start := time.Now()
+	if err := syscall.Kill(node.ProcessPID(t, "/usr/local/bin/ofsdn-ovs"), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	k8s.WaitFor(t, "ovs container restarted and the pod Ready on "+node.Name, 120*time.Second, func() error {
+		p, err := e.c.CP.Client.CoreV1().Pods(sysNS).Get(e.ctx, dsPod.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if containerRestarts(p, "ovs") <= restarts || !podReady(p) {
+			return fmt.Errorf("not yet: ovs restarts %d, ready %v", containerRestarts(p, "ovs"), podReady(p))
+		}
+		return nil
+	})
+	e.timing("ovs container killed → restarted and its pod Ready", time.Since(start))
+	// Pings answered again; then a quiet second that must be all answered.
+	k8s.WaitFor(t, "TCP from "+from.Name+" to "+to.Name+" again", 60*time.Second, func() error {
+		out, err := e.exec(from.Name, "/testbin", "probe", "tcp:"+to.Status.PodIP+":8080")
+		if err != nil {
+			return err
+		}
+		if r := parseProbe(out); len(r) != 1 || !r[0].ok {
+			return fmt.Errorf("probe: %s", out)
+		}
+		return nil
+	})
+	time.Sleep(3 * time.Second)
+	_ = stdin.Close()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("ping: %v\n%s", err, out.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("ping did not stop after its stdin closed:\n%s", out.String())
+	}
+	line := out.String()
+	if i := strings.LastIndex(line, "sent "); i >= 0 {
+		line = line[i:]
+	}
+	var sent, received int
+	if _, err := fmt.Sscanf(line, "sent %d received %d", &sent, &received); err != nil {
+		t.Fatalf("ping output %q: %v", out.String(), err)
+	}
+	missing := strings.Fields(strings.Trim(strings.TrimSpace(line[strings.Index(line, "missing")+len("missing"):]), "[]"))
+	var first, last int
+	if len(missing) > 0 {
+		first, _ = strconv.Atoi(missing[0])
+		last, _ = strconv.Atoi(missing[len(missing)-1])
+	}
+	t.Logf("%s → %s every 10 ms, ovs container of %s killed: %d sent, %d answered; unanswered from seq %d to %d: an outage of %.2f s (%d lost)",
+		from.Name, to.Name, node.Name, sent, received, first, last, float64(last-first+1)*0.01, sent-received)
+	e.timing(fmt.Sprintf("ovs container killed: pings unanswered for %.2f s (%d lost of %d)", float64(last-first+1)*0.01, sent-received, sent), 0)
+	if last > sent-100 {
+		t.Errorf("pings still lost in the last second (last lost seq %d of %d): not back", last, sent)
+	}
+	if got := node.Leases(t); fmt.Sprint(got) != fmt.Sprint(leasesBefore) {
+		t.Errorf("%s: leases %v after the OVS restart, %v before", node.Name, got, leasesBefore)
+	}
+	if got := node.OVS.Vsctl(t, "list-ports", "br-int"); got != portsBefore {
+		t.Errorf("%s: br-int ports %q after the OVS restart, %q before", node.Name, got, portsBefore)
+	}
+	if got := flowGenerations(t, node); !equalKeys(got, genBefore) {
+		t.Errorf("%s: flow generations %v after the OVS restart, %v before: want the daemon's own, replayed", node.Name, got, genBefore)
 	}
 }
 

@@ -260,7 +260,8 @@ func (n *Node) ProcessPID(t testing.TB, cmd string) int {
 }
 
 // processes returns the host PIDs of the processes in the node's network namespace whose
-// command line's first word is cmd (or, for a name without a slash, ends in /cmd).
+// command line's first word is cmd (or, for a name without a slash, ends in /cmd); exec
+// probes (a "-probe" argument) are left out.
 func (n *Node) processes(cmd string) []int {
 	var st syscall.Stat_t
 	if err := syscall.Stat(n.NetnsPath(), &st); err != nil {
@@ -282,7 +283,10 @@ func (n *Node) processes(cmd string) []int {
 			continue
 		}
 		arg0, _, _ := strings.Cut(string(b), "\x00")
-		if arg0 == cmd || !strings.Contains(cmd, "/") && strings.HasSuffix(arg0, "/"+cmd) || arg0 == cmd {
+		if strings.Contains(string(b), "\x00-probe\x00") {
+			continue // an exec probe (ofsdn-ovs -probe), not the container's process
+		}
+		if arg0 == cmd || !strings.Contains(cmd, "/") && strings.HasSuffix(arg0, "/"+cmd) {
 			out = append(out, pid)
 		}
 	}
