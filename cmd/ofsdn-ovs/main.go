@@ -22,6 +22,13 @@
 // moves the node's IPv4 addresses and routes onto that bridge once ovs-vswitchd runs, and
 // back onto the NIC before it stops ovs-vswitchd (underlay.go).
 //
+// A restart on a database whose bridge is on the kernel datapath first sets
+// other_config:flow-restore-wait=true, as `ovs-ctl restart` does: the new ovs-vswitchd
+// keeps the kernel's flows, forwarding with them, until ofsdn-node has replayed its own and
+// removed the key (controller.FlowRestoreWaitKey). Not with the userspace datapath: its
+// flows die with ovs-vswitchd, and the key would stop the underlay bridge, and with it the
+// node's way to the API server, until ofsdn-node is back.
+//
 // SIGTERM or SIGINT: ovs-vswitchd first (TERM; with the kernel datapath the datapath and
 // its flows stay in the kernel and keep forwarding), then ovsdb-server, each given
 // stopGrace before KILL; exit 0.
@@ -255,6 +262,9 @@ func runOVS(ctx context.Context, log *slog.Logger, s settings, dbDir, schema str
 			return nil
 		}
 		return fmt.Errorf("ovsdb-server on %s: %w", sock, err)
+	}
+	if err := holdKernelFlows(ctx, log, sock, s.Bridge); err != nil {
+		log.Warn("flow-restore-wait not set", "err", err)
 	}
 	if err := start("ovs-vswitchd", vswitchd); err != nil {
 		stopAll()

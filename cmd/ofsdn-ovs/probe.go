@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 
@@ -98,5 +99,46 @@ func runProbe(ctx context.Context, kind string, s settings) error {
 	if kind == "ready" {
 		return bridgeMade(ctx, sock, s.Bridge)
 	}
+	return nil
+}
+
+// holdKernelFlows sets other_config:flow-restore-wait=true when bridge is in the database
+// on the kernel datapath (datapath_type "system" or ""), before ovs-vswitchd starts.
+func holdKernelFlows(ctx context.Context, log *slog.Logger, sock, bridge string) error {
+	var res []struct {
+		Rows []struct {
+			DatapathType string `json:"datapath_type"`
+		} `json:"rows"`
+		Error string `json:"error"`
+	}
+	err := rpc(ctx, sock, "transact", []any{"Open_vSwitch", map[string]any{
+		"op": "select", "table": "Bridge", "where": []any{[]any{"name", "==", bridge}}, "columns": []string{"datapath_type"},
+	}}, &res)
+	if err != nil {
+		return err
+	}
+	if len(res) != 1 || res[0].Error != "" {
+		return fmt.Errorf("select bridge %s: %+v", bridge, res)
+	}
+	if len(res[0].Rows) == 0 || res[0].Rows[0].DatapathType == "netdev" {
+		return nil // a new database, or the userspace datapath
+	}
+	var out []struct {
+		Error string `json:"error"`
+	}
+	err = rpc(ctx, sock, "transact", []any{"Open_vSwitch", map[string]any{
+		"op": "mutate", "table": "Open_vSwitch", "where": []any{},
+		"mutations": []any{
+			[]any{"other_config", "delete", []any{"set", []any{"flow-restore-wait"}}},
+			[]any{"other_config", "insert", []any{"map", []any{[]any{"flow-restore-wait", "true"}}}},
+		},
+	}}, &out)
+	if err != nil {
+		return err
+	}
+	if len(out) != 1 || out[0].Error != "" {
+		return fmt.Errorf("set other_config:flow-restore-wait: %+v", out)
+	}
+	log.Info("flow-restore-wait set: ovs-vswitchd keeps the kernel's flows until ofsdn-node has replayed its own", "bridge", bridge)
 	return nil
 }

@@ -1,0 +1,230 @@
+package main
+
+// ofsdn-ovs as the DaemonSet's ovs container runs it, in a network namespace of its own,
+// with the machine's Open vSwitch programs (the image's are the same Debian 12 build;
+// test/k8s runs the image's own): database created, probes, SIGTERM, restart on the kept
+// database, the node IP back on the NIC while no ovs-vswitchd runs and on the underlay
+// bridge again after, flow-restore-wait only for the kernel datapath, a dead ovs-vswitchd
+// ending the container.
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ofsdn/ofsdn/test/testenv"
+)
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+func sh(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	b, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, b)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func TestOVSContainer(t *testing.T) {
+	testenv.Privileged(t)
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "ofsdn-ovs")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	nsName := fmt.Sprintf("ofsdn-ovs-t-%d", os.Getpid())
+	ulName := nsName + "-ul"
+	for _, n := range []string{nsName, ulName} {
+		sh(t, "ip", "netns", "add", n)
+		n := n
+		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", n).Run() })
+	}
+	sh(t, "ip", "-n", ulName, "link", "add", "gw0", "type", "veth", "peer", "name", "uplink0", "netns", nsName)
+	sh(t, "ip", "-n", ulName, "addr", "add", "192.168.78.1/24", "dev", "gw0")
+	sh(t, "ip", "-n", ulName, "link", "set", "gw0", "up")
+	sh(t, "ip", "netns", "exec", ulName, "ethtool", "-K", "gw0", "tx", "off")
+	sh(t, "ip", "-n", nsName, "link", "set", "lo", "up")
+	sh(t, "ip", "-n", nsName, "addr", "add", "192.168.78.11/24", "dev", "uplink0")
+	sh(t, "ip", "-n", nsName, "link", "set", "uplink0", "up")
+	sh(t, "ip", "-n", nsName, "route", "add", "default", "via", "192.168.78.1")
+
+	run := filepath.Join(dir, "run")
+	conf := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf("ovs: bundled\novsdb: unix:%s/db.sock\novsRunDir: %s\nbridge: br-int\n", run, run)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	vsctl := func(args ...string) string {
+		t.Helper()
+		return sh(t, "ovs-vsctl", append([]string{"--db=unix:" + run + "/db.sock", "--timeout=10"}, args...)...)
+	}
+	probe := func(kind string) error {
+		out, err := exec.Command("ip", "netns", "exec", nsName, bin, "-config", conf, "-probe", kind).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	}
+	waitFor := func(what string, f func() error) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			err := f()
+			if err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %v", what, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	type container struct {
+		cmd  *exec.Cmd
+		log  *syncBuf
+		done chan error
+	}
+	start := func() *container {
+		t.Helper()
+		c := &container{log: &syncBuf{}, done: make(chan error, 1)}
+		c.cmd = exec.Command("ip", "netns", "exec", nsName, bin, "-config", conf, "-db-dir", filepath.Join(dir, "db"))
+		c.cmd.Stdout, c.cmd.Stderr = c.log, c.log
+		if err := c.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { c.done <- c.cmd.Wait() }()
+		t.Cleanup(func() {
+			_ = c.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-c.done:
+			case <-time.After(15 * time.Second):
+				_ = c.cmd.Process.Kill()
+			}
+		})
+		waitFor("ofsdn-ovs live", func() error { return probe("live") })
+		return c
+	}
+	stop := func(c *container, sig syscall.Signal, wantExit int) {
+		t.Helper()
+		if err := c.cmd.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-c.done:
+			code := 0
+			if ee, ok := err.(*exec.ExitError); ok {
+				code = ee.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if code != wantExit {
+				t.Errorf("ofsdn-ovs exited %d, want %d:\n%s", code, wantExit, c.log.String())
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatalf("ofsdn-ovs did not exit within 15 s of %v:\n%s", sig, c.log.String())
+		}
+		if pids := ovsPIDs(t, nsName); len(pids) > 0 {
+			t.Errorf("Open vSwitch processes %v left in the namespace", pids)
+		}
+	}
+	addrs := func() string { return sh(t, "ip", "-n", nsName, "-4", "-o", "addr", "show") }
+
+	// First start: the database is created, vswitchd answers, the bridge is not there yet.
+	c := start()
+	if !strings.Contains(c.log.String(), "database created") {
+		t.Errorf("first start did not create the database:\n%s", c.log.String())
+	}
+	if err := probe("ready"); err == nil || !strings.Contains(err.Error(), "bridge br-int is not in the database") {
+		t.Errorf("ready probe before br-int: %v, want a failure naming br-int", err)
+	}
+	vsctl("add-br", "br-int", "--", "set", "bridge", "br-int", "datapath_type=netdev")
+	waitFor("ofsdn-ovs ready", func() error { return probe("ready") })
+	// What ofsdn-node's underlayBridge makes (controller.MoveUnderlay).
+	vsctl("add-br", "br-phy", "--", "set", "bridge", "br-phy", "datapath_type=netdev", "fail_mode=standalone",
+		"external_ids:ofsdn-underlay=uplink0", "--", "add-port", "br-phy", "uplink0")
+	sh(t, "ip", "-n", nsName, "addr", "add", "192.168.78.11/24", "dev", "br-phy")
+	sh(t, "ip", "-n", nsName, "link", "set", "br-phy", "up")
+	sh(t, "ip", "-n", nsName, "addr", "del", "192.168.78.11/24", "dev", "uplink0")
+	sh(t, "ip", "-n", nsName, "route", "replace", "default", "via", "192.168.78.1", "dev", "br-phy")
+	sh(t, "ip", "netns", "exec", nsName, "ping", "-c1", "-W2", "192.168.78.1")
+
+	// SIGTERM: the node IP back on the NIC, both daemons gone, exit 0.
+	stop(c, syscall.SIGTERM, 0)
+	if a := addrs(); !strings.Contains(a, "uplink0    inet 192.168.78.11/24") || strings.Contains(a, "br-phy    inet") {
+		t.Errorf("after SIGTERM: addresses\n%s\nwant 192.168.78.11/24 back on uplink0", a)
+	}
+	sh(t, "ip", "-n", ulName, "neigh", "flush", "dev", "gw0")
+	sh(t, "ip", "netns", "exec", nsName, "ping", "-c1", "-W2", "192.168.78.1") // no OVS runs
+
+	// Restart on the kept database: nothing created, the bridges kept, the node IP on
+	// br-phy again and forwarded by it; no flow-restore-wait (userspace datapath).
+	c = start()
+	if strings.Contains(c.log.String(), "database created") {
+		t.Errorf("restart created the database again:\n%s", c.log.String())
+	}
+	waitFor("ofsdn-ovs ready after a restart", func() error { return probe("ready") })
+	waitFor("node IP on br-phy again", func() error {
+		if a := addrs(); !strings.Contains(a, "br-phy    inet 192.168.78.11/24") || strings.Contains(a, "uplink0    inet") {
+			return fmt.Errorf("addresses\n%s", a)
+		}
+		return nil
+	})
+	sh(t, "ip", "-n", ulName, "neigh", "flush", "dev", "gw0")
+	sh(t, "ip", "netns", "exec", nsName, "ping", "-c2", "-i0.2", "-W2", "192.168.78.1")
+	if v := vsctl("--if-exists", "get", "Open_vSwitch", ".", "other_config:flow-restore-wait"); v != "" {
+		t.Errorf("flow-restore-wait %q on the userspace datapath, want none", v)
+	}
+
+	// ovs-vswitchd dies: ofsdn-ovs stops ovsdb-server and exits 1 (the kubelet restarts the
+	// container); the node IP stays on br-phy (nothing to move it: no SIGTERM).
+	pid := strings.TrimSpace(sh(t, "cat", filepath.Join(run, "ovs-vswitchd.pid")))
+	sh(t, "kill", "-9", pid)
+	select {
+	case err := <-c.done:
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+			t.Errorf("after ovs-vswitchd died: ofsdn-ovs exit %v, want 1", err)
+		}
+		c.done <- err // for stop's and the cleanup's wait
+	case <-time.After(15 * time.Second):
+		t.Fatalf("ofsdn-ovs did not exit after ovs-vswitchd died:\n%s", c.log.String())
+	}
+	if pids := ovsPIDs(t, nsName); len(pids) > 0 {
+		t.Errorf("after ovs-vswitchd died: Open vSwitch processes %v left", pids)
+	}
+
+	// br-int on the kernel datapath: a restart sets flow-restore-wait before ovs-vswitchd
+	// starts (which cannot make a system bridge here: no module; the key is what counts).
+	sh(t, "ovsdb-tool", "transact", filepath.Join(dir, "db", "conf.db"),
+		`["Open_vSwitch",{"op":"update","table":"Bridge","where":[["name","==","br-int"]],"row":{"datapath_type":"system"}}]`)
+	c = start()
+	if v := vsctl("--if-exists", "get", "Open_vSwitch", ".", "other_config:flow-restore-wait"); v != `"true"` {
+		t.Errorf("flow-restore-wait %q after a restart with br-int on the kernel datapath, want \"true\"\n%s", v, c.log.String())
+	}
+	stop(c, syscall.SIGTERM, 0)
+}
+
+// ovsPIDs returns the ovsdb-server and ovs-vswitchd processes in network namespace ns.
+func ovsPIDs(t *testing.T, ns string) []string {
+	out, _ := exec.Command("ip", "netns", "pids", ns).Output()
+	var pids []string
+	for _, p := range strings.Fields(string(out)) {
+		b, _ := os.ReadFile("/proc/" + p + "/comm")
+		if c := strings.TrimSpace(string(b)); c == "ovsdb-server" || c == "ovs-vswitchd" {
+			pids = append(pids, p+" "+c)
+		}
+	}
+	return pids
+}
