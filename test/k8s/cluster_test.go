@@ -1540,6 +1540,23 @@ func (e *env) testPolicyThroughServices(t *testing.T) {
 // Service echo, the hairpin pod itself, and no node holds a Service group; rolled back to
 // the default, every node lists Service echo in ofsdnctl services again.
 func (e *env) testKubeProxyMode(t *testing.T) {
+	// The two DaemonSet rolls below (with OVS in the pod, Open vSwitch rolls with them)
+	// keep every pod's IP lease and br-int port.
+	leases, ports := map[string]string{}, map[string]string{}
+	for _, n := range e.c.Nodes {
+		leases[n.Name] = fmt.Sprint(n.Leases(t))
+		ports[n.Name] = n.OVS.Vsctl(t, "list-ports", "br-int")
+	}
+	defer func() {
+		for _, n := range e.c.Nodes {
+			if got := fmt.Sprint(n.Leases(t)); got != leases[n.Name] {
+				t.Errorf("%s: leases %s after the DaemonSet rolls, %s before", n.Name, got, leases[n.Name])
+			}
+			if got := n.OVS.Vsctl(t, "list-ports", "br-int"); got != ports[n.Name] {
+				t.Errorf("%s: br-int ports %q after the DaemonSet rolls, %q before", n.Name, got, ports[n.Name])
+			}
+		}
+	}()
 	restore := e.setServiceProxy(t, "kube-proxy")
 	restored := false
 	defer func() {
