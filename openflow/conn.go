@@ -415,10 +415,12 @@ func (s *Conn) shutdown(cause error) {
 		s.err = cause
 		close(s.done)
 		s.conn.Close()
+		// At debug level: the connection's owner (Switch, which reconnects) warns once
+		// per outage.
 		if errors.Is(cause, errClosedByUser) {
 			s.log.Info("OpenFlow connection closed")
 		} else {
-			s.log.Error("OpenFlow connection lost", "err", cause)
+			s.log.Debug("OpenFlow connection lost", "err", cause)
 		}
 	})
 }

@@ -162,8 +162,10 @@ func (s *Switch) connect(ctx context.Context, first bool) (*Conn, error) {
 		s.mu.Lock()
 		s.lastErr = err
 		s.mu.Unlock()
+		// A reconnection's first failure says nothing the "connection lost" warning did
+		// not; a first connection's does. Every 20th attempt reminds that it goes on.
 		lvl := slog.LevelDebug
-		if attempt == 1 || attempt%20 == 0 {
+		if (first && attempt == 1) || attempt%20 == 0 {
 			lvl = slog.LevelWarn
 		}
 		pause := b.NextBackOff()

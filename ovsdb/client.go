@@ -168,7 +168,7 @@ func Connect(ctx context.Context, endpoint string, opts Options) (*Client, error
 		waiters:  make(map[string]map[chan struct{}]struct{}),
 	}
 	c.commit = newCommitter(c, opts.GroupCommitMaxWait, opts.GroupCommitMaxBatch)
-	lr := logr.FromSlogHandler(c.log.Handler()).WithName("libovsdb")
+	lr := logr.New(reconnectQuiet{logr.FromSlogHandler(c.log.Handler()).GetSink()}).WithName("libovsdb")
 	rb := newReconnectBackoff(opts.MaxBackoff, c.closed, &c.lost, c.log)
 	copts := []client.Option{client.WithEndpoint(endpoint), client.WithLogger(&lr)}
 	if opts.EchoInterval > 0 {
@@ -310,6 +310,33 @@ func (c *Client) isClosed() bool {
 	default:
 		return false
 	}
+}
+
+// reconnectQuiet is libovsdb's log sink: libovsdb logs each failed reconnection attempt
+// (its first four, then that it stops) as an error, although reconnectBackoff.Reset has
+// already warned once that the connection is lost and the attempts go on; those go to
+// debug level, so an outage is logged once, not per retry. Everything else passes.
+type reconnectQuiet struct{ logr.LogSink }
+
+// Error implements logr.LogSink.
+func (q reconnectQuiet) Error(err error, msg string, kv ...any) {
+	if msg == "failed to reconnect" || strings.HasPrefix(msg, "reconnect has failed") {
+		if q.LogSink.Enabled(4) { // V(4): slog.LevelDebug through logr's slog bridge
+			q.LogSink.Info(4, msg, append(kv, "err", err)...)
+		}
+		return
+	}
+	q.LogSink.Error(err, msg, kv...)
+}
+
+// WithValues implements logr.LogSink (keeping the filter).
+func (q reconnectQuiet) WithValues(kv ...any) logr.LogSink {
+	return reconnectQuiet{q.LogSink.WithValues(kv...)}
+}
+
+// WithName implements logr.LogSink (keeping the filter).
+func (q reconnectQuiet) WithName(name string) logr.LogSink {
+	return reconnectQuiet{q.LogSink.WithName(name)}
 }
 
 // reconnectBackoff is libovsdb's reconnection backoff. It never returns backoff.Stop:

@@ -97,6 +97,14 @@ type Server struct {
 
 	ready atomic.Bool
 
+	// statusErr is the error code of the last failed STATUS (0 after one passed): a
+	// STATUS failing again with the same code (50, an outage of OVS: its message names
+	// whichever connection is down and its last error, which change while it lasts) is
+	// logged at debug level, so an outage the runtime polls STATUS through is logged once,
+	// not per poll.
+	statusMu  sync.Mutex
+	statusErr uint
+
 	readHeaderTimeout, readTimeout time.Duration
 
 	mu  sync.Mutex
@@ -244,6 +252,27 @@ func writeResponse(w http.ResponseWriter, status int, resp *cni.Response) {
 	_, _ = w.Write(data)
 }
 
+// statusLevel returns the level at which to log a failed request of command with error e
+// (lvl by default): a STATUS failing with the same code as the last failed STATUS is
+// logged at debug level. With e nil (a STATUS that passed) it forgets the last failure and
+// returns lvl.
+func (s *Server) statusLevel(command string, e *types.Error, lvl slog.Level) slog.Level {
+	if command != cni.CmdStatus {
+		return lvl
+	}
+	s.statusMu.Lock()
+	defer s.statusMu.Unlock()
+	if e == nil {
+		s.statusErr = 0
+		return lvl
+	}
+	if e.Code == s.statusErr {
+		return slog.LevelDebug
+	}
+	s.statusErr = e.Code
+	return lvl
+}
+
 // serveCNI handles POST /cni: decode, check caller, check readiness,
 // validate, call the Handler, answer.
 func (s *Server) serveCNI(w http.ResponseWriter, r *http.Request) {
@@ -255,7 +284,8 @@ func (s *Server) serveCNI(w http.ResponseWriter, r *http.Request) {
 	}
 	fail := func(status int, e *types.Error, attrs ...any) {
 		code = e.Code
-		s.log.Warn("CNI request refused", append(attrs, "code", e.Code, "msg", e.Msg, "details", e.Details)...)
+		s.log.Log(r.Context(), s.statusLevel(req.Command, e, slog.LevelWarn), "CNI request refused",
+			append(attrs, "code", e.Code, "msg", e.Msg, "details", e.Details)...)
 		writeResponse(w, status, &cni.Response{Error: e})
 	}
 	if r.Method != http.MethodPost {
@@ -323,6 +353,7 @@ func (s *Server) serveCNI(w http.ResponseWriter, r *http.Request) {
 		if req.Command == cni.CmdAdd || req.Command == cni.CmdDel {
 			lvl = slog.LevelDebug
 		}
+		lvl = s.statusLevel(req.Command, e, lvl)
 		s.log.Log(r.Context(), lvl, "CNI request failed", append(attrs, "code", e.Code, "msg", e.Msg, "details", e.Details,
 			"duration", time.Since(start))...)
 		writeResponse(w, statusFor(e.Code), &cni.Response{Error: e})
@@ -346,6 +377,9 @@ func (s *Server) serveCNI(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		resp.Result = raw
+	}
+	if req.Command == cni.CmdStatus {
+		s.statusLevel(req.Command, nil, 0)
 	}
 	s.log.Debug("CNI request done", append(attrs, "duration", time.Since(start))...)
 	writeResponse(w, http.StatusOK, resp)

@@ -26,6 +26,7 @@ import (
 
 	"github.com/ofsdn/ofsdn/flows"
 	"github.com/ofsdn/ofsdn/podnet"
+	"github.com/ofsdn/ofsdn/test/harness"
 )
 
 // TestVswitchdRestartReplaysFlows: ovs-vswitchd is killed with SIGKILL and started again
@@ -50,6 +51,7 @@ func TestVswitchdRestartReplaysFlows(t *testing.T) {
 	}
 
 	for round := 1; round <= 2; round++ {
+		killed := time.Now()
 		n.OVS.KillVswitchd(t)
 		n.OVS.StartVswitchd(t, true)
 		back := time.Now()
@@ -61,6 +63,7 @@ func TestVswitchdRestartReplaysFlows(t *testing.T) {
 			round, len(pods)*(len(pods)-1), d.Round(time.Millisecond))
 		t.Logf("round %d: ovs-vswitchd returned at %s (compare with the daemon's log times below)", round, back.UTC().Format("15:04:05.000"))
 		n.logDaemonLines(t, "OpenFlow connection ready", "flow tables synchronised")
+		n.assertOutageLoggedOnce(t, fmt.Sprintf("round %d", round), killed)
 
 		after := n.flowSet(t)
 		if missing, extra := diffLines(before, after); len(missing)+len(extra) > 0 {
@@ -88,6 +91,7 @@ func TestOVSDBRestart(t *testing.T) {
 	a := n.addPod("o1")
 	before := n.flowSet(t)
 
+	killed := time.Now()
 	n.OVS.KillOVSDB(t)
 	down := n.newPodSpec("o-down")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -108,8 +112,14 @@ func TestOVSDBRestart(t *testing.T) {
 		t.Errorf("ADD during the outage: want CNI error 11 (try again later) saying OVS is unavailable, got code %d: %v", code, err)
 	}
 
+	// STATUS polled through the outage, as a runtime does: each poll fails.
+	for i := 0; i < 5; i++ {
+		_ = n.CNI.GetStatusNetworkList(context.Background(), n.Netconf)
+		time.Sleep(100 * time.Millisecond)
+	}
 	n.OVS.StartOVSDB(t)
 	n.waitStatus(60 * time.Second)
+	n.assertOutageLoggedOnce(t, "ovsdb-server outage", killed)
 	b := n.addPod("o2")
 	if err := pingOnce(b.netns, a.ip()); err != nil {
 		t.Errorf("new pod to old pod after the ovsdb-server restart: %v", err)
@@ -335,6 +345,20 @@ func (n *testNode) logDaemonLines(t *testing.T, subs ...string) {
 				break
 			}
 		}
+	}
+}
+
+// assertOutageLoggedOnce fails the test when one warning or error message not about a
+// particular pod was logged by the daemon more than once since since
+// (harness.RepeatedWarnings): an outage of OVS is logged once, not per retry.
+func (n *testNode) assertOutageLoggedOnce(t *testing.T, when string, since time.Time) {
+	t.Helper()
+	b, err := os.ReadFile(n.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for msg, lines := range harness.RepeatedWarnings(string(b), since) {
+		t.Errorf("%s: the daemon logged %q %d times during one outage, want once:\n%s", when, msg, len(lines), strings.Join(lines, "\n"))
 	}
 }
 

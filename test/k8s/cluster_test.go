@@ -36,6 +36,7 @@ import (
 
 	"github.com/ofsdn/ofsdn/ctl"
 	"github.com/ofsdn/ofsdn/flows"
+	"github.com/ofsdn/ofsdn/test/harness"
 	"github.com/ofsdn/ofsdn/test/k8s"
 
 	"github.com/ofsdn/ofsdn/test/testenv"
@@ -1129,6 +1130,11 @@ func (e *env) testOVSContainerKilled(t *testing.T) {
 	e.timing(fmt.Sprintf("ovs container killed: pings unanswered for %.2f s (%d lost of %d)", float64(last-first+1)*0.01, sent-received, sent), 0)
 	if last > sent-100 {
 		t.Errorf("pings still lost in the last second (last lost seq %d of %d): not back", last, sent)
+	}
+	// The daemon logged the outage once, not per retry (its container kept running).
+	logs := e.c.MustKubectl(t, "logs", "-n", sysNS, dsPod.Name, "-c", "ofsdn-node", "--since-time", start.Add(-time.Second).UTC().Format(time.RFC3339))
+	for msg, lines := range harness.RepeatedWarnings(logs, start) {
+		t.Errorf("%s: ofsdn-node logged %q %d times during one OVS outage, want once:\n%s", node.Name, msg, len(lines), strings.Join(lines, "\n"))
 	}
 	if got := node.Leases(t); fmt.Sprint(got) != fmt.Sprint(leasesBefore) {
 		t.Errorf("%s: leases %v after the OVS restart, %v before", node.Name, got, leasesBefore)
