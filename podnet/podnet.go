@@ -107,7 +107,8 @@ type Result struct {
 // Steps: validate the spec; create the veth pair with the peer born in the
 // pod namespace with its MAC and MTU; keep the host's IP stack off the host end
 // (IsolateHostEnd: no ARP answers, no forwarding, strict reverse-path filter, no
-// IPv6); bring the host end up; in the pod
+// IPv6); bring the host end up, promiscuous (setHostEndUp: ovs-vswitchd then has no
+// flag to change when it opens the port); in the pod
 // namespace turn off TX checksum offload (if asked), with Addr6 turn IPv6 on and
 // duplicate address detection and the kernel's link-local generation off, bring the
 // interface up, add the address and the default route via Gateway and, with Addr6, the
@@ -147,8 +148,8 @@ func Setup(spec Spec) (res Result, err error) {
 	if err = isolateHostLink(host.Attrs().Index, spec.HostVeth); err != nil {
 		return Result{}, err
 	}
-	if err = netlink.LinkSetUp(host); err != nil {
-		return Result{}, fmt.Errorf("podnet: set host veth %s up: %w", spec.HostVeth, err)
+	if err = setHostEndUp(host.Attrs().Index, spec.HostVeth); err != nil {
+		return Result{}, err
 	}
 	if testHookAfterCreate != nil {
 		if err = testHookAfterCreate(); err != nil {

@@ -380,7 +380,7 @@ func (b *bench) ofsdnManifests() string {
 	for _, m := range []string{ModePolicy, ModeNoPolicy} {
 		c := cm.DeepCopy()
 		c.Name = "ofsdn-config-" + m
-		conf := strings.TrimRight(strings.ReplaceAll(c.Data["config.yaml"], "logLevel: debug", "logLevel: info"), "\n")
+		conf := strings.TrimRight(strings.ReplaceAll(c.Data["config.yaml"], "logLevel: debug", "logLevel: "+EnvStr("BENCH_K8S_LOGLEVEL", "info")), "\n")
 		c.Data["config.yaml"] = conf + fmt.Sprintf("\nnetworkPolicy: %v\n", m == ModePolicy)
 		d := ds.DeepCopy()
 		d.Name = "ofsdn-node-" + m
@@ -545,6 +545,14 @@ func (b *bench) burst(mode string, n, round, seq int) Burst {
 		bu.DaemonMetrics = delta(b.daemonHist(node), daemonBefore)
 		var failed int
 		bu.DaemonAdds, failed = DaemonAdds(readFrom(daemonLog, daemonOff), ns)
+		if dir := os.Getenv("BENCH_K8S_KEEP_LOGS"); dir != "" {
+			// The daemon's log of this burst, for reading where its time went.
+			_ = os.MkdirAll(dir, 0o755)
+			if f, err := os.Create(filepath.Join(dir, fmt.Sprintf("ofsdn-node-%s-%d-r%d.log", mode, n, round))); err == nil {
+				_, _ = readFrom(daemonLog, daemonOff).WriteTo(f)
+				_ = f.Close()
+			}
+		}
 		if failed > 0 {
 			fail("%d ADDs failed in the daemon's log", failed)
 		}
