@@ -41,11 +41,10 @@ package flows
 // denied new connections, and they go with the pod's other flows.
 
 import (
-	"bytes"
+	"encoding/binary"
 	"net"
 	"slices"
 	"sort"
-	"strconv"
 )
 
 // ConntrackZone is the conntrack zone of every ct action ofsdn issues (0..65535): its
@@ -260,7 +259,7 @@ type PolicyFlowSet struct {
 	cfg     NodeConfig
 	entries map[string]*policyEntry // MatchKey → entry
 	rules   map[uint32][]string     // conj id → the keys it contributes to
-	last    map[uint32]PolicyRule   // conj id → the rule as last Set (setPods)
+	last    map[uint32]PolicyRule   // conj id → the rule as last Set (setPodsPeers)
 	// full makes every Set recompute the rule's contributions (tests: the reference the
 	// incremental path is checked against).
 	full bool
@@ -278,12 +277,16 @@ func NewPolicyFlowSet(cfg NodeConfig) *PolicyFlowSet {
 // not among them, so a rule that gains one pod reports that pod's flow only. A rule with
 // no pods, or with no peers or ports and not Any, has no flows.
 //
-// A rule whose peers and ports are those it was last Set with (a pod attached or
-// detached: the runner re-sets each rule selecting it) costs O(M) comparisons and the
-// changed pods' flows only, not a rebuild of its M+N+K contributions (setPods).
+// A rule whose direction and ports are those it was last Set with, and that had and has
+// flows (a pod attached or detached: the runner re-sets each rule selecting it; a peer
+// pod's address came or went: each rule whose peers list it), costs O(M+N) comparisons
+// and the flows of the pods and peers that changed only, not a rebuild of its M+N+K
+// contributions (setPodsPeers). At a node's density that is the difference between a
+// CNI ADD whose rule updates cost O(pods on the node) and one whose cost is flat
+// (bench/RESULTS.md "Density").
 func (s *PolicyFlowSet) Set(r PolicyRule) []string {
-	if old, ok := s.last[r.ID]; ok && !s.full && samePeersPorts(old, r) && old.hasFlows() && r.hasFlows() {
-		return s.setPods(old, r)
+	if old, ok := s.last[r.ID]; ok && !s.full && sameShape(old, r) && old.hasFlows() && r.hasFlows() && v4peers(old) && v4peers(r) {
+		return s.setPodsPeers(old, r)
 	}
 	// What r's id contributed before, by key.
 	type part struct {
@@ -487,18 +490,12 @@ func (r PolicyRule) hasFlows() bool {
 	return len(r.Pods) > 0 && (r.AnyPeer || len(r.Peers) > 0) && (r.AnyPort || len(r.Ports) > 0)
 }
 
-// samePeersPorts reports whether a and b differ at most in their pods: same direction,
-// peers and ports (so the same clauses, numbered the same).
-func samePeersPorts(a, b PolicyRule) bool {
-	if a.Egress != b.Egress || a.AnyPeer != b.AnyPeer || a.AnyPort != b.AnyPort ||
-		len(a.Peers) != len(b.Peers) || len(a.Ports) != len(b.Ports) {
+// sameShape reports whether a and b differ at most in their pods and peers: same
+// direction, the same "any peer" and "any port", and the same ports (so the same
+// clauses, numbered the same).
+func sameShape(a, b PolicyRule) bool {
+	if a.Egress != b.Egress || a.AnyPeer != b.AnyPeer || a.AnyPort != b.AnyPort || len(a.Ports) != len(b.Ports) {
 		return false
-	}
-	for i, p := range a.Peers {
-		q := b.Peers[i]
-		if !p.IP.Equal(q.IP) || !bytes.Equal(p.Mask, q.Mask) {
-			return false
-		}
 	}
 	for i, p := range a.Ports {
 		if p != b.Ports[i] {
@@ -532,34 +529,33 @@ func (s *PolicyFlowSet) podClause(r PolicyRule, p Pod) contribution {
 	return contribution{flow: f, key: f.MatchKey(), conj: Conjunction{ID: r.ID, Clause: 1, NClauses: n}}
 }
 
-// setPods is Set for rule r whose peers and ports are those of old, its last Set (both
-// with flows): only the pods' clause flows differ. Pods are told apart by what their
-// clause matches (the ofport for ingress, the IPv4 address for egress), so only the pods
-// added and removed are turned into flows.
-func (s *PolicyFlowSet) setPods(old, r PolicyRule) []string {
+// peerClause returns rule r's contribution for peer pr (a rule with a peer dimension,
+// !r.AnyPeer): its peer clause, 2, of the conjunction, with the flow's match key.
+func (s *PolicyFlowSet) peerClause(r PolicyRule, pr *net.IPNet) contribution {
+	t, _ := StageTable(StageIngressRules)
+	m := Match{EthType: EthTypeIPv4, IPSrc: pr}
+	if r.Egress {
+		t, _ = StageTable(StageEgressRules)
+		m = Match{EthType: EthTypeIPv4, IPDst: pr}
+	}
+	n := uint8(2)
+	if !r.AnyPort {
+		n++
+	}
+	f := Flow{Table: t, Priority: PriorityPolicyRule, Match: m}
+	return contribution{flow: f, key: f.MatchKey(), conj: Conjunction{ID: r.ID, Clause: 2, NClauses: n}}
+}
+
+// setPodsPeers is Set for rule r whose shape (direction, ports) is that of old, its last
+// Set (both with flows): only the pods' and the peers' clause flows differ. Pods are told
+// apart by what their clause matches (the ofport for ingress, the IPv4 address for
+// egress), peers by their masked IPv4 prefix, so only the pods and peers added and
+// removed are turned into flows.
+func (s *PolicyFlowSet) setPodsPeers(old, r PolicyRule) []string {
 	s.last[r.ID] = r.clone()
-	podID := func(p Pod) string {
-		if r.Egress {
-			return string(p.IPv4())
-		}
-		return strconv.FormatUint(uint64(p.OFPort), 10)
-	}
-	was := make(map[string]Pod, len(old.Pods))
-	for _, p := range old.Pods {
-		was[podID(p)] = p
-	}
-	now := make(map[string]bool, len(r.Pods))
 	changed := map[string]bool{}
-	for _, p := range r.Pods {
-		id := podID(p)
-		if now[id] {
-			continue // the same match twice
-		}
-		now[id] = true
-		if _, ok := was[id]; ok {
-			continue
-		}
-		c := s.podClause(r, p)
+	gone := map[string]bool{}
+	add := func(c contribution) {
 		e := s.entries[c.key]
 		if e == nil {
 			e = &policyEntry{flow: c.flow, conj: map[uint32]Conjunction{}, allow: map[uint32]bool{}}
@@ -573,12 +569,7 @@ func (s *PolicyFlowSet) setPods(old, r PolicyRule) []string {
 		s.rules[r.ID] = append(s.rules[r.ID], c.key)
 		changed[c.key] = true
 	}
-	gone := map[string]bool{}
-	for id, p := range was {
-		if now[id] {
-			continue
-		}
-		k := s.podClause(r, p).key
+	drop := func(k string) {
 		if e := s.entries[k]; e != nil {
 			delete(e.conj, r.ID)
 			delete(e.allow, r.ID)
@@ -588,6 +579,60 @@ func (s *PolicyFlowSet) setPods(old, r PolicyRule) []string {
 		}
 		gone[k] = true
 		changed[k] = true
+	}
+
+	if !samePods(old.Pods, r.Pods) {
+		podID := func(p Pod) uint64 {
+			if r.Egress {
+				if ip := p.IPv4(); len(ip) == net.IPv4len {
+					return 1<<32 | uint64(binary.BigEndian.Uint32(ip))
+				}
+				return 1 << 33 // no address: all alike, as their (empty) matches are
+			}
+			return uint64(p.OFPort)
+		}
+		was := make(map[uint64]Pod, len(old.Pods))
+		for _, p := range old.Pods {
+			was[podID(p)] = p
+		}
+		now := make(map[uint64]bool, len(r.Pods))
+		for _, p := range r.Pods {
+			id := podID(p)
+			if now[id] {
+				continue // the same match twice
+			}
+			now[id] = true
+			if _, ok := was[id]; !ok {
+				add(s.podClause(r, p))
+			}
+		}
+		for id, p := range was {
+			if !now[id] {
+				drop(s.podClause(r, p).key)
+			}
+		}
+	}
+	if !r.AnyPeer && !samePeers(old.Peers, r.Peers) {
+		was := make(map[[8]byte]*net.IPNet, len(old.Peers))
+		for _, pr := range old.Peers {
+			was[peerID(pr)] = pr
+		}
+		now := make(map[[8]byte]bool, len(r.Peers))
+		for _, pr := range r.Peers {
+			id := peerID(pr)
+			if now[id] {
+				continue // the same prefix twice
+			}
+			now[id] = true
+			if _, ok := was[id]; !ok {
+				add(s.peerClause(r, pr))
+			}
+		}
+		for id, pr := range was {
+			if !now[id] {
+				drop(s.peerClause(r, pr).key)
+			}
+		}
 	}
 	if len(gone) > 0 {
 		keys := s.rules[r.ID][:0]
@@ -599,6 +644,56 @@ func (s *PolicyFlowSet) setPods(old, r PolicyRule) []string {
 		s.rules[r.ID] = keys
 	}
 	return sortedKeys(changed)
+}
+
+// peerID is a peer's identity as its flow matches it: the masked IPv4 address and the
+// mask (v4peers: every peer of a rule on the incremental path is IPv4).
+func peerID(pr *net.IPNet) (id [8]byte) {
+	ip, mask := pr.IP.To4(), pr.Mask
+	if len(mask) == net.IPv6len {
+		mask = mask[12:]
+	}
+	copy(id[4:], mask)
+	copy(id[:4], ip.Mask(mask))
+	return id
+}
+
+// v4peers reports whether every peer of r is an IPv4 prefix with an IPv4 mask (what
+// peerID tells apart).
+func v4peers(r PolicyRule) bool {
+	for _, pr := range r.Peers {
+		if pr.IP.To4() == nil || (len(pr.Mask) != net.IPv4len && len(pr.Mask) != net.IPv6len) {
+			return false
+		}
+	}
+	return true
+}
+
+// samePods reports whether a and b list the same pods' clause matches in the same order.
+func samePods(a, b []Pod) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].OFPort != b[i].OFPort || !a[i].IPv4().Equal(b[i].IPv4()) {
+			return false
+		}
+	}
+	return true
+}
+
+// samePeers reports whether a and b list the same prefixes in the same order.
+func samePeers(a, b []*net.IPNet) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i, p := range a {
+		q := b[i]
+		if !p.IP.Equal(q.IP) || string(p.Mask) != string(q.Mask) {
+			return false
+		}
+	}
+	return true
 }
 
 // contributions lists rule r's flows: one per pod, peer and port (clauses) and the

@@ -34,3 +34,30 @@ func BenchmarkPolicyFlowSetSetOnePodMore(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPolicyFlowSetSetOnePeerPodMore: the cost of Set for a rule that selects the
+// burst pods of a full node and admits them as peers, when one pod more came (a CNI ADD
+// with NetworkPolicy on, at the shape of bench/k8s's policies: every rule gains the pod
+// as a target and its address as a peer): 250 pods and peers, one port.
+func BenchmarkPolicyFlowSetSetOnePeerPodMore(b *testing.B) {
+	const m = 250
+	var pods []Pod
+	var peers []*net.IPNet
+	for i := 0; i < m+1; i++ {
+		ip := net.IPv4(10, 250, byte(i/200), byte(i%200+1)).To4()
+		pods = append(pods, Pod{OFPort: uint32(10 + i), IPs: []net.IP{ip}, OwnerID: uint32(i + 1)})
+		peers = append(peers, &net.IPNet{IP: ip, Mask: net.CIDRMask(32, 32)})
+	}
+	ports := []PolicyPort{{Proto: 6, Port: 80, Mask: 0xffff}}
+	cfg := testConfig()
+	cfg.Policy = true
+	s := NewPolicyFlowSet(cfg)
+	s.Set(PolicyRule{ID: 7, Pods: pods[:m], Peers: peers[:m], Ports: ports})
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		k := m + 1 - i%2
+		if ch := s.Set(PolicyRule{ID: 7, Pods: pods[:k], Peers: peers[:k], Ports: ports}); len(ch) != 2 {
+			b.Fatalf("Set of a rule with one pod and peer more or less changed %d flows, want 2", len(ch))
+		}
+	}
+}

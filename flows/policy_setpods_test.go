@@ -8,7 +8,7 @@ import (
 )
 
 // TestPolicyFlowSetSetPodsMatchesFullRebuild: a sequence of Sets in which rules gain and
-// lose pods (the incremental path: same peers and ports), change peers or ports, lose
+// lose pods and peers (the incremental path: same direction and ports), change ports, lose
 // every pod or peer, are removed and set again, ingress and egress, with pods that share
 // an ofport, and rules that share clause flows, gives after every step the same changed
 // keys and the same flows as a set that rebuilds every rule from scratch (the path every
