@@ -192,6 +192,8 @@ bench-nodes-quick: deps build k8s-build
 # minutes on 2 cores for 30,100 x 2 rounds; 249 (a full node with the daemon's pod, e.g.
 # BENCH_K8S_BURSTS=30,100,249:1) adds about 10 minutes a round. Not part of make test
 # (build tag benchk8s).
+# Diagnosis knobs: BENCH_K8S_LOGLEVEL=debug (ofsdn-node's log level, default info) and
+# BENCH_K8S_KEEP_LOGS=DIR (each burst's ofsdn-node log kept in DIR).
 BENCH_K8S_BURSTS ?= 30,100
 BENCH_K8S_ROUNDS ?= 2
 BENCH_K8S_OUT    ?= /tmp/ofsdn-bench-k8s/results.json
