@@ -12,6 +12,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -34,6 +35,7 @@ const (
 // says otherwise. Create it with StartHealthProbe; the daemon's /readyz reads Errs.
 type HealthProbe struct {
 	interval, timeout time.Duration
+	log               *slog.Logger // nil: transitions are not logged
 
 	mu    sync.Mutex
 	ofErr error // the last OpenFlow probe's failure; nil when it was answered
@@ -46,9 +48,11 @@ type HealthProbe struct {
 // StartHealthProbe starts probing sw (bridge's OpenFlow connection) with OpenFlow echoes
 // and db with OVSDB echoes, each every HealthProbeInterval and bounded by
 // HealthProbeTimeout, until Close. An unanswered probe's error names the bridge or the
-// OVSDB endpoint and the timeout.
-func StartHealthProbe(sw *openflow.Switch, bridge string, db *ovsdb.Client) *HealthProbe {
-	p := &HealthProbe{interval: HealthProbeInterval, timeout: HealthProbeTimeout, stop: make(chan struct{})}
+// OVSDB endpoint and the timeout. With log not nil, a side that stops answering is logged
+// once (a warning) and once again when it answers (info), never per probe. The node
+// starts one (Node.Health): CNI STATUS and /readyz read it.
+func StartHealthProbe(sw *openflow.Switch, bridge string, db *ovsdb.Client, log *slog.Logger) *HealthProbe {
+	p := &HealthProbe{interval: HealthProbeInterval, timeout: HealthProbeTimeout, log: log, stop: make(chan struct{})}
 	p.wg.Add(2)
 	ofTimeout := fmt.Errorf("ovs-vswitchd does not answer OpenFlow echo requests on bridge %s within %s (hung or overloaded)", bridge, p.timeout)
 	go p.loop(func(ctx context.Context) error {
@@ -102,8 +106,17 @@ func (p *HealthProbe) loop(probe func(ctx context.Context) error, timeoutErr err
 		}
 		t.Stop()
 		p.mu.Lock()
+		was := *last
 		*last = err
 		p.mu.Unlock()
+		if p.log != nil {
+			switch {
+			case err != nil && was == nil:
+				p.log.Warn("Open vSwitch not answering; CNI STATUS fails and ADDs wait until it answers", "err", err)
+			case err == nil && was != nil:
+				p.log.Info("Open vSwitch answering again", "was", was)
+			}
+		}
 		t = time.NewTimer(p.interval - time.Since(start))
 		select {
 		case <-p.stop:

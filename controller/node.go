@@ -154,6 +154,7 @@ type Node struct {
 	opts    NodeOptions
 	log     *slog.Logger
 	db      *ovsdb.Client // the bridge, its own ports, generation, flow-restore-wait
+	health  *HealthProbe  // echoes of both sides (Status, /readyz)
 	sw      *openflow.Switch
 	store   flowStore
 	ipam    *ipam.Store
@@ -391,6 +392,7 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 		return fail(fmt.Errorf("node: OpenFlow connection to bridge %s at %s and first flow sync: %w", opts.Bridge, mgmt, err))
 	}
 
+	n.health = StartHealthProbe(n.sw, opts.Bridge, db, n.log)
 	n.wg.Add(1)
 	go n.watchOVSDB()
 	if opts.FlowAuditInterval > 0 {
@@ -746,7 +748,14 @@ func (n *Node) watchOVSDB() {
 			if err == nil {
 				break
 			}
-			n.log.Warn("re-ensuring bridge after OVSDB reconnection failed, retrying", "attempt", attempt, "err", err)
+			// ovs-vswitchd reconnects to a restarted ovsdb-server on its own schedule: the
+			// first attempts may find the bridge not created yet. Warned once, at the
+			// third attempt.
+			lvl := slog.LevelDebug
+			if attempt == 3 {
+				lvl = slog.LevelWarn
+			}
+			n.log.Log(n.runCtx, lvl, "re-ensuring bridge after OVSDB reconnection failed, retrying", "attempt", attempt, "err", err)
 			select {
 			case <-n.stop:
 				return
@@ -1002,6 +1011,9 @@ func (n *Node) Close() error {
 	}
 	err := n.sw.Close()
 	n.wg.Wait()
+	if n.health != nil {
+		n.health.Close()
+	}
 	if n.services != nil {
 		n.services.close()
 	}
@@ -1010,6 +1022,11 @@ func (n *Node) Close() error {
 	}
 	return err
 }
+
+// Health returns the node's probe of Open vSwitch (StartHealthProbe): whether
+// ovs-vswitchd and ovsdb-server answer echoes, not only whether their sockets are
+// connected.
+func (n *Node) Health() *HealthProbe { return n.health }
 
 // Switch returns the node's reconnecting OpenFlow connection.
 func (n *Node) Switch() *openflow.Switch { return n.sw }

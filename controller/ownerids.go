@@ -233,7 +233,7 @@ func (r *ownerIDs) appendJournal(es ...ownerIDsEntry) error {
 		// into a corrupt one: the next change writes a snapshot instead, which replaces
 		// the journal (a part left by a crash before then is a torn last line, ignored).
 		r.broken = true
-		return fmt.Errorf("%s %s: %w", r.what, jp, err)
+		return fmt.Errorf("%s %s: %w (fix: make the data directory writable, with free space)", r.what, jp, err)
 	}
 	r.seq, r.lines, r.found = seq, r.lines+len(es), true
 	return nil
@@ -311,7 +311,7 @@ func (r *ownerIDs) save() error {
 		return fmt.Errorf("%s %s: %w", r.what, r.path, err)
 	}
 	if err := writeFileAtomic(r.path, append(b, '\n')); err != nil {
-		return fmt.Errorf("%s %s: %w", r.what, r.path, err)
+		return fmt.Errorf("%s %s: %w (fix: make the data directory writable, with free space)", r.what, r.path, err)
 	}
 	r.found = true
 	// The snapshot holds every line: a journal that outlives a crash here is skipped by

@@ -773,8 +773,10 @@ func (n *Node) Pods() []*Attachment {
 	return out
 }
 
-// Status reports whether the node can serve ADD (CNI STATUS): the OpenFlow connection is up
-// and the IP pool has a free address. The error says which is not.
+// Status reports whether the node can serve ADD (CNI STATUS): the OpenFlow and OVSDB
+// connections are up, ovs-vswitchd and ovsdb-server answer echoes (Health: a hung one
+// fails STATUS within HealthProbeInterval + HealthProbeTimeout) and the IP pool has a free
+// address. The error says which is not.
 func (n *Node) Status() error {
 	select {
 	case <-n.sw.Done():
@@ -783,6 +785,15 @@ func (n *Node) Status() error {
 	}
 	if !n.db.Connected() {
 		return fmt.Errorf("OVSDB connection is down; is ovsdb-server running?")
+	}
+	// Connected is not answering: a hung ovsdb-server or ovs-vswitchd keeps its socket,
+	// and every ADD would wait for its deadline and fail.
+	if n.health != nil {
+		if ofErr, dbErr := n.health.Errs(); dbErr != nil {
+			return dbErr
+		} else if ofErr != nil {
+			return ofErr
+		}
 	}
 	if n.leases.InUse() >= n.leases.Capacity() {
 		return fmt.Errorf("IP pools %v exhausted (%d in use): delete unused pods or give the node a larger pod subnet", n.podSubnets(), n.leases.InUse())

@@ -166,16 +166,18 @@ const policyRuleIDsWhat = "NetworkPolicy conjunction ids"
 const policyRuleIDMax = 0xfffffffe
 
 // RecordedPolicyRuleIDs returns the conjunction ids recorded in data directory dataDir
-// (PolicyRuleIDsFile with its journal applied) by conjunction key: what a starting daemon
-// gives policy.ConjIDs.Prefer before its informers sync. No record is an empty map. An
-// unreadable or corrupt record is an error naming the file; the daemon then starts
-// without preferences (its rules get new ids) and replaces the record.
-func RecordedPolicyRuleIDs(dataDir string) (map[string]uint32, error) {
+// (PolicyRuleIDsFile with its journal applied) by conjunction key, and the last id handed
+// out: what a starting daemon gives policy.ConjIDs.Prefer before its informers sync, so
+// each rule gets its id back and new rules go on after the last id (never at once an id
+// of a rule deleted before the restart). No record is an empty map and 0. An unreadable or
+// corrupt record is an error naming the file; the daemon then starts without preferences
+// (its rules get new ids) and replaces the record.
+func RecordedPolicyRuleIDs(dataDir string) (ids map[string]uint32, lastAllocated uint32, err error) {
 	r, err := readOwnerIDs(policyRuleIDsWhat, filepath.Join(dataDir, PolicyRuleIDsFile), PolicyRuleIDsJournal, false, policyRuleIDMax)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return r.byKey, nil
+	return r.byKey, r.cursor, nil
 }
 
 // recordIDs applies the conjunction ids given and freed since the last call

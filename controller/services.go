@@ -257,7 +257,12 @@ func newServiceProxy(n *Node, opts ServiceOptions) *serviceProxy {
 	if err != nil {
 		log.Warn("Service port owner id record unreadable; it is replaced and Service ports get new ids (their flows and groups are replaced as at every restart)", "file", path, "err", err)
 		rec = newOwnerIDs(servicePortIDsWhat, path, ServicePortIDsJournal, false, limit)
-		rec.broken = true // the next change writes a snapshot over it
+	}
+	// Folded into a new snapshot at start, as the peers' and the policy rules' records
+	// (a torn last journal line is then gone before anything is appended after it).
+	if err := rec.save(); err != nil {
+		log.Warn("Service port owner ids not recorded; a restarted daemon may give Service ports other ids (their flows and groups are replaced at every restart anyway)", "err", err)
+		rec.broken = true
 	}
 	return &serviceProxy{n: n, opts: opts, log: log, rec: rec,
 		ids: map[portKey]uint32{}, parts: map[portKey][]uint32{}, ports: map[portKey]flows.ServicePort{},
@@ -792,9 +797,11 @@ func (s *serviceProxy) sync(ctx context.Context, u *proxy.Update) error {
 	}
 	recorded := false
 	if len(errs) == 0 && len(s.fresh) > 0 {
-		// New ids are recorded before any flow or group carries them.
+		// New ids are recorded before any flow or group carries them. The ids are kept
+		// for operators, never needed to clean up: a record that cannot be written is a
+		// warning, not a failed sync (as the policy rules' record).
 		if err := s.rec.record(s.fresh...); err != nil {
-			errs = append(errs, err)
+			s.log.Warn("new Service port ids not recorded; a restarted daemon may give these ports other ids", "err", err)
 		} else {
 			recorded = true
 		}

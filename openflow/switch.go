@@ -163,13 +163,17 @@ func (s *Switch) connect(ctx context.Context, first bool) (*Conn, error) {
 		s.lastErr = err
 		s.mu.Unlock()
 		// A reconnection's first failure says nothing the "connection lost" warning did
-		// not; a first connection's does. Every 20th attempt reminds that it goes on.
+		// not; a first connection's does. Every 20th attempt reminds, at info level,
+		// that it goes on: an outage is warned about once.
 		lvl := slog.LevelDebug
-		if (first && attempt == 1) || attempt%20 == 0 {
+		switch {
+		case first && attempt == 1:
 			lvl = slog.LevelWarn
+		case attempt%20 == 0:
+			lvl = slog.LevelInfo
 		}
 		pause := b.NextBackOff()
-		s.log.Log(ctx, lvl, "OpenFlow connection attempt failed, retrying", "attempt", attempt, "retry_in", pause.Round(time.Millisecond), "err", err)
+		s.log.Log(ctx, lvl, "OpenFlow connection attempt failed, retrying", "attempt", attempt, "down_for", time.Since(start).Round(time.Second), "retry_in", pause.Round(time.Millisecond), "err", err)
 		t := time.NewTimer(pause)
 		select {
 		case <-ctx.Done():

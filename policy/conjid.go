@@ -57,10 +57,15 @@ func NewConjIDs() *ConjIDs {
 
 // Prefer gives keys the ids recorded for them by an earlier run (key → id, ids in
 // 1..0xfffffffe; others are ignored): AllocateFor(key) returns that id while it is free,
-// and no other key gets it until DropPreferences. Call it before any allocation.
-func (a *ConjIDs) Prefer(recorded map[string]uint32) {
+// and no other key gets it until DropPreferences. last is the last id that run handed
+// out (0: none): new ids go on after it, so an id of a rule deleted before the restart
+// does not come back at once. Call it before any allocation.
+func (a *ConjIDs) Prefer(recorded map[string]uint32, last uint32) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if last != 0 && last < a.limit {
+		a.next = last + 1
+	}
 	for k, id := range recorded {
 		if id == 0 || id > a.limit || a.used[id] {
 			continue

@@ -58,10 +58,10 @@ func TestConjIDsMoveForward(t *testing.T) {
 // is freed.
 func TestConjIDsPreferredAndChanges(t *testing.T) {
 	a := NewConjIDs()
-	a.Prefer(map[string]uint32{"x/p ingress[0] *": 2, "x/p ingress[1] *": 1, "gone": 3})
+	a.Prefer(map[string]uint32{"x/p ingress[0] *": 2, "x/p ingress[1] *": 1, "gone": 3}, 7)
 	other, err := a.AllocateFor("x/q egress[0] TCP/80")
-	if err != nil || other == 1 || other == 2 || other == 3 {
-		t.Fatalf("a key without a recorded id got %d (err %v): want none of the preferred 1, 2, 3", other, err)
+	if err != nil || other != 8 {
+		t.Fatalf("a key without a recorded id got %d (err %v): want 8, after the recorded last id 7 (ids 4..7 were rules deleted before the restart)", other, err)
 	}
 	if id, _ := a.AllocateFor("x/p ingress[0] *"); id != 2 {
 		t.Errorf("x/p ingress[0] got id %d, want its recorded 2", id)

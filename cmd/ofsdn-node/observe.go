@@ -95,8 +95,8 @@ func (o *observer) setDB(db *ovsdb.Client) {
 // setNode records the started node: from now on the gauges, /readyz and the inspection
 // socket read it, and the health probe asks its switch and database whether they answer.
 func (o *observer) setNode(n *controller.Node) {
-	if db := o.db.Load(); db != nil && o.probe.Load() == nil {
-		o.probe.Store(controller.StartHealthProbe(n.Switch(), n.Bridge(), db))
+	if p := n.Health(); p != nil {
+		o.probe.Store(p)
 	}
 	o.node.Store(n)
 }
@@ -183,9 +183,7 @@ func (o *observer) close() {
 	default:
 		close(o.stop)
 	}
-	if p := o.probe.Load(); p != nil {
-		p.Close()
-	}
+	// The probe is the node's (Node.Health): the node closes it.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if o.http != nil {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 
 	"github.com/ofsdn/ofsdn/controller"
 	"github.com/ofsdn/ofsdn/internal/unixctl"
@@ -26,10 +27,11 @@ func startPolicy(waitCtx, runCtx context.Context, cfg Config, log *slog.Logger) 
 	}
 	agent := policy.NewAgent()
 	// The rules' conjunction ids of the last run, before the initial lists compile them.
-	if rec, err := controller.RecordedPolicyRuleIDs(cfg.DataDir); err != nil {
-		log.Warn("NetworkPolicy conjunction id record unreadable; the rules get new ids and the record is replaced", "err", err)
+	if rec, last, err := controller.RecordedPolicyRuleIDs(cfg.DataDir); err != nil {
+		log.Warn("NetworkPolicy conjunction id record unreadable; the rules get new ids and the record is replaced",
+			"file", filepath.Join(cfg.DataDir, controller.PolicyRuleIDsFile), "err", err)
 	} else {
-		agent.View(func(e *policy.Engine) { e.ConjIDs().Prefer(rec) })
+		agent.View(func(e *policy.Engine) { e.ConjIDs().Prefer(rec, last) })
 	}
 	w := &policy.Watcher{Client: client, Agent: agent, Logger: log}
 	errc := make(chan error, 1)

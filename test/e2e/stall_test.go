@@ -47,7 +47,8 @@ const (
 // ones' undo may still run) each answer within addTimeout + 1 s with CNI error 11, and
 // /readyz answers 503 within 5 s. When OVS answers again, /readyz returns to 200, the
 // failed ADDs leave nothing behind (the flow table is exactly what it was before), the
-// runtime's DELs of them succeed, and a new pod is wired and reaches the old one.
+// runtime's DELs of them succeed, and a new pod is wired and reaches the old one. CNI
+// STATUS fails (code 50) during the fault, as /readyz does.
 func TestAddBoundedWhileOVSStalls(t *testing.T) {
 	serial(t)
 	pidOf := func(t *testing.T, o *sandbox.OVS, daemon string) int {
@@ -169,6 +170,15 @@ func TestAddBoundedWhileOVSStalls(t *testing.T) {
 			}
 			code, body := ready()
 			t.Logf("/readyz during the fault: %d %s", code, strings.TrimSpace(body))
+			// The runtime's CNI STATUS says so too (code 50): a hung side keeps its
+			// socket connected, and every ADD would wait for its deadline.
+			serr := n.CNI.GetStatusNetworkList(context.Background(), n.Netconf)
+			var se *types.Error
+			if !errors.As(serr, &se) || se.Code != types.ErrPluginNotAvailable {
+				t.Errorf("CNI STATUS during the fault (after /readyz turned 503): %v, want CNI error 50 (plugin not available)", serr)
+			} else {
+				t.Logf("CNI STATUS during the fault: %v", serr)
+			}
 
 			tc.resume(t, n.OVS)
 			resumed = true
