@@ -25,7 +25,7 @@ func OverlayOptionsFor(c *topology.Cluster, tunnelType string, tunnelDstPort int
 		NodeIP: c.NodeIP, ClusterCIDR: c.ClusterCIDR, ServiceCIDR: c.ServiceCIDR,
 	}
 	for _, p := range c.Peers {
-		o.Peers = append(o.Peers, flows.Peer{Name: p.Name, NodeIP: p.NodeIP, PodSubnet: p.PodSubnet})
+		o.Peers = append(o.Peers, flows.Peer{Name: p.Name, NodeIP: p.NodeIP, PodSubnet: p.PodSubnet, PodSubnetIPv6: p.PodSubnetIPv6})
 	}
 	sort.Slice(o.Peers, func(i, j int) bool { return o.Peers[i].Name < o.Peers[j].Name })
 	return o
