@@ -102,6 +102,9 @@ func ipv6On(c NodeConfig) bool { return c.PodSubnetIPv6 != nil }
 // §2.6.1); no NetworkPolicy (not built for IPv6: IPv6 must not pass unpoliced).
 func (c NodeConfig) validateIPv6() error {
 	if c.PodSubnetIPv6 == nil && c.GatewayIPv6 == nil {
+		if c.ClusterCIDRIPv6 != nil {
+			return fmt.Errorf("node config: IPv6 cluster CIDR %v on a node without an IPv6 pod subnet: leave it out, or configure the node dual-stack (podSubnets)", c.ClusterCIDRIPv6)
+		}
 		return nil
 	}
 	sn := c.PodSubnetIPv6
@@ -116,6 +119,11 @@ func (c NodeConfig) validateIPv6() error {
 	gw := c.GatewayIPv6
 	if len(gw) != net.IPv6len || gw.To4() != nil || !sn.Contains(gw) || gw.Equal(sn.IP.Mask(sn.Mask)) {
 		return fmt.Errorf("node config: gateway IPv6 address %v is not an address of IPv6 pod subnet %v other than its subnet-router anycast address: use the subnet's first address (::1 of it)", gw, sn)
+	}
+	if cc := c.ClusterCIDRIPv6; cc != nil {
+		if ones, bits := cc.Mask.Size(); len(cc.IP) != net.IPv6len || cc.IP.To4() != nil || bits != 128 || ones == 0 || !containsNet(cc, sn) {
+			return fmt.Errorf("node config: IPv6 cluster CIDR %v is not an IPv6 prefix (not ::/0) containing IPv6 pod subnet %v: set clusterCIDRIPv6 to the range every node's IPv6 subnet is cut from", cc, sn)
+		}
 	}
 	if c.Policy || c.DenyLog {
 		return fmt.Errorf("node config: NetworkPolicy is not built for IPv6 yet (issue 23), and a dual-stack node (IPv6 pod subnet %v) would forward its pods' IPv6 unpoliced: turn networkPolicy off or run the node IPv4-only", sn)
@@ -358,6 +366,9 @@ func (p Peer) validateIPv6(cfg NodeConfig) error {
 	if overlaps(sn, cfg.PodSubnetIPv6) {
 		return fmt.Errorf("peer %s: IPv6 pod subnet %v overlaps this node's %v: every node needs its own IPv6 subnet", p.Name, sn, cfg.PodSubnetIPv6)
 	}
+	if cfg.ClusterCIDRIPv6 != nil && !containsNet(cfg.ClusterCIDRIPv6, sn) {
+		return fmt.Errorf("peer %s: IPv6 pod subnet %v is outside IPv6 cluster CIDR %v: fix the peer's IPv6 podCIDR or clusterCIDRIPv6", p.Name, sn, cfg.ClusterCIDRIPv6)
+	}
 	return nil
 }
 
@@ -432,4 +443,53 @@ func l3PodSubnetMissIPv6(b builder) Flow {
 func l3OffSubnetIPv6(b builder) Flow {
 	s := b.in("l3_forwarding")
 	return s.flow(PipelineOwner, PriorityPass, Match{EthType: EthTypeIPv6}, s.next())
+}
+
+// IPv6 egress (issue 23, second slice). On a dual-stack node that knows the IPv6 cluster
+// CIDR (NodeConfig.ClusterCIDRIPv6) a pod's undecided IPv6 (not for a local pod, the
+// gateway or a peer's pod subnet) goes to the gateway as its IPv4 does, and the host
+// routes it and masquerades it to the node's address when it leaves the IPv6 cluster CIDR
+// (package masq, table ip6 ofsdn; IPv6 forwarding is turned on for it). An address of
+// the IPv6 cluster CIDR that nobody holds drops in the remote stage first (a removed
+// peer's pods are unreachable at once, and nothing leaves unmasqueraded for a cluster
+// address). Without the IPv6 cluster CIDR no IPv6 goes to the gateway but the gateway
+// address's own: the masquerade rules could not tell the cluster from the outside.
+
+// remoteNodeIPv6: the IPv6 cluster CIDR's miss, on a dual-stack node with
+// ClusterCIDRIPv6.
+func remoteNodeIPv6(b builder) []Flow {
+	if !ipv6On(b.cfg) || b.cfg.ClusterCIDRIPv6 == nil {
+		return nil
+	}
+	return []Flow{remoteClusterMissIPv6(b)}
+}
+
+// remoteClusterMissIPv6 drops undecided IPv6 (reg1=0) for an address of the IPv6 cluster
+// CIDR that no known peer's IPv6 subnet holds.
+//
+//	table=remote, priority=10,ipv6,reg1=0,ipv6_dst=CLUSTER6 actions=drop
+func remoteClusterMissIPv6(b builder) Flow {
+	return b.in("remote").flow(PipelineOwner, PriorityLow,
+		Match{EthType: EthTypeIPv6, Regs: []RegMark{OutPortUnset}, IPv6Dst: b.cfg.ClusterCIDRIPv6}, Drop{})
+}
+
+// egressNodeIPv6: a pod's undecided IPv6 to the gateway, on a dual-stack node with
+// ClusterCIDRIPv6.
+func egressNodeIPv6(b builder) []Flow {
+	if !ipv6On(b.cfg) || b.cfg.ClusterCIDRIPv6 == nil {
+		return nil
+	}
+	return []Flow{egressToGatewayIPv6(b)}
+}
+
+// egressToGatewayIPv6 sends a pod's undecided IPv6 (outside the cluster) to the host
+// through the gateway port: the host routes and masquerades it.
+//
+//	table=egress, priority=100,ipv6,reg0=0x2/0xf,reg1=0 actions=set_field:GWMAC->eth_dst,load:GW->NXM_NX_REG1[],goto_table:output
+func egressToGatewayIPv6(b builder) Flow {
+	s := b.in("egress")
+	return s.flow(PipelineOwner, PriorityNormal,
+		Match{EthType: EthTypeIPv6, Regs: []RegMark{FromPod, OutPortUnset}},
+		SetEthDst{b.cfg.GatewayMAC}, Load{Dst: OutPortField, Value: uint64(b.cfg.GatewayOFPort)},
+		s.next())
 }

@@ -403,3 +403,117 @@ func TestDualStackOnSwitch(t *testing.T) {
 		})
 	}
 }
+
+// testDualStackEgressConfig is the dual-stack golden node with its IPv6 cluster CIDR
+// fd00:10:244::/56: IPv6 egress on.
+func testDualStackEgressConfig() NodeConfig {
+	cfg := testDualStackConfig()
+	cfg.ClusterCIDRIPv6 = mustCIDR6("fd00:10:244::/56")
+	return cfg
+}
+
+// goldenDualStackEgress are the flows the IPv6 cluster CIDR adds to the dual-stack node:
+// the cluster's IPv6 miss in remote, pods' undecided IPv6 to the gateway in egress.
+var goldenDualStackEgress = []string{
+	`cookie=0x500070100000000, table=remote, priority=10,ipv6,reg1=0,ipv6_dst=fd00:10:244::/56 actions=drop`,
+	`cookie=0x500070100000000, table=egress, priority=100,ipv6,reg0=0x2/0xf,reg1=0 actions=set_field:0a:58:0a:f4:01:01->eth_dst,load:0x2->NXM_NX_REG1[],goto_table:output`,
+}
+
+// TestDualStackEgressFlows: the IPv6 cluster CIDR adds exactly goldenDualStackEgress to
+// the dual-stack node and nothing to its pods and peers; what it may not be is refused.
+func TestDualStackEgressFlows(t *testing.T) {
+	cfg := testDualStackEgressConfig()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	without := map[string]bool{}
+	for _, l := range lines(PipelineFlows(testDualStackConfig()), nil) {
+		without[l] = true
+	}
+	var added []string
+	for _, l := range lines(PipelineFlows(cfg), nil) {
+		if !without[l] {
+			added = append(added, l)
+		} else {
+			delete(without, l)
+		}
+	}
+	compareLines(t, "flows the IPv6 cluster CIDR adds", added, goldenDualStackEgress)
+	if len(without) != 0 {
+		t.Errorf("flows the IPv6 cluster CIDR removes: %v", without)
+	}
+	compareLines(t, "pod A with IPv6 egress", lines(PodFlows(cfg, testDualPodA()), nil), goldenDualPodA)
+	compareLines(t, "peer B with IPv6 egress", lines(PeerFlows(cfg, testDualPeerB()), nil), goldenDualPeerB)
+	for _, f := range PipelineFlows(cfg) {
+		if err := f.Validate(); err != nil {
+			t.Error(err)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		mod  func(*NodeConfig)
+		want string
+	}{
+		{"not containing the subnet", func(c *NodeConfig) { c.ClusterCIDRIPv6 = mustCIDR6("fd00:10:245::/56") }, "containing IPv6 pod subnet fd00:10:244:1::/64"},
+		{"IPv4", func(c *NodeConfig) { c.ClusterCIDRIPv6 = mustCIDR("10.0.0.0/8") }, "is not an IPv6 prefix"},
+		{"::/0", func(c *NodeConfig) { c.ClusterCIDRIPv6 = mustCIDR6("::/0") }, "is not an IPv6 prefix (not ::/0)"},
+		{"IPv4-only node", func(c *NodeConfig) { c.PodSubnetIPv6, c.GatewayIPv6 = nil, nil }, "on a node without an IPv6 pod subnet"},
+	} {
+		cfg := testDualStackEgressConfig()
+		c.mod(&cfg)
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: Validate = %v, want an error saying %q", c.name, err, c.want)
+		}
+	}
+	p := testDualPeerB()
+	p.PodSubnetIPv6 = mustCIDR6("fd00:10:245:2::/64")
+	if err := p.Validate(cfg); err == nil || !strings.Contains(err.Error(), "outside IPv6 cluster CIDR fd00:10:244::/56") {
+		t.Errorf("peer outside the IPv6 cluster CIDR: Validate = %v", err)
+	}
+}
+
+// TestDualStackEgressOnSwitch traces IPv6 on a real OVS holding the egress node's, two
+// pods' and peer B's flows: a pod's IPv6 to the outside goes to the gateway (the host
+// masquerades it), to a peer's pod into the tunnel, to an unknown address of the IPv6
+// cluster CIDR nowhere; the host's own off-subnet IPv6 is not sent back to it.
+func TestDualStackEgressOnSwitch(t *testing.T) {
+	n := startSwitchNode(t)
+	n.cfg = testDualStackEgressConfig()
+	n.podA, n.podB = testDualPodA(), testDualPodB()
+	all := append(PipelineFlows(n.cfg), PodFlows(n.cfg, n.podA)...)
+	all = append(all, PodFlows(n.cfg, n.podB)...)
+	all = append(all, PeerFlows(n.cfg, testDualPeerB())...)
+	var mods []*openflow13.FlowMod
+	for _, f := range all {
+		mods = append(mods, f.FlowMod(openflow13.FC_ADD))
+	}
+	sendFlowMods(t, n.mgmt, mods...)
+	compareLines(t, "dump-flows --names vs Format(port names)", n.dump(t), sortedFormat(all, n.names))
+
+	gw, a, b := n.cfg, n.podA, n.podB
+	ip6 := func(in uint32, src, dst net.HardwareAddr, s, d string) string {
+		return fmt.Sprintf("in_port=%d,tcp6,dl_src=%s,dl_dst=%s,ipv6_src=%s,ipv6_dst=%s,nw_ttl=64,tp_dst=80", in, src, dst, s, d)
+	}
+	for _, c := range []struct {
+		name   string
+		packet string
+		out    uint32
+	}{
+		{"pod to the outside: to the gateway", ip6(a.OFPort, a.MAC, gw.GatewayMAC, "fd00:10:244:1::5", "2001:db8::1"), gw.GatewayOFPort},
+		{"pod to the outside, ULA outside the cluster: to the gateway", ip6(b.OFPort, b.MAC, gw.GatewayMAC, "fd00:10:244:1::6", "fd00:30::200"), gw.GatewayOFPort},
+		{"pod to pod stays local", ip6(a.OFPort, a.MAC, gw.GatewayMAC, "fd00:10:244:1::5", "fd00:10:244:1::6"), b.OFPort},
+		{"pod to an unknown node's subnet of the cluster dropped", ip6(a.OFPort, a.MAC, gw.GatewayMAC, "fd00:10:244:1::5", "fd00:10:244:9::7"), 0},
+		{"host's off-subnet IPv6 dropped", ip6(gw.GatewayOFPort, gw.GatewayMAC, a.MAC, "fd00:10:244:1::1", "2001:db8::1"), 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			trace := n.ovs.Appctl(t, "ofproto/trace", "br-int", c.packet)
+			if out, _ := traceResult(t, trace); out != c.out {
+				t.Fatalf("packet %s left by port %d, want %d (0 = drop)\n%s", c.packet, out, c.out, trace)
+			}
+		})
+	}
+	trace := n.ovs.Appctl(t, "ofproto/trace", "br-int", ip6(a.OFPort, a.MAC, gw.GatewayMAC, "fd00:10:244:1::5", "fd00:10:244:2::7"))
+	if m := traceFinalFlow.FindStringSubmatch(trace); !strings.Contains(trace, "-> output port is 1") || m == nil || !strings.Contains(m[1], "tun_dst=172.16.0.2,") {
+		t.Fatalf("pod to peer B's pod did not leave by the tunnel to 172.16.0.2\n%s", trace)
+	}
+}
