@@ -228,7 +228,9 @@ func table6() *nftables.Table { return &nftables.Table{Name: Table, Family: nfta
 
 // tableExists reports whether the calling thread's network namespace has the table of
 // the IPv4 family.
-func tableExists(c *nftables.Conn) (bool, error) { return familyTableExists(c, nftables.TableFamilyIPv4) }
+func tableExists(c *nftables.Conn) (bool, error) {
+	return familyTableExists(c, nftables.TableFamilyIPv4)
+}
 
 // familyTableExists reports whether the calling thread's network namespace has the
 // table of family f.

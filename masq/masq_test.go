@@ -272,7 +272,6 @@ func TestIPv6EgressMasqueraded(t *testing.T) {
 	}
 }
 
-
 func TestEnableIPv6Forward(t *testing.T) {
 	name, n := newNetns(t)
 	in(t, n, EnableIPv6Forward)
