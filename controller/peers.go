@@ -50,6 +50,10 @@ type OverlayOptions struct {
 	NodeIP net.IP
 	// ClusterCIDR is the IPv4 prefix every node's pod subnet is cut from; required.
 	ClusterCIDR *net.IPNet
+	// ClusterCIDRIPv6 is the IPv6 prefix every dual-stack node's IPv6 pod subnet is cut
+	// from, on a dual-stack node; nil = not known: its pods' IPv6 does not leave the
+	// cluster (flows.NodeConfig.ClusterCIDRIPv6).
+	ClusterCIDRIPv6 *net.IPNet
 	// ServiceCIDR is the service IPv4 range sent to the gateway (kube-proxy); nil = none.
 	ServiceCIDR *net.IPNet
 	// Peers are the peer nodes the topology lists at start; their flows are part of the

@@ -8,7 +8,11 @@ package e2e
 // tunnel on the IPv4 underlay, VXLAN and Geneve, with the hop limit as the IPv4 path
 // leaves the TTL; a pod cannot send IPv6 across with a source that is not its own; a
 // peer's IPv6 subnet moved in the topology moves its flows, and a peer removed from the
-// topology leaves no IPv6 flow and no IPv6 path, and comes back when re-added.
+// topology leaves no IPv6 flow and no IPv6 path, and comes back when re-added. With the
+// IPv6 cluster CIDR in the topology (clusterCIDRIPv6), a pod's IPv6 to an "outside"
+// namespace on the underlay (a ULA prefix of its own, on-link to the nodes' br-phy) leaves
+// masqueraded to its node's underlay IPv6 address, while pod-to-pod IPv6 keeps the pod's
+// address.
 
 import (
 	"fmt"
@@ -23,16 +27,22 @@ import (
 	"github.com/ofsdn/ofsdn/flows"
 )
 
-// dualClusterNode is a cluster node with its IPv6 pod subnet.
+// dualClusterNode is a cluster node with its IPv6 pod subnet and its underlay IPv6
+// address (on br-phy, beside the IPv4 node IP).
 type dualClusterNode struct {
 	*clusterNode
-	subnet6 string
+	subnet6, ip6 string
 }
+
+const (
+	dualClusterCIDR6 = "fd00:10:244::/56"
+	outsideIP6       = "fd00:30::200" // the outside's address on the underlay's fd00:30::/64
+)
 
 // dualTopologyYAML is node self's topology file listing peers, every node dual-stack.
 func dualTopologyYAML(self *dualClusterNode, peers ...*dualClusterNode) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "clusterCIDR: 10.244.0.0/16\nnodeName: %s\npodSubnets: [%s, %s]\nnodeIP: %s\npeers:\n", self.name, self.subnet, self.subnet6, self.ip)
+	fmt.Fprintf(&b, "clusterCIDR: 10.244.0.0/16\nclusterCIDRIPv6: %s\nnodeName: %s\npodSubnets: [%s, %s]\nnodeIP: %s\npeers:\n", dualClusterCIDR6, self.name, self.subnet, self.subnet6, self.ip)
 	for _, p := range peers {
 		fmt.Fprintf(&b, "- {name: %s, podSubnets: [%s, %s], nodeIP: %s}\n", p.name, p.subnet, p.subnet6, p.ip)
 	}
@@ -41,9 +51,10 @@ func dualTopologyYAML(self *dualClusterNode, peers ...*dualClusterNode) string {
 
 // startDualCluster makes an underlay namespace with a Linux bridge and two dual-stack
 // nodes on it, each knowing the other from its topology file, with extra daemon flags.
-// Node i (1, 2) has node IP 172.30.0.(10+off+i), pod subnets 10.244.(off+i).0/24 and
-// fd00:10:244:(off+i)::/64 (off decimal, as a hex group: distinct for distinct offsets).
-func startDualCluster(t *testing.T, off int, extra ...string) (*dualClusterNode, *dualClusterNode) {
+// Node i (1, 2) has node IP 172.30.0.(10+off+i), underlay IPv6 address fd00:30::(10+off+i),
+// pod subnets 10.244.(off+i).0/24 and fd00:10:244:(off+i)::/64 (off decimal, as a hex
+// group: distinct for distinct offsets). It returns the underlay namespace's name too.
+func startDualCluster(t *testing.T, off int, extra ...string) (string, *dualClusterNode, *dualClusterNode) {
 	t.Helper()
 	ul := filepath.Base(newNetns(t, "ofsdn-ul"))
 	mustRun(t, "ip", "netns", "exec", ul, "ip", "link", "add", "br0", "type", "bridge")
@@ -51,7 +62,9 @@ func startDualCluster(t *testing.T, off int, extra ...string) (*dualClusterNode,
 	var nodes []*dualClusterNode
 	for i, name := range []string{"node-a", "node-b"} {
 		cn := startClusterNode(t, ul, name, fmt.Sprintf("172.30.0.%d", 10+off+i+1), fmt.Sprintf("10.244.%d.0/24", off+i+1), i+1)
-		nodes = append(nodes, &dualClusterNode{clusterNode: cn, subnet6: fmt.Sprintf("fd00:10:244:%d::/64", off+i+1)})
+		dn := &dualClusterNode{clusterNode: cn, subnet6: fmt.Sprintf("fd00:10:244:%d::/64", off+i+1), ip6: fmt.Sprintf("fd00:30::%d", 10+off+i+1)}
+		cn.OVS.Exec(t, "ip", "addr", "add", dn.ip6+"/64", "dev", "br-phy", "nodad")
+		nodes = append(nodes, dn)
 	}
 	a, b := nodes[0], nodes[1]
 	writeTopology(t, a.topo, dualTopologyYAML(a, b))
@@ -60,7 +73,7 @@ func startDualCluster(t *testing.T, off int, extra ...string) (*dualClusterNode,
 		n.extra = extra
 		n.start()
 	}
-	return a, b
+	return ul, a, b
 }
 
 // TestDualStackMultiNode: two dual-stack nodes, per tunnel type (VXLAN, Geneve).
@@ -92,7 +105,7 @@ func pingTTL(t *testing.T, netnsPath string, dst net.IP) string {
 }
 
 func testDualStackMultiNode(t *testing.T, tunnel string, off int) {
-	a, b := startDualCluster(t, off, "--tunnel-type", tunnel)
+	ul, a, b := startDualCluster(t, off, "--tunnel-type", tunnel)
 	pa, pb := a.addPod("dsmn-a"), b.addPod("dsmn-b")
 	_, sn6b, _ := net.ParseCIDR(b.subnet6)
 	if !sn6b.Contains(pb.ip6(t)) {
@@ -135,6 +148,62 @@ func testDualStackMultiNode(t *testing.T, tunnel string, off int) {
 			}
 		}
 		udpExchange6(t, pa, pb) // its own address still does
+	})
+
+	t.Run("pod reaches the outside over IPv6, masqueraded to its node's address", func(t *testing.T) {
+		outPath := newNetns(t, "ofsdn-out")
+		out := filepath.Base(outPath)
+		mustRun(t, "ip", "netns", "exec", ul, "ip", "link", "add", "ul-out6", "mtu", fmt.Sprint(underlayMTU), "type", "veth",
+			"peer", "name", "eth0", "mtu", fmt.Sprint(underlayMTU), "netns", out)
+		mustRun(t, "ip", "netns", "exec", ul, "ip", "link", "set", "ul-out6", "master", "br0", "up")
+		mustRun(t, "ip", "netns", "exec", out, "ip", "addr", "add", outsideIP6+"/64", "dev", "eth0", "nodad")
+		mustRun(t, "ip", "netns", "exec", out, "ip", "link", "set", "eth0", "up")
+		// The outside has no route to the pods' prefixes: only masqueraded traffic (from
+		// the node's fd00:30::/64 address) can be answered.
+		waitUntil(t, "ping6 pod on node-a → the outside", 30*time.Second, func() error { return ping6(pa.netns, net.ParseIP(outsideIP6)) })
+		for _, c := range []struct {
+			pod  *testPod
+			node *dualClusterNode
+		}{{pa, a}, {pb, b}} {
+			var conn *net.UDPConn
+			inNetns(t, outPath, func() (err error) {
+				conn, err = net.ListenUDP("udp6", &net.UDPAddr{IP: net.ParseIP(outsideIP6), Port: 9999})
+				return err
+			})
+			inNetns(t, c.pod.netns, func() error {
+				s, err := net.Dial("udp6", "["+outsideIP6+"]:9999")
+				if err != nil {
+					return err
+				}
+				defer s.Close()
+				_, err = s.Write([]byte("hello6 from a pod"))
+				return err
+			})
+			_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+			buf := make([]byte, 64)
+			k, from, err := conn.ReadFromUDP(buf)
+			conn.Close()
+			if err != nil {
+				t.Fatalf("outside got nothing from %s: %v", c.pod.name, err)
+			}
+			if string(buf[:k]) != "hello6 from a pod" || !from.IP.Equal(net.ParseIP(c.node.ip6)) {
+				t.Fatalf("outside got %q from %v, want the datagram of %s from %s's %s", buf[:k], from, c.pod.name, c.node.name, c.node.ip6)
+			}
+		}
+		// Pod to pod (udpExchange6 checks the source each side sees) is not masqueraded.
+		udpExchange6(t, pa, pb)
+		tcpExchange6(t, pa, pb, 10000)
+	})
+
+	t.Run("an unknown address of the IPv6 cluster CIDR is dropped, not sent out", func(t *testing.T) {
+		unknown := net.ParseIP(fmt.Sprintf("fd00:10:244:%d::5", off+9))
+		before := flowPackets(t, a.testNode, "remote", "priority=10", "ipv6", dualClusterCIDR6)
+		if err := ping6(pa.netns, unknown); err == nil {
+			t.Fatalf("ping6 to %s answered", unknown)
+		}
+		if d := flowPackets(t, a.testNode, "remote", "priority=10", "ipv6", dualClusterCIDR6) - before; d < 1 {
+			t.Fatalf("remote's IPv6 cluster miss counted %d packets, want the echo requests", d)
+		}
 	})
 
 	v6Flows := func(n *dualClusterNode, peer *dualClusterNode, subnet6 string) []string {
@@ -200,6 +269,7 @@ func udpExchange6(t *testing.T, a, b *testPod) {
 		return err
 	})
 	defer srv.Close()
+	src := make(chan net.IP, 10)
 	go func() {
 		buf := make([]byte, 2048)
 		_ = srv.SetDeadline(time.Now().Add(5 * time.Second))
@@ -207,6 +277,10 @@ func udpExchange6(t *testing.T, a, b *testPod) {
 			k, from, err := srv.ReadFromUDP(buf)
 			if err != nil {
 				return
+			}
+			select {
+			case src <- from.IP:
+			default:
 			}
 			_, _ = srv.WriteToUDP(append([]byte("re:"), buf[:k]...), from)
 		}
@@ -227,6 +301,9 @@ func udpExchange6(t *testing.T, a, b *testPod) {
 		if err == nil {
 			if string(buf[:k]) != "re:hello6 "+b.name {
 				t.Fatalf("UDP/IPv6 %s→%s: got %q", a.name, b.name, buf[:k])
+			}
+			if from := <-src; !from.Equal(a.ip6(t)) {
+				t.Fatalf("UDP/IPv6 %s→%s: %s got the datagram from %s, want %s's own address %s", a.name, b.name, b.name, from, a.name, a.ip6(t))
 			}
 			return
 		}
