@@ -1,8 +1,9 @@
 package flows
 
-// IPv6 on a dual-stack node (issue 23, first slice): the IPv6 spoof guard, neighbor
-// discovery (RFC 4861) delivered to the port that owns its target, and IPv6 between the
-// node's own pods and its gateway. Everything here is built only on a node with
+// IPv6 on a dual-stack node (issue 23): the IPv6 spoof guard, neighbor discovery (RFC
+// 4861) delivered to the port that owns its target, and IPv6 between the node's own pods
+// and its gateway (first slice); IPv6 to and from dual-stack peers through the tunnel and
+// IPv6 egress (second slice, below). Everything here is built only on a node with
 // NodeConfig.PodSubnetIPv6 (the ipv6 feature); an IPv4-only node's flows are exactly
 // what they were, so PipelineVersion did not change.
 //
@@ -42,13 +43,13 @@ package flows
 // IPv6 default route is via GatewayIPv6) and reach it by unicast probes to the gateway
 // MAC. No ND is sent to or taken from a tunnel.
 //
-// IPv6 is forwarded by ipv6_dst to the node's own pods and to the gateway address; any
-// other IPv6 destination (another node's pods, the outside, multicast, link-local
-// unicast) meets l3_forwarding's miss and is dropped, counted: cross-node IPv6 and IPv6
-// egress are later slices of issue 23 (no masquerade for IPv6 exists yet, and a pod's
-// address must not leave the node unmasqueraded). IPv6 skips the Services stages (a
-// ClusterIP is IPv4 in this slice). NetworkPolicy is not built for IPv6, so
-// NodeConfig.Validate refuses a dual-stack node with it instead of forwarding IPv6
+// IPv6 is forwarded by ipv6_dst to the node's own pods and to the gateway address; an
+// unheld address of the node's IPv6 pod subnet drops in l3_forwarding, any other IPv6
+// goes on undecided: to a dual-stack peer through the tunnel, with the IPv6 cluster CIDR
+// to the gateway (egress, masqueraded by the host), else dropped, counted, in egress (the
+// second slice, below; a pod's address must not leave the node unmasqueraded). IPv6
+// skips the Services stages (a ClusterIP is IPv4). NetworkPolicy is not built for IPv6,
+// so NodeConfig.Validate refuses a dual-stack node with it instead of forwarding IPv6
 // unpoliced (and the conntrack stage's miss would drop IPv6 anyway).
 
 import (

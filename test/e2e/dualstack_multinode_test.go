@@ -15,6 +15,7 @@ package e2e
 // address.
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"os/exec"
@@ -24,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ofsdn/ofsdn/ctl"
 	"github.com/ofsdn/ofsdn/flows"
 )
 
@@ -203,6 +205,19 @@ func testDualStackMultiNode(t *testing.T, tunnel string, off int) {
 		}
 		if d := flowPackets(t, a.testNode, "remote", "priority=10", "ipv6", dualClusterCIDR6) - before; d < 1 {
 			t.Fatalf("remote's IPv6 cluster miss counted %d packets, want the echo requests", d)
+		}
+	})
+
+	t.Run("ofsdnctl peers shows the peer's IPv6 subnet", func(t *testing.T) {
+		var peers []ctl.Peer
+		if err := json.Unmarshal(runCtl(t, a.testNode, "peers", "-o", "json"), &peers); err != nil {
+			t.Fatal(err)
+		}
+		if len(peers) != 1 || peers[0].Node != b.name || peers[0].PodSubnet != b.subnet || peers[0].PodSubnetIPv6 != b.subnet6 {
+			t.Fatalf("ofsdnctl peers on node-a: %s, want node-b with %s and %s", jsonString(peers), b.subnet, b.subnet6)
+		}
+		if table := string(runCtl(t, a.testNode, "peers")); !strings.Contains(table, b.subnet+","+b.subnet6) {
+			t.Fatalf("ofsdnctl peers table lacks %s,%s:\n%s", b.subnet, b.subnet6, table)
 		}
 	})
 
