@@ -230,14 +230,15 @@ func prefixRange(n *net.IPNet) (first, last netip.Addr, ok bool) {
 	if len(mask) != len(ip) || (len(ip) != net.IPv4len && len(ip) != net.IPv6len) {
 		return first, last, false
 	}
-	lo, hi := make([]byte, len(ip)), make([]byte, len(ip))
+	var lo, hi [net.IPv6len]byte // no allocation: the join path calls this per peer
 	for i := range ip {
 		lo[i] = ip[i] & mask[i]
 		hi[i] = lo[i] | ^mask[i]
 	}
-	first, _ = netip.AddrFromSlice(lo)
-	last, _ = netip.AddrFromSlice(hi)
-	return first, last, true
+	if len(ip) == net.IPv4len {
+		return netip.AddrFrom4([4]byte(lo[:4])), netip.AddrFrom4([4]byte(hi[:4])), true
+	}
+	return netip.AddrFrom16(lo), netip.AddrFrom16(hi), true
 }
 
 // overlapping returns the key of a range that shares an address with n, other than
