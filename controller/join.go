@@ -22,10 +22,10 @@ import (
 func OverlayOptionsFor(c *topology.Cluster, tunnelType string, tunnelDstPort int) *OverlayOptions {
 	o := &OverlayOptions{
 		TunnelType: tunnelType, TunnelName: TunnelPortName(tunnelType), TunnelDstPort: tunnelDstPort,
-		NodeIP: c.NodeIP, ClusterCIDR: c.ClusterCIDR, ServiceCIDR: c.ServiceCIDR,
+		NodeIP: c.NodeIP, ClusterCIDR: c.ClusterCIDR, ClusterCIDRIPv6: c.ClusterCIDRIPv6, ServiceCIDR: c.ServiceCIDR,
 	}
 	for _, p := range c.Peers {
-		o.Peers = append(o.Peers, flows.Peer{Name: p.Name, NodeIP: p.NodeIP, PodSubnet: p.PodSubnet})
+		o.Peers = append(o.Peers, flows.Peer{Name: p.Name, NodeIP: p.NodeIP, PodSubnet: p.PodSubnet, PodSubnetIPv6: p.PodSubnetIPv6})
 	}
 	sort.Slice(o.Peers, func(i, j int) bool { return o.Peers[i].Name < o.Peers[j].Name })
 	return o
@@ -37,7 +37,8 @@ func TunnelPortName(typ string) string { return typ + "0" }
 // JoinCluster completes the cluster membership of a node started with
 // OverlayOptionsFor(c, ...) (tunnel port, pipeline and initial peers' flows, cluster route
 // are in place): IP forwarding and the NAT rules (service return path; egress masquerade
-// if c.Masquerade), a gratuitous ARP for the node IP (again whenever its interface's MAC
+// if c.Masquerade; on a dual-stack node with c.ClusterCIDRIPv6 also IPv6 forwarding and
+// the IPv6 egress rules, table ip6 ofsdn), a gratuitous ARP for the node IP (again whenever its interface's MAC
 // changes, topology.KeepAnnounced, and for the new address whenever the topology changes
 // this node's IP, unless c.NodeIPFixed), then it follows c.Source's events in the
 // background until ctx ends. Errors: the node has no overlay, forwarding cannot be turned
@@ -54,7 +55,16 @@ func (n *Node) JoinCluster(ctx context.Context, c *topology.Cluster) error {
 	if err := masq.EnableIPForward(); err != nil {
 		return err
 	}
-	if err := masq.Ensure(masq.Rules{PodSubnet: c.PodSubnet, ClusterCIDR: c.ClusterCIDR, Masquerade: c.Masquerade}); err != nil {
+	// A dual-stack node's pods leave the cluster over IPv6 only with the IPv6 cluster CIDR
+	// (the egress flows and the ip6 masquerade rules both need it).
+	rules := masq.Rules{PodSubnet: c.PodSubnet, ClusterCIDR: c.ClusterCIDR, Masquerade: c.Masquerade}
+	if c.PodSubnetIPv6 != nil && c.ClusterCIDRIPv6 != nil {
+		if err := masq.EnableIPv6Forward(); err != nil {
+			return err
+		}
+		rules.PodSubnetIPv6, rules.ClusterCIDRIPv6 = c.PodSubnetIPv6, c.ClusterCIDRIPv6
+	}
+	if err := masq.Ensure(rules); err != nil {
 		return err
 	}
 	// Peers' tunnel neighbour caches learn this node's underlay MAC now, not when their

@@ -265,6 +265,9 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 		n.cfg.TunnelOFPort = uint32(ports.tunnel)
 		n.cfg.NodeIP = ov.NodeIP.To4()
 		n.cfg.ClusterCIDR = ov.ClusterCIDR
+		if opts.PodSubnetIPv6 != nil {
+			n.cfg.ClusterCIDRIPv6 = ov.ClusterCIDRIPv6
+		}
 		n.cfg.ServiceCIDR = ov.ServiceCIDR
 	}
 	if err := n.cfg.Validate(); err != nil {

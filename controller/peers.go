@@ -23,11 +23,11 @@ package controller
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -50,6 +50,10 @@ type OverlayOptions struct {
 	NodeIP net.IP
 	// ClusterCIDR is the IPv4 prefix every node's pod subnet is cut from; required.
 	ClusterCIDR *net.IPNet
+	// ClusterCIDRIPv6 is the IPv6 prefix every dual-stack node's IPv6 pod subnet is cut
+	// from, on a dual-stack node; nil = not known: its pods' IPv6 does not leave the
+	// cluster (flows.NodeConfig.ClusterCIDRIPv6).
+	ClusterCIDRIPv6 *net.IPNet
 	// ServiceCIDR is the service IPv4 range sent to the gateway (kube-proxy); nil = none.
 	ServiceCIDR *net.IPNet
 	// Peers are the peer nodes the topology lists at start; their flows are part of the
@@ -72,9 +76,10 @@ type Overlay struct {
 	change sync.Mutex
 	ids    *peerIDs // the peers' owner ids, recorded in DataDir/PeerIDsFile
 
-	mu      sync.Mutex
-	peers   map[string]flows.Peer // peerKey → peer with flows (OwnerID set)
-	subnets subnetIndex           // the peers' IPv4 pod subnets, for the overlap check
+	mu       sync.Mutex
+	peers    map[string]flows.Peer // peerKey → peer with flows (OwnerID set)
+	subnets  subnetIndex           // the peers' IPv4 pod subnets, for the overlap check
+	subnets6 subnetIndex           // the peers' IPv6 pod subnets, likewise
 }
 
 func newOverlay(n *Node, opts OverlayOptions) *Overlay {
@@ -108,9 +113,9 @@ func (o *Overlay) load(peers []flows.Peer) error {
 				"err", fmt.Sprintf("listed twice (also with pod subnet %v)", cur.PodSubnet))
 			continue
 		}
-		if cur, ok := o.subnetHolder(key, p); ok {
-			o.log.Error("topology peer left out", "peer", p.Name,
-				"err", fmt.Sprintf("pod subnet %v overlaps peer %s's %v: fix the node's podCIDR", p.PodSubnet, cur.Name, cur.PodSubnet))
+		p = o.forNode(p, cfg)
+		if clash := o.subnetClash(key, p); clash != "" {
+			o.log.Error("topology peer left out", "peer", p.Name, "err", clash)
 			continue
 		}
 		var want uint32
@@ -128,7 +133,7 @@ func (o *Overlay) load(peers []flows.Peer) error {
 		}
 		p.OwnerID, _ = ids.reserve(key, want)
 		o.peers[key] = p
-		o.subnets.set(key, p.PodSubnet)
+		o.setSubnets(key, &p)
 	}
 	for key := range ids.byKey {
 		if _, listed := o.peers[key]; !listed {
@@ -144,66 +149,109 @@ func (o *Overlay) load(peers []flows.Peer) error {
 	return nil
 }
 
-// subnetHolder returns the peer other than the one with key whose pod subnet overlaps
-// p's. o.change is held (or the overlay is loading). It looks the subnet up in o.subnets
-// (O(log N)): a scan of every peer made N joins cost O(N²), 5.6% of the daemon's CPU while
-// 5,000 Nodes joined (make bench-nodes).
-func (o *Overlay) subnetHolder(key string, p flows.Peer) (flows.Peer, bool) {
-	if p.PodSubnet == nil {
-		return flows.Peer{}, false
-	}
+// subnetClash returns what is wrong when a peer other than the one with key holds a pod
+// subnet overlapping one of p's (IPv4, and on a dual-stack node IPv6): "pod subnet X
+// overlaps peer N's Y: fix the node's podCIDRs", or "". o.change is held (or the overlay
+// is loading). It looks the subnets up in o.subnets and o.subnets6 (O(log N)): a scan of
+// every peer made N joins cost O(N²), 5.6% of the daemon's CPU while 5,000 Nodes joined
+// (make bench-nodes).
+func (o *Overlay) subnetClash(key string, p flows.Peer) string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if k, ok := o.subnets.overlapping(p.PodSubnet, key); ok {
-		return o.peers[k], true
+	for _, c := range []struct {
+		x    *subnetIndex
+		mine *net.IPNet
+		of   func(flows.Peer) *net.IPNet
+	}{
+		{&o.subnets, p.PodSubnet, func(q flows.Peer) *net.IPNet { return q.PodSubnet }},
+		{&o.subnets6, p.PodSubnetIPv6, func(q flows.Peer) *net.IPNet { return q.PodSubnetIPv6 }},
+	} {
+		if c.mine == nil {
+			continue
+		}
+		if k, ok := c.x.overlapping(c.mine, key); ok {
+			cur := o.peers[k]
+			return fmt.Sprintf("pod subnet %v overlaps peer %s's %v: fix the node's podCIDRs", c.mine, cur.Name, c.of(cur))
+		}
 	}
-	return flows.Peer{}, false
+	return ""
 }
 
-// subnetIndex holds pod subnets (IPv4) as address ranges sorted by their first address,
-// each under its peer's key. The ranges never overlap (a peer whose subnet overlaps
-// another's is refused before it is set), so the ranges that can meet a subnet are found
-// by binary search. The zero value is empty; it is not safe for concurrent use.
+// forNode returns p as this node uses it: on an IPv4-only node without its IPv6 pod
+// subnet (no IPv6 flows, no IPv6 overlap check: only a dual-stack node routes IPv6).
+func (o *Overlay) forNode(p flows.Peer, cfg flows.NodeConfig) flows.Peer {
+	if cfg.PodSubnetIPv6 == nil {
+		p.PodSubnetIPv6 = nil
+	}
+	return p
+}
+
+// setSubnets records (p non-nil) or removes (nil) the pod subnets of the peer with key;
+// o.mu is held.
+func (o *Overlay) setSubnets(key string, p *flows.Peer) {
+	if p == nil {
+		o.subnets.set(key, nil)
+		o.subnets6.set(key, nil)
+		return
+	}
+	o.subnets.set(key, p.PodSubnet)
+	o.subnets6.set(key, p.PodSubnetIPv6)
+}
+
+// subnetIndex holds pod subnets of one IP family as address ranges sorted by their
+// first address, each under its peer's key (the overlay keeps one index per family). The
+// ranges never overlap (a peer whose subnet overlaps another's is refused before it is
+// set), so the ranges that can meet a subnet are found by binary search. The zero value
+// is empty; it is not safe for concurrent use.
 type subnetIndex struct {
 	r     []subnetRange
 	byKey map[string]subnetRange
 }
 
 type subnetRange struct {
-	first, last uint32
+	first, last netip.Addr
 	key         string
 }
 
-// ipv4Range returns n's first and last IPv4 addresses; ok is false for a nil or non-IPv4
-// subnet.
-func ipv4Range(n *net.IPNet) (first, last uint32, ok bool) {
+// prefixRange returns n's first and last addresses (IPv4 for an IPv4 or IPv4-mapped
+// subnet, IPv6 otherwise); ok is false for a nil subnet or a mask that does not fit its
+// address.
+func prefixRange(n *net.IPNet) (first, last netip.Addr, ok bool) {
 	if n == nil {
-		return 0, 0, false
+		return first, last, false
 	}
-	ip, mask := n.IP.To4(), n.Mask
-	if ip == nil || len(mask) != net.IPv4len {
-		if len(mask) == net.IPv6len && ip != nil {
+	ip, mask := n.IP, n.Mask
+	if v4 := ip.To4(); v4 != nil {
+		ip = v4
+		if len(mask) == net.IPv6len {
 			mask = mask[12:]
-		} else {
-			return 0, 0, false
 		}
 	}
-	m := binary.BigEndian.Uint32(mask)
-	first = binary.BigEndian.Uint32(ip) & m
-	return first, first | ^m, true
+	if len(mask) != len(ip) || (len(ip) != net.IPv4len && len(ip) != net.IPv6len) {
+		return first, last, false
+	}
+	var lo, hi [net.IPv6len]byte // no allocation: the join path calls this per peer
+	for i := range ip {
+		lo[i] = ip[i] & mask[i]
+		hi[i] = lo[i] | ^mask[i]
+	}
+	if len(ip) == net.IPv4len {
+		return netip.AddrFrom4([4]byte(lo[:4])), netip.AddrFrom4([4]byte(hi[:4])), true
+	}
+	return netip.AddrFrom16(lo), netip.AddrFrom16(hi), true
 }
 
 // overlapping returns the key of a range that shares an address with n, other than
 // except's.
 func (x *subnetIndex) overlapping(n *net.IPNet, except string) (string, bool) {
-	first, last, ok := ipv4Range(n)
+	first, last, ok := prefixRange(n)
 	if !ok {
 		return "", false
 	}
 	// Ranges starting after last cannot meet n; of those starting at or before it, the
 	// later ones end later (no two overlap), so walk back while they reach first.
-	i := sort.Search(len(x.r), func(i int) bool { return x.r[i].first > last })
-	for j := i - 1; j >= 0 && x.r[j].last >= first; j-- {
+	i := sort.Search(len(x.r), func(i int) bool { return x.r[i].first.Compare(last) > 0 })
+	for j := i - 1; j >= 0 && x.r[j].last.Compare(first) >= 0; j-- {
 		if x.r[j].key != except {
 			return x.r[j].key, true
 		}
@@ -211,10 +259,10 @@ func (x *subnetIndex) overlapping(n *net.IPNet, except string) (string, bool) {
 	return "", false
 }
 
-// set records n as key's subnet, replacing any it had; a nil (or non-IPv4) n removes it.
+// set records n as key's subnet, replacing any it had; a nil n removes it.
 func (x *subnetIndex) set(key string, n *net.IPNet) {
 	if old, ok := x.byKey[key]; ok {
-		i := sort.Search(len(x.r), func(i int) bool { return x.r[i].first >= old.first })
+		i := sort.Search(len(x.r), func(i int) bool { return x.r[i].first.Compare(old.first) >= 0 })
 		for ; i < len(x.r) && x.r[i].first == old.first; i++ {
 			if x.r[i].key == key {
 				x.r = slices.Delete(x.r, i, i+1)
@@ -223,7 +271,7 @@ func (x *subnetIndex) set(key string, n *net.IPNet) {
 		}
 		delete(x.byKey, key)
 	}
-	first, last, ok := ipv4Range(n)
+	first, last, ok := prefixRange(n)
 	if !ok {
 		return
 	}
@@ -231,7 +279,7 @@ func (x *subnetIndex) set(key string, n *net.IPNet) {
 		x.byKey = map[string]subnetRange{}
 	}
 	e := subnetRange{first: first, last: last, key: key}
-	i := sort.Search(len(x.r), func(i int) bool { return x.r[i].first > first })
+	i := sort.Search(len(x.r), func(i int) bool { return x.r[i].first.Compare(first) > 0 })
 	x.r = slices.Insert(x.r, i, e)
 	x.byKey[key] = e
 }
@@ -258,8 +306,9 @@ func (o *Overlay) addPeer(ctx context.Context, p flows.Peer) error {
 	key := peerKey(p)
 	for {
 		cfg, ver := o.n.configVersion()
-		if cur, ok := o.subnetHolder(key, p); ok {
-			return fmt.Errorf("peer %s: pod subnet %v overlaps peer %s's %v: fix the node's podCIDR", p.Name, p.PodSubnet, cur.Name, cur.PodSubnet)
+		p = o.forNode(p, cfg)
+		if clash := o.subnetClash(key, p); clash != "" {
+			return fmt.Errorf("peer %s: %s", p.Name, clash)
 		}
 		// Validated with the id it is about to get, so an invalid peer takes none.
 		p.OwnerID = o.ids.peek(key)
@@ -277,7 +326,7 @@ func (o *Overlay) addPeer(ctx context.Context, p flows.Peer) error {
 		}
 		o.mu.Lock()
 		o.peers[key] = p
-		o.subnets.set(key, p.PodSubnet)
+		o.setSubnets(key, &p)
 		o.mu.Unlock()
 		// A rebuild (new tunnel ofport) that ran meanwhile may have missed this peer:
 		// build its flows again from the new config.
@@ -326,7 +375,7 @@ func (o *Overlay) deletePeer(ctx context.Context, p flows.Peer) error {
 	}
 	o.mu.Lock()
 	delete(o.peers, key)
-	o.subnets.set(key, nil)
+	o.setSubnets(key, nil)
 	o.mu.Unlock()
 	if err := o.ids.free(key); err != nil {
 		o.log.Warn("peer's owner id not freed from the record; the next start frees it", "peer", p.Name, "owner_id", id, "err", err)
@@ -352,7 +401,7 @@ func (o *Overlay) Peers() []flows.Peer {
 // until ctx ends; other errors (an invalid peer) are returned.
 func (o *Overlay) Apply(ctx context.Context, e topology.Event) error {
 	conv := func(p topology.Peer) flows.Peer {
-		return flows.Peer{Name: p.Name, NodeIP: p.NodeIP, PodSubnet: p.PodSubnet}
+		return flows.Peer{Name: p.Name, NodeIP: p.NodeIP, PodSubnet: p.PodSubnet, PodSubnetIPv6: p.PodSubnetIPv6}
 	}
 	var err error
 	switch e.Kind {
@@ -372,7 +421,8 @@ func (o *Overlay) Apply(ctx context.Context, e topology.Event) error {
 	if err != nil {
 		return err
 	}
-	o.log.Info("peer "+e.Kind.String(), "peer", e.Peer.Name, "node_ip", e.Peer.NodeIP, "pod_subnet", e.Peer.PodSubnet)
+	o.log.Info("peer "+e.Kind.String(), "peer", e.Peer.Name, "node_ip", e.Peer.NodeIP, "pod_subnet", e.Peer.PodSubnet,
+		"pod_subnet_ipv6", fmt.Sprint(e.Peer.PodSubnetIPv6))
 	if s := o.n.services; s != nil {
 		s.nodeAddrsChanged(ctx) // the peer's node IP is a NodePort frontend
 	}

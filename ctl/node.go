@@ -106,6 +106,9 @@ func (s nodeSource) Peers() ([]Peer, error) {
 		if p.PodSubnet != nil {
 			q.PodSubnet = p.PodSubnet.String()
 		}
+		if p.PodSubnetIPv6 != nil {
+			q.PodSubnetIPv6 = p.PodSubnetIPv6.String()
+		}
 		out = append(out, q)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })

@@ -117,6 +117,9 @@ type Peer struct {
 	IP string `json:"ip"`
 	// PodSubnet is the peer's pod subnet (CIDR).
 	PodSubnet string `json:"podSubnet"`
+	// PodSubnetIPv6 is the peer's IPv6 pod subnet (CIDR) when this node is dual-stack and
+	// routes it; absent otherwise.
+	PodSubnetIPv6 string `json:"podSubnetIPv6,omitempty"`
 	// OwnerID is the id of the peer's flow owner: the low 32 bits of its flows' cookies,
 	// whose owner kind (bits 39..32) is 3, peer (flows.Cookie); 1..2^32-1, recorded in
 	// the node's data directory (controller.PeerIDsFile).

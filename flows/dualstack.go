@@ -1,8 +1,9 @@
 package flows
 
-// IPv6 on a dual-stack node (issue 23, first slice): the IPv6 spoof guard, neighbor
-// discovery (RFC 4861) delivered to the port that owns its target, and IPv6 between the
-// node's own pods and its gateway. Everything here is built only on a node with
+// IPv6 on a dual-stack node (issue 23): the IPv6 spoof guard, neighbor discovery (RFC
+// 4861) delivered to the port that owns its target, and IPv6 between the node's own pods
+// and its gateway (first slice); IPv6 to and from dual-stack peers through the tunnel and
+// IPv6 egress (second slice, below). Everything here is built only on a node with
 // NodeConfig.PodSubnetIPv6 (the ipv6 feature); an IPv4-only node's flows are exactly
 // what they were, so PipelineVersion did not change.
 //
@@ -42,13 +43,13 @@ package flows
 // IPv6 default route is via GatewayIPv6) and reach it by unicast probes to the gateway
 // MAC. No ND is sent to or taken from a tunnel.
 //
-// IPv6 is forwarded by ipv6_dst to the node's own pods and to the gateway address; any
-// other IPv6 destination (another node's pods, the outside, multicast, link-local
-// unicast) meets l3_forwarding's miss and is dropped, counted: cross-node IPv6 and IPv6
-// egress are later slices of issue 23 (no masquerade for IPv6 exists yet, and a pod's
-// address must not leave the node unmasqueraded). IPv6 skips the Services stages (a
-// ClusterIP is IPv4 in this slice). NetworkPolicy is not built for IPv6, so
-// NodeConfig.Validate refuses a dual-stack node with it instead of forwarding IPv6
+// IPv6 is forwarded by ipv6_dst to the node's own pods and to the gateway address; an
+// unheld address of the node's IPv6 pod subnet drops in l3_forwarding, any other IPv6
+// goes on undecided: to a dual-stack peer through the tunnel, with the IPv6 cluster CIDR
+// to the gateway (egress, masqueraded by the host), else dropped, counted, in egress (the
+// second slice, below; a pod's address must not leave the node unmasqueraded). IPv6
+// skips the Services stages (a ClusterIP is IPv4). NetworkPolicy is not built for IPv6,
+// so NodeConfig.Validate refuses a dual-stack node with it instead of forwarding IPv6
 // unpoliced (and the conntrack stage's miss would drop IPv6 anyway).
 
 import (
@@ -102,6 +103,9 @@ func ipv6On(c NodeConfig) bool { return c.PodSubnetIPv6 != nil }
 // §2.6.1); no NetworkPolicy (not built for IPv6: IPv6 must not pass unpoliced).
 func (c NodeConfig) validateIPv6() error {
 	if c.PodSubnetIPv6 == nil && c.GatewayIPv6 == nil {
+		if c.ClusterCIDRIPv6 != nil {
+			return fmt.Errorf("node config: IPv6 cluster CIDR %v on a node without an IPv6 pod subnet: leave it out, or configure the node dual-stack (podSubnets)", c.ClusterCIDRIPv6)
+		}
 		return nil
 	}
 	sn := c.PodSubnetIPv6
@@ -116,6 +120,11 @@ func (c NodeConfig) validateIPv6() error {
 	gw := c.GatewayIPv6
 	if len(gw) != net.IPv6len || gw.To4() != nil || !sn.Contains(gw) || gw.Equal(sn.IP.Mask(sn.Mask)) {
 		return fmt.Errorf("node config: gateway IPv6 address %v is not an address of IPv6 pod subnet %v other than its subnet-router anycast address: use the subnet's first address (::1 of it)", gw, sn)
+	}
+	if cc := c.ClusterCIDRIPv6; cc != nil {
+		if ones, bits := cc.Mask.Size(); len(cc.IP) != net.IPv6len || cc.IP.To4() != nil || bits != 128 || ones == 0 || !containsNet(cc, sn) {
+			return fmt.Errorf("node config: IPv6 cluster CIDR %v is not an IPv6 prefix (not ::/0) containing IPv6 pod subnet %v: set clusterCIDRIPv6 to the range every node's IPv6 subnet is cut from", cc, sn)
+		}
 	}
 	if c.Policy || c.DenyLog {
 		return fmt.Errorf("node config: NetworkPolicy is not built for IPv6 yet (issue 23), and a dual-stack node (IPv6 pod subnet %v) would forward its pods' IPv6 unpoliced: turn networkPolicy off or run the node IPv4-only", sn)
@@ -221,12 +230,13 @@ func ndToGatewayTarget(b builder) Flow {
 		Load{Dst: OutPortField, Value: uint64(b.cfg.GatewayOFPort)}, b.goTo("output"))
 }
 
-// l3ForwardingNodeIPv6: IPv6 for the gateway address (dual-stack nodes only).
+// l3ForwardingNodeIPv6: IPv6 for the gateway address, the IPv6 pod subnet's miss and
+// other IPv6 on, undecided (dual-stack nodes only).
 func l3ForwardingNodeIPv6(b builder) []Flow {
 	if !ipv6On(b.cfg) {
 		return nil
 	}
-	return []Flow{l3ToGatewayIPv6(b)}
+	return []Flow{l3ToGatewayIPv6(b), l3PodSubnetMissIPv6(b), l3OffSubnetIPv6(b)}
 }
 
 // l3ToGatewayIPv6 sends IPv6 for the gateway's IPv6 address to the gateway port.
@@ -319,5 +329,168 @@ func l3ToPodIPv6(b builder, pod Pod, ip net.IP) Flow {
 	return s.flow(PodOwner(pod), PriorityNormal,
 		Match{EthType: EthTypeIPv6, IPv6Dst: hostPrefix6(ip)},
 		SetEthDst{pod.MAC}, Load{Dst: OutPortField, Value: uint64(pod.OFPort)},
+		s.next())
+}
+
+// Cross-node IPv6 (issue 23, second slice). A dual-stack peer's IPv6 pod subnet is routed
+// as its IPv4 one: the remote stage sends IPv6 for it into the same flow-based tunnel
+// port with tun_dst = the peer's IPv4 node IP (IPv6 inside the IPv4 underlay: VXLAN and
+// Geneve carry the Ethernet frame whatever its EtherType, and the outer header is the
+// IPv4 one's 50 bytes, so the pod MTU is the same), and tunnel_ingress accepts IPv6 only
+// from the peer's node IP with a source in that subnet, the tunnel's spoof guard, as for
+// IPv4. Both flows carry the peer's owner (PeerOwner), so a Node update rewrites them and
+// a Node delete removes them with its IPv4 flows. The receiving node delivers by
+// l3_forwarding's per-pod ipv6_dst flow (eth_dst = the pod's MAC) exactly as for IPv4:
+// hop limit untouched, as the IPv4 path leaves the TTL (the pipeline routes, but like
+// every Kubernetes overlay it does not count itself as a hop). Neighbor discovery never
+// crosses nodes (each node's nd stage delivers it to local ports only); tunnel_ingress
+// drops Router Solicitations and Advertisements, Redirects and NS/NA that arrive anyway
+// (a peer of another build, a forged outer header), counted, before any peer flow: they
+// would arrive with hop limit 255 and pass a pod's RFC 4861 checks. l3_forwarding drops
+// IPv6 for an address of the node's own IPv6 pod subnet that no pod holds and lets every
+// other IPv6 on, undecided: remote routes a peer's, and egress drops the rest, counted
+// (no IPv6 leaves by the gateway without IPv6 masquerade). The host itself has no route
+// to peers' IPv6 subnets (no ND responder for them): host-to-remote-pod IPv6 is not built.
+
+// validateIPv6 checks p's IPv6 pod subnet on a dual-stack node cfg: an IPv6 prefix
+// outside fe80::/10 and ff00::/8 that does not overlap this node's. An IPv4-only node
+// ignores it.
+func (p Peer) validateIPv6(cfg NodeConfig) error {
+	sn := p.PodSubnetIPv6
+	if sn == nil || !ipv6On(cfg) {
+		return nil
+	}
+	if ones, bits := sn.Mask.Size(); len(sn.IP) != net.IPv6len || sn.IP.To4() != nil || bits != 128 || ones > 126 ||
+		sn.IP.IsLinkLocalUnicast() || sn.IP.IsMulticast() {
+		return fmt.Errorf("peer %s: IPv6 pod subnet %v is not an IPv6 prefix of /126 or shorter outside fe80::/10 and ff00::/8: fix the peer node's IPv6 podCIDR", p.Name, sn)
+	}
+	if overlaps(sn, cfg.PodSubnetIPv6) {
+		return fmt.Errorf("peer %s: IPv6 pod subnet %v overlaps this node's %v: every node needs its own IPv6 subnet", p.Name, sn, cfg.PodSubnetIPv6)
+	}
+	if cfg.ClusterCIDRIPv6 != nil && !containsNet(cfg.ClusterCIDRIPv6, sn) {
+		return fmt.Errorf("peer %s: IPv6 pod subnet %v is outside IPv6 cluster CIDR %v: fix the peer's IPv6 podCIDR or clusterCIDRIPv6", p.Name, sn, cfg.ClusterCIDRIPv6)
+	}
+	return nil
+}
+
+// peerFlowsIPv6 are a dual-stack peer's IPv6 flows on a dual-stack node: tunnel ingress
+// and the remote route for its IPv6 pod subnet; none otherwise.
+func (b builder) peerFlowsIPv6(p Peer) []Flow {
+	if !ipv6On(b.cfg) || p.PodSubnetIPv6 == nil {
+		return nil
+	}
+	return []Flow{tunnelIngressPeerIPv6(b, p), remotePeerIPv6(b, p)}
+}
+
+// tunnelIngressPeerIPv6 accepts IPv6 that arrived through the tunnel from the peer's
+// node IP with a source address in the peer's IPv6 pod subnet; it goes on past the
+// Services stages (IPv4 only), as the host's IPv6 does.
+//
+//	table="tunnel_ingress", priority=100,ipv6,tun_src=PEERIP,ipv6_src=PEERSUBNET6 actions=goto_table:service
+func tunnelIngressPeerIPv6(b builder, p Peer) Flow {
+	return b.in("tunnel_ingress").flow(PeerOwner(p), PriorityNormal,
+		Match{EthType: EthTypeIPv6, TunSrc: p.NodeIP, IPv6Src: p.PodSubnetIPv6},
+		b.goTo("service"))
+}
+
+// remotePeerIPv6 sends IPv6 for the peer's IPv6 pod subnet into the tunnel, addressed to
+// the peer's (IPv4) node IP, and goes on to the next stage.
+//
+//	table=remote, priority=100,ipv6,ipv6_dst=PEERSUBNET6 actions=set_field:PEERIP->tun_dst,load:TUN->NXM_NX_REG1[],goto_table:egress
+func remotePeerIPv6(b builder, p Peer) Flow {
+	s := b.in("remote")
+	return s.flow(PeerOwner(p), PriorityNormal,
+		Match{EthType: EthTypeIPv6, IPv6Dst: p.PodSubnetIPv6},
+		SetTunDst{p.NodeIP}, Load{Dst: OutPortField, Value: uint64(b.cfg.TunnelOFPort)},
+		s.next())
+}
+
+// tunnelIngressNode: on a dual-stack node, router messages and neighbor discovery from
+// the tunnel drop (each type counted by its own flow). Nothing on an IPv4-only node.
+func tunnelIngressNode(b builder) []Flow {
+	if !ipv6On(b.cfg) {
+		return nil
+	}
+	var fs []Flow
+	for _, t := range []uint8{ICMPv6RouterSolicit, ICMPv6RouterAdvert, ICMPv6NeighborSolicit, ICMPv6NeighborAdvert, ICMPv6Redirect} {
+		fs = append(fs, tunnelIngressICMPv6Drop(b, t))
+	}
+	return fs
+}
+
+// tunnelIngressICMPv6Drop drops ICMPv6 of type typ from the tunnel, above every peer's
+// flow: ND and router messages stay on their node.
+//
+//	table="tunnel_ingress", priority=200,icmp6,icmp_type=134 actions=drop
+func tunnelIngressICMPv6Drop(b builder, typ uint8) Flow {
+	return b.in("tunnel_ingress").flow(PipelineOwner, priorityRouterDrop,
+		Match{EthType: EthTypeIPv6, IPProto: IPProtoICMPv6, ICMPv6Type: icmp6Type(typ)},
+		Drop{})
+}
+
+// l3PodSubnetMissIPv6 drops IPv6 for an address of this node's IPv6 pod subnet that no
+// live pod holds (the pods' own flows are more specific).
+//
+//	table="l3_forwarding", priority=10,ipv6,ipv6_dst=SUBNET6 actions=drop
+func l3PodSubnetMissIPv6(b builder) Flow {
+	return b.in("l3_forwarding").flow(PipelineOwner, PriorityLow,
+		Match{EthType: EthTypeIPv6, IPv6Dst: b.cfg.PodSubnetIPv6}, Drop{})
+}
+
+// l3OffSubnetIPv6 lets IPv6 for any other address go on undecided (reg1=0): remote routes
+// a peer's subnet, egress drops the rest.
+//
+//	table="l3_forwarding", priority=1,ipv6 actions=goto_table:remote
+func l3OffSubnetIPv6(b builder) Flow {
+	s := b.in("l3_forwarding")
+	return s.flow(PipelineOwner, PriorityPass, Match{EthType: EthTypeIPv6}, s.next())
+}
+
+// IPv6 egress (issue 23, second slice). On a dual-stack node that knows the IPv6 cluster
+// CIDR (NodeConfig.ClusterCIDRIPv6) a pod's undecided IPv6 (not for a local pod, the
+// gateway or a peer's pod subnet) goes to the gateway as its IPv4 does, and the host
+// routes it and masquerades it to the node's address when it leaves the IPv6 cluster CIDR
+// (package masq, table ip6 ofsdn; IPv6 forwarding is turned on for it). An address of
+// the IPv6 cluster CIDR that nobody holds drops in the remote stage first (a removed
+// peer's pods are unreachable at once, and nothing leaves unmasqueraded for a cluster
+// address). Without the IPv6 cluster CIDR no IPv6 goes to the gateway but the gateway
+// address's own: the masquerade rules could not tell the cluster from the outside.
+
+// remoteNodeIPv6: the IPv6 cluster CIDR's miss, on a dual-stack node with
+// ClusterCIDRIPv6.
+func remoteNodeIPv6(b builder) []Flow {
+	if !ipv6On(b.cfg) || b.cfg.ClusterCIDRIPv6 == nil {
+		return nil
+	}
+	return []Flow{remoteClusterMissIPv6(b)}
+}
+
+// remoteClusterMissIPv6 drops undecided IPv6 (reg1=0) for an address of the IPv6 cluster
+// CIDR that no known peer's IPv6 subnet holds.
+//
+//	table=remote, priority=10,ipv6,reg1=0,ipv6_dst=CLUSTER6 actions=drop
+func remoteClusterMissIPv6(b builder) Flow {
+	return b.in("remote").flow(PipelineOwner, PriorityLow,
+		Match{EthType: EthTypeIPv6, Regs: []RegMark{OutPortUnset}, IPv6Dst: b.cfg.ClusterCIDRIPv6}, Drop{})
+}
+
+// egressNodeIPv6: a pod's undecided IPv6 to the gateway, on a dual-stack node with
+// ClusterCIDRIPv6.
+func egressNodeIPv6(b builder) []Flow {
+	if !ipv6On(b.cfg) || b.cfg.ClusterCIDRIPv6 == nil {
+		return nil
+	}
+	return []Flow{egressToGatewayIPv6(b)}
+}
+
+// egressToGatewayIPv6 sends a pod's undecided IPv6 (outside the cluster) to the host
+// through the gateway port: the host routes and masquerades it.
+//
+//	table=egress, priority=100,ipv6,reg0=0x2/0xf,reg1=0 actions=set_field:GWMAC->eth_dst,load:GW->NXM_NX_REG1[],goto_table:output
+func egressToGatewayIPv6(b builder) Flow {
+	s := b.in("egress")
+	return s.flow(PipelineOwner, PriorityNormal,
+		Match{EthType: EthTypeIPv6, Regs: []RegMark{FromPod, OutPortUnset}},
+		SetEthDst{b.cfg.GatewayMAC}, Load{Dst: OutPortField, Value: uint64(b.cfg.GatewayOFPort)},
 		s.next())
 }

@@ -40,6 +40,14 @@ type NodeConfig struct {
 	// are dropped in the remote stage instead of being sent to the host; everything outside
 	// it leaves by the gateway, where the host masquerades.
 	ClusterCIDR *net.IPNet
+	// ClusterCIDRIPv6 is the IPv6 prefix every dual-stack node's IPv6 pod subnet lies in
+	// (e.g. fd00:10:244::/56); nil = not known. Only on a dual-stack node. With it, IPv6
+	// leaves the cluster as IPv4 does: a pod's IPv6 for an address outside the pod
+	// subnets goes to the gateway, where the host masquerades it (nftables table ip6
+	// ofsdn), and an address of it that no local pod, gateway or known peer owns drops in
+	// the remote stage. Without it a pod's IPv6 reaches local pods, the gateway address
+	// and peers' pods only (the rest drops in egress).
+	ClusterCIDRIPv6 *net.IPNet
 	// ServiceCIDR is the Kubernetes service IPv4 range (e.g. 10.96.0.0/12); nil = none.
 	// Pod traffic to it goes to the gateway, where kube-proxy on the host handles it.
 	ServiceCIDR *net.IPNet
@@ -171,18 +179,21 @@ func l3ForwardingNode(b builder) []Flow {
 	return append([]Flow{l3ToGateway(b), l3PodSubnetMiss(b), l3OffSubnet(b)}, l3ForwardingNodeIPv6(b)...)
 }
 
-// remoteNode: the cluster CIDR's miss (with ClusterCIDR).
+// remoteNode: the cluster CIDR's miss (with ClusterCIDR), and on a dual-stack node with
+// ClusterCIDRIPv6 the IPv6 one's.
 func remoteNode(b builder) []Flow {
-	if b.cfg.ClusterCIDR == nil {
-		return nil
+	var fs []Flow
+	if b.cfg.ClusterCIDR != nil {
+		fs = append(fs, remoteClusterMiss(b))
 	}
-	return []Flow{remoteClusterMiss(b)}
+	return append(fs, remoteNodeIPv6(b)...)
 }
 
-// egressNode: undecided pod traffic to the gateway, other undecided traffic dropped;
-// decided traffic is the stage's miss and goes on to output.
+// egressNode: undecided pod traffic to the gateway (IPv6 too on a dual-stack node with
+// ClusterCIDRIPv6), other undecided traffic dropped; decided traffic is the stage's miss
+// and goes on to output.
 func egressNode(b builder) []Flow {
-	return []Flow{egressToGateway(b), egressUndecidedDrop(b)}
+	return append([]Flow{egressToGateway(b), egressUndecidedDrop(b)}, egressNodeIPv6(b)...)
 }
 
 // outputNode: output to reg1.

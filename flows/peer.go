@@ -40,6 +40,10 @@ type Peer struct {
 	NodeIP net.IP
 	// PodSubnet is the peer's IPv4 pod subnet.
 	PodSubnet *net.IPNet
+	// PodSubnetIPv6 is the peer's IPv6 pod subnet on a dual-stack peer, nil if none. A
+	// dual-stack node routes it through the tunnel (on the IPv4 underlay, tun_dst =
+	// NodeIP) as it routes PodSubnet; an IPv4-only node ignores it.
+	PodSubnetIPv6 *net.IPNet
 	// OwnerID is the id of the peer's flow owner (cookie bits 31..0 of its flows, kind
 	// OwnerPeer), 1..2^32-1, unique among the node's peers: allocated by the controller
 	// and recorded in its data directory (controller.PeerIDsFile), so a restarted daemon
@@ -51,7 +55,8 @@ type Peer struct {
 // Validate checks that peer can have flows on the node described by cfg: it has an
 // owner id, the node has a tunnel port, the peer's node IP is IPv4 and not this node's,
 // its pod subnet is IPv4, does not overlap this node's pod subnet and lies in the
-// cluster CIDR (if one is set).
+// cluster CIDR (if one is set); on a dual-stack node its IPv6 pod subnet, if any, is an
+// IPv6 prefix outside fe80::/10 and ff00::/8 that does not overlap this node's.
 func (p Peer) Validate(cfg NodeConfig) error {
 	if p.OwnerID == 0 {
 		return fmt.Errorf("peer %s: owner id 0 is not a peer owner id (1..2^32-1): take the id the controller recorded for the peer", p.Name)
@@ -71,7 +76,7 @@ func (p Peer) Validate(cfg NodeConfig) error {
 	if cfg.ClusterCIDR != nil && !containsNet(cfg.ClusterCIDR, p.PodSubnet) {
 		return fmt.Errorf("peer %s: pod subnet %v is outside cluster CIDR %v: fix the peer's podCIDR or the clusterCIDR", p.Name, p.PodSubnet, cfg.ClusterCIDR)
 	}
-	return nil
+	return p.validateIPv6(cfg)
 }
 
 // LegacyPeerID returns the owner id that builds before peer owner ids were recorded gave
@@ -92,13 +97,15 @@ func PeerFlows(cfg NodeConfig, p Peer) []Flow {
 	return builder{p: std, cfg: cfg}.peerFlows(p)
 }
 
-// peerFlows is PeerFlows on b's pipeline.
+// peerFlows is PeerFlows on b's pipeline: on a dual-stack node with a dual-stack peer
+// also its IPv6 flows (dualstack.go), after the IPv4 ones.
 func (b builder) peerFlows(p Peer) []Flow {
-	return []Flow{
+	fs := []Flow{
 		tunnelIngressPeer(b, p),
 		arpResponderPeer(b, p),
 		remotePeer(b, p),
 	}
+	return append(fs, b.peerFlowsIPv6(p)...)
 }
 
 // tunnelIngressPeer accepts IP that arrived through the tunnel from the peer's node IP

@@ -210,7 +210,7 @@ var features = []Feature{
 	{Name: FeatureOverlay, Purpose: "peer nodes through the flow-based tunnel port", On: overlayOn, Stages: []Stage{
 		// 10: per peer: tun_src = the peer's node IP and nw_src in its pod subnet → service;
 		// anything else from the tunnel drops.
-		{ID: 10, Name: "tunnel_ingress", Miss: MissDrop,
+		{ID: 10, Name: "tunnel_ingress", Miss: MissDrop, node: tunnelIngressNode,
 			Purpose: "accept tunnelled IP only from known peers and their pod subnets"},
 		// 70: per peer: nw_dst in the peer's pod subnet → tun_dst = its node IP, reg1 = the
 		// tunnel ofport. Undecided (reg1=0) IP for any other cluster-CIDR address drops; the

@@ -94,8 +94,8 @@ func docFlows() (NodeConfig, []Flow) {
 
 // TestPipelineDocDualStack: the block of docs/pipeline.md's section "Dual-stack node: the
 // IPv6 flows" is exactly the flows the dual-stack node (the doc's node with an IPv6 pod
-// subnet and NetworkPolicy off) and its pod A have beyond the IPv4-only node's, in the
-// order of a dump (table, priority, owner kind).
+// subnet, its IPv6 cluster CIDR and NetworkPolicy off), its pod A and its dual-stack peer B have beyond the
+// IPv4-only node's, in the order of a dump (table, priority, owner kind).
 func TestPipelineDocDualStack(t *testing.T) {
 	data, err := os.ReadFile("../docs/pipeline.md")
 	if err != nil {
@@ -119,12 +119,12 @@ func TestPipelineDocDualStack(t *testing.T) {
 	}
 	v4 := testConfig()
 	old := map[string]bool{}
-	for _, f := range append(PipelineFlows(v4), PodFlows(v4, testPodA())...) {
+	for _, f := range append(append(PipelineFlows(v4), PodFlows(v4, testPodA())...), PeerFlows(v4, testPeerB())...) {
 		old[f.Format(docPorts)] = true
 	}
-	cfg := testDualStackConfig()
+	cfg := testDualStackEgressConfig()
 	var fs []Flow
-	for _, f := range append(PipelineFlows(cfg), PodFlows(cfg, testDualPodA())...) {
+	for _, f := range append(append(PipelineFlows(cfg), PodFlows(cfg, testDualPodA())...), PeerFlows(cfg, testDualPeerB())...) {
 		if !old[f.Format(docPorts)] {
 			fs = append(fs, f)
 		}

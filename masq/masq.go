@@ -12,6 +12,22 @@
 //	  }
 //	}
 //
+// On a dual-stack node (Rules.PodSubnetIPv6) with egress masquerade on, a table of the
+// ip6 family of the same name holds IPv6's egress rules (issue 23), written in the same
+// transaction:
+//
+//	table ip6 ofsdn {
+//	  chain postrouting {
+//	    type nat hook postrouting priority srcnat; policy accept;
+//	    ip6 saddr POD6 ip6 daddr CLUSTER6 return
+//	    ip6 saddr POD6 ip6 daddr ff00::/8 return
+//	    ip6 saddr POD6 masquerade
+//	  }
+//	}
+//
+// It has no service return-path rule: Services are IPv4 only (the pipeline sends no
+// IPv6 to kube-proxy as Service traffic).
+//
 // Calls act on the network namespace of the calling thread.
 //
 // Design history: pods reach the outside through the gateway port (the egress stage of package flows), so
@@ -73,7 +89,24 @@ type Rules struct {
 	// Masquerade masquerades pod traffic leaving the cluster CIDR to the node's address
 	// (egress). The service return-path rule is installed either way.
 	Masquerade bool
+	// PodSubnetIPv6 is this node's IPv6 pod subnet on a dual-stack node, nil on an
+	// IPv4-only one. With it and Masquerade, table ip6 ofsdn masquerades pods' IPv6
+	// leaving the IPv6 cluster CIDR; without either, no such table is left.
+	PodSubnetIPv6 *net.IPNet
+	// ClusterCIDRIPv6 is the IPv6 cluster CIDR: IPv6 destinations inside it keep the
+	// pod's source. Nil = only PodSubnetIPv6 is inside.
+	ClusterCIDRIPv6 *net.IPNet
 }
+
+func (r Rules) inside6() *net.IPNet {
+	if r.ClusterCIDRIPv6 != nil {
+		return r.ClusterCIDRIPv6
+	}
+	return r.PodSubnetIPv6
+}
+
+// ipv6 reports whether the rules have a table ip6 ofsdn.
+func (r Rules) ipv6() bool { return r.PodSubnetIPv6 != nil && r.Masquerade }
 
 func (r Rules) inside() *net.IPNet {
 	if r.ClusterCIDR != nil {
@@ -88,6 +121,17 @@ func (r Rules) validate() error {
 	}
 	if r.ClusterCIDR != nil && r.ClusterCIDR.IP.To4() == nil {
 		return errors.New("masq: cluster CIDR must be an IPv4 CIDR")
+	}
+	for _, c := range []struct {
+		what string
+		n    *net.IPNet
+	}{{"IPv6 pod subnet", r.PodSubnetIPv6}, {"IPv6 cluster CIDR", r.ClusterCIDRIPv6}} {
+		if c.n != nil && (c.n.IP.To4() != nil || len(c.n.IP) != net.IPv6len || len(c.n.Mask) != net.IPv6len) {
+			return fmt.Errorf("masq: %s %v must be an IPv6 CIDR", c.what, c.n)
+		}
+	}
+	if r.ClusterCIDRIPv6 != nil && r.PodSubnetIPv6 == nil {
+		return fmt.Errorf("masq: IPv6 cluster CIDR %v without an IPv6 pod subnet", r.ClusterCIDRIPv6)
 	}
 	return nil
 }
@@ -114,6 +158,34 @@ func (r Rules) postroutingRules() []rule {
 		)
 	}
 	return rules
+}
+
+// postroutingRules6 returns the rules of table ip6 ofsdn's PostroutingChain, in order.
+func (r Rules) postroutingRules6() []rule {
+	pod, inside := r.PodSubnetIPv6, r.inside6()
+	_, multicast, _ := net.ParseCIDR("ff00::/8")
+	ret := &expr.Verdict{Kind: expr.VerdictReturn}
+	return []rule{
+		{exprs: concat(matchNet6(ip6Saddr, pod), matchNet6(ip6Daddr, inside), []expr.Any{ret}), comment: commentEgress},
+		{exprs: concat(matchNet6(ip6Saddr, pod), matchNet6(ip6Daddr, multicast), []expr.Any{ret}), comment: commentEgress},
+		{exprs: concat(matchNet6(ip6Saddr, pod), []expr.Any{&expr.Masq{}}), comment: commentEgress},
+	}
+}
+
+// IPv6 header offsets of the source and destination address (RFC 8200 §3).
+const (
+	ip6Saddr = 8
+	ip6Daddr = 24
+)
+
+// matchNet6 matches the IPv6 address at offset (ip6Saddr, ip6Daddr) against n: nft's
+// "ip6 saddr fd00:10:244:1::/64".
+func matchNet6(offset uint32, n *net.IPNet) []expr.Any {
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: net.IPv6len},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: net.IPv6len, Mask: []byte(n.Mask), Xor: make([]byte, net.IPv6len)},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte(n.IP.Mask(n.Mask).To16())},
+	}
 }
 
 // IPv4 header offsets of the source and destination address.
@@ -152,9 +224,18 @@ func concat(parts ...[]expr.Any) []expr.Any {
 
 func table() *nftables.Table { return &nftables.Table{Name: Table, Family: nftables.TableFamilyIPv4} }
 
-// tableExists reports whether the calling thread's network namespace has the table.
+func table6() *nftables.Table { return &nftables.Table{Name: Table, Family: nftables.TableFamilyIPv6} }
+
+// tableExists reports whether the calling thread's network namespace has the table of
+// the IPv4 family.
 func tableExists(c *nftables.Conn) (bool, error) {
-	tables, err := c.ListTablesOfFamily(nftables.TableFamilyIPv4)
+	return familyTableExists(c, nftables.TableFamilyIPv4)
+}
+
+// familyTableExists reports whether the calling thread's network namespace has the
+// table of family f.
+func familyTableExists(c *nftables.Conn, f nftables.TableFamily) (bool, error) {
+	tables, err := c.ListTablesOfFamily(f)
 	if err != nil {
 		return false, err
 	}
@@ -166,9 +247,22 @@ func tableExists(c *nftables.Conn) (bool, error) {
 	return false, nil
 }
 
+// addTable adds t with its postrouting chain and rules to c's transaction.
+func addTable(c *nftables.Conn, t *nftables.Table, rules []rule) {
+	c.AddTable(t)
+	ch := c.AddChain(&nftables.Chain{Name: PostroutingChain, Table: t, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource})
+	for _, ru := range rules {
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: ru.exprs,
+			UserData: userdata.AppendString(nil, userdata.TypeComment, ru.comment)})
+	}
+}
+
 // Ensure installs the rules, idempotently: the table is replaced (deleted, if there, and
 // written anew) in one nftables transaction, so there is no moment without rules and a
-// changed pod subnet leaves nothing of the old one. Connections already translated keep
+// changed pod subnet leaves nothing of the old one. The IPv6 table (r.PodSubnetIPv6 with
+// r.Masquerade) is replaced in the same transaction, or deleted there when the rules
+// have none. Connections already translated keep
 // their conntrack entries. It returns an error naming the table and the netlink failure
 // (e.g. no nf_tables in the kernel, or no CAP_NET_ADMIN: run the daemon privileged).
 func Ensure(r Rules) error {
@@ -183,24 +277,31 @@ func Ensure(r Rules) error {
 	if err != nil {
 		return fmt.Errorf("masq: list nftables tables: %w (the daemon needs CAP_NET_ADMIN and nf_tables)", err)
 	}
+	exists6, err := familyTableExists(c, nftables.TableFamilyIPv6)
+	if err != nil {
+		return fmt.Errorf("masq: list nftables tables: %w (the daemon needs CAP_NET_ADMIN and nf_tables)", err)
+	}
 	t := table()
 	if exists {
 		c.DelTable(t)
 	}
-	c.AddTable(t)
-	ch := c.AddChain(&nftables.Chain{Name: PostroutingChain, Table: t, Type: nftables.ChainTypeNAT,
-		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource})
-	for _, ru := range r.postroutingRules() {
-		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: ru.exprs,
-			UserData: userdata.AppendString(nil, userdata.TypeComment, ru.comment)})
+	addTable(c, t, r.postroutingRules())
+	if exists6 {
+		c.DelTable(table6())
+	}
+	if r.ipv6() {
+		addTable(c, table6(), r.postroutingRules6())
 	}
 	if err := c.Flush(); err != nil {
+		if r.ipv6() {
+			return fmt.Errorf("masq: write nftables tables ip %s and ip6 %s: %w", Table, Table, err)
+		}
 		return fmt.Errorf("masq: write nftables table ip %s: %w", Table, err)
 	}
 	return nil
 }
 
-// Delete removes the table; a missing table is not an error.
+// Delete removes the tables (ip ofsdn and ip6 ofsdn); a missing table is not an error.
 func Delete() error {
 	c, err := nftables.New()
 	if err != nil {
@@ -210,12 +311,21 @@ func Delete() error {
 	if err != nil {
 		return fmt.Errorf("masq: list nftables tables: %w", err)
 	}
-	if !exists {
+	exists6, err := familyTableExists(c, nftables.TableFamilyIPv6)
+	if err != nil {
+		return fmt.Errorf("masq: list nftables tables: %w", err)
+	}
+	if !exists && !exists6 {
 		return nil
 	}
-	c.DelTable(table())
+	if exists {
+		c.DelTable(table())
+	}
+	if exists6 {
+		c.DelTable(table6())
+	}
 	if err := c.Flush(); err != nil {
-		return fmt.Errorf("masq: delete nftables table ip %s: %w", Table, err)
+		return fmt.Errorf("masq: delete nftables tables ip %s and ip6 %s: %w", Table, Table, err)
 	}
 	return nil
 }
@@ -231,6 +341,27 @@ func EnableIPForward() error {
 	}
 	if err := os.WriteFile(f, []byte("1\n"), 0o644); err != nil {
 		return fmt.Errorf("masq: enable IPv4 forwarding (%s): %w", f, err)
+	}
+	return nil
+}
+
+// IPv6ForwardSysctl is the file of net.ipv6.conf.all.forwarding (proc(5),
+// /proc/sys/net/ipv6/conf): "1" when the node routes IPv6 between interfaces.
+const IPv6ForwardSysctl = "/proc/sys/net/ipv6/conf/all/forwarding"
+
+// EnableIPv6Forward turns on IPv6 forwarding (net.ipv6.conf.all.forwarding=1) in the
+// calling thread's network namespace, which a dual-stack node needs to route its pods'
+// IPv6 egress from the gateway to the uplink. Linux then ignores Router Advertisements on
+// every interface whose accept_ra is 1 (the default; 2 accepts them while forwarding), so
+// a host that takes its own IPv6 address or default route from RAs must set accept_ra=2
+// on its uplink. It returns an error naming the sysctl file.
+func EnableIPv6Forward() error {
+	const f = IPv6ForwardSysctl
+	if b, err := os.ReadFile(f); err == nil && len(b) > 0 && b[0] == '1' {
+		return nil
+	}
+	if err := os.WriteFile(f, []byte("1\n"), 0o644); err != nil {
+		return fmt.Errorf("masq: enable IPv6 forwarding (%s): %w", f, err)
 	}
 	return nil
 }

@@ -140,3 +140,143 @@ func TestEnableIPForward(t *testing.T) {
 		t.Fatalf("ip_forward in the namespace = %q (%v), want 1", out, err)
 	}
 }
+
+// dualRules are a dual-stack node's rules: IPv4 as TestEnsureIdempotentAndDelete's, IPv6
+// pod subnet fd00:10:244:1::/64 in cluster CIDR fd00:10:244::/56.
+func dualRules() Rules {
+	return Rules{PodSubnet: cidr("10.244.1.0/24"), ClusterCIDR: cidr("10.244.0.0/16"), Masquerade: true,
+		PodSubnetIPv6: cidr("fd00:10:244:1::/64"), ClusterCIDRIPv6: cidr("fd00:10:244::/56")}
+}
+
+// TestEnsureIPv6: a dual-stack node's rules add table ip6 ofsdn with the egress rules
+// (cluster and multicast keep their source, the rest is masqueraded) beside the IPv4
+// table, idempotently; masquerade off, an IPv4-only node and Delete leave no ip6 table.
+func TestEnsureIPv6(t *testing.T) {
+	name, n := newNetns(t)
+	in(t, n, func() error { return Ensure(dualRules()) })
+	first := dump(t, name)
+	_, v6, _ := strings.Cut(first, "table ip6 ofsdn {")
+	for _, want := range []string{
+		"chain postrouting {",
+		"type nat hook postrouting priority srcnat; policy accept;",
+		`ip6 saddr fd00:10:244:1::/64 ip6 daddr fd00:10:244::/56 return comment "ofsdn: pod egress"`,
+		`ip6 saddr fd00:10:244:1::/64 ip6 daddr ff00::/8 return comment "ofsdn: pod egress"`,
+		`ip6 saddr fd00:10:244:1::/64 masquerade comment "ofsdn: pod egress"`,
+	} {
+		if !strings.Contains(v6, want) {
+			t.Errorf("missing %s in table ip6 ofsdn:\n%s", want, first)
+		}
+	}
+	if !strings.Contains(first, `ip saddr 10.244.1.0/24 masquerade comment "ofsdn: pod egress"`) || strings.Contains(v6, "ct status dnat") {
+		t.Errorf("IPv4 table changed, or a service rule in the IPv6 one:\n%s", first)
+	}
+	in(t, n, func() error { return Ensure(dualRules()) })
+	if again := dump(t, name); again != first {
+		t.Errorf("second Ensure changed the rules:\n%s\nvs\n%s", first, again)
+	}
+	for _, c := range []struct {
+		name string
+		mod  func(*Rules)
+	}{
+		{"masquerade off", func(r *Rules) { r.Masquerade = false }},
+		{"IPv4-only", func(r *Rules) { r.PodSubnetIPv6, r.ClusterCIDRIPv6 = nil, nil }},
+	} {
+		in(t, n, func() error { return Ensure(dualRules()) })
+		r := dualRules()
+		c.mod(&r)
+		in(t, n, func() error { return Ensure(r) })
+		if got := dump(t, name); strings.Contains(got, "table ip6 ofsdn") || !strings.Contains(got, "table ip ofsdn") {
+			t.Errorf("%s: want table ip ofsdn only:\n%s", c.name, got)
+		}
+	}
+	in(t, n, func() error { return Ensure(dualRules()) })
+	in(t, n, Delete)
+	if left := dump(t, name); strings.Contains(left, "ofsdn") {
+		t.Errorf("Delete left rules behind:\n%s", left)
+	}
+	r := dualRules()
+	r.PodSubnetIPv6 = cidr("10.9.0.0/24")
+	if err := Ensure(r); err == nil || !strings.Contains(err.Error(), "must be an IPv6 CIDR") {
+		t.Errorf("Ensure with an IPv4 IPv6 pod subnet: %v", err)
+	}
+}
+
+// TestIPv6EgressMasqueraded: a node namespace routes between a pod namespace (pod subnet
+// fd00:10:244:1::/64 behind its gw veth), another node's pod (fd00:10:244:2::/64, inside
+// the IPv6 cluster CIDR) and the outside (fd00:30::/64 on its uplink), with Ensure's
+// rules and IPv6 forwarding on: the outside receives the pod's datagram from the node's
+// uplink address, the other node's pod from the pod's own address.
+func TestIPv6EgressMasqueraded(t *testing.T) {
+	node, nodeNS := newNetns(t)
+	pod, podNS := newNetns(t)
+	out, outNS := newNetns(t)
+	other, otherNS := newNetns(t)
+	run := func(args ...string) {
+		t.Helper()
+		if o, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, o)
+		}
+	}
+	link := func(peerNS, nodeIf, nodeAddr, peerAddr, peerGW string) {
+		run("ip", "-n", node, "link", "add", nodeIf, "type", "veth", "peer", "name", "eth0", "netns", peerNS)
+		run("ip", "-n", node, "addr", "add", nodeAddr, "dev", nodeIf, "nodad")
+		run("ip", "-n", node, "link", "set", nodeIf, "up")
+		run("ip", "-n", peerNS, "addr", "add", peerAddr, "dev", "eth0", "nodad")
+		run("ip", "-n", peerNS, "link", "set", "eth0", "up")
+		if peerGW != "" {
+			run("ip", "-n", peerNS, "-6", "route", "add", "default", "via", peerGW)
+		}
+	}
+	link(pod, "gw", "fd00:10:244:1::1/64", "fd00:10:244:1::5/64", "fd00:10:244:1::1")
+	link(other, "tun", "fd00:10:244:2::1/64", "fd00:10:244:2::5/64", "fd00:10:244:2::1")
+	link(out, "uplink", "fd00:30::1/64", "fd00:30::200/64", "") // no route back: replies go to the node
+	in(t, nodeNS, EnableIPv6Forward)
+	in(t, nodeNS, func() error { return Ensure(dualRules()) })
+
+	// source returns the address a datagram from the pod to dst arrives from in ns.
+	source := func(ns ns.NetNS, dst string) string {
+		t.Helper()
+		var srv *net.UDPConn
+		in(t, ns, func() (err error) {
+			srv, err = net.ListenUDP("udp6", &net.UDPAddr{IP: net.ParseIP(dst), Port: 9999})
+			return err
+		})
+		defer srv.Close()
+		in(t, podNS, func() error {
+			c, err := net.Dial("udp6", "["+dst+"]:9999")
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			for i := 0; i < 3; i++ { // the first may wait on neighbor discovery
+				if _, err := c.Write([]byte("from a pod")); err != nil {
+					return err
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			return nil
+		})
+		_ = srv.SetReadDeadline(time.Now().Add(5 * time.Second))
+		buf := make([]byte, 64)
+		_, from, err := srv.ReadFromUDP(buf)
+		if err != nil {
+			t.Fatalf("nothing arrived at %s: %v", dst, err)
+		}
+		return from.IP.String()
+	}
+	if got := source(outNS, "fd00:30::200"); got != "fd00:30::1" {
+		t.Errorf("the outside got the pod's datagram from %s, want the node's fd00:30::1 (masqueraded)", got)
+	}
+	if got := source(otherNS, "fd00:10:244:2::5"); got != "fd00:10:244:1::5" {
+		t.Errorf("the other node's pod got the datagram from %s, want the pod's own fd00:10:244:1::5", got)
+	}
+}
+
+func TestEnableIPv6Forward(t *testing.T) {
+	name, n := newNetns(t)
+	in(t, n, EnableIPv6Forward)
+	out, err := exec.Command("ip", "netns", "exec", name, "cat", "/proc/sys/net/ipv6/conf/all/forwarding").Output()
+	if err != nil || strings.TrimSpace(string(out)) != "1" {
+		t.Fatalf("IPv6 forwarding in the namespace = %q (%v), want 1", out, err)
+	}
+}

@@ -35,6 +35,9 @@ type Cluster struct {
 	// ClusterCIDR is the IPv4 prefix every pod subnet is cut from (config, else the
 	// source's); never nil.
 	ClusterCIDR *net.IPNet
+	// ClusterCIDRIPv6 is the IPv6 prefix every IPv6 pod subnet is cut from (config, else
+	// the source's) on a dual-stack node; nil = not known (no IPv6 egress) or IPv4-only.
+	ClusterCIDRIPv6 *net.IPNet
 	// ServiceCIDR is the service IPv4 range (config only); nil = none.
 	ServiceCIDR *net.IPNet
 	// NodeIP is this node's underlay IPv4 address: the config's, else the source's, else
@@ -60,6 +63,8 @@ type ClusterOptions struct {
 	NodeName string
 	// ClusterCIDR overrides the source's cluster CIDR; nil = the source's.
 	ClusterCIDR *net.IPNet
+	// ClusterCIDRIPv6 overrides the source's IPv6 cluster CIDR; nil = the source's.
+	ClusterCIDRIPv6 *net.IPNet
 	// ServiceCIDR is the service IPv4 range; nil = none.
 	ServiceCIDR *net.IPNet
 	// NodeIP fixes the node IP (IPv4): the source's and its changes are ignored; nil =
@@ -147,6 +152,15 @@ func Prepare(waitCtx, runCtx context.Context, src Source, o ClusterOptions) (*Cl
 	if c.ClusterCIDR == nil {
 		return nil, errors.New("no cluster CIDR: set clusterCIDR in the config (or in the topology file / FLANNEL_NETWORK)")
 	}
+	if c.PodSubnetIPv6 != nil {
+		c.ClusterCIDRIPv6 = local.ClusterCIDRIPv6
+		if o.ClusterCIDRIPv6 != nil {
+			c.ClusterCIDRIPv6 = o.ClusterCIDRIPv6
+		}
+		if cc := c.ClusterCIDRIPv6; cc != nil && !cc.Contains(c.PodSubnetIPv6.IP) {
+			return nil, fmt.Errorf("IPv6 cluster CIDR %v does not contain this node's IPv6 pod subnet %v: fix clusterCIDRIPv6 in the config (or the topology file / FLANNEL_IPV6_NETWORK)", cc, c.PodSubnetIPv6)
+		}
+	}
 	c.ServiceCIDR = o.ServiceCIDR
 	c.NodeIP = local.NodeIP
 	if o.NodeIP != nil {
@@ -181,7 +195,7 @@ func Prepare(waitCtx, runCtx context.Context, src Source, o ClusterOptions) (*Cl
 		c.Masquerade = *o.Masquerade
 	}
 	log.Info("cluster settings", "topology", name, "node", o.NodeName, "pod_subnet", c.PodSubnet, "pod_subnet_ipv6", fmt.Sprint(c.PodSubnetIPv6),
-		"cluster_cidr", c.ClusterCIDR, "service_cidr", c.ServiceCIDR, "node_ip", c.NodeIP,
+		"cluster_cidr", c.ClusterCIDR, "cluster_cidr_ipv6", fmt.Sprint(c.ClusterCIDRIPv6), "service_cidr", c.ServiceCIDR, "node_ip", c.NodeIP,
 		"underlay", underlay.Name, "underlay_mtu", underlay.MTU, "mtu", c.MTU, "masquerade", c.Masquerade)
 	return c, nil
 }

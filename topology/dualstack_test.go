@@ -13,6 +13,7 @@ func TestFileSpecPodSubnets(t *testing.T) {
 	l, peers, err := ParseFileSpec([]byte(`
 nodeName: node-a
 podSubnets: [10.244.1.0/24, "fd00:10:244:1::/64"]
+clusterCIDRIPv6: "fd00:10:244::/56"
 peers:
 - {name: node-b, podSubnets: [10.244.2.0/24, "fd00:10:244:2::/64"], nodeIP: 172.16.0.2}
 - {name: node-c, podSubnet: 10.244.3.0/24, nodeIP: 172.16.0.3}
@@ -22,6 +23,9 @@ peers:
 	}
 	if l.PodSubnet.String() != "10.244.1.0/24" || l.PodSubnetIPv6.String() != "fd00:10:244:1::/64" {
 		t.Fatalf("local subnets %v %v", l.PodSubnet, l.PodSubnetIPv6)
+	}
+	if l.ClusterCIDRIPv6.String() != "fd00:10:244::/56" {
+		t.Fatalf("IPv6 cluster CIDR %v", l.ClusterCIDRIPv6)
 	}
 	if b := peers["node-b"]; b.PodSubnetIPv6.String() != "fd00:10:244:2::/64" || b.PodSubnet.String() != "10.244.2.0/24" {
 		t.Fatalf("peer b %v", b)
@@ -34,6 +38,7 @@ peers:
 		{"nodeName: a\npodSubnets: [10.0.0.0/24, 10.1.0.0/24]", "second entry"},
 		{"nodeName: a\npodSubnet: 10.9.0.0/24\npodSubnets: [10.0.0.0/24]", "is not the list's IPv4 entry"},
 		{"nodeName: a\npodSubnets: [10.0.0.0/24, \"fd00::/127\"]", "/126 or shorter"},
+		{"nodeName: a\npodSubnet: 10.0.0.0/24\nclusterCIDRIPv6: 10.0.0.0/8", "clusterCIDRIPv6"},
 	} {
 		if _, _, err := ParseFileSpec([]byte(c.spec)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: %v, want an error saying %q", c.spec, err, c.want)
@@ -67,8 +72,8 @@ func TestFlannelEnvIPv6(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.PodSubnet.String() != "10.244.1.0/24" || l.PodSubnetIPv6.String() != "fd00:10:244:1::/64" {
-		t.Fatalf("subnets %v %v", l.PodSubnet, l.PodSubnetIPv6)
+	if l.PodSubnet.String() != "10.244.1.0/24" || l.PodSubnetIPv6.String() != "fd00:10:244:1::/64" || l.ClusterCIDRIPv6.String() != "fd00:10:244::/56" {
+		t.Fatalf("subnets %v %v, IPv6 cluster CIDR %v", l.PodSubnet, l.PodSubnetIPv6, l.ClusterCIDRIPv6)
 	}
 	if _, err := ParseFlannelEnv([]byte("FLANNEL_SUBNET=10.244.1.1/24\nFLANNEL_IPV6_SUBNET=10.9.0.1/24\n")); err == nil || !strings.Contains(err.Error(), "FLANNEL_IPV6_SUBNET") {
 		t.Fatalf("an IPv4 FLANNEL_IPV6_SUBNET: %v", err)

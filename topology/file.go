@@ -30,11 +30,14 @@ import (
 //	- {name: node-b, podSubnet: 10.244.2.0/24, nodeIP: 172.16.0.2}
 //
 // A dual-stack node lists its pod subnets, IPv4 first, instead of (or beside an equal)
-// podSubnet: podSubnets: [10.244.1.0/24, fd00:10:244:1::/64]; a peer likewise (its IPv6
-// subnet is carried, not yet forwarded to: cross-node IPv6 is a later slice of issue 23).
+// podSubnet: podSubnets: [10.244.1.0/24, fd00:10:244:1::/64]; a peer likewise (a
+// dual-stack node routes its IPv6 subnet through the tunnel), and clusterCIDRIPv6:
+// fd00:10:244::/56 is the IPv6 prefix they are cut from (IPv6 egress needs it).
 type FileSpec struct {
 	// ClusterCIDR is the IPv4 prefix every pod subnet is cut from.
 	ClusterCIDR string `json:"clusterCIDR"`
+	// ClusterCIDRIPv6 is the IPv6 prefix every IPv6 pod subnet is cut from; optional.
+	ClusterCIDRIPv6 string `json:"clusterCIDRIPv6,omitempty"`
 	// NodeName is this node's name.
 	NodeName string `json:"nodeName"`
 	// PodSubnet is this node's IPv4 pod subnet.
@@ -178,7 +181,7 @@ func (f *File) reload(ctx context.Context) error {
 func ParseFileSpec(b []byte) (Local, map[string]Peer, error) {
 	var s FileSpec
 	if err := yaml.UnmarshalStrict(b, &s); err != nil {
-		return Local{}, nil, fmt.Errorf("%w (keys: clusterCIDR, nodeName, podSubnet, podSubnets, nodeIP, mtu, peers[].name/podSubnet/podSubnets/nodeIP)", err)
+		return Local{}, nil, fmt.Errorf("%w (keys: clusterCIDR, clusterCIDRIPv6, nodeName, podSubnet, podSubnets, nodeIP, mtu, peers[].name/podSubnet/podSubnets/nodeIP)", err)
 	}
 	var l Local
 	var err error
@@ -196,6 +199,11 @@ func ParseFileSpec(b []byte) (Local, map[string]Peer, error) {
 	if s.ClusterCIDR != "" {
 		if l.ClusterCIDR, err = parseIPv4Net(s.ClusterCIDR); err != nil {
 			return Local{}, nil, fmt.Errorf("clusterCIDR: %w", err)
+		}
+	}
+	if s.ClusterCIDRIPv6 != "" {
+		if l.ClusterCIDRIPv6, err = parseIPv6Net(s.ClusterCIDRIPv6); err != nil {
+			return Local{}, nil, fmt.Errorf("clusterCIDRIPv6: %w", err)
 		}
 	}
 	if s.NodeIP != "" {
@@ -235,9 +243,9 @@ func ParseFileSpec(b []byte) (Local, map[string]Peer, error) {
 // /run/flannel/subnet.env): FLANNEL_NETWORK (cluster CIDR), FLANNEL_SUBNET (this node's
 // subnet, written with the gateway address, e.g. 10.244.1.1/24), FLANNEL_MTU (bytes),
 // FLANNEL_IPMASQ (true/false), and on a dual-stack flannel FLANNEL_IPV6_SUBNET (this
-// node's IPv6 subnet, e.g. fd00:10:244:1::1/64: a dual-stack node). FLANNEL_SUBNET is
-// required; other keys (FLANNEL_IPV6_NETWORK among them: no IPv6 cluster CIDR is used
-// yet) are ignored. The node name is the host name.
+// node's IPv6 subnet, e.g. fd00:10:244:1::1/64: a dual-stack node) and
+// FLANNEL_IPV6_NETWORK (the IPv6 cluster CIDR). FLANNEL_SUBNET is required; other keys
+// are ignored. The node name is the host name.
 func ParseFlannelEnv(b []byte) (Local, error) {
 	var l Local
 	vals := map[string]string{}
@@ -264,6 +272,11 @@ func ParseFlannelEnv(b []byte) (Local, error) {
 	if v, ok := vals["FLANNEL_IPV6_SUBNET"]; ok && v != "" {
 		if l.PodSubnetIPv6, err = parseIPv6Net(v); err != nil {
 			return l, fmt.Errorf("FLANNEL_IPV6_SUBNET: %w", err)
+		}
+	}
+	if v, ok := vals["FLANNEL_IPV6_NETWORK"]; ok && v != "" {
+		if l.ClusterCIDRIPv6, err = parseIPv6Net(v); err != nil {
+			return l, fmt.Errorf("FLANNEL_IPV6_NETWORK: %w", err)
 		}
 	}
 	if v, ok := vals["FLANNEL_NETWORK"]; ok {

@@ -35,6 +35,10 @@ type Local struct {
 	// ClusterCIDR is the IPv4 prefix every pod subnet is cut from (FLANNEL_NETWORK);
 	// nil when the source does not say (Kubernetes: it comes from the daemon's config).
 	ClusterCIDR *net.IPNet
+	// ClusterCIDRIPv6 is the IPv6 prefix every dual-stack node's IPv6 pod subnet is cut
+	// from (the file's clusterCIDRIPv6, FLANNEL_IPV6_NETWORK); nil when the source does
+	// not say.
+	ClusterCIDRIPv6 *net.IPNet
 	// MTU is the pod MTU the source asks for in bytes (FLANNEL_MTU); 0 = not set.
 	MTU int
 	// IPMasq is the source's masquerade choice (FLANNEL_IPMASQ); nil = not set.
@@ -49,8 +53,8 @@ type Peer struct {
 	NodeIP net.IP
 	// PodSubnet is the node's IPv4 pod subnet.
 	PodSubnet *net.IPNet
-	// PodSubnetIPv6 is the node's IPv6 pod subnet on a dual-stack node, nil if none.
-	// Carried only: cross-node IPv6 is not forwarded yet (issue 23), so no flow uses it.
+	// PodSubnetIPv6 is the node's IPv6 pod subnet on a dual-stack node, nil if none; a
+	// dual-stack node routes it to the peer as PodSubnet.
 	PodSubnetIPv6 *net.IPNet
 }
 
@@ -185,7 +189,8 @@ func (t *tracker) deletePeer(name string) []Event {
 
 func localEqual(a, b Local) bool {
 	return a.Name == b.Name && a.NodeIP.Equal(b.NodeIP) && netEqual(a.PodSubnet, b.PodSubnet) &&
-		netEqual(a.PodSubnetIPv6, b.PodSubnetIPv6) && netEqual(a.ClusterCIDR, b.ClusterCIDR) && a.MTU == b.MTU &&
+		netEqual(a.PodSubnetIPv6, b.PodSubnetIPv6) && netEqual(a.ClusterCIDR, b.ClusterCIDR) &&
+		netEqual(a.ClusterCIDRIPv6, b.ClusterCIDRIPv6) && a.MTU == b.MTU &&
 		(a.IPMasq == nil) == (b.IPMasq == nil) && (a.IPMasq == nil || *a.IPMasq == *b.IPMasq)
 }
 

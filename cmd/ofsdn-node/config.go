@@ -97,6 +97,12 @@ type Config struct {
 	// ClusterCIDR is the IPv4 range every node's pod subnet is cut from; default the
 	// topology's (FLANNEL_NETWORK, clusterCIDR of the file); required with a topology.
 	ClusterCIDR string `json:"clusterCIDR"`
+	// ClusterCIDRIPv6 is the IPv6 range every dual-stack node's IPv6 pod subnet is cut
+	// from (e.g. fd00:10:244::/56); default the topology's (clusterCIDRIPv6 of the file,
+	// FLANNEL_IPV6_NETWORK). With it a dual-stack node's pods reach the outside over IPv6,
+	// masqueraded (nftables table ip6 ofsdn) when masquerade is on; without it their IPv6
+	// stays inside the cluster (local pods, the gateway, peers' pods).
+	ClusterCIDRIPv6 string `json:"clusterCIDRIPv6"`
 	// ServiceCIDR is the Kubernetes service IPv4 range, sent to the gateway for kube-proxy;
 	// "" = none.
 	ServiceCIDR string `json:"serviceCIDR"`
@@ -231,6 +237,7 @@ func loadConfig(args []string) (Config, error) {
 	fs.StringVar(&cfg.NodeName, "node-name", cfg.NodeName, "this node's name (default $NODE_NAME, else the host name)")
 	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", cfg.Kubeconfig, "kubeconfig for -topology kubernetes (default in-cluster)")
 	fs.StringVar(&cfg.ClusterCIDR, "cluster-cidr", cfg.ClusterCIDR, "IPv4 range of all pod subnets (default from the topology)")
+	fs.StringVar(&cfg.ClusterCIDRIPv6, "cluster-cidr-ipv6", cfg.ClusterCIDRIPv6, "IPv6 range of all IPv6 pod subnets on dual-stack nodes (default from the topology)")
 	fs.StringVar(&cfg.ServiceCIDR, "service-cidr", cfg.ServiceCIDR, "Kubernetes service IPv4 range, sent to the gateway")
 	fs.StringVar(&cfg.NodeIP, "node-ip", cfg.NodeIP, "this node's underlay IPv4 address (default from the topology or the default route)")
 	fs.StringVar(&cfg.TunnelType, "tunnel-type", cfg.TunnelType, "vxlan or geneve")
@@ -265,7 +272,7 @@ func loadConfig(args []string) (Config, error) {
 			return cfg, fmt.Errorf("config file %s: %w", *file, err)
 		}
 		if err := yaml.UnmarshalStrict(b, &fromFile); err != nil {
-			return cfg, fmt.Errorf("config file %s: %w (keys are: podSubnet, podSubnets, bridge, gateway, datapathType, ovs, underlayBridge, ovsdb, ovsRunDir, socket, dataDir, mtu, startTimeout, addTimeout, flowAuditInterval, logLevel, logFormat, metricsAddress, ctlSocket, topology, topologyFile, nodeName, kubeconfig, clusterCIDR, serviceCIDR, nodeIP, tunnelType, tunnelPort, masquerade, cniBinDir, cniConfDir, pluginBinary, networkPolicy, policyDenyLog, policyDenyLogRate, serviceProxy, serviceAffinityLearnMax)", *file, err)
+			return cfg, fmt.Errorf("config file %s: %w (keys are: podSubnet, podSubnets, bridge, gateway, datapathType, ovs, underlayBridge, ovsdb, ovsRunDir, socket, dataDir, mtu, startTimeout, addTimeout, flowAuditInterval, logLevel, logFormat, metricsAddress, ctlSocket, topology, topologyFile, nodeName, kubeconfig, clusterCIDR, clusterCIDRIPv6, serviceCIDR, nodeIP, tunnelType, tunnelPort, masquerade, cniBinDir, cniConfDir, pluginBinary, networkPolicy, policyDenyLog, policyDenyLogRate, serviceProxy, serviceAffinityLearnMax)", *file, err)
 		}
 		// The flag variables point into cfg: parsing again re-applies only the flags given
 		// explicitly, over the file's values.
@@ -380,6 +387,15 @@ func (c Config) validate() error {
 		}
 		if ip, _, err := net.ParseCIDR(v); err != nil || ip.To4() == nil {
 			return fmt.Errorf("config %s %q: want an IPv4 CIDR such as 10.244.0.0/16", key, v)
+		}
+	}
+	if v := c.ClusterCIDRIPv6; v != "" {
+		ip, n, err := net.ParseCIDR(v)
+		if err != nil || ip.To4() != nil || n.Mask[0] == 0 {
+			return fmt.Errorf("config clusterCIDRIPv6 %q: want an IPv6 CIDR such as fd00:10:244::/56", v)
+		}
+		if v6 != nil && !n.Contains(v6.IP) {
+			return fmt.Errorf("config clusterCIDRIPv6 %q does not contain the IPv6 pod subnet %v: set it to the range every node's IPv6 subnet is cut from", v, v6)
 		}
 	}
 	if c.NodeIP != "" {

@@ -96,6 +96,9 @@ func TestConfigPodSubnets(t *testing.T) {
 	if err != nil || v4.String() != "10.200.3.0/24" || v6.String() != "fd00:10:200:3::/64" {
 		t.Fatalf("podSubnets() = %v, %v, %v", v4, v6, err)
 	}
+	if _, err := loadConfig([]string{"-pod-subnets", "10.200.3.0/24,fd00:10:200:3::/64", "-cluster-cidr-ipv6", "fd00:10:200::/56"}); err != nil {
+		t.Fatalf("IPv6 cluster CIDR: %v", err)
+	}
 	cfg, err = loadConfig([]string{"-pod-subnet", "10.200.4.0/24"})
 	if err != nil {
 		t.Fatal(err)
@@ -117,6 +120,9 @@ func TestConfigPodSubnets(t *testing.T) {
 		{[]string{"-pod-subnets", "10.0.0.0/24,fc00::/6"}, "not a unicast prefix"},
 		{[]string{"-pod-subnet", "10.9.0.0/24", "-pod-subnets", "10.0.0.0/24,fd00::/64"}, "disagree"},
 		{[]string{"-pod-subnets", "10.0.0.0/24,fd00::/64", "-topology", "kubernetes"}, "NetworkPolicy is not built for IPv6"},
+		{[]string{"-pod-subnets", "10.0.0.0/24,fd00:1::/64", "-cluster-cidr-ipv6", "10.0.0.0/8"}, "config clusterCIDRIPv6 \"10.0.0.0/8\": want an IPv6 CIDR"},
+		{[]string{"-pod-subnets", "10.0.0.0/24,fd00:1::/64", "-cluster-cidr-ipv6", "::/0"}, "want an IPv6 CIDR"},
+		{[]string{"-pod-subnets", "10.0.0.0/24,fd00:1::/64", "-cluster-cidr-ipv6", "fd00:2::/48"}, "does not contain the IPv6 pod subnet fd00:1::/64"},
 	} {
 		if _, err := loadConfig(c.args); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v, want an error saying %q", c.args, err, c.want)

@@ -52,6 +52,9 @@ func prepareCluster(waitCtx, runCtx context.Context, cfg Config, log *slog.Logge
 	if cfg.ServiceCIDR != "" {
 		_, o.ServiceCIDR, _ = net.ParseCIDR(cfg.ServiceCIDR)
 	}
+	if cfg.ClusterCIDRIPv6 != "" {
+		_, o.ClusterCIDRIPv6, _ = net.ParseCIDR(cfg.ClusterCIDRIPv6) // checked by loadConfig
+	}
 	if cfg.NodeIP != "" {
 		o.NodeIP = net.ParseIP(cfg.NodeIP).To4()
 	}

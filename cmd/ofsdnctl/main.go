@@ -251,7 +251,11 @@ func flowTable(w io.Writer, stages []ctl.Stage) {
 func peerTable(w io.Writer, peers []ctl.Peer) {
 	fmt.Fprintln(w, "NODE\tIP\tPOD SUBNET\tOFPORT")
 	for _, p := range peers {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\n", p.Node, p.IP, p.PodSubnet, p.OFPort)
+		subnets := p.PodSubnet
+		if p.PodSubnetIPv6 != "" { // a dual-stack peer of a dual-stack node: both, IPv4 first
+			subnets += "," + p.PodSubnetIPv6
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\n", p.Node, p.IP, subnets, p.OFPort)
 	}
 }
 
