@@ -436,32 +436,73 @@ func (p *policyRealizer) realize(ch policy.Changes, seen time.Time) {
 // maxPolicyBatch bounds how many queued items one bundle carries.
 const maxPolicyBatch = 256
 
+// policyRound is one round of the runner: its items, the store change realizing them and,
+// once its commit ends, the outcome.
+type policyRound struct {
+	items  []*policyItem
+	full   bool // a resynchronisation of the whole policy state
+	events bool // carries API events: purge the datapath once confirmed
+	nflows int
+	prep   *switchstate.Prepared // nil: nothing to send
+	cancel context.CancelFunc
+
+	tApply, tApplied, tPrepared, tCommitted time.Time
+	err                                     error         // set before done is closed
+	done                                    chan struct{} // closed when the commit (and purge) ended
+}
+
 // run is the runner: the one goroutine that realizes policy. Each round takes what is
 // queued (up to maxPolicyBatch items, in order), applies it to the flow set under p.mu,
-// and sends the difference as ONE bundle (FlowStore.Update), outside the lock. So API
-// events are coalesced (a burst of N events costs one bundle, not N) and concurrent ADDs
-// share a bundle instead of queueing behind each other's switch round trips; a change
-// waits for at most the bundle in flight. A failed bundle marks the realizer dirty; while
-// dirty, each round (and a tick every second) resynchronises the whole policy state.
+// and sends the difference as ONE bundle, outside the lock. So API events are coalesced
+// (a burst of N events costs one bundle, not N) and concurrent ADDs share a bundle instead
+// of queueing behind each other's switch round trips.
+//
+// Rounds are pipelined, two deep: while round k's commit is in flight, round k+1 is
+// applied and its bundle opened with all its mods added (switchstate.Store.Prepare, the
+// difference taken from the state round k leaves), and it is committed only once round
+// k's commit is confirmed; if round k failed, round k+1's bundle is discarded and sent
+// again as a full resynchronisation. The switch answers round k+1's adds in the same pass
+// as round k's commit, so a change waits for the commit in flight and one more round trip,
+// not two. A failed bundle marks the realizer dirty; while dirty, each round (and a tick
+// every second) resynchronises the whole policy state.
 func (p *policyRealizer) run() {
 	defer close(p.done)
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	var inflight *policyRound
 	for {
+		var committed <-chan struct{}
+		if inflight != nil {
+			committed = inflight.done
+		}
 		select {
 		case <-p.stop:
+			if inflight != nil {
+				<-inflight.done
+				p.finish(inflight)
+			}
 			p.failQueued(ovsUnavailable(errors.New("network policy: the node is closing")))
 			return
 		case <-p.wake:
 		case <-t.C:
+		case <-committed:
+			p.finish(inflight)
+			inflight = nil
 		}
-		for p.round() {
+		for {
+			var more bool
+			inflight, more = p.round(inflight)
+			if !more {
+				break
+			}
 		}
 	}
 }
 
-// round runs one round of the runner; it reports whether items are still queued.
-func (p *policyRealizer) round() bool {
+// round runs one round of the runner with inflight (nil: none) the round whose commit is
+// in flight; it returns the round in flight after it (this one, inflight if there was
+// nothing to do, or nil) and whether items are still queued.
+func (p *policyRealizer) round(inflight *policyRound) (*policyRound, bool) {
 	p.qmu.Lock()
 	items := p.queue
 	if len(items) > maxPolicyBatch {
@@ -472,14 +513,12 @@ func (p *policyRealizer) round() bool {
 	p.qmu.Unlock()
 
 	p.mu.Lock()
-	tApply := time.Now()
-	full := p.dirty
-	if len(items) == 0 && !full {
+	r := &policyRound{items: items, tApply: time.Now(), full: p.dirty, done: make(chan struct{})}
+	if len(items) == 0 && !r.full {
 		p.mu.Unlock()
-		return false
+		return inflight, false
 	}
 	b := newBatch()
-	events := false
 	for _, it := range items {
 		if a := it.attach; a != nil {
 			k := podKeyOf(a)
@@ -495,31 +534,78 @@ func (p *policyRealizer) round() bool {
 				delete(b.pods, k) // its own flows are DEL's to delete
 			}
 		}
-		events = events || !it.seen.IsZero()
+		r.events = r.events || !it.seen.IsZero()
 	}
 	p.flushLocked(&b)
-	ups := p.updatesLocked(b, full)
+	ups := p.updatesLocked(b, r.full)
 	p.mu.Unlock()
-	tApplied := time.Now()
+	r.tApplied = time.Now()
 
 	p.recordIDs() // new ids recorded before any flow carries them
 	ctx, cancel := context.WithTimeout(p.n.runCtx, p.opts.RealizeTimeout)
-	err := p.n.store.Update(ctx, ups)
-	tUpd := time.Now()
-	if err == nil && (events || full) {
-		p.purge(ctx)
+	r.cancel = cancel
+	var after *switchstate.Prepared
+	if inflight != nil {
+		after = inflight.prep
 	}
-	cancel()
-	tPurge := time.Now()
-	if p.n.log.Enabled(ctx, slog.LevelDebug) {
-		nf := 0
-		for _, u := range ups {
-			nf += len(u.Flows) + len(u.Delete)
+	prep, err := p.n.store.Prepare(ctx, ups, after)
+	err = ovsUnavailable(err)
+	if inflight != nil {
+		<-inflight.done
+		p.finish(inflight)
+		if inflight.err != nil {
+			// This round's difference was taken from the state the failed round would have
+			// left: give it up and send the whole policy state instead.
+			if prep != nil {
+				prep.Discard()
+			}
+			p.mu.Lock()
+			r.full = true
+			ups = p.updatesLocked(newBatch(), true)
+			p.mu.Unlock()
+			prep, err = p.n.store.Prepare(ctx, ups, nil)
+			err = ovsUnavailable(err)
 		}
-		p.n.log.Debug("network policy round", "items", len(items), "full", full, "flows", nf,
-			"apply", tApplied.Sub(tApply), "bundle", tUpd.Sub(tApplied), "purge", tPurge.Sub(tUpd), "err", err)
 	}
+	r.tPrepared = time.Now()
+	for _, u := range ups {
+		r.nflows += len(u.Flows) + len(u.Delete)
+	}
+	r.prep = prep
+	if err != nil || prep == nil {
+		r.err = err
+		r.tCommitted = time.Now()
+		if err == nil && (r.events || r.full) {
+			p.purge(ctx)
+		}
+		cancel()
+		close(r.done)
+		p.finish(r)
+		return nil, more
+	}
+	go func() {
+		r.err = ovsUnavailable(prep.Commit(ctx))
+		r.tCommitted = time.Now()
+		if r.err == nil && (r.events || r.full) {
+			p.purge(ctx)
+		}
+		cancel()
+		close(r.done)
+	}()
+	return r, more
+}
 
+// finish completes a round whose commit ended (r.done closed), in the order the rounds
+// were taken: the realizer's state, the ids the switch no longer uses, the version gate's
+// records, the hooks and the waiting attaches and detaches (the runner only).
+func (p *policyRealizer) finish(r *policyRound) {
+	<-r.done
+	err, items := r.err, r.items
+	if p.n.log.Enabled(context.Background(), slog.LevelDebug) {
+		p.n.log.Debug("network policy round", "items", len(items), "full", r.full, "flows", r.nflows,
+			"apply", r.tApplied.Sub(r.tApply), "prepare", r.tPrepared.Sub(r.tApplied),
+			"commit", r.tCommitted.Sub(r.tPrepared), "purge", time.Since(r.tCommitted), "err", err)
+	}
 	p.mu.Lock()
 	p.lastErr = err
 	if err != nil {
@@ -536,7 +622,7 @@ func (p *policyRealizer) round() bool {
 	if err != nil {
 		p.n.log.Warn("network policy changes not on the switch yet; retrying with a full resynchronisation",
 			"items", len(items), "err", err)
-	} else if full {
+	} else if r.full {
 		p.n.log.Info("network policy flows resynchronised", "rule_flows", p.set.Len(), "pods", len(p.attached))
 	}
 	for _, it := range items {
@@ -558,7 +644,6 @@ func (p *policyRealizer) round() bool {
 			it.done <- err
 		}
 	}
-	return more
 }
 
 // failQueued completes every queued attach and detach with err (the node closes).

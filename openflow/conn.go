@@ -483,13 +483,14 @@ func (s *Conn) Apply(ctx context.Context, ops []FlowModOp) error {
 // (ONF EXT-230, the OpenFlow 1.4 bundles of §7.3.9 carried as experimenter messages; OVS
 // implements it for flow mods). Either every mod takes effect or none does.
 //
-// It runs in two phases. First OFPBCT_OPEN_REQUEST (flags ATOMIC|ORDERED), one bundle-add
-// per flow mod and a barrier: OVS decodes and checks each mod when it is added and answers
-// a bad one with an error at once, but keeps the bundle open and would commit the other
-// mods, so on any error here ApplyBundle sends OFPBCT_DISCARD_REQUEST instead of committing.
-// Then OFPBCT_COMMIT_REQUEST and wait for the commit reply; a mod that fails while being
-// applied (e.g. OFPFMFC_OVERLAP) makes the switch roll the whole bundle back and report the
-// mod and OFPBFC_MSG_FAILED for the commit.
+// It runs in two phases (OpenBundle, then Bundle.Commit). First OFPBCT_OPEN_REQUEST
+// (flags ATOMIC|ORDERED), one bundle-add per flow mod and a barrier: OVS decodes and
+// checks each mod when it is added and answers a bad one with an error at once, but keeps
+// the bundle open and would commit the other mods, so on any error here ApplyBundle sends
+// OFPBCT_DISCARD_REQUEST instead of committing. Then OFPBCT_COMMIT_REQUEST and wait for
+// the commit reply; a mod that fails while being applied (e.g. OFPFMFC_OVERLAP) makes the
+// switch roll the whole bundle back and report the mod and OFPBFC_MSG_FAILED for the
+// commit.
 //
 // Errors: as Apply; a rejected bundle returns a *RequestError naming each failing mod (and,
 // at commit, one for the commit request), joined. If ctx ends or the connection drops
@@ -498,6 +499,36 @@ func (s *Conn) Apply(ctx context.Context, ops []FlowModOp) error {
 func (s *Conn) ApplyBundle(ctx context.Context, ops []FlowModOp) error {
 	if len(ops) == 0 {
 		return nil
+	}
+	b, err := s.OpenBundle(ctx, ops)
+	if err != nil {
+		return err
+	}
+	return b.Commit(ctx)
+}
+
+// Bundle is a bundle OpenBundle opened on the switch with every mod added and checked,
+// not committed yet: Commit or Discard it (exactly one of them, once). A caller may open
+// the next bundle while one is being committed (pipelining: the switch handles a
+// connection's messages in order, so the next bundle's open, adds and barrier are answered
+// in the same pass as the commit before them) and commit it only once the one before is
+// confirmed, discarding it otherwise.
+type Bundle struct {
+	s     *Conn
+	id    uint32
+	n     int               // mods in the bundle
+	ctrl  func(c *call, typ uint16, label string) ([]byte, uint32, error)
+	added *call             // phase 1: its labels and names name the mods' errors at commit
+	ended bool
+}
+
+// OpenBundle runs the first phase of ApplyBundle: OFPBCT_OPEN_REQUEST (flags
+// ATOMIC|ORDERED), one bundle-add per mod and a barrier, and waits for the barrier reply.
+// A mod the switch refuses at add time, ctx ending or the connection dropping discard the
+// bundle (best effort) and return the error (as ApplyBundle's). ops must not be empty.
+func (s *Conn) OpenBundle(ctx context.Context, ops []FlowModOp) (*Bundle, error) {
+	if len(ops) == 0 {
+		return nil, errors.New("open bundle: no flow mods")
 	}
 	id := s.bundleID.Add(1)
 	flags := openflow13.OFPBCT_ATOMIC | openflow13.OFPBCT_ORDERED
@@ -516,7 +547,7 @@ func (s *Conn) ApplyBundle(ctx context.Context, ops []FlowModOp) error {
 	bufs := make([][]byte, 0, len(ops)+2)
 	b, _, err := ctrl(c, openflow13.OFPBCT_OPEN_REQUEST, fmt.Sprintf("bundle %d open request", id))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	bufs = append(bufs, b)
 	for i, op := range ops {
@@ -525,12 +556,12 @@ func (s *Conn) ApplyBundle(ctx context.Context, ops []FlowModOp) error {
 		// commit time with the inner message's xid, and at add time with the outer one.
 		inner, err := encodeOp(op, xid)
 		if err != nil {
-			return fmt.Errorf("encode flow mod %s: %w", opLabel(op, i), err)
+			return nil, fmt.Errorf("encode flow mod %s: %w", opLabel(op, i), err)
 		}
 		add := openflow13.NewBundleAdd(&openflow13.BundleAdd{BundleID: id, Flags: flags, Message: rawMsg(inner)})
 		b, err := encodeMsg(add, xid)
 		if err != nil {
-			return fmt.Errorf("encode bundle add of flow mod %s: %w", opLabel(op, i), err)
+			return nil, fmt.Errorf("encode bundle add of flow mod %s: %w", opLabel(op, i), err)
 		}
 		c.labels[xid] = opLabel(op, i)
 		c.names[xid] = op.Name
@@ -539,28 +570,50 @@ func (s *Conn) ApplyBundle(ctx context.Context, ops []FlowModOp) error {
 	c.final = s.nextXid()
 	c.labels[c.final] = fmt.Sprintf("barrier request after bundle %d adds", id)
 	bufs = append(bufs, headerOnly(openflow13.Type_BarrierRequest, c.final))
-	discard := func() {
-		d := newCall()
-		b, xid, err := ctrl(d, openflow13.OFPBCT_DISCARD_REQUEST, fmt.Sprintf("bundle %d discard request", id))
-		if err == nil {
-			// Fire and forget: the reply (or error) is logged as unclaimed.
-			wctx, cancel := context.WithTimeout(context.Background(), s.opts.WriteTimeout)
-			_ = s.write(wctx, [][]byte{b})
-			cancel()
-			s.log.Debug("discarded bundle", "bundle", id, "xid", xid)
-		}
-	}
+	bd := &Bundle{s: s, id: id, n: len(ops), ctrl: ctrl, added: c}
 	if err := s.roundTrip(ctx, c, bufs); err != nil {
-		discard()
-		return fmt.Errorf("apply bundle %d of %d flow mods to bridge %s: %w", id, len(ops), s.bridge, err)
+		bd.Discard()
+		return nil, fmt.Errorf("apply bundle %d of %d flow mods to bridge %s: %w", id, len(ops), s.bridge, err)
 	}
 	if len(c.errs) > 0 {
-		discard()
-		return fmt.Errorf("bridge %s rejected flow mods of bundle %d (%d mods), bundle discarded, none installed: %w",
+		bd.Discard()
+		return nil, fmt.Errorf("bridge %s rejected flow mods of bundle %d (%d mods), bundle discarded, none installed: %w",
 			s.bridge, id, len(ops), c.joinedErrs())
 	}
+	return bd, nil
+}
 
-	// Phase 2: commit. Errors name the inner messages, whose xids are those of the adds.
+// Discard sends OFPBCT_DISCARD_REQUEST for the bundle, fire and forget (the reply, or an
+// error, is logged as unclaimed): none of its mods takes effect. It does nothing once the
+// bundle was committed or discarded.
+func (b *Bundle) Discard() {
+	if b.ended {
+		return
+	}
+	b.ended = true
+	s := b.s
+	d := newCall()
+	msg, xid, err := b.ctrl(d, openflow13.OFPBCT_DISCARD_REQUEST, fmt.Sprintf("bundle %d discard request", b.id))
+	if err == nil {
+		wctx, cancel := context.WithTimeout(context.Background(), s.opts.WriteTimeout)
+		_ = s.write(wctx, [][]byte{msg})
+		cancel()
+		s.log.Debug("discarded bundle", "bundle", b.id, "xid", xid)
+	}
+}
+
+// Commit sends OFPBCT_COMMIT_REQUEST and waits for the commit reply: when it returns nil
+// every mod of the bundle is in the switch's tables, else none is (a mod that fails while
+// being applied rolls the whole bundle back; errors name it). If ctx ends or the
+// connection drops after the commit is sent, the outcome is unknown, as with Apply.
+// Committing a bundle twice or after Discard is an error.
+func (b *Bundle) Commit(ctx context.Context) error {
+	if b.ended {
+		return fmt.Errorf("bundle %d on bridge %s: already committed or discarded", b.id, b.s.bridge)
+	}
+	b.ended = true
+	s, c := b.s, b.added
+	// Errors name the inner messages, whose xids are those of the adds.
 	cc := newCall()
 	for xid, l := range c.labels {
 		cc.labels[xid] = l
@@ -569,19 +622,21 @@ func (s *Conn) ApplyBundle(ctx context.Context, ops []FlowModOp) error {
 		cc.names[xid] = n
 	}
 	delete(cc.labels, c.final)
-	b, cc.final, err = ctrl(cc, openflow13.OFPBCT_COMMIT_REQUEST, fmt.Sprintf("bundle %d commit request", id))
+	msg, final, err := b.ctrl(cc, openflow13.OFPBCT_COMMIT_REQUEST, fmt.Sprintf("bundle %d commit request", b.id))
 	if err != nil {
-		discard()
+		b.ended = false
+		b.Discard()
 		return err
 	}
-	if err := s.roundTrip(ctx, cc, [][]byte{b}); err != nil {
-		return fmt.Errorf("commit bundle %d of %d flow mods to bridge %s: %w", id, len(ops), s.bridge, err)
+	cc.final = final
+	if err := s.roundTrip(ctx, cc, [][]byte{msg}); err != nil {
+		return fmt.Errorf("commit bundle %d of %d flow mods to bridge %s: %w", b.id, b.n, s.bridge, err)
 	}
 	if len(cc.errs) > 0 {
-		return fmt.Errorf("bridge %s rejected bundle %d of %d flow mods at commit, none installed: %w", s.bridge, id, len(ops), cc.joinedErrs())
+		return fmt.Errorf("bridge %s rejected bundle %d of %d flow mods at commit, none installed: %w", s.bridge, b.id, b.n, cc.joinedErrs())
 	}
 	if err := checkBundleReply(cc.replies, openflow13.OFPBCT_COMMIT_REPLY); err != nil {
-		return fmt.Errorf("bundle %d on bridge %s: %w", id, s.bridge, err)
+		return fmt.Errorf("bundle %d on bridge %s: %w", b.id, s.bridge, err)
 	}
 	return nil
 }

@@ -8,9 +8,11 @@ package switchstate
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/ofsdn/ofsdn/flows"
+	"github.com/ofsdn/ofsdn/openflow"
 )
 
 // OwnerUpdate is one owner's part of Store.Update.
@@ -108,47 +110,102 @@ func (u OwnerUpdate) apply(have *state) (*state, map[string]bool, error) {
 // error it keeps the previous state, so a retry sends the difference again (meters it
 // added before a failed bundle are modified by the retry, or deleted by the audit as
 // stale). A failed delete of a removed meter is no error: it is reported to the observer
-// and the audit deletes it. Owners not known yet are created.
+// and the audit deletes it. Owners not known yet are created. It is Prepare then Commit.
 //
 // Errors: a group or meter that is invalid, outside ofsdn's id ranges or held by another
 // owner (nothing is sent); those of Apply and ApplyBundle. Like SetOwner it fails at once
 // (matching openflow.ErrDisconnected) while the switch is disconnected or being
 // resynchronised, and waits for a running audit.
 func (s *Store) Update(ctx context.Context, ups []OwnerUpdate) error {
+	p, err := s.Prepare(ctx, ups, nil)
+	if err != nil || p == nil {
+		return err
+	}
+	return p.Commit(ctx)
+}
+
+// Prepared is a change Store.Prepare computed and made ready on the switch: its meters
+// added, its bundle opened with every mod added and checked by the switch, nothing of it
+// committed and nothing recorded in the store. Commit or Discard it, exactly once, from
+// one goroutine at a time; until then it holds the store's read locks (a Sync or an audit
+// waits for it).
+type Prepared struct {
+	s     *Store
+	c     Conn
+	name  string
+	next  map[flows.Owner]*state
+	ops   changeOps
+	b     *openflow.Bundle // nil: no bundle opened (nothing to send, or a Conn that cannot open one: ApplyBundle at Commit)
+	after *Prepared
+	start time.Time
+	// outcome: 0 open, 1 committed and recorded, 2 failed or discarded. Read by the
+	// Prepared after it (possibly another goroutine's).
+	outcome atomic.Int32
+}
+
+// Prepare is the first half of Update, for pipelining: it computes the difference ups
+// make, adds the new and changed meters, and opens the change's bundle on the switch with
+// every mod added (openflow.Conn.OpenBundle), without committing it. With after (a change
+// prepared earlier and not committed yet, or whose Commit is in flight), the difference is
+// taken from the state after leaves the owners in, so this change may be opened while
+// after's commit is in flight; it may be committed only once after's commit is confirmed
+// (Commit checks, and discards it otherwise). So a caller pays one round trip to the
+// switch per change instead of two: the switch answers this bundle's adds in the same
+// pass as after's commit.
+//
+// It returns nil, nil when ups is empty. Errors: as Update's before its bundle is
+// committed (nothing is recorded; meters it added stay, as with a failed Update).
+func (s *Store) Prepare(ctx context.Context, ups []OwnerUpdate, after *Prepared) (*Prepared, error) {
 	if len(ups) == 0 {
-		return nil
+		return nil, nil
 	}
 	name := ups[0].Owner.String()
 	if len(ups) > 1 {
 		name = fmt.Sprintf("%s and %d other owners", ups[0].Owner, len(ups)-1)
 	}
-	if err := s.readLock(ups[0].Owner); err != nil {
-		return err
+	if after != nil && after.outcome.Load() == 2 {
+		return nil, fmt.Errorf("switch state of %s: the change before it was not confirmed by the switch", name)
 	}
-	defer s.sync.RUnlock()
+	if err := s.readLock(ups[0].Owner); err != nil {
+		return nil, err
+	}
 	c, err := s.conn()
 	if err != nil {
-		return fmt.Errorf("switch state of %s: %w", name, err)
+		s.sync.RUnlock()
+		return nil, fmt.Errorf("switch state of %s: %w", name, err)
 	}
 	if err := s.changesRLock(ctx, name); err != nil {
-		return err
+		s.sync.RUnlock()
+		return nil, err
 	}
-	defer s.changes.RUnlock()
+	p := &Prepared{s: s, c: c, name: name, after: after, start: time.Now()}
+	fail := func(err error) (*Prepared, error) {
+		p.outcome.Store(2)
+		p.unlock()
+		return nil, err
+	}
 
 	s.mu.Lock()
 	next := make(map[flows.Owner]*state, len(ups))
+	base := make(map[flows.Owner]*state, len(ups))
 	touched := make(map[flows.Owner]map[string]bool, len(ups)) // nil: diff every flow
 	var order []flows.Owner
 	for _, u := range ups {
 		have, seen := next[u.Owner] // an owner named twice: the later part applies on top
 		if !seen {
 			have = s.owners[u.Owner]
+			if after != nil {
+				if st, ok := after.next[u.Owner]; ok {
+					have = st
+				}
+			}
+			base[u.Owner] = have
 			order = append(order, u.Owner)
 		}
 		want, keys, err := u.apply(have)
 		if err != nil {
 			s.mu.Unlock()
-			return fmt.Errorf("switch state of %s: %w", name, err)
+			return fail(fmt.Errorf("switch state of %s: %w", name, err))
 		}
 		next[u.Owner] = want
 		switch prev, had := touched[u.Owner]; {
@@ -164,35 +221,86 @@ func (s *Store) Update(ctx context.Context, ups []OwnerUpdate) error {
 	}
 	if err := s.conflictLocked(next); err != nil {
 		s.mu.Unlock()
-		return fmt.Errorf("switch state of %s: %w", name, err)
+		return fail(fmt.Errorf("switch state of %s: %w", name, err))
 	}
-	var ops changeOps
 	for _, o := range order {
-		diffOps(&ops, o, s.owners[o], next[o], touched[o])
+		diffOps(&p.ops, o, base[o], next[o], touched[o])
 	}
 	s.mu.Unlock()
+	p.next = next
 
-	if ops.empty() {
-		s.record(next)
-		return nil
+	if err := s.applyMeters(ctx, c, p.ops.meters); err != nil {
+		return fail(fmt.Errorf("meters of %s: %w", name, err))
 	}
-	if err := s.applyMeters(ctx, c, ops.meters); err != nil {
-		return fmt.Errorf("meters of %s: %w", name, err)
-	}
-	if len(ops.bundle) > 0 {
-		start := time.Now()
-		err := c.ApplyBundle(ctx, ops.bundle)
-		s.report("bundle", len(ops.bundle), start, err)
+	if oc, ok := c.(*openflow.Conn); ok && len(p.ops.bundle) > 0 {
+		b, err := oc.OpenBundle(ctx, p.ops.bundle)
 		if err != nil {
-			return fmt.Errorf("switch state of %s: %w", name, err)
+			s.report("bundle", len(p.ops.bundle), p.start, err)
+			return fail(fmt.Errorf("switch state of %s: %w", name, err))
 		}
+		p.b = b
 	}
-	s.record(next)
-	if len(ops.meterDeletes) > 0 {
+	return p, nil
+}
+
+// unlock releases the store's read locks Prepare took.
+func (p *Prepared) unlock() {
+	p.s.changes.RUnlock()
+	p.s.sync.RUnlock()
+}
+
+// Commit commits the prepared change's bundle and waits for the switch's reply; once the
+// switch confirms it, the store records the change and deletes the meters it no longer
+// wants. If the change was prepared after another, that one must have been committed and
+// confirmed first: otherwise (it failed, was discarded or is still open) Commit discards
+// this one and fails, as this one's difference was taken from the other's state. On any
+// error the store keeps its state (a bundle the switch refused is rolled back whole).
+// Errors: those of openflow.Bundle.Commit (ApplyBundle's), or the one above.
+func (p *Prepared) Commit(ctx context.Context) error {
+	if p.outcome.Load() != 0 {
+		return fmt.Errorf("switch state of %s: change already committed or discarded", p.name)
+	}
+	if p.after != nil && p.after.outcome.Load() != 1 {
+		p.Discard()
+		return fmt.Errorf("switch state of %s: the change before it was not confirmed by the switch; discarded", p.name)
+	}
+	s := p.s
+	defer p.unlock()
+	var err error
+	switch {
+	case p.b != nil:
+		err = p.b.Commit(ctx)
+	case len(p.ops.bundle) > 0:
+		err = p.c.ApplyBundle(ctx, p.ops.bundle)
+	}
+	if len(p.ops.bundle) > 0 {
+		s.report("bundle", len(p.ops.bundle), p.start, err)
+	}
+	if err != nil {
+		p.outcome.Store(2)
+		return fmt.Errorf("switch state of %s: %w", p.name, err)
+	}
+	s.record(p.next)
+	p.outcome.Store(1)
+	if len(p.ops.meterDeletes) > 0 {
 		start := time.Now()
-		s.report("meter_mod", len(ops.meterDeletes), start, c.Apply(ctx, ops.meterDeletes))
+		s.report("meter_mod", len(p.ops.meterDeletes), start, p.c.Apply(ctx, p.ops.meterDeletes))
 	}
 	return nil
+}
+
+// Discard gives the prepared change up: its bundle is discarded on the switch (none of
+// its flows or groups takes effect) and the store keeps its state. Meters it added stay
+// until a later change or the audit removes them. It does nothing after Commit or
+// Discard.
+func (p *Prepared) Discard() {
+	if !p.outcome.CompareAndSwap(0, 2) {
+		return
+	}
+	if p.b != nil {
+		p.b.Discard()
+	}
+	p.unlock()
 }
 
 // record stores next's owners.
