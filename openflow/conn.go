@@ -516,9 +516,9 @@ func (s *Conn) ApplyBundle(ctx context.Context, ops []FlowModOp) error {
 type Bundle struct {
 	s     *Conn
 	id    uint32
-	n     int               // mods in the bundle
+	n     int // mods in the bundle
 	ctrl  func(c *call, typ uint16, label string) ([]byte, uint32, error)
-	added *call             // phase 1: its labels and names name the mods' errors at commit
+	added *call // phase 1: its labels and names name the mods' errors at commit
 	ended bool
 }
 
