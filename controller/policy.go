@@ -22,9 +22,9 @@ package controller
 // under its lock and queues them (policyRealizer.enqueue); one runner goroutine (run)
 // takes whatever is queued, applies it in order and sends the difference as one bundle.
 // A burst of API events costs one bundle; concurrent ADDs share one instead of queueing
-// behind each other's switch round trips (an ADD waits for at most the bundle in flight
-// and its own); inspection (ofsdnctl policies) takes the realizer's lock only between
-// bundles, never across one.
+// behind each other's switch round trips; rounds are pipelined (run): an ADD waits for
+// the commit in flight and one more round trip; inspection (ofsdnctl policies) takes the
+// realizer's lock only between bundles, never across one.
 //
 // A failed bundle (switch gone, resynchronising) leaves the store at its previous state
 // while the flow set moved on; the realizer marks itself dirty and the runner
