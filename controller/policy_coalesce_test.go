@@ -96,7 +96,14 @@ func TestPolicyRoundCoalescesConjunctions(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); errs[0] = p.attach(ctx, atts[0]) }()
-	waitFor("the first pod's bundle in flight", func() bool { return queued() == 0 && len(p.attached) == 1 && p.mu.TryLock() && unlockTrue(&p.mu) })
+	waitFor("the first pod's bundle in flight", func() bool {
+		if queued() != 0 || !p.mu.TryLock() {
+			return false
+		}
+		n := len(p.attached) // under p.mu: the runner writes it
+		p.mu.Unlock()
+		return n == 1
+	})
 	time.Sleep(50 * time.Millisecond) // the runner is inside store.Update, on the frozen switch
 	oldIDs := conjIDs()
 	if len(oldIDs) == 0 {
