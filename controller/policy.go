@@ -446,9 +446,9 @@ type policyRound struct {
 	prep   *switchstate.Prepared // nil: nothing to send
 	cancel context.CancelFunc
 
-	tApply, tApplied, tPrepared, tCommitted time.Time
-	err                                     error         // set before done is closed
-	done                                    chan struct{} // closed when the commit (and purge) ended
+	tApply, tApplied, tPrepared, tCommitted, tPurged time.Time
+	err                                              error         // set before done is closed
+	done                                             chan struct{} // closed when the commit (and purge) ended
 }
 
 // run is the runner: the one goroutine that realizes policy. Each round takes what is
@@ -578,6 +578,7 @@ func (p *policyRealizer) round(inflight *policyRound) (*policyRound, bool) {
 		if err == nil && (r.events || r.full) {
 			p.purge(ctx)
 		}
+		r.tPurged = time.Now()
 		cancel()
 		close(r.done)
 		p.finish(r)
@@ -589,6 +590,7 @@ func (p *policyRealizer) round(inflight *policyRound) (*policyRound, bool) {
 		if r.err == nil && (r.events || r.full) {
 			p.purge(ctx)
 		}
+		r.tPurged = time.Now()
 		cancel()
 		close(r.done)
 	}()
@@ -604,7 +606,7 @@ func (p *policyRealizer) finish(r *policyRound) {
 	if p.n.log.Enabled(context.Background(), slog.LevelDebug) {
 		p.n.log.Debug("network policy round", "items", len(items), "full", r.full, "flows", r.nflows,
 			"apply", r.tApplied.Sub(r.tApply), "prepare", r.tPrepared.Sub(r.tApplied),
-			"commit", r.tCommitted.Sub(r.tPrepared), "purge", time.Since(r.tCommitted), "err", err)
+			"commit", r.tCommitted.Sub(r.tPrepared), "purge", r.tPurged.Sub(r.tCommitted), "err", err)
 	}
 	p.mu.Lock()
 	p.lastErr = err
