@@ -137,7 +137,7 @@ type Prepared struct {
 	ops   changeOps
 	b     *openflow.Bundle // nil: no bundle opened (nothing to send, or a Conn that cannot open one: ApplyBundle at Commit)
 	after *Prepared
-	start time.Time
+	start time.Time // the bundle's open (the observer's timing)
 	// outcome: 0 open, 1 committed and recorded, 2 failed or discarded. Read by the
 	// Prepared after it (possibly another goroutine's).
 	outcome atomic.Int32
@@ -233,6 +233,7 @@ func (s *Store) Prepare(ctx context.Context, ups []OwnerUpdate, after *Prepared)
 		return fail(fmt.Errorf("meters of %s: %w", name, err))
 	}
 	if oc, ok := c.(*openflow.Conn); ok && len(p.ops.bundle) > 0 {
+		p.start = time.Now() // the observer times the bundle from its open to its commit reply
 		b, err := oc.OpenBundle(ctx, p.ops.bundle)
 		if err != nil {
 			s.report("bundle", len(p.ops.bundle), p.start, err)
@@ -271,6 +272,7 @@ func (p *Prepared) Commit(ctx context.Context) error {
 	case p.b != nil:
 		err = p.b.Commit(ctx)
 	case len(p.ops.bundle) > 0:
+		p.start = time.Now()
 		err = p.c.ApplyBundle(ctx, p.ops.bundle)
 	}
 	if len(p.ops.bundle) > 0 {
