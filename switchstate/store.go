@@ -5,8 +5,9 @@
 // owner (flows.Owner): the base pipeline (flows.PipelineOwner), one owner per local pod,
 // one per peer node, the policy rules. The owner is both the key here and, through
 // Owner.Cookie, the cookie and mask that delete its flows on the switch. All changes go
-// through SetOwner, Set, Update and DeleteOwner, which compute the difference between what
-// the owners had and what they want now and send only that difference. Because the store
+// through SetOwner, Set, Update (or Prepare and Commit: Update in two steps, pipelined)
+// and DeleteOwner, which compute the difference between what the owners had and what
+// they want now and send only that difference. Because the store
 // keeps the whole desired state, a reconnect replays it (Sync), and per-stage counts for
 // metrics come from here rather than from dumping the switch (after Antrea's
 // pkg/agent/openflow client and its flow caches).
