@@ -89,7 +89,7 @@ func BenchmarkPolicyAttachBurst(b *testing.B) {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 				_, subnet, _ := net.ParseCIDR("10.244.1.0/24")
 				gwMAC, _ := net.ParseMAC("0a:58:0a:f4:01:01")
-				n := &Node{log: slog.New(slog.DiscardHandler), runCtx: ctx, store: flowStore{switchstate.New()},
+				n := &Node{opts: NodeOptions{DataDir: b.TempDir()}, log: slog.New(slog.DiscardHandler), runCtx: ctx, store: flowStore{switchstate.New()},
 					cfg: flows.NodeConfig{GatewayOFPort: 2, GatewayMAC: gwMAC, GatewayIP: net.ParseIP("10.244.1.1").To4(),
 						PodSubnet: subnet, Generation: 3, Policy: mode == "policy"}}
 				n.owners = n.store

@@ -192,7 +192,7 @@ func TestPolicyRoundsPipelined(t *testing.T) {
 	defer func() { sw.Close() }()
 	_, subnet, _ := net.ParseCIDR("10.244.1.0/24")
 	gwMAC, _ := net.ParseMAC("0a:58:0a:f4:01:01")
-	n := &Node{log: slog.Default(), runCtx: ctx, store: flowStore{switchstate.New()},
+	n := &Node{opts: NodeOptions{DataDir: t.TempDir()}, log: slog.Default(), runCtx: ctx, store: flowStore{switchstate.New()},
 		cfg: flows.NodeConfig{GatewayOFPort: 2, GatewayMAC: gwMAC, GatewayIP: net.ParseIP("10.244.1.1").To4(),
 			PodSubnet: subnet, Generation: 3, Policy: true}}
 	n.store.Load(flows.PipelineOwner, flows.PipelineFlows(n.cfg))
