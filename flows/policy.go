@@ -591,48 +591,12 @@ func (s *PolicyFlowSet) setPodsPeers(old, r PolicyRule) []string {
 			}
 			return uint64(p.OFPort)
 		}
-		was := make(map[uint64]Pod, len(old.Pods))
-		for _, p := range old.Pods {
-			was[podID(p)] = p
-		}
-		now := make(map[uint64]bool, len(r.Pods))
-		for _, p := range r.Pods {
-			id := podID(p)
-			if now[id] {
-				continue // the same match twice
-			}
-			now[id] = true
-			if _, ok := was[id]; !ok {
-				add(s.podClause(r, p))
-			}
-		}
-		for id, p := range was {
-			if !now[id] {
-				drop(s.podClause(r, p).key)
-			}
-		}
+		diffMembers(old.Pods, r.Pods, podID,
+			func(p Pod) { add(s.podClause(r, p)) }, func(p Pod) { drop(s.podClause(r, p).key) })
 	}
 	if !r.AnyPeer && !samePeers(old.Peers, r.Peers) {
-		was := make(map[[8]byte]*net.IPNet, len(old.Peers))
-		for _, pr := range old.Peers {
-			was[peerID(pr)] = pr
-		}
-		now := make(map[[8]byte]bool, len(r.Peers))
-		for _, pr := range r.Peers {
-			id := peerID(pr)
-			if now[id] {
-				continue // the same prefix twice
-			}
-			now[id] = true
-			if _, ok := was[id]; !ok {
-				add(s.peerClause(r, pr))
-			}
-		}
-		for id, pr := range was {
-			if !now[id] {
-				drop(s.peerClause(r, pr).key)
-			}
-		}
+		diffMembers(old.Peers, r.Peers, peerID,
+			func(pr *net.IPNet) { add(s.peerClause(r, pr)) }, func(pr *net.IPNet) { drop(s.peerClause(r, pr).key) })
 	}
 	if len(gone) > 0 {
 		keys := s.rules[r.ID][:0]
@@ -792,4 +756,30 @@ func sortedKeys(m map[string]bool) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// diffMembers calls added for each member of now whose id (the identity of its clause
+// flow's match) no member of was has, and removed for each member of was whose id no
+// member of now has; members with the same id count once (the same match twice).
+func diffMembers[T any, K comparable](was, now []T, id func(T) K, added, removed func(T)) {
+	before := make(map[K]T, len(was))
+	for _, m := range was {
+		before[id(m)] = m
+	}
+	after := make(map[K]bool, len(now))
+	for _, m := range now {
+		k := id(m)
+		if after[k] {
+			continue
+		}
+		after[k] = true
+		if _, ok := before[k]; !ok {
+			added(m)
+		}
+	}
+	for k, m := range before {
+		if !after[k] {
+			removed(m)
+		}
+	}
 }
