@@ -94,11 +94,14 @@ func MoveIPv4(from, to string) (MovedIPv4, error) {
 		return m, fmt.Errorf("podnet: set %s up: %w", to, err)
 	}
 	for _, r := range routes {
-		r.ILinkIndex = 0
+		// The kernel's nexthop flags (linkdown, dead: from without carrier) are not ours
+		// to set; onlink is.
+		r.ILinkIndex, r.Flags = 0, r.Flags&unix.RTNH_F_ONLINK
 		if r.LinkIndex == src.Attrs().Index {
 			r.LinkIndex = dst.Attrs().Index
 		}
 		for _, nh := range r.MultiPath {
+			nh.Flags &= unix.RTNH_F_ONLINK
 			if nh.LinkIndex == src.Attrs().Index {
 				nh.LinkIndex = dst.Attrs().Index
 			}
@@ -202,11 +205,10 @@ func hasAddr(link netlink.Link, a netlink.Addr) bool {
 }
 
 func routeString(r netlink.Route) string {
-	dst := "default"
-	if r.Dst != nil {
-		dst = r.Dst.String()
+	s := "default"
+	if r.Dst != nil && r.Dst.String() != "0.0.0.0/0" {
+		s = r.Dst.String()
 	}
-	s := dst
 	if r.Gw != nil {
 		s += " via " + r.Gw.String()
 	}

@@ -2,7 +2,8 @@ package podnet
 
 // MoveIPv4 between two links of a namespace, as `ip` shows them to a user: an address's
 // peer, lifetimes, flags and label, routes of other tables and multipath routes, and
-// arp_ignore all move with the addresses and come back with them.
+// arp_ignore all move with the addresses and come back with them, also from a link that
+// lost its carrier.
 
 import (
 	"fmt"
@@ -97,6 +98,9 @@ func TestMoveIPv4KeepsDetails(t *testing.T) {
 	}
 	move("nic0", "brx0")
 	check("nic0", "brx0")
+	// Back from a link without carrier (an OVS bridge's tap device whose ovs-vswitchd
+	// died): its routes are "linkdown", a flag of the kernel's that moves not.
+	ip("link", "set", "brx0p", "down")
 	move("brx0", "nic0")
 	check("brx0", "nic0")
 }
