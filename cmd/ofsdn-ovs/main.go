@@ -15,12 +15,19 @@
 // standard error (INFO and above, no syslog, no log file), with OVS_RUNDIR set to the
 // config's ovsRunDir: the run directory shared with the ofsdn-node container (db.sock,
 // BRIDGE.mgmt, ovs-vswitchd.pid and its control socket). If either daemon exits, the
-// other is stopped and ofsdn-ovs exits 1, so the kubelet restarts the container.
+// other is stopped and ofsdn-ovs exits 1, so the kubelet restarts the container. A
+// database that cannot be read ends it with an error naming the fix (delete DB-DIR/conf.db
+// on the node and restart the pod). An ovsdb-server that already answers on the run
+// directory's db.sock before ofsdn-ovs started one is the host's Open vSwitch: ofsdn-ovs
+// exits 1 at once, naming `ovs: host`, instead of starting an ovsdb-server that would fail
+// on the host's pid file.
 //
 // With the userspace datapath and ofsdn-node's underlayBridge (a bridge whose
 // external_ids:ofsdn-underlay names the node's NIC, the node's addresses on it), ofsdn-ovs
-// moves the node's IPv4 addresses and routes onto that bridge once ovs-vswitchd runs, and
-// back onto the NIC before it stops ovs-vswitchd (underlay.go).
+// keeps the node's IPv4 addresses and routes on the NIC whenever its ovs-vswitchd is not
+// forwarding, and on that bridge while it does: onto the bridge once ovs-vswitchd runs,
+// back onto the NIC on every exit (SIGTERM, a daemon dead, an error) and at start when a
+// crash left them on the bridge (underlay.go).
 //
 // A restart on a database whose bridge is on the kernel datapath first sets
 // other_config:flow-restore-wait=true, as `ovs-ctl restart` does: the new ovs-vswitchd
@@ -94,6 +101,11 @@ func run(args []string) int {
 	s, err := loadSettings(*config)
 	if err != nil {
 		log.Error("config", "err", err)
+		if *probe == "" {
+			// This container will not run Open vSwitch until the config is fixed: the
+			// node's addresses belong on its NIC meanwhile (underlay.go).
+			underlayHome(log, s, *dbDir, false, "ofsdn-ovs exits on a config error")
+		}
 		return 2
 	}
 	if *probe != "" {
@@ -114,9 +126,40 @@ func run(args []string) int {
 	}
 	if err := runOVS(ctx, log, s, *dbDir, *schema); err != nil {
 		log.Error("Open vSwitch stopped", "err", err)
+		if !errors.Is(err, errHostOVS) {
+			// No ovs-vswitchd of this container runs: the node's addresses belong on its NIC.
+			underlayHome(log, s, *dbDir, false, "ofsdn-ovs exits on an error")
+		}
 		return 1
 	}
 	return 0
+}
+
+// errHostOVS is the error of runOVS when an ovsdb-server it did not start answers on the
+// run directory's db.sock.
+var errHostOVS = errors.New("the host's Open vSwitch runs on this node")
+
+// underlayHome moves the node's addresses from the underlay bridge back onto its NIC
+// (underlay.go), the bridge found from ovsdb-server on db.sock if live and it answers,
+// else from underlayRecord or conf.db. Failures are logged.
+func underlayHome(log *slog.Logger, s settings, dbDir string, live bool, why string) {
+	var u underlay
+	var ok bool
+	var err error = errors.New("not asked")
+	if live {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		u, ok, err = findUnderlay(ctx, filepath.Join(s.OVSRunDir, "db.sock"))
+		cancel()
+	}
+	if err != nil {
+		u, ok = knownUnderlay(s, dbDir)
+	}
+	if !ok {
+		return
+	}
+	if err := underlayToNIC(log, u, why); err != nil {
+		log.Error("node addresses not moved back onto the NIC", "bridge", u.bridge, "nic", u.nic, "err", err)
+	}
 }
 
 // loadSettings reads the keys ofsdn-ovs needs from ofsdn-node's config file, with
@@ -166,6 +209,9 @@ func prepareDB(log *slog.Logger, s settings, dbDir, schema string) error {
 	if err := os.MkdirAll(dbDir, 0o750); err != nil {
 		return err
 	}
+	unreadable := func(err error) error {
+		return fmt.Errorf("database %s cannot be read (%w): delete it on the node (%s, the hostPath of the DaemonSet's ovs-db volume) and restart the pod; ofsdn-ovs creates it anew and ofsdn-node makes its bridges and ports again", db, err, db)
+	}
 	if _, err := os.Stat(db); errors.Is(err, os.ErrNotExist) {
 		// Made aside and renamed, so a crash never leaves a database without its root row.
 		tmp := db + ".new"
@@ -186,11 +232,11 @@ func prepareDB(log *slog.Logger, s settings, dbDir, schema string) error {
 	}
 	need, err := runTool(s, dbDir, "needs-conversion", db, schema)
 	if err != nil {
-		return err
+		return unreadable(err)
 	}
 	if need == "yes" {
 		if _, err := runTool(s, dbDir, "convert", db, schema); err != nil {
-			return err
+			return unreadable(err)
 		}
 		log.Info("database converted to the image's schema", "db", db, "schema", schema)
 	}
@@ -202,10 +248,21 @@ func runOVS(ctx context.Context, log *slog.Logger, s settings, dbDir, schema str
 	if err := os.MkdirAll(s.OVSRunDir, 0o755); err != nil {
 		return err
 	}
+	sock := filepath.Join(s.OVSRunDir, "db.sock")
+	// The run directory is the host's /var/run/openvswitch: an ovsdb-server answering there
+	// now is not ours (ours died with the container) but the host's Open vSwitch.
+	ectx, ecancel := context.WithTimeout(ctx, time.Second)
+	err := ovsdbEcho(ectx, sock)
+	ecancel()
+	if err == nil {
+		return fmt.Errorf("%w: an ovsdb-server answers on %s before this container started one, so none is started here: set ovs: host in the ConfigMap ofsdn-config (Open vSwitch managed on the host), or stop the host's Open vSwitch to use the bundled one", errHostOVS, sock)
+	}
+	// No ovs-vswitchd forwards yet: the node's addresses on its NIC, if a crash (ovs-vswitchd
+	// or this container killed) left them on the underlay bridge.
+	underlayHome(log, s, dbDir, false, "ovs-vswitchd not running yet (a crash left them on the bridge)")
 	if err := prepareDB(log, s, dbDir, schema); err != nil {
 		return err
 	}
-	sock := filepath.Join(s.OVSRunDir, "db.sock")
 	logArgs := []string{"-vconsole:info", "-vsyslog:off", "-vfile:off"}
 	dbsrv := ovsCmd(s, dbDir, "ovsdb-server", append([]string{filepath.Join(dbDir, "conf.db"),
 		"--remote=punix:" + sock, "--remote=db:Open_vSwitch,Open_vSwitch,manager_options",
@@ -254,7 +311,16 @@ func runOVS(ctx context.Context, log *slog.Logger, s settings, dbDir, schema str
 	// ovs-vswitchd retries its database connection, but starting it once the socket
 	// answers keeps its log free of connection errors.
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err := waitFor(wctx, func() error { return ovsdbEcho(wctx, sock) })
+	err = waitFor(wctx, func() error {
+		select {
+		case e := <-exited:
+			delete(running, e.name)
+			cancel()
+			return fmt.Errorf("ovsdb-server exited (%v) before it answered: if its log above says the database cannot be read, delete %s on the node (the hostPath of the DaemonSet's ovs-db volume) and restart the pod", e.err, filepath.Join(dbDir, "conf.db"))
+		default:
+		}
+		return ovsdbEcho(wctx, sock)
+	})
 	cancel()
 	if err != nil {
 		stopAll()
@@ -278,6 +344,8 @@ func runOVS(ctx context.Context, log *slog.Logger, s settings, dbDir, schema str
 	qcancel()
 	if err != nil {
 		log.Warn("underlay bridge not looked up", "err", err)
+	} else if err := saveUnderlay(dbDir, u, hasUnderlay); err != nil {
+		log.Warn("underlay bridge not recorded", "file", filepath.Join(dbDir, underlayRecord), "err", err)
 	}
 	if hasUnderlay {
 		uctx, ucancel := context.WithTimeout(ctx, 30*time.Second)
@@ -286,28 +354,35 @@ func runOVS(ctx context.Context, log *slog.Logger, s settings, dbDir, schema str
 		}
 		ucancel()
 	}
-	select {
-	case <-ctx.Done():
-		log.Info("stopping Open vSwitch", "signal", "SIGTERM")
-		// The bridge stops forwarding with ovs-vswitchd: the node keeps its addresses on
-		// the NIC meanwhile (ofsdn-node moved them onto the bridge: underlayBridge).
-		qctx, qcancel := context.WithTimeout(context.Background(), 2*time.Second)
-		u, hasUnderlay, err := findUnderlay(qctx, sock)
-		qcancel()
-		if err != nil {
-			log.Warn("underlay bridge not looked up", "err", err)
-		}
-		if hasUnderlay {
-			if err := underlayToNIC(log, u); err != nil {
-				log.Error("node addresses not moved back onto the NIC", "bridge", u.bridge, "nic", u.nic, "err", err)
+	// The underlay bridge recorded while it runs (ofsdn-node makes it after this start),
+	// for the exits where the database cannot tell (underlay.go).
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+			qctx, qcancel := context.WithTimeout(ctx, time.Second)
+			u, ok, err := findUnderlay(qctx, sock)
+			qcancel()
+			if err == nil {
+				if err := saveUnderlay(dbDir, u, ok); err != nil {
+					log.Warn("underlay bridge not recorded", "file", filepath.Join(dbDir, underlayRecord), "err", err)
+				}
 			}
+		case <-ctx.Done():
+			log.Info("stopping Open vSwitch", "signal", "SIGTERM")
+			// The bridge stops forwarding with ovs-vswitchd: the node keeps its addresses
+			// on the NIC meanwhile (ofsdn-node moved them onto the bridge: underlayBridge).
+			underlayHome(log, s, dbDir, true, "ovs-vswitchd stops (SIGTERM)")
+			stopAll()
+			return nil
+		case e := <-exited:
+			delete(running, e.name)
+			// ovs-vswitchd dead, or about to be stopped: the bridge forwards no more.
+			underlayHome(log, s, dbDir, true, e.name+" exited")
+			stopAll()
+			return fmt.Errorf("%s exited (%v): stopped the other daemon, so the container restarts", e.name, e.err)
 		}
-		stopAll()
-		return nil
-	case e := <-exited:
-		delete(running, e.name)
-		stopAll()
-		return fmt.Errorf("%s exited (%v): stopped the other daemon, so the container restarts", e.name, e.err)
 	}
 }
 

@@ -5,7 +5,9 @@ package main
 // test/k8s runs the image's own): database created, probes, SIGTERM, restart on the kept
 // database, the node IP back on the NIC while no ovs-vswitchd runs and on the underlay
 // bridge again after, flow-restore-wait only for the kernel datapath, a dead ovs-vswitchd
-// ending the container.
+// ending the container with the node IP back on the NIC, a crash-looping container (killed,
+// then its database unreadable) giving the node IP back to the NIC, and a host's
+// ovsdb-server on the run directory refused with a message naming `ovs: host`.
 
 import (
 	"bytes"
@@ -13,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -141,6 +144,54 @@ func TestOVSContainer(t *testing.T) {
 		}
 	}
 	addrs := func() string { return sh(t, "ip", "-n", nsName, "-4", "-o", "addr", "show") }
+	onNIC := func(when string) {
+		t.Helper()
+		if a := addrs(); !strings.Contains(a, "uplink0    inet 192.168.78.11/24") || strings.Contains(a, "br-phy    inet") {
+			t.Errorf("%s: addresses\n%s\nwant 192.168.78.11/24 back on uplink0", when, a)
+		}
+		if r := sh(t, "ip", "-n", nsName, "-4", "route", "show", "default"); !strings.Contains(r, "dev uplink0") {
+			t.Errorf("%s: default route %q, want it through uplink0", when, r)
+		}
+		sh(t, "ip", "-n", ulName, "neigh", "flush", "dev", "gw0")
+		if b, err := exec.Command("ip", "netns", "exec", nsName, "ping", "-c1", "-W2", "192.168.78.1").CombinedOutput(); err != nil {
+			t.Errorf("%s: the gateway does not answer (no OVS runs): %v\n%s", when, err, b)
+		}
+	}
+	onBridge := func(when string) {
+		t.Helper()
+		waitFor(when+": node IP on br-phy", func() error {
+			if a := addrs(); !strings.Contains(a, "br-phy    inet 192.168.78.11/24") || strings.Contains(a, "uplink0    inet") {
+				return fmt.Errorf("addresses\n%s", a)
+			}
+			return nil
+		})
+		sh(t, "ip", "-n", ulName, "neigh", "flush", "dev", "gw0")
+		sh(t, "ip", "netns", "exec", nsName, "ping", "-c2", "-i0.2", "-W2", "192.168.78.1")
+	}
+	// runFailing runs ofsdn-ovs expecting it to exit on its own, and returns its exit code and log.
+	runFailing := func() (int, string) {
+		t.Helper()
+		log := &syncBuf{}
+		cmd := exec.Command("ip", "netns", "exec", nsName, bin, "-config", conf, "-db-dir", filepath.Join(dir, "db"))
+		cmd.Stdout, cmd.Stderr = log, log
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if ee, ok := err.(*exec.ExitError); ok {
+				return ee.ExitCode(), log.String()
+			}
+			return 0, log.String()
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			<-done
+			t.Fatalf("ofsdn-ovs did not exit on its own:\n%s", log.String())
+			return 0, ""
+		}
+	}
 
 	// First start: the database is created, vswitchd answers, the bridge is not there yet.
 	c := start()
@@ -188,8 +239,8 @@ func TestOVSContainer(t *testing.T) {
 		t.Errorf("flow-restore-wait %q on the userspace datapath, want none", v)
 	}
 
-	// ovs-vswitchd dies: ofsdn-ovs stops ovsdb-server and exits 1 (the kubelet restarts the
-	// container); the node IP stays on br-phy (nothing to move it: no SIGTERM).
+	// ovs-vswitchd dies: ofsdn-ovs gives the node IP back to the NIC, stops ovsdb-server and
+	// exits 1 (the kubelet restarts the container).
 	pid := strings.TrimSpace(sh(t, "cat", filepath.Join(run, "ovs-vswitchd.pid")))
 	sh(t, "kill", "-9", pid)
 	select {
@@ -204,6 +255,46 @@ func TestOVSContainer(t *testing.T) {
 	if pids := ovsPIDs(t, nsName); len(pids) > 0 {
 		t.Errorf("after ovs-vswitchd died: Open vSwitch processes %v left", pids)
 	}
+	onNIC("after ovs-vswitchd died")
+
+	// The container killed (SIGKILL: ofsdn-ovs and both daemons) leaves the node IP on
+	// br-phy, whose tap device outlives ovs-vswitchd; the restarted container then finds its
+	// database unreadable and exits 1 before any OVS runs: it gives the node IP back to the
+	// NIC first, and its error names the fix.
+	c = start()
+	onBridge("restart after ovs-vswitchd died")
+	_ = c.cmd.Process.Kill()
+	for _, p := range ovsPIDs(t, nsName) {
+		_ = syscall.Kill(atoi(t, strings.Fields(p)[0]), syscall.SIGKILL)
+	}
+	c.done <- <-c.done
+	waitFor("Open vSwitch gone after SIGKILL", func() error {
+		if pids := ovsPIDs(t, nsName); len(pids) > 0 {
+			return fmt.Errorf("left: %v", pids)
+		}
+		return nil
+	})
+	if a := addrs(); !strings.Contains(a, "br-phy    inet 192.168.78.11/24") {
+		t.Fatalf("after the container was killed: addresses\n%s\nwant the node IP still on br-phy (what the restart must repair)", a)
+	}
+	db := filepath.Join(dir, "db", "conf.db")
+	if err := os.Rename(db, db+".good"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(db, []byte("OVSDB JSON garbage\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, log := runFailing()
+	if code != 1 || !strings.Contains(log, "delete it on the node ("+db) || !strings.Contains(log, "restart the pod") {
+		t.Errorf("on an unreadable database: exit %d, log\n%s\nwant exit 1 and an error naming the fix (delete %s, restart the pod)", code, log, db)
+	}
+	onNIC("after a start on an unreadable database")
+	if !strings.Contains(log, `why="ovs-vswitchd not running yet`) {
+		t.Errorf("on an unreadable database: log\n%s\nwant the node IP moved back at start, before the database is read", log)
+	}
+	if err := os.Rename(db+".good", db); err != nil {
+		t.Fatal(err)
+	}
 
 	// br-int on the kernel datapath: a restart sets flow-restore-wait before ovs-vswitchd
 	// starts (which cannot make a system bridge here: no module; the key is what counts).
@@ -214,6 +305,39 @@ func TestOVSContainer(t *testing.T) {
 		t.Errorf("flow-restore-wait %q after a restart with br-int on the kernel datapath, want \"true\"\n%s", v, c.log.String())
 	}
 	stop(c, syscall.SIGTERM, 0)
+	onNIC("after SIGTERM")
+
+	// The host's Open vSwitch on the shared run directory (the host's /var/run/openvswitch,
+	// its db.sock and pid file): refused at once, naming ovs: host, nothing started, the
+	// node's links left alone.
+	hostDB := filepath.Join(dir, "host.db")
+	sh(t, "ovsdb-tool", "create", hostDB, "/usr/share/openvswitch/vswitch.ovsschema")
+	host := exec.Command("ovsdb-server", hostDB, "--remote=punix:"+filepath.Join(run, "db.sock"),
+		"--pidfile="+filepath.Join(run, "ovsdb-server.pid"), "--unixctl="+filepath.Join(run, "ovsdb-server.ctl"))
+	if err := host.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = host.Process.Kill(); _ = host.Wait() })
+	waitFor("the host's ovsdb-server", func() error {
+		return exec.Command("ovsdb-client", "list-dbs", "unix:"+filepath.Join(run, "db.sock")).Run()
+	})
+	code, log = runFailing()
+	if code != 1 || !strings.Contains(log, "set ovs: host") {
+		t.Errorf("with the host's ovsdb-server on db.sock: exit %d, log\n%s\nwant exit 1 and an error naming ovs: host", code, log)
+	}
+	if pids := ovsPIDs(t, nsName); len(pids) > 0 {
+		t.Errorf("with the host's ovsdb-server: Open vSwitch processes %v started", pids)
+	}
+	onNIC("after refusing the host's Open vSwitch")
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // ovsPIDs returns the ovsdb-server and ovs-vswitchd processes in network namespace ns.
