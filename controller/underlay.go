@@ -12,18 +12,20 @@ package controller
 //  1. the bridge (datapath netdev, fail mode standalone: a learning switch, the NORMAL
 //     action) is made, the NIC added to it as a port;
 //  2. podnet.MoveIPv4: every IPv4 address of the NIC is added to the bridge's internal
-//     port (a tap device), which is set up with the NIC's MTU; every IPv4 route through
-//     the NIC (main table, not the kernel's own prefix routes) is replaced by the same
-//     route through the bridge; the addresses are deleted from the NIC, and the NIC stops
-//     answering ARP (arp_ignore 8): the kernel still sees its frames (ovs-vswitchd reads
-//     it through a packet socket), and would otherwise answer for the node IP with the
-//     NIC's MAC.
+//     port (a tap device), which is set up with the NIC's MTU (peer, lifetimes, flags and
+//     label kept); every IPv4 route through the NIC (any table, multipath nexthops too,
+//     not the kernel's own prefix routes) is replaced by the same route through the
+//     bridge; the addresses are deleted from the NIC, the bridge takes the NIC's
+//     arp_ignore and the NIC stops answering ARP (arp_ignore 8): the kernel still sees
+//     its frames (ovs-vswitchd reads it through a packet socket), and would otherwise
+//     answer for the node IP with the NIC's MAC.
 //
 // The bridge records the NIC (external_ids:ofsdn-underlay), so that cmd/ofsdn-ovs, which
 // runs Open vSwitch in the DaemonSet, moves the addresses back onto the NIC when it stops
 // ovs-vswitchd on SIGTERM (a pod deleted or rolled: without it the node would lose its
 // address with the bridge's forwarding, and its kubelet could not fetch the pod that
-// brings it back) and onto the bridge again when it has started ovs-vswitchd.
+// brings it back), on any other exit and at its start (a crash), and onto the bridge again
+// when it has started ovs-vswitchd.
 //
 // The bridge's internal port has a MAC of its own, so frames for it are "other host"
 // frames to the NIC's own IP stack and are taken only through the bridge. Peers learn the
