@@ -48,8 +48,9 @@ type HealthProbe struct {
 // StartHealthProbe starts probing sw (bridge's OpenFlow connection) with OpenFlow echoes
 // and db with OVSDB echoes, each every HealthProbeInterval and bounded by
 // HealthProbeTimeout, until Close. An unanswered probe's error names the bridge or the
-// OVSDB endpoint and the timeout. With log not nil, a side that stops answering is logged
-// once (a warning) and once again when it answers (info), never per probe. The node
+// OVSDB endpoint and the timeout. With log not nil, an outage is logged once (a warning,
+// when the first side stops answering, one side or both) and once again when both answer
+// (info), never per probe. The node
 // starts one (Node.Health): CNI STATUS and /readyz read it.
 func StartHealthProbe(sw *openflow.Switch, bridge string, db *ovsdb.Client, log *slog.Logger) *HealthProbe {
 	p := &HealthProbe{interval: HealthProbeInterval, timeout: HealthProbeTimeout, log: log, stop: make(chan struct{})}
@@ -105,15 +106,20 @@ func (p *HealthProbe) loop(probe func(ctx context.Context) error, timeoutErr err
 			return
 		}
 		t.Stop()
+		// One outage of Open vSwitch is one warning, whether one side or both stop
+		// answering (a restart of the ovs container stops both, each probe noticing it on
+		// its own), and one info line when both answer again.
 		p.mu.Lock()
 		was := *last
+		downBefore := p.ofErr != nil || p.dbErr != nil
 		*last = err
+		downAfter := p.ofErr != nil || p.dbErr != nil
 		p.mu.Unlock()
 		if p.log != nil {
 			switch {
-			case err != nil && was == nil:
+			case downAfter && !downBefore:
 				p.log.Warn("Open vSwitch not answering; CNI STATUS fails and ADDs wait until it answers", "err", err)
-			case err == nil && was != nil:
+			case downBefore && !downAfter:
 				p.log.Info("Open vSwitch answering again", "was", was)
 			}
 		}
