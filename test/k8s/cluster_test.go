@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -911,17 +912,8 @@ func (e *env) testDaemonRestart(t *testing.T) {
 	}
 	genBefore := flowGenerations(t, node)
 
-	cmd := e.c.KubectlCmd("exec", "-i", "-n", ns, from.Name, "--", "/testbin", "ping", "-i", "10ms", to.Status.PodIP)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	ping := e.startPing(t, ns, from, to)
+	defer ping.kill()
 	time.Sleep(2 * time.Second)
 
 	// The old daemon's log to its end, for a failure's report.
@@ -970,26 +962,8 @@ func (e *env) testDaemonRestart(t *testing.T) {
 		e.timing("ofsdn-node pod deleted → its replacement Ready", time.Since(start))
 	}
 	time.Sleep(2 * time.Second)
-	_ = stdin.Close()
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("ping: %v\n%s", err, out.String())
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatalf("ping did not stop after its stdin closed:\n%s", out.String())
-	}
-	var sent, received int
-	var missing string
-	line := out.String()
-	if i := strings.LastIndex(line, "sent "); i >= 0 {
-		line = line[i:]
-	}
-	if _, err := fmt.Sscanf(line, "sent %d received %d missing %s", &sent, &received, &missing); err != nil {
-		t.Fatalf("ping output %q: %v", out.String(), err)
-	}
+	line, sent, received, _ := ping.stop(t)
+	out := ping.out
 	t.Logf("%s → %s every 10 ms across the ofsdn-node pod's deletion and replacement: %d sent, %d answered %s",
 		from.Name, to.Name, sent, received, strings.TrimSpace(line))
 	if sent < 300 {
@@ -1060,17 +1034,8 @@ func (e *env) testOVSContainerKilled(t *testing.T) {
 	genBefore := flowGenerations(t, node)
 	restarts := containerRestarts(dsPod, "ovs")
 
-	cmd := e.c.KubectlCmd("exec", "-i", "-n", ns, from.Name, "--", "/testbin", "ping", "-i", "10ms", to.Status.PodIP)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	ping := e.startPing(t, ns, from, to)
+	defer ping.kill()
 	time.Sleep(2 * time.Second)
 
 	start := time.Now()
@@ -1100,30 +1065,10 @@ func (e *env) testOVSContainerKilled(t *testing.T) {
 		return nil
 	})
 	time.Sleep(3 * time.Second)
-	_ = stdin.Close()
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("ping: %v\n%s", err, out.String())
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatalf("ping did not stop after its stdin closed:\n%s", out.String())
-	}
-	line := out.String()
-	if i := strings.LastIndex(line, "sent "); i >= 0 {
-		line = line[i:]
-	}
-	var sent, received int
-	if _, err := fmt.Sscanf(line, "sent %d received %d", &sent, &received); err != nil {
-		t.Fatalf("ping output %q: %v", out.String(), err)
-	}
-	missing := strings.Fields(strings.Trim(strings.TrimSpace(line[strings.Index(line, "missing")+len("missing"):]), "[]"))
+	_, sent, received, missing := ping.stop(t)
 	var first, last int
 	if len(missing) > 0 {
-		first, _ = strconv.Atoi(missing[0])
-		last, _ = strconv.Atoi(missing[len(missing)-1])
+		first, last = missing[0], missing[len(missing)-1]
 	}
 	t.Logf("%s → %s every 10 ms, ovs container of %s killed: %d sent, %d answered; unanswered from seq %d to %d: an outage of %.2f s (%d lost)",
 		from.Name, to.Name, node.Name, sent, received, first, last, float64(last-first+1)*0.01, sent-received)
@@ -1164,6 +1109,74 @@ func lastLines(s string, n int) string {
 }
 
 // syncWriter appends to b under a lock, so that b can be read while a command still writes.
+// pingRun is /testbin ping from one pod to another every 10 ms, run through kubectl exec in
+// the background until stop.
+type pingRun struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *syncWriter
+}
+
+// startPing starts pinging to's pod IP from pod from (namespace ns) every 10 ms.
+func (e *env) startPing(t *testing.T, ns string, from, to *corev1.Pod) *pingRun {
+	t.Helper()
+	cmd := e.c.KubectlCmd("exec", "-i", "-n", ns, from.Name, "--", "/testbin", "ping", "-i", "10ms", to.Status.PodIP)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pingRun{cmd: cmd, stdin: stdin, out: &syncWriter{}}
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// kill ends the ping at once if stop did not (deferred by its starter).
+func (p *pingRun) kill() {
+	if p.cmd.ProcessState == nil {
+		_ = p.cmd.Process.Kill()
+		_ = p.cmd.Wait()
+	}
+}
+
+// stop ends the ping (its stdin closed: it prints its summary and exits) and returns the
+// summary line ("sent N received M missing [s1 s2 ...]"), the echo requests sent and
+// answered, and the sequence numbers left unanswered, in order. It fails the test when
+// the ping fails or does not stop within 60 s.
+func (p *pingRun) stop(t *testing.T) (line string, sent, received int, missing []int) {
+	t.Helper()
+	_ = p.stdin.Close()
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("ping: %v\n%s", err, p.out.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("ping did not stop after its stdin closed:\n%s", p.out.String())
+	}
+	line = p.out.String()
+	if i := strings.LastIndex(line, "sent "); i >= 0 {
+		line = line[i:]
+	}
+	if _, err := fmt.Sscanf(line, "sent %d received %d", &sent, &received); err != nil {
+		t.Fatalf("ping output %q: %v", p.out.String(), err)
+	}
+	if i := strings.Index(line, "missing"); i >= 0 {
+		for _, f := range strings.Fields(strings.Trim(strings.TrimSpace(line[i+len("missing"):]), "[]")) {
+			n, err := strconv.Atoi(f)
+			if err != nil {
+				t.Fatalf("ping output %q: missing sequence %q: %v", p.out.String(), f, err)
+			}
+			missing = append(missing, n)
+		}
+	}
+	return line, sent, received, missing
+}
+
 type syncWriter struct {
 	mu sync.Mutex
 	b  strings.Builder
