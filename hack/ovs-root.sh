@@ -28,8 +28,21 @@ mkdir -p "$DEBS"
 arch=$(dpkg --print-architecture)
 # Each package's candidate version, from one apt-cache call: "package version" lines.
 declare -A ver
-while read -r p v; do ver[$p]=$v; done < <(apt-cache policy "${PKGS[@]}" |
-  awk '/^[^ ]/ {sub(":$", "", $1); p=$1} /Candidate:/ {print p, $2}')
+candidates() {
+  while read -r p v; do ver[$p]=$v; done < <(apt-cache policy "${PKGS[@]}" |
+    awk '/^[^ ]/ {sub(":$", "", $1); p=$1} /Candidate:/ {print p, $2}')
+}
+candidates
+# A fresh machine whose packages were all there already may have empty package lists:
+# as root, fetch them once (what hack/install-deps.sh does before it installs anything).
+for p in "${PKGS[@]}"; do
+  if { [ -z "${ver[$p]:-}" ] || [ "${ver[$p]}" = "(none)" ]; } && [ "$(id -u)" = 0 ]; then
+    echo "ovs-root.sh: no candidate version of $p: apt-get update" >&2
+    apt-get update -qq
+    candidates
+    break
+  fi
+done
 want=()
 for p in "${PKGS[@]}"; do
   v=${ver[$p]:-}
