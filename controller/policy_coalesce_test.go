@@ -2,7 +2,6 @@ package controller
 
 import (
 	"fmt"
-	"net"
 	"net/netip"
 	"strings"
 	"sync"
@@ -30,20 +29,7 @@ func TestPolicyRoundCoalescesConjunctions(t *testing.T) {
 	}
 
 	const pods = 8
-	a := policy.NewAgent()
-	a.Update(func(e *policy.Engine) policy.Changes { return e.UpsertNamespace(&policy.Namespace{Name: "x"}) })
-	atts := make([]*Attachment, pods)
-	for i := range pods {
-		ip := net.IPv4(10, 244, 1, byte(10+i)).To4()
-		name := fmt.Sprintf("p%02d", i)
-		a.Update(func(e *policy.Engine) policy.Changes {
-			return e.UpsertPod(&policy.Pod{Namespace: "x", Name: name, Labels: map[string]string{"app": "a"},
-				IPs: []netip.Addr{netip.AddrFrom4([4]byte(ip))}, NodeName: "n1"})
-		})
-		atts[i] = &Attachment{ContainerID: "c" + name, IfName: "eth0", PodNamespace: "x", PodName: name,
-			HostVeth: "veth" + name, OFPort: uint32(100 + i), IPs: []*net.IPNet{{IP: ip, Mask: n.cfg.PodSubnet.Mask}},
-			MAC: net.HardwareAddr{0x0a, 0x58, 10, 244, 1, byte(10 + i)}}
-	}
+	a, atts := policyTestPods(n, pods)
 	fromA := func(ports ...uint16) *policy.Policy {
 		r := policy.Rule{Peers: []policy.Peer{{PodSelector: labels.SelectorFromSet(labels.Set{"app": "a"})}}}
 		for _, p := range ports {

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/netip"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -201,20 +200,7 @@ func TestPolicyRoundsPipelined(t *testing.T) {
 	}
 
 	const pods = 4
-	a := policy.NewAgent()
-	a.Update(func(e *policy.Engine) policy.Changes { return e.UpsertNamespace(&policy.Namespace{Name: "x"}) })
-	atts := make([]*Attachment, pods)
-	for i := range pods {
-		ip := net.IPv4(10, 244, 1, byte(10+i)).To4()
-		name := fmt.Sprintf("p%02d", i)
-		a.Update(func(e *policy.Engine) policy.Changes {
-			return e.UpsertPod(&policy.Pod{Namespace: "x", Name: name, Labels: map[string]string{"app": "a"},
-				IPs: []netip.Addr{netip.AddrFrom4([4]byte(ip))}, NodeName: "n1"})
-		})
-		mac := net.HardwareAddr{0x0a, 0x58, 10, 244, 1, byte(10 + i)}
-		atts[i] = &Attachment{ContainerID: "c" + name, IfName: "eth0", PodNamespace: "x", PodName: name,
-			HostVeth: "veth" + name, OFPort: uint32(100 + i), IPs: []*net.IPNet{{IP: ip, Mask: n.cfg.PodSubnet.Mask}}, MAC: mac}
-	}
+	a, atts := policyTestPods(n, pods)
 	a.Update(func(e *policy.Engine) policy.Changes {
 		return e.UpsertPolicy(&policy.Policy{Namespace: "x", Name: "from-a", PodSelector: labels.SelectorFromSet(labels.Set{"app": "a"}),
 			IngressType: true, Ingress: []policy.Rule{{AllPorts: true, Peers: []policy.Peer{{PodSelector: labels.SelectorFromSet(labels.Set{"app": "a"})}}}}})
