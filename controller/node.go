@@ -281,6 +281,12 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 			n.cancelRun()
 			return nil, fmt.Errorf("overlay: route for cluster CIDR %v via %s: %w", ov.ClusterCIDR, opts.Gateway, err)
 		}
+		if sn := n.clusterCIDR6(); sn != nil {
+			if err := podnet.Keep(n.runCtx, n.log, opts.Gateway, fmt.Sprintf("IPv6 route %v", sn), n.ensureRouteIPv6); err != nil {
+				n.cancelRun()
+				return nil, fmt.Errorf("overlay: IPv6 route for cluster CIDR %v via %s: %w", sn, opts.Gateway, err)
+			}
+		}
 	}
 
 	reserved := []net.IP{gwIP}
@@ -425,8 +431,32 @@ func (n *Node) configureGateway(ctx context.Context) (net.HardwareAddr, error) {
 		if err := podnet.ConfigureGatewayIPv6(n.opts.Gateway, n.gwAddr6); err != nil {
 			return nil, fmt.Errorf("node: configure gateway %s with %s: %w", n.opts.Gateway, n.gwAddr6, err)
 		}
+		if n.clusterCIDR6() != nil {
+			if err := n.ensureRouteIPv6(); err != nil {
+				return nil, fmt.Errorf("node: configure gateway %s: %w", n.opts.Gateway, err)
+			}
+		}
 	}
 	return gwMAC, nil
+}
+
+// clusterCIDR6 is the IPv6 cluster CIDR the host routes through the gateway: set on a
+// dual-stack node with an overlay that knows it (clusterCIDRIPv6), else nil.
+func (n *Node) clusterCIDR6() *net.IPNet {
+	if n.gwAddr6 == nil || n.opts.Overlay == nil {
+		return nil
+	}
+	return n.opts.Overlay.ClusterCIDRIPv6
+}
+
+// ensureRouteIPv6 routes the IPv6 cluster CIDR out of the gateway port via the link-local
+// address of flows.VirtualRouterMAC, a permanent neighbor (podnet.EnsureRouteIPv6Via): the
+// host reaches other nodes' pods over IPv6 as it does over IPv4, the pipeline's remote
+// stage sending it into the tunnel by ipv6_dst, with the gateway's IPv6 address as the
+// source (in this node's IPv6 pod subnet, which peers' tunnel_ingress accepts). This
+// node's own pods are on-link by the gateway address's longer prefix route.
+func (n *Node) ensureRouteIPv6() error {
+	return podnet.EnsureRouteIPv6Via(n.opts.Gateway, n.clusterCIDR6(), flows.LinkLocalFromMAC(flows.VirtualRouterMAC), flows.VirtualRouterMAC)
 }
 
 // switchPorts are the ofports of the node's own ports (1..65279; tunnel 0 = none).

@@ -349,8 +349,11 @@ func l3ToPodIPv6(b builder, pod Pod, ip net.IP) Flow {
 // would arrive with hop limit 255 and pass a pod's RFC 4861 checks. l3_forwarding drops
 // IPv6 for an address of the node's own IPv6 pod subnet that no pod holds and lets every
 // other IPv6 on, undecided: remote routes a peer's, and egress drops the rest, counted
-// (no IPv6 leaves by the gateway without IPv6 masquerade). The host itself has no route
-// to peers' IPv6 subnets (no ND responder for them): host-to-remote-pod IPv6 is not built.
+// (no IPv6 leaves by the gateway without IPv6 masquerade). The host reaches peers' pods
+// over IPv6 by a route for the IPv6 cluster CIDR via the link-local address of
+// VirtualRouterMAC, a permanent neighbor entry on the gateway (controller; no ND responder
+// in the pipeline): its IPv6 from the gateway port, source the gateway's IPv6 address,
+// takes the remote stage's peer flow like a pod's.
 
 // validateIPv6 checks p's IPv6 pod subnet on a dual-stack node cfg: an IPv6 prefix
 // outside fe80::/10 and ff00::/8 that does not overlap this node's. An IPv4-only node

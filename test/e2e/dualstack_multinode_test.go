@@ -137,6 +137,45 @@ func testDualStackMultiNode(t *testing.T, tunnel string, off int) {
 		}
 	})
 
+	t.Run("each node's host reaches the other node's pods over IPv6, from its gateway address", func(t *testing.T) {
+		for _, c := range []struct {
+			from *dualClusterNode
+			to   *testPod
+		}{{a, pb}, {b, pa}} {
+			waitUntil(t, fmt.Sprintf("ping6 %s host → pod %s", c.from.name, c.to.ip6(t)), 30*time.Second, func() error {
+				return ping6(c.from.OVS.NetnsPath(), c.to.ip6(t))
+			})
+			// TCP: the pod sees the host by its gateway's IPv6 address (::1 of its subnet).
+			var ln net.Listener
+			inNetns(t, c.to.netns, func() (err error) {
+				ln, err = net.Listen("tcp6", net.JoinHostPort(c.to.ip6(t).String(), "0"))
+				return err
+			})
+			peer := make(chan string, 1)
+			go func() {
+				conn, err := ln.Accept()
+				if err != nil {
+					peer <- err.Error()
+					return
+				}
+				peer <- conn.RemoteAddr().(*net.TCPAddr).IP.String()
+				conn.Close()
+			}()
+			inNetns(t, c.from.OVS.NetnsPath(), func() error {
+				conn, err := net.DialTimeout("tcp6", ln.Addr().String(), 5*time.Second)
+				if err != nil {
+					return err
+				}
+				return conn.Close()
+			})
+			got := <-peer
+			ln.Close()
+			if want := strings.TrimSuffix(c.from.subnet6, "/64") + "1"; got != want {
+				t.Errorf("pod %s saw host of %s as %s, want its gateway address %s", c.to.ip6(t), c.from.name, got, want)
+			}
+		}
+	})
+
 	t.Run("a pod's forged IPv6 source does not cross", func(t *testing.T) {
 		// An address of node-b's subnet (as if pb's neighbour) and one of node-a's on pa's
 		// eth0 (nodad: ofsdn pods have DAD off): the spoof guard of node-a drops both.
