@@ -221,7 +221,9 @@ func TestIPv6OnlyOnSwitch(t *testing.T) {
 	ip6 := func(in uint32, src, dst net.HardwareAddr, s, d, rest string) string {
 		return fmt.Sprintf("in_port=%d,ipv6,dl_src=%s,dl_dst=%s,ipv6_src=%s,ipv6_dst=%s,nw_ttl=64%s", in, src, dst, s, d, rest)
 	}
-	tun := func(src, packet string) string { return "tun_ipv6_src=" + src + ",tun_ipv6_dst=fd00:172:16::1," + packet }
+	tun := func(src, packet string) string {
+		return "tun_ipv6_src=" + src + ",tun_ipv6_dst=fd00:172:16::1," + packet
+	}
 	for _, c := range []struct {
 		name   string
 		packet string
