@@ -267,7 +267,7 @@ func (w *world) HostVethExists(name string) bool {
 
 func (w *world) IsolateHostEnd(name string) error { return w.do("podnet.IsolateHostEnd", name) }
 
-func (w *world) Check(netnsPath, ifName string, addr *net.IPNet, gw net.IP, mac net.HardwareAddr) error {
+func (w *world) Check(netnsPath, ifName string, want []podnet.Expect, mac net.HardwareAddr) error {
 	return nil
 }
 
