@@ -1255,9 +1255,9 @@ func (n *Node) restoreFromLease(ctx context.Context, l ipam.Lease, hostVeth stri
 	a := &Attachment{
 		ContainerID: l.ContainerID, IfName: l.IfName, Netns: l.Netns,
 		PodNamespace: ns, PodName: name, Network: l.Network, HostVeth: hostVeth,
-		IPs:      n.leaseNets(l.IPs),
-		OFPort:   uint32(l.OFPort),
-		OwnerID:  l.OwnerID,
+		IPs:     n.leaseNets(l.IPs),
+		OFPort:  uint32(l.OFPort),
+		OwnerID: l.OwnerID,
 	}
 	if a.IPv4() != nil {
 		a.Gateway = n.config().GatewayIP

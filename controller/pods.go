@@ -28,8 +28,8 @@ import (
 	"log/slog"
 	"net"
 	"slices"
-	"strings"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
