@@ -286,11 +286,14 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 	}
 
 	n.runCtx, n.cancelRun = context.WithCancel(context.Background())
-	if ov := opts.Overlay; ov != nil && ov.ClusterCIDR != nil {
-		// Kept (re-added when the gateway is created again) until Close.
-		if err := podnet.KeepRoute(n.runCtx, n.log, opts.Gateway, ov.ClusterCIDR, gwIP); err != nil {
-			n.cancelRun()
-			return nil, fmt.Errorf("overlay: route for cluster CIDR %v via %s: %w", ov.ClusterCIDR, opts.Gateway, err)
+	if ov := opts.Overlay; ov != nil {
+		// Kept (re-added when the gateway is created again) until Close. An IPv6-only
+		// node has no IPv4 cluster CIDR.
+		if ov.ClusterCIDR != nil {
+			if err := podnet.KeepRoute(n.runCtx, n.log, opts.Gateway, ov.ClusterCIDR, gwIP); err != nil {
+				n.cancelRun()
+				return nil, fmt.Errorf("overlay: route for cluster CIDR %v via %s: %w", ov.ClusterCIDR, opts.Gateway, err)
+			}
 		}
 		if sn := n.clusterCIDR6(); sn != nil {
 			if err := podnet.Keep(n.runCtx, n.log, opts.Gateway, fmt.Sprintf("IPv6 route %v", sn), n.ensureRouteIPv6); err != nil {
