@@ -3,6 +3,8 @@ package flows
 import (
 	"fmt"
 	"net"
+	"os"
+	"sort"
 	"strings"
 	"testing"
 
@@ -19,17 +21,18 @@ func testIPv6OnlyConfig() NodeConfig {
 	return cfg
 }
 
-// testV6PodA is pod A of the IPv6-only node: fd00:10:244:1::5 alone.
+// testV6PodA is pod A of the IPv6-only node: fd00:10:244:1::5 alone, with the MAC ofsdn
+// derives from it (podnet.MACFromIPv6: 0a:58 and its last 4 bytes).
 func testV6PodA() Pod {
 	p := testPodA()
-	p.IPs = []net.IP{net.ParseIP("fd00:10:244:1::5")}
+	p.IPs, p.MAC = []net.IP{net.ParseIP("fd00:10:244:1::5")}, mustMAC("0a:58:00:00:00:05")
 	return p
 }
 
 // testV6PodB is pod B of the IPv6-only node: fd00:10:244:1::6 alone.
 func testV6PodB() Pod {
 	p := testPodB()
-	p.IPs = []net.IP{net.ParseIP("fd00:10:244:1::6")}
+	p.IPs, p.MAC = []net.IP{net.ParseIP("fd00:10:244:1::6")}, mustMAC("0a:58:00:00:00:06")
 	return p
 }
 
@@ -81,18 +84,18 @@ var goldenIPv6OnlyNode = []string{
 // flows (goldenDualPodA less the IPv4 and ARP ones).
 var goldenV6PodA = []string{
 	`cookie=0x50007020af40105, table=classifier, priority=100,in_port=3 actions=load:0x2->NXM_NX_REG0[0..3],goto_table:"spoof_guard"`,
-	`cookie=0x50007020af40105, table="spoof_guard", priority=100,ipv6,in_port=3,dl_src=0a:58:0a:f4:01:05,ipv6_src=fd00:10:244:1::5 actions=goto_table:"l3_forwarding"`,
-	`cookie=0x50007020af40105, table="spoof_guard", priority=100,ipv6,in_port=3,dl_src=0a:58:0a:f4:01:05,ipv6_src=fe80::858:aff:fef4:105 actions=goto_table:"l3_forwarding"`,
-	`cookie=0x50007020af40105, table="spoof_guard", priority=150,icmp6,in_port=3,dl_src=0a:58:0a:f4:01:05,ipv6_src=fd00:10:244:1::5,icmp_type=135,nd_sll=0a:58:0a:f4:01:05 actions=goto_table:nd`,
-	`cookie=0x50007020af40105, table="spoof_guard", priority=150,icmp6,in_port=3,dl_src=0a:58:0a:f4:01:05,ipv6_src=fe80::858:aff:fef4:105,icmp_type=135,nd_sll=0a:58:0a:f4:01:05 actions=goto_table:nd`,
-	`cookie=0x50007020af40105, table="spoof_guard", priority=150,icmp6,in_port=3,dl_src=0a:58:0a:f4:01:05,ipv6_src=fd00:10:244:1::5,icmp_type=136,nd_target=fd00:10:244:1::5,nd_tll=0a:58:0a:f4:01:05 actions=goto_table:nd`,
-	`cookie=0x50007020af40105, table="spoof_guard", priority=150,icmp6,in_port=3,dl_src=0a:58:0a:f4:01:05,ipv6_src=fd00:10:244:1::5,icmp_type=136,nd_target=fd00:10:244:1::5,nd_tll=00:00:00:00:00:00 actions=goto_table:nd`,
-	`cookie=0x50007020af40105, table="spoof_guard", priority=150,icmp6,in_port=3,dl_src=0a:58:0a:f4:01:05,ipv6_src=fe80::858:aff:fef4:105,icmp_type=136,nd_target=fe80::858:aff:fef4:105,nd_tll=0a:58:0a:f4:01:05 actions=goto_table:nd`,
-	`cookie=0x50007020af40105, table="spoof_guard", priority=150,icmp6,in_port=3,dl_src=0a:58:0a:f4:01:05,ipv6_src=fe80::858:aff:fef4:105,icmp_type=136,nd_target=fe80::858:aff:fef4:105,nd_tll=00:00:00:00:00:00 actions=goto_table:nd`,
-	`cookie=0x50007020af40105, table=nd, priority=110,icmp6,dl_dst=0a:58:0a:f4:01:05 actions=load:0x3->NXM_NX_REG1[],goto_table:output`,
+	`cookie=0x50007020af40105, table="spoof_guard", priority=100,ipv6,in_port=3,dl_src=0a:58:00:00:00:05,ipv6_src=fd00:10:244:1::5 actions=goto_table:"l3_forwarding"`,
+	`cookie=0x50007020af40105, table="spoof_guard", priority=100,ipv6,in_port=3,dl_src=0a:58:00:00:00:05,ipv6_src=fe80::858:ff:fe00:5 actions=goto_table:"l3_forwarding"`,
+	`cookie=0x50007020af40105, table="spoof_guard", priority=150,icmp6,in_port=3,dl_src=0a:58:00:00:00:05,ipv6_src=fd00:10:244:1::5,icmp_type=135,nd_sll=0a:58:00:00:00:05 actions=goto_table:nd`,
+	`cookie=0x50007020af40105, table="spoof_guard", priority=150,icmp6,in_port=3,dl_src=0a:58:00:00:00:05,ipv6_src=fe80::858:ff:fe00:5,icmp_type=135,nd_sll=0a:58:00:00:00:05 actions=goto_table:nd`,
+	`cookie=0x50007020af40105, table="spoof_guard", priority=150,icmp6,in_port=3,dl_src=0a:58:00:00:00:05,ipv6_src=fd00:10:244:1::5,icmp_type=136,nd_target=fd00:10:244:1::5,nd_tll=0a:58:00:00:00:05 actions=goto_table:nd`,
+	`cookie=0x50007020af40105, table="spoof_guard", priority=150,icmp6,in_port=3,dl_src=0a:58:00:00:00:05,ipv6_src=fd00:10:244:1::5,icmp_type=136,nd_target=fd00:10:244:1::5,nd_tll=00:00:00:00:00:00 actions=goto_table:nd`,
+	`cookie=0x50007020af40105, table="spoof_guard", priority=150,icmp6,in_port=3,dl_src=0a:58:00:00:00:05,ipv6_src=fe80::858:ff:fe00:5,icmp_type=136,nd_target=fe80::858:ff:fe00:5,nd_tll=0a:58:00:00:00:05 actions=goto_table:nd`,
+	`cookie=0x50007020af40105, table="spoof_guard", priority=150,icmp6,in_port=3,dl_src=0a:58:00:00:00:05,ipv6_src=fe80::858:ff:fe00:5,icmp_type=136,nd_target=fe80::858:ff:fe00:5,nd_tll=00:00:00:00:00:00 actions=goto_table:nd`,
+	`cookie=0x50007020af40105, table=nd, priority=110,icmp6,dl_dst=0a:58:00:00:00:05 actions=load:0x3->NXM_NX_REG1[],goto_table:output`,
 	`cookie=0x50007020af40105, table=nd, priority=100,icmp6,icmp_type=135,nd_target=fd00:10:244:1::5 actions=load:0x3->NXM_NX_REG1[],goto_table:output`,
-	`cookie=0x50007020af40105, table=nd, priority=100,icmp6,icmp_type=135,nd_target=fe80::858:aff:fef4:105 actions=load:0x3->NXM_NX_REG1[],goto_table:output`,
-	`cookie=0x50007020af40105, table="l3_forwarding", priority=100,ipv6,ipv6_dst=fd00:10:244:1::5 actions=set_field:0a:58:0a:f4:01:05->eth_dst,load:0x3->NXM_NX_REG1[],goto_table:remote`,
+	`cookie=0x50007020af40105, table=nd, priority=100,icmp6,icmp_type=135,nd_target=fe80::858:ff:fe00:5 actions=load:0x3->NXM_NX_REG1[],goto_table:output`,
+	`cookie=0x50007020af40105, table="l3_forwarding", priority=100,ipv6,ipv6_dst=fd00:10:244:1::5 actions=set_field:0a:58:00:00:00:05->eth_dst,load:0x3->NXM_NX_REG1[],goto_table:remote`,
 }
 
 // goldenV6PeerB is peer B's flows on the IPv6-only node: tunnel ingress from its IPv6
@@ -250,4 +253,45 @@ func TestIPv6OnlyOnSwitch(t *testing.T) {
 	if !strings.Contains(trace, "-> output port is 1") || m == nil || !strings.Contains(m[1], "tun_ipv6_dst=fd00:172:16::2,") {
 		t.Fatalf("pod A to peer B's pod did not leave by the tunnel port to fd00:172:16::2\n%s", trace)
 	}
+}
+
+// TestPipelineDocIPv6Only: the block of docs/pipeline.md's section "IPv6-only node over an
+// IPv6 underlay" is exactly every flow of the IPv6-only node (testIPv6OnlyConfig with the
+// IPv6 cluster CIDR), its pod A and its peer B, in the order of a dump (table, priority,
+// owner kind).
+func TestPipelineDocIPv6Only(t *testing.T) {
+	data, err := os.ReadFile("../docs/pipeline.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(data), "\n## IPv6-only node over an IPv6 underlay\n")
+	if !ok {
+		t.Fatal(`docs/pipeline.md has no section "## IPv6-only node over an IPv6 underlay"`)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	var doc []string
+	inBlock := false
+	for _, l := range strings.Split(section, "\n") {
+		if strings.HasPrefix(l, "```") {
+			inBlock = !inBlock
+			continue
+		}
+		if inBlock && strings.HasPrefix(l, " cookie=") {
+			doc = append(doc, strings.TrimPrefix(l, " "))
+		}
+	}
+	cfg := testIPv6OnlyConfig()
+	cfg.ClusterCIDRIPv6 = mustCIDR6("fd00:10:244::/56")
+	fs := append(append(PipelineFlows(cfg), PodFlows(cfg, testV6PodA())...), PeerFlows(cfg, testV6PeerB())...)
+	sort.SliceStable(fs, func(i, j int) bool {
+		a, b := fs[i], fs[j]
+		if a.Table != b.Table {
+			return a.Table < b.Table
+		}
+		if a.Priority != b.Priority {
+			return a.Priority > b.Priority
+		}
+		return a.Cookie.Owner() < b.Cookie.Owner()
+	})
+	compareLines(t, "docs/pipeline.md, IPv6-only section (with a leading space in the file)", doc, lines(fs, docPorts))
 }
