@@ -117,6 +117,17 @@ func testIPv6OnlyMultiNode(t *testing.T, tunnel string, off int) {
 		mustRun(t, "ip", "netns", "exec", filepath.Base(pa.netns), "ping", "-6", "-c", "2", "-W", "2", "-M", "do", "-s", size, pb.ip6(t).String())
 	})
 
+	t.Run("each node's host reaches the other node's pod (IPv6 cluster route)", func(t *testing.T) {
+		for _, c := range []struct {
+			from *clusterNode
+			to   *testPod
+		}{{a, pb}, {b, pa}} {
+			waitUntil(t, fmt.Sprintf("ping6 %s host → pod %s", c.from.name, c.to.ip6(t)), 10*time.Second, func() error {
+				return ping6(c.from.OVS.NetnsPath(), c.to.ip6(t))
+			})
+		}
+	})
+
 	t.Run("a pod's forged IPv6 source does not cross", func(t *testing.T) {
 		forged := strings.TrimSuffix(b.subnet, "/64") + "99"
 		mustRun(t, "ip", "-n", filepath.Base(pa.netns), "addr", "add", forged+"/128", "dev", "eth0", "nodad")
