@@ -43,7 +43,8 @@ func testV6PeerB() Peer {
 }
 
 // goldenIPv6OnlyNode is the IPv6-only node's own flows: the dual-stack node's without
-// any IPv4 or ARP flow of its own (the stages keep their miss flows).
+// any IPv4 or ARP flow of its own (the stages keep their miss flows) and without the arp
+// stage (feature ipv4 off).
 var goldenIPv6OnlyNode = []string{
 	`cookie=0x500070100000000, table=classifier, priority=100,in_port=1 actions=load:0x3->NXM_NX_REG0[0..3],goto_table:"tunnel_ingress"`,
 	`cookie=0x500070100000000, table=classifier, priority=100,in_port=2 actions=load:0x1->NXM_NX_REG0[0..3],goto_table:"spoof_guard"`,
@@ -66,7 +67,6 @@ var goldenIPv6OnlyNode = []string{
 	`cookie=0x500070100000000, table=nd, priority=110,icmp6,dl_dst=0a:58:0a:f4:01:01 actions=load:0x2->NXM_NX_REG1[],goto_table:output`,
 	`cookie=0x500070100000000, table=nd, priority=100,icmp6,icmp_type=135,nd_target=fd00:10:244:1::1 actions=load:0x2->NXM_NX_REG1[],goto_table:output`,
 	`cookie=0x500070100000000, table=nd, priority=0 actions=drop`,
-	`cookie=0x500070100000000, table=arp, priority=0 actions=drop`,
 	`cookie=0x500070100000000, table="l3_forwarding", priority=100,ipv6,ipv6_dst=fd00:10:244:1::1 actions=set_field:0a:58:0a:f4:01:01->eth_dst,load:0x2->NXM_NX_REG1[],goto_table:remote`,
 	`cookie=0x500070100000000, table="l3_forwarding", priority=10,ipv6,ipv6_dst=fd00:10:244:1::/64 actions=drop`,
 	`cookie=0x500070100000000, table="l3_forwarding", priority=1,ipv6 actions=goto_table:remote`,

@@ -189,13 +189,8 @@ func spoofGuardNode(b builder) []Flow {
 	return append(fs, spoofGuardNodeIPv6(b)...)
 }
 
-// arpNode: ARP for the gateway IP (none on an IPv6-only node).
-func arpNode(b builder) []Flow {
-	if !b.cfg.IPv4() {
-		return nil
-	}
-	return []Flow{arpToGateway(b)}
-}
+// arpNode: ARP for the gateway IP (the stage is not in use on an IPv6-only node).
+func arpNode(b builder) []Flow { return []Flow{arpToGateway(b)} }
 
 // serviceNode: pod traffic to the service CIDR (with ServiceCIDR).
 func serviceNode(b builder) []Flow {
