@@ -129,11 +129,14 @@ func testIPv6OnlyMultiNode(t *testing.T, tunnel string, off int) {
 	})
 
 	t.Run("a pod's forged IPv6 source does not cross", func(t *testing.T) {
-		forged := strings.TrimSuffix(b.subnet, "/64") + "99"
-		mustRun(t, "ip", "-n", filepath.Base(pa.netns), "addr", "add", forged+"/128", "dev", "eth0", "nodad")
-		defer mustRun(t, "ip", "-n", filepath.Base(pa.netns), "addr", "del", forged+"/128", "dev", "eth0")
-		if udpFrom6(t, pa, net.ParseIP(forged), pb) {
-			t.Errorf("a datagram from pod on node-a with forged source %s reached node-b's pod", forged)
+		// An address of node-b's subnet (node-b's tunnel_ingress would drop it too) and one
+		// of node-a's own (only node-a's spoof guard drops it).
+		for _, forged := range []string{strings.TrimSuffix(b.subnet, "/64") + "99", strings.TrimSuffix(a.subnet, "/64") + "99"} {
+			mustRun(t, "ip", "-n", filepath.Base(pa.netns), "addr", "add", forged+"/128", "dev", "eth0", "nodad")
+			if udpFrom6(t, pa, net.ParseIP(forged), pb) {
+				t.Errorf("a datagram from pod on node-a with forged source %s reached node-b's pod", forged)
+			}
+			mustRun(t, "ip", "-n", filepath.Base(pa.netns), "addr", "del", forged+"/128", "dev", "eth0")
 		}
 		udpExchange6(t, pa, pb) // its own address still does
 	})
