@@ -43,16 +43,16 @@ import (
 //     and table not negative, scope 0..255;
 //   - dns: nameservers are IP addresses;
 //   - after conversion: for 0.1.0 and 0.2.0 an "ip4" with "ip" (what those versions
-//     carry of an IPv4 pod) and, for a dual-stack pod, an "ip6" with its IPv6 address
-//     (those versions carry at most one address per family: a result with two of one
-//     family is refused for them, code 1, rather than losing one); for 0.3.0 .. 0.4.0
-//     every address, each ip's "version" matching its address and its interface index
-//     inside interfaces.
+//     carry of an IPv4 pod) and/or, for a dual-stack or IPv6-only pod, an "ip6" with its
+//     IPv6 address (those versions carry at most one address per family: a result with
+//     two of one family is refused for them, code 1, rather than losing one); for 0.3.0
+//     .. 0.4.0 every address, each ip's "version" matching its address and its interface
+//     index inside interfaces.
 //
-// What the ofsdn daemon promises and is checked as well (an ofsdn pod has one IPv4
-// address on its interface CNI_IFNAME, and one IPv6 address on a dual-stack node): interfaces hold CNI_IFNAME with "sandbox"
-// CNI_NETNS; ips hold at least one IPv4 address; every ip names its interface, and that
-// interface is in the sandbox.
+// What the ofsdn daemon promises and is checked as well (an ofsdn pod has one address
+// per family of its node's pod subnets on its interface CNI_IFNAME: IPv4, IPv4 and IPv6,
+// or IPv6 alone): interfaces hold CNI_IFNAME with "sandbox" CNI_NETNS; ips hold at least
+// one address; every ip names its interface, and that interface is in the sandbox.
 //
 // Errors are *types.Error with code 999 (ErrInternal: the plugin's own failure, not the
 // runtime's input) whose message names the ofsdn-node daemon, the field and the bad
@@ -166,9 +166,8 @@ func checkResult(r *current.Result, ifName, netns string) error {
 		return badResult("puts interface %s in sandbox %s, not in CNI_NETNS %s", ifName, r.Interfaces[pod].Sandbox, netns)
 	}
 	if len(r.IPs) == 0 {
-		return badResult("has no IP address (ips is empty; an ofsdn pod gets one IPv4 address)")
+		return badResult("has no IP address (ips is empty; an ofsdn pod gets one address per family of its node's pod subnets)")
 	}
-	v4 := false
 	for i, ip := range r.IPs {
 		if ip == nil {
 			return badResult("ips[%d] is null", i)
@@ -179,9 +178,6 @@ func checkResult(r *current.Result, ifName, netns string) error {
 		}
 		if ip.Address.IP.IsUnspecified() {
 			return badResult("ips[%d] has the unspecified address %s", i, ipNetString(ip.Address))
-		}
-		if fam == 4 {
-			v4 = true
 		}
 		if ip.Gateway != nil {
 			if ipFamily(ip.Gateway) != fam {
@@ -200,9 +196,6 @@ func checkResult(r *current.Result, ifName, netns string) error {
 		if in := r.Interfaces[*ip.Interface]; in.Sandbox == "" {
 			return badResult("ips[%d] (%s) is on interface %d (%s), which is not in the pod's sandbox", i, ipNetString(ip.Address), *ip.Interface, in.Name)
 		}
-	}
-	if !v4 {
-		return badResult("has no IPv4 address in ips (an ofsdn pod gets one IPv4 address)")
 	}
 	for i, rt := range r.Routes {
 		if rt == nil {
@@ -235,11 +228,13 @@ func checkResult(r *current.Result, ifName, netns string) error {
 func checkConverted(res types.Result) error {
 	switch r := res.(type) {
 	case *types020.Result:
-		if r.IP4 == nil || r.IP4.IP.IP == nil {
-			return badResult("converted to CNI %s has no ip4 (those versions carry the pod's IPv4 address there)", r.CNIVersion)
+		if (r.IP4 == nil || r.IP4.IP.IP == nil) && (r.IP6 == nil || r.IP6.IP.IP == nil) {
+			return badResult("converted to CNI %s has neither ip4 nor ip6 (those versions carry the pod's addresses there)", r.CNIVersion)
 		}
-		if _, err := cidrFamily(r.IP4.IP); err != nil {
-			return badResult("converted to CNI %s has ip4.ip %s: %v", r.CNIVersion, ipNetString(r.IP4.IP), err)
+		if r.IP4 != nil && r.IP4.IP.IP != nil {
+			if _, err := cidrFamily(r.IP4.IP); err != nil {
+				return badResult("converted to CNI %s has ip4.ip %s: %v", r.CNIVersion, ipNetString(r.IP4.IP), err)
+			}
 		}
 	case *types040.Result:
 		for i, ip := range r.IPs {

@@ -64,3 +64,46 @@ func TestResultDualStack(t *testing.T) {
 		t.Errorf("two IPv4 addresses at 0.3.1: %v", err)
 	}
 }
+
+// v6OnlyResult is what the daemon sends for an IPv6-only node's pod: one IPv6 address.
+const v6OnlyResult = `{"cniVersion":"1.1.0",
+ "interfaces":[{"name":"ofs0123456789ab","mac":"aa:bb:cc:00:00:01"},{"name":"eth0","mac":"0a:58:00:00:00:05","sandbox":"/var/run/netns/p","mtu":1430}],
+ "ips":[{"interface":1,"address":"fd00:10:244:1::5/64","gateway":"fd00:10:244:1::1"}],
+ "routes":[{"dst":"::/0","gw":"fd00:10:244:1::1"}]}`
+
+// TestResultIPv6Only: an IPv6-only pod's result (no IPv4 address) converts to every
+// supported version with its one address (0.1.0/0.2.0: ip6 alone); a result without any
+// address is still refused.
+func TestResultIPv6Only(t *testing.T) {
+	for _, v := range SupportedVersions {
+		res, err := ResultForVersion(json.RawMessage(v6OnlyResult), v, "eth0", "/var/run/netns/p")
+		if err != nil {
+			t.Errorf("cniVersion %s: %v", v, err)
+			continue
+		}
+		var addrs []string
+		switch r := res.(type) {
+		case *types020.Result:
+			if r.IP4 != nil || r.IP6 == nil {
+				t.Errorf("cniVersion %s: ip4 %v ip6 %v, want ip6 alone", v, r.IP4, r.IP6)
+				continue
+			}
+			addrs = []string{r.IP6.IP.String()}
+		case *types040.Result:
+			for _, ip := range r.IPs {
+				addrs = append(addrs, ip.Address.String())
+			}
+		case *current.Result:
+			for _, ip := range r.IPs {
+				addrs = append(addrs, ip.Address.String())
+			}
+		}
+		if strings.Join(addrs, " ") != "fd00:10:244:1::5/64" {
+			t.Errorf("cniVersion %s: addresses %v, want fd00:10:244:1::5/64", v, addrs)
+		}
+	}
+	none := strings.Replace(v6OnlyResult, `{"interface":1,"address":"fd00:10:244:1::5/64","gateway":"fd00:10:244:1::1"}`, ``, 1)
+	if _, err := ResultForVersion(json.RawMessage(none), "1.1.0", "eth0", "/var/run/netns/p"); err == nil || !strings.Contains(err.Error(), "has no IP address") {
+		t.Errorf("a result without addresses: %v, want it refused", err)
+	}
+}

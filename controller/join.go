@@ -52,8 +52,10 @@ func (n *Node) JoinCluster(ctx context.Context, c *topology.Cluster) error {
 	}
 	// The host routes pods' egress and service traffic (gateway in, kube-proxy's DNAT,
 	// gateway or uplink out) either way; masquerade decides only the egress rules.
-	if err := masq.EnableIPForward(); err != nil {
-		return err
+	if c.PodSubnet != nil { // not on an IPv6-only node
+		if err := masq.EnableIPForward(); err != nil {
+			return err
+		}
 	}
 	// A dual-stack node's pods leave the cluster over IPv6 only with the IPv6 cluster CIDR
 	// (the egress flows and the ip6 masquerade rules both need it).
@@ -69,9 +71,17 @@ func (n *Node) JoinCluster(ctx context.Context, c *topology.Cluster) error {
 	}
 	// Peers' tunnel neighbour caches learn this node's underlay MAC now, not when their
 	// entry for a previous MAC (a replaced node) ages out.
-	announcer, err := topology.KeepAnnounced(ctx, log, c.Underlay, c.NodeIP)
-	if err != nil {
-		log.Warn("node IP not announced", "interface", c.Underlay, "node_ip", c.NodeIP, "err", err)
+	var announcer *topology.Announcer
+	var err error
+	if c.NodeIP.To4() != nil {
+		announcer, err = topology.KeepAnnounced(ctx, log, c.Underlay, c.NodeIP)
+		if err != nil {
+			log.Warn("node IP not announced", "interface", c.Underlay, "node_ip", c.NodeIP, "err", err)
+		}
+	} else {
+		// An IPv6 underlay: no gratuitous ARP; peers learn this node's MAC by neighbor
+		// discovery (an unsolicited advertisement is not sent).
+		log.Info("IPv6 underlay: node IP not announced by gratuitous ARP; peers resolve it by neighbor discovery", "interface", c.Underlay, "node_ip", c.NodeIP)
 	}
 	events := c.Source.Events()
 	if announcer != nil && !c.NodeIPFixed {

@@ -87,12 +87,17 @@ type NodeOptions struct {
 	// On "netdev" the pods' TX checksum offload is turned off (TCP fails otherwise).
 	DatapathType string
 	// PodSubnet is this node's pod subnet (IPv4); its first address is the gateway's.
+	// Nil on an IPv6-only node (PodSubnetIPv6 alone): its pods get one IPv6 address each.
 	PodSubnet *net.IPNet
 	// PodSubnetIPv6 is this node's IPv6 pod subnet on a dual-stack node (/126 or shorter;
 	// its first address, ::1 of it, is the gateway's IPv6 address), nil on an IPv4-only
 	// node. Every pod then gets one address of each (the IPv4 one first, the order of
 	// the CNI result), from one lease. NetworkPolicy is refused with it (flows.NodeConfig).
 	PodSubnetIPv6 *net.IPNet
+	// IPv6First lists the IPv6 pod subnet before the IPv4 one on a dual-stack node
+	// (Node.spec.podCIDRs in that order, an IPv6-first cluster): every pod's addresses,
+	// its lease and the CNI result then hold the IPv6 address first.
+	IPv6First bool
 	// MTU is the pods' and the gateway's MTU in bytes (68..65535).
 	MTU int
 	// OVSRunDir is Open vSwitch's run directory; the bridge's OpenFlow management socket is
@@ -220,19 +225,22 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	if opts.PodSubnet == nil || opts.PodSubnet.IP.To4() == nil {
-		return nil, errors.New("node: pod subnet must be an IPv4 CIDR (set podSubnet in the config)")
+	if (opts.PodSubnet == nil && opts.PodSubnetIPv6 == nil) || (opts.PodSubnet != nil && opts.PodSubnet.IP.To4() == nil) {
+		return nil, errors.New("node: pod subnet must be an IPv4 CIDR, or on an IPv6-only node left out beside the IPv6 one (set podSubnet or podSubnets in the config)")
 	}
 	if sn := opts.PodSubnetIPv6; sn != nil && (sn.IP.To4() != nil || len(sn.IP) != net.IPv6len) {
 		return nil, fmt.Errorf("node: IPv6 pod subnet %v is not an IPv6 CIDR (set the IPv6 entry of podSubnets in the config)", sn)
 	}
-	if ov := opts.Overlay; ov != nil && ov.ClusterCIDR == nil {
+	if ov := opts.Overlay; ov != nil && ov.ClusterCIDR == nil && opts.PodSubnet != nil {
 		return nil, errors.New("overlay: no cluster CIDR: set clusterCIDR in the config or the topology")
 	}
 	n := &Node{opts: opts, log: opts.Logger, db: db, ports: db, netns: netlinkPlumbing{},
 		pods: map[string]*Attachment{}, stop: make(chan struct{})}
-	gwIP := nthIP(opts.PodSubnet, 1)
-	n.gwAddr = &net.IPNet{IP: gwIP, Mask: opts.PodSubnet.Mask}
+	var gwIP net.IP
+	if opts.PodSubnet != nil {
+		gwIP = nthIP(opts.PodSubnet, 1)
+		n.gwAddr = &net.IPNet{IP: gwIP, Mask: opts.PodSubnet.Mask}
+	}
 	var gwIP6 net.IP
 	if sn := opts.PodSubnetIPv6; sn != nil {
 		gwIP6 = nthIP6(sn, 1)
@@ -264,6 +272,9 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 	if ov := opts.Overlay; ov != nil {
 		n.cfg.TunnelOFPort = uint32(ports.tunnel)
 		n.cfg.NodeIP = ov.NodeIP.To4()
+		if n.cfg.NodeIP == nil { // an IPv6 underlay
+			n.cfg.NodeIP = ov.NodeIP.To16()
+		}
 		n.cfg.ClusterCIDR = ov.ClusterCIDR
 		if opts.PodSubnetIPv6 != nil {
 			n.cfg.ClusterCIDRIPv6 = ov.ClusterCIDRIPv6
@@ -276,10 +287,13 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 
 	n.runCtx, n.cancelRun = context.WithCancel(context.Background())
 	if ov := opts.Overlay; ov != nil {
-		// Kept (re-added when the gateway is created again) until Close.
-		if err := podnet.KeepRoute(n.runCtx, n.log, opts.Gateway, ov.ClusterCIDR, gwIP); err != nil {
-			n.cancelRun()
-			return nil, fmt.Errorf("overlay: route for cluster CIDR %v via %s: %w", ov.ClusterCIDR, opts.Gateway, err)
+		// Kept (re-added when the gateway is created again) until Close. An IPv6-only
+		// node has no IPv4 cluster CIDR.
+		if ov.ClusterCIDR != nil {
+			if err := podnet.KeepRoute(n.runCtx, n.log, opts.Gateway, ov.ClusterCIDR, gwIP); err != nil {
+				n.cancelRun()
+				return nil, fmt.Errorf("overlay: route for cluster CIDR %v via %s: %w", ov.ClusterCIDR, opts.Gateway, err)
+			}
 		}
 		if sn := n.clusterCIDR6(); sn != nil {
 			if err := podnet.Keep(n.runCtx, n.log, opts.Gateway, fmt.Sprintf("IPv6 route %v", sn), n.ensureRouteIPv6); err != nil {
@@ -289,7 +303,10 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 		}
 	}
 
-	reserved := []net.IP{gwIP}
+	var reserved []net.IP
+	if gwIP != nil {
+		reserved = append(reserved, gwIP)
+	}
 	if gwIP6 != nil {
 		reserved = append(reserved, gwIP6)
 	}
@@ -409,8 +426,8 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 		go n.auditFlows(opts.FlowAuditInterval)
 	}
 	n.log.Info("node ready", "bridge", opts.Bridge, "datapath_type", opts.DatapathType,
-		"gateway", opts.Gateway, "gateway_ofport", ports.gateway, "gateway_ip", n.gwAddr.String(),
-		"pod_subnet", opts.PodSubnet.String(), "pod_subnet_ipv6", fmt.Sprint(opts.PodSubnetIPv6), "pods", len(n.pods), "generation", n.Generation())
+		"gateway", opts.Gateway, "gateway_ofport", ports.gateway, "gateway_ip", fmt.Sprint(n.gwAddr),
+		"pod_subnet", fmt.Sprint(opts.PodSubnet), "pod_subnet_ipv6", fmt.Sprint(opts.PodSubnetIPv6), "pods", len(n.pods), "generation", n.Generation())
 	if ov := opts.Overlay; ov != nil {
 		n.log.Info("overlay ready", "tunnel", ov.TunnelName, "type", ov.TunnelType, "tunnel_ofport", ports.tunnel,
 			"node_ip", ov.NodeIP, "cluster_cidr", ov.ClusterCIDR, "service_cidr", ov.ServiceCIDR,
@@ -1114,7 +1131,7 @@ func (n *Node) restorePods(ctx context.Context) {
 		a *Attachment
 	}
 	var ready, later []portAttachment
-	dualStack := n.opts.PodSubnetIPv6 != nil
+	dualStack := n.opts.PodSubnet != nil && n.opts.PodSubnetIPv6 != nil
 	for _, p := range n.ports.ListPorts(n.opts.Bridge) {
 		a, ok := attachmentFromPort(p)
 		if !ok {
@@ -1152,7 +1169,7 @@ func (n *Node) restorePods(ctx context.Context) {
 	}
 	for _, pa := range ready {
 		p, a := pa.p, pa.a
-		if l, ok := n.leases.Get(a.ContainerID, a.IfName); ok && slices.ContainsFunc(l.IPs, a.IPv4().IP.Equal) {
+		if l, ok := n.leases.Get(a.ContainerID, a.IfName); ok && slices.ContainsFunc(l.IPs, a.firstIP().IP.Equal) {
 			// The lease is the record of the pod's addresses (a port of a build before
 			// ExtIDIPv6 records the IPv4 one only).
 			a.IPs = n.leaseNets(l.IPs)
@@ -1241,17 +1258,23 @@ func (n *Node) restoreFromLease(ctx context.Context, l ipam.Lease, hostVeth stri
 	a := &Attachment{
 		ContainerID: l.ContainerID, IfName: l.IfName, Netns: l.Netns,
 		PodNamespace: ns, PodName: name, Network: l.Network, HostVeth: hostVeth,
-		IPs:      n.leaseNets(l.IPs),
-		Gateway:  n.config().GatewayIP,
-		Gateway6: n.config().GatewayIPv6,
-		OFPort:   uint32(l.OFPort),
-		OwnerID:  l.OwnerID,
+		IPs:     n.leaseNets(l.IPs),
+		OFPort:  uint32(l.OFPort),
+		OwnerID: l.OwnerID,
+	}
+	if a.IPv4() != nil {
+		a.Gateway = n.config().GatewayIP
+	}
+	if a.IPv6() != nil {
+		a.Gateway6 = n.config().GatewayIPv6
 	}
 	if v4 := a.IPv4(); v4 != nil {
 		a.MAC = podnet.MACFromIP(v4.IP) // what every ADD gives the pod: derived from its IPv4 address
+	} else if v6 := a.IPv6(); v6 != nil {
+		a.MAC = podnet.MACFromIPv6(v6.IP) // an IPv6-only pod's: derived from its IPv6 address
 	}
-	if a.Netns != "" {
-		if err := n.netns.Check(a.Netns, a.IfName, a.IPv4(), a.Gateway, a.MAC); err != nil {
+	if a.Netns != "" && len(a.expects()) > 0 {
+		if err := n.netns.Check(a.Netns, a.IfName, a.expects(), a.MAC); err != nil {
 			n.log.Warn("restoring a pod from its lease: its interface does not look as ofsdn made it; DEL and ADD the pod if it has no network",
 				"port", hostVeth, "container_id", a.ContainerID, "netns", a.Netns, "err", err)
 		}
@@ -1273,13 +1296,28 @@ func (n *Node) restoreFromLease(ctx context.Context, l ipam.Lease, hostVeth stri
 // before ExtIDIPv6) the store gives the IPv6 pool's next address. Errors: the IPv4
 // address is outside the pod subnet, or the store's (an address another lease holds).
 func (n *Node) restoreLease(ctx context.Context, a *Attachment, withIPv6 bool) error {
-	if ones, _ := a.IPv4().Mask.Size(); ones != maskOnes(n.opts.PodSubnet) || !n.opts.PodSubnet.Contains(a.IPv4().IP) {
-		return fmt.Errorf("address %s is not in this node's pod subnet %s", a.IPv4(), n.opts.PodSubnet)
-	}
-	ips := []*net.IPNet{a.IPv4()}
-	if v6, sn := a.IPv6(), n.opts.PodSubnetIPv6; withIPv6 && v6 != nil && sn != nil {
-		if ones, _ := v6.Mask.Size(); ones == maskOnes(sn) && sn.Contains(v6.IP) {
-			ips = append(ips, v6)
+	var ips []*net.IPNet
+	if n.opts.PodSubnet == nil { // an IPv6-only node: the recorded IPv6 address is the lease
+		v6, sn := a.IPv6(), n.opts.PodSubnetIPv6
+		if v6 == nil {
+			return fmt.Errorf("the port records no IPv6 address for this IPv6-only node (pod subnet %s)", sn)
+		}
+		if ones, _ := v6.Mask.Size(); ones != maskOnes(sn) || !sn.Contains(v6.IP) {
+			return fmt.Errorf("address %s is not in this node's IPv6 pod subnet %s", v6, sn)
+		}
+		ips = []*net.IPNet{v6}
+	} else {
+		if a.IPv4() == nil {
+			return fmt.Errorf("the port records no IPv4 address for this node's pod subnet %s", n.opts.PodSubnet)
+		}
+		if ones, _ := a.IPv4().Mask.Size(); ones != maskOnes(n.opts.PodSubnet) || !n.opts.PodSubnet.Contains(a.IPv4().IP) {
+			return fmt.Errorf("address %s is not in this node's pod subnet %s", a.IPv4(), n.opts.PodSubnet)
+		}
+		ips = []*net.IPNet{a.IPv4()}
+		if v6, sn := a.IPv6(), n.opts.PodSubnetIPv6; withIPv6 && v6 != nil && sn != nil {
+			if ones, _ := v6.Mask.Size(); ones == maskOnes(sn) && sn.Contains(v6.IP) {
+				ips = append(ips, v6)
+			}
 		}
 	}
 	if err := ctx.Err(); err != nil {
@@ -1291,12 +1329,18 @@ func (n *Node) restoreLease(ctx context.Context, a *Attachment, withIPv6 bool) e
 
 // podSubnets returns the node's pod subnets, one per IP family, in the order the node
 // lists them (the order of every pod's addresses and of the CNI result): the IPv4 pod
-// subnet, then on a dual-stack node the IPv6 one.
+// subnet, then on a dual-stack node the IPv6 one (IPv6 first with IPv6First); the IPv6
+// one alone on an IPv6-only node.
 func (n *Node) podSubnets() []*net.IPNet {
-	if n.opts.PodSubnetIPv6 != nil {
-		return []*net.IPNet{n.opts.PodSubnet, n.opts.PodSubnetIPv6}
+	switch {
+	case n.opts.PodSubnet == nil:
+		return []*net.IPNet{n.opts.PodSubnetIPv6}
+	case n.opts.PodSubnetIPv6 == nil:
+		return []*net.IPNet{n.opts.PodSubnet}
+	case n.opts.IPv6First:
+		return []*net.IPNet{n.opts.PodSubnetIPv6, n.opts.PodSubnet}
 	}
-	return []*net.IPNet{n.opts.PodSubnet}
+	return []*net.IPNet{n.opts.PodSubnet, n.opts.PodSubnetIPv6}
 }
 
 // leaseNets returns a lease's addresses, each with the prefix length of the pod subnet

@@ -49,9 +49,10 @@ type world struct {
 	flows  map[flows.Owner][]flows.Flow
 
 	subnet     *net.IPNet
-	subnet6    *net.IPNet  // a dual-stack world's IPv6 pod subnet: leases hold an address of each
-	lastSpec   podnet.Spec // what the last Setup was asked
-	nextIP     uint32      // next host number to lease
+	subnet6    *net.IPNet      // a dual-stack world's IPv6 pod subnet: leases hold an address of each
+	lastSpec   podnet.Spec     // what the last Setup was asked
+	lastCheck  []podnet.Expect // what the last Check was asked
+	nextIP     uint32          // next host number to lease
 	nextOFPort int
 	nextChosen int // ReserveOFPort's count
 }
@@ -190,9 +191,11 @@ func (w *world) ReserveLease(want ipam.Lease) ([]net.IP, func() error, error) {
 	if l, ok := w.leases[k]; ok {
 		return l.IPs, durable(false), nil
 	}
-	ip := nthIP(w.subnet, w.nextIP)
-	want.IPs, want.OwnerID = []net.IP{ip}, 500+w.nextIP-2
-	if w.subnet6 != nil {
+	want.OwnerID = 500 + w.nextIP - 2
+	if w.subnet != nil {
+		want.IPs = []net.IP{nthIP(w.subnet, w.nextIP)}
+	}
+	if w.subnet6 != nil { // after the IPv4 one; alone on an IPv6-only node (subnet nil)
 		want.IPs = append(want.IPs, nthIP6(w.subnet6, w.nextIP))
 	} // an owner id apart from the address, as ipam.Store allocates; as put gives
 	w.nextIP++
@@ -242,8 +245,14 @@ func (w *world) Setup(spec podnet.Spec) (podnet.Result, error) {
 		return podnet.Result{}, err
 	}
 	w.veths[spec.HostVeth] = true
+	var mac net.HardwareAddr
+	if spec.Addr != nil {
+		mac = podnet.MACFromIP(spec.Addr.IP)
+	} else if spec.Addr6 != nil {
+		mac = podnet.MACFromIPv6(spec.Addr6.IP) // an IPv6-only pod's
+	}
 	return podnet.Result{HostVeth: spec.HostVeth, HostMAC: net.HardwareAddr{0xe, 0, 0, 0, 0, 1},
-		ContainerMAC: podnet.MACFromIP(spec.Addr.IP), ContainerIfIndex: 2, MTU: spec.MTU}, nil
+		ContainerMAC: mac, ContainerIfIndex: 2, MTU: spec.MTU}, nil
 }
 
 func (w *world) Teardown(hostVeth, netnsPath, ifName string) error {
@@ -267,7 +276,7 @@ func (w *world) HostVethExists(name string) bool {
 
 func (w *world) IsolateHostEnd(name string) error { return w.do("podnet.IsolateHostEnd", name) }
 
-func (w *world) Check(netnsPath, ifName string, addr *net.IPNet, gw net.IP, mac net.HardwareAddr) error {
+func (w *world) Check(netnsPath, ifName string, want []podnet.Expect, mac net.HardwareAddr) error {
 	return nil
 }
 
@@ -840,5 +849,84 @@ func TestAddPodDualStack(t *testing.T) {
 		if left := w.left(); left != "" {
 			t.Errorf("%s failing: left behind %s", fail, left)
 		}
+	}
+}
+
+// TestAddPodIPv6Only (fakes): on an IPv6-only node ADD asks podnet for the IPv6 address
+// alone (no IPv4 address or gateway), the pod's flows are IPv6 only, its port records
+// ofsdn-ipv6 and no ofsdn-ip, the attachment rebuilt from the port holds the address;
+// CHECK looks for that address with the IPv6 gateway and refuses a prevResult naming
+// another; DEL leaves nothing. On an
+// IPv6-first node the attachment, and CHECK, hold the IPv6 address first.
+func TestAddPodIPv6Only(t *testing.T) {
+	w := newWorld()
+	_, w.subnet6, _ = net.ParseCIDR("fd00:10:128::/64")
+	w.subnet = nil
+	gw6 := nthIP6(w.subnet6, 1)
+	n := &Node{
+		opts: NodeOptions{Bridge: "br-int", Gateway: "gw0", DatapathType: "netdev", PodSubnetIPv6: w.subnet6, MTU: 1430},
+		log:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+		cfg: flows.NodeConfig{GatewayOFPort: 1, GatewayMAC: net.HardwareAddr{0x0a, 0x58, 0x0a, 0x80, 0, 1},
+			PodSubnetIPv6: w.subnet6, GatewayIPv6: gw6, Generation: 1},
+		gwAddr6: &net.IPNet{IP: gw6, Mask: w.subnet6.Mask},
+		ports:   w, owners: w, leases: w, netns: w,
+		pods: map[string]*Attachment{}, stop: make(chan struct{}),
+	}
+	if err := n.cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	a, err := n.AddPod(context.Background(), podReq("c1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp := w.lastSpec
+	if sp.Addr != nil || sp.Gateway != nil || sp.Addr6.String() != "fd00:10:128::2/64" || !sp.Gateway6.Equal(gw6) {
+		t.Fatalf("podnet.Setup asked for %v via %v and %v via %v, want fd00:10:128::2/64 via %v alone", sp.Addr, sp.Gateway, sp.Addr6, sp.Gateway6, gw6)
+	}
+	if len(a.IPs) != 1 || a.IPv6().String() != "fd00:10:128::2/64" || a.Gateway != nil || !a.Gateway6.Equal(gw6) {
+		t.Fatalf("attachment IPs %v gateway %v gateway6 %v", a.IPs, a.Gateway, a.Gateway6)
+	}
+	fs, _ := w.Owner(a.owner())
+	if len(fs) != 13 {
+		t.Errorf("pod has %d flows, want 13 (classifier and its 12 IPv6 flows)", len(fs))
+	}
+	for _, f := range fs {
+		if f.Match.EthType == flows.EthTypeIPv4 || f.Match.EthType == flows.EthTypeARP {
+			t.Errorf("IPv6-only pod has an IPv4 or ARP flow: %s", f)
+		}
+	}
+	p := w.ports[a.HostVeth]
+	if _, ok := p.ExternalIDs[ExtIDIP]; ok || p.ExternalIDs[ExtIDIPv6] != "fd00:10:128::2/64" {
+		t.Fatalf("port external_ids %v: want %s alone", p.ExternalIDs, ExtIDIPv6)
+	}
+	if pa, ok := attachmentFromPort(p); !ok || len(pa.IPs) != 1 || pa.IPv6().String() != "fd00:10:128::2/64" {
+		t.Fatalf("attachment from the port: %+v, %v", pa, ok)
+	}
+	if e := a.expects(); len(e) != 1 || e[0].Addr.String() != "fd00:10:128::2/64" || !e[0].Gateway.Equal(gw6) {
+		t.Fatalf("CHECK would ask podnet for %v, want fd00:10:128::2/64 via %v", e, gw6)
+	}
+	if err := n.CheckPod(context.Background(), podReq("c1"), []*net.IPNet{{IP: net.ParseIP("fd00:10:128::9"), Mask: net.CIDRMask(64, 128)}}); err == nil || !strings.Contains(err.Error(), "prevResult has IP fd00:10:128::9/64") {
+		t.Fatalf("CHECK with another prevResult address: %v", err)
+	}
+	if err := n.DelPod(context.Background(), podReq("c1")); err != nil {
+		t.Fatal(err)
+	}
+	if left := w.left(); left != "" {
+		t.Errorf("DEL left behind %s", left)
+	}
+
+	// IPv6-first: the attachment's (the CNI result's) and CHECK's order is the node's.
+	w2 := newWorld()
+	_, w2.subnet6, _ = net.ParseCIDR("fd00:10:128::/64")
+	n2 := testNode(w2)
+	n2.opts.PodSubnetIPv6, n2.opts.IPv6First = w2.subnet6, true
+	n2.cfg.PodSubnetIPv6, n2.cfg.GatewayIPv6 = w2.subnet6, gw6
+	if got := fmt.Sprint(n2.podSubnets()); got != "[fd00:10:128::/64 10.128.0.0/24]" {
+		t.Fatalf("IPv6-first podSubnets() = %s", got)
+	}
+	a2 := &Attachment{IPs: []*net.IPNet{{IP: net.ParseIP("fd00:10:128::2"), Mask: net.CIDRMask(64, 128)}, {IP: net.ParseIP("10.128.0.2").To4(), Mask: net.CIDRMask(24, 32)}},
+		Gateway: nthIP(w2.subnet, 1), Gateway6: gw6}
+	if e := a2.expects(); len(e) != 2 || !e[0].Gateway.Equal(gw6) || !e[1].Gateway.Equal(a2.Gateway) {
+		t.Fatalf("IPv6-first CHECK expects %v, want both addresses, IPv6 first, each with its gateway", e)
 	}
 }

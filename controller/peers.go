@@ -46,9 +46,11 @@ type OverlayOptions struct {
 	TunnelName string
 	// TunnelDstPort is the tunnel's UDP port, 0 = the type's default (4789, 6081).
 	TunnelDstPort int
-	// NodeIP is this node's underlay IPv4 address (the tunnels' outer source).
+	// NodeIP is this node's underlay address (the tunnels' outer source): IPv4, or IPv6
+	// for tunnels over an IPv6 underlay (then every peer's is IPv6).
 	NodeIP net.IP
-	// ClusterCIDR is the IPv4 prefix every node's pod subnet is cut from; required.
+	// ClusterCIDR is the IPv4 prefix every node's pod subnet is cut from; required but on
+	// an IPv6-only node, which has none.
 	ClusterCIDR *net.IPNet
 	// ClusterCIDRIPv6 is the IPv6 prefix every dual-stack node's IPv6 pod subnet is cut
 	// from, on a dual-stack node; nil = not known: its pods' IPv6 does not leave the
@@ -179,9 +181,14 @@ func (o *Overlay) subnetClash(key string, p flows.Peer) string {
 
 // forNode returns p as this node uses it: on an IPv4-only node without its IPv6 pod
 // subnet (no IPv6 flows, no IPv6 overlap check: only a dual-stack node routes IPv6).
+//
+// On an IPv6-only node without its IPv4 pod subnet (no IPv4 flows, no IPv4 overlap check).
 func (o *Overlay) forNode(p flows.Peer, cfg flows.NodeConfig) flows.Peer {
 	if cfg.PodSubnetIPv6 == nil {
 		p.PodSubnetIPv6 = nil
+	}
+	if cfg.PodSubnet == nil {
+		p.PodSubnet = nil
 	}
 	return p
 }

@@ -29,6 +29,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -49,10 +50,11 @@ const (
 	ExtIDPodNamespace = "ofsdn-pod-namespace"
 	// ExtIDPodName holds K8S_POD_NAME from CNI_ARGS ("" when not given).
 	ExtIDPodName = "ofsdn-pod-name"
-	// ExtIDIP holds the pod's IPv4 address with prefix length, e.g. "10.128.0.5/24".
+	// ExtIDIP holds the pod's IPv4 address with prefix length, e.g. "10.128.0.5/24";
+	// absent on an IPv6-only node's ports, which record ExtIDIPv6 alone.
 	ExtIDIP = "ofsdn-ip"
-	// ExtIDIPv6 holds a dual-stack pod's IPv6 address with prefix length, e.g.
-	// "fd00:10:128::5/64"; absent on an IPv4-only node's ports. Ports written before
+	// ExtIDIPv6 holds a dual-stack or IPv6-only pod's IPv6 address with prefix length,
+	// e.g. "fd00:10:128::5/64"; absent on an IPv4-only node's ports. Ports written before
 	// ofsdn recorded it lack it: a lease rebuilt from such a port gets the IPv6 pool's next
 	// address (restoreLease).
 	ExtIDIPv6 = "ofsdn-ipv6"
@@ -109,9 +111,11 @@ type Attachment struct {
 	OFPort uint32
 	// IPs are the pod's addresses, each with its pod subnet's prefix length, in the order
 	// of the node's pod subnets (the CNI result's order): one IPv4 address and, on a
-	// dual-stack node, one IPv6 address.
+	// dual-stack node, one IPv6 address (the IPv6 one first on an IPv6-first node); on
+	// an IPv6-only node one IPv6 address.
 	IPs []*net.IPNet
-	// Gateway is the pod's default gateway (the node's gateway port address).
+	// Gateway is the pod's IPv4 default gateway (the node's gateway port address); nil
+	// on an IPv6-only node.
 	Gateway net.IP
 	// Gateway6 is the pod's IPv6 default gateway (the gateway port's IPv6 address) on a
 	// dual-stack node, nil on an IPv4-only one.
@@ -153,6 +157,45 @@ func (a *Attachment) IPv6() *net.IPNet {
 	return nil
 }
 
+// firstIP returns the pod's first address (its primary one, the CNI result's first),
+// nil if it has none.
+func (a *Attachment) firstIP() *net.IPNet {
+	for _, ip := range a.IPs {
+		if ip != nil {
+			return ip
+		}
+	}
+	return nil
+}
+
+// addrString lists the pod's addresses for logs and errors, e.g. "10.128.0.5" or
+// "10.128.0.5,fd00:10:128::5".
+func (a *Attachment) addrString() string {
+	var ss []string
+	for _, ip := range a.IPs {
+		if ip != nil {
+			ss = append(ss, ip.IP.String())
+		}
+	}
+	return strings.Join(ss, ",")
+}
+
+// expects is what CHECK looks for in the pod: each address with its family's gateway.
+func (a *Attachment) expects() []podnet.Expect {
+	var out []podnet.Expect
+	for _, ip := range a.IPs {
+		if ip == nil {
+			continue
+		}
+		gw := a.Gateway
+		if ip.IP.To4() == nil {
+			gw = a.Gateway6
+		}
+		out = append(out, podnet.Expect{Addr: ip, Gateway: gw})
+	}
+	return out
+}
+
 func (a *Attachment) key() string { return attachmentKey(a.ContainerID, a.IfName) }
 
 // owner is the attachment's flow owner: its flows' store key and cookie (flows.PodOwner).
@@ -187,6 +230,9 @@ func (n *Node) ownerIDOf(containerID, ifName string, ip net.IP) uint32 {
 func (n *Node) fillOwnerID(a *Attachment) {
 	if a != nil && a.OwnerID == 0 && a.IPv4() != nil {
 		a.OwnerID = n.ownerIDOf(a.ContainerID, a.IfName, a.IPv4().IP)
+	} else if a != nil && a.OwnerID == 0 && a.firstIP() != nil {
+		// An IPv6-only pod: only its lease knows the id (no build gave one by address).
+		a.OwnerID = n.ownerIDOf(a.ContainerID, a.IfName, a.firstIP().IP)
 	}
 }
 
@@ -300,8 +346,10 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 		PodNamespace: req.PodNamespace, PodName: req.PodName, Network: req.Network,
 		HostVeth: hostVeth,
 		IPs:      n.leaseNets(ips),
-		Gateway:  n.config().GatewayIP,
 		MTU:      n.opts.MTU,
+	}
+	if a.IPv4() != nil {
+		a.Gateway = n.config().GatewayIP
 	}
 	if a.IPv6() != nil {
 		a.Gateway6 = n.config().GatewayIPv6
@@ -363,7 +411,7 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 			return err
 		}
 		return n.ports.DeletePort(uctx, n.opts.Bridge, a.HostVeth)
-	}}, undoStep{what: "flows of pod " + a.IPv4().IP.String(), run: func(uctx context.Context) error {
+	}}, undoStep{what: "flows of pod " + a.addrString(), run: func(uctx context.Context) error {
 		if n.policy != nil {
 			n.policy.detach(a) // its rule flows too; nothing if the attach was undone already
 		}
@@ -458,7 +506,7 @@ func (n *Node) DelPod(ctx context.Context, req PodRequest) error {
 		// the rule flows naming it go.
 		n.policy.detach(a)
 	}
-	if a != nil && a.IPv4() != nil {
+	if a != nil && (a.IPv4() != nil || a.OwnerID != 0) {
 		if err := n.deletePodFlows(ctx, a); err != nil {
 			return stepErr("openflow", fmt.Errorf("%s: %w", req, err))
 		}
@@ -727,7 +775,11 @@ func (n *Node) deletePodFlows(ctx context.Context, a *Attachment) error {
 // CheckPod verifies an attachment (CNI CHECK): the interface, address and default route
 // inside the netns, the OVS port and its ofport, and every desired flow of the pod on the
 // switch. The error names what is missing.
-func (n *Node) CheckPod(ctx context.Context, req PodRequest, wantIP *net.IPNet) error {
+//
+// wantIPs are the addresses of the runtime's prevResult (nil without one): each must be
+// one of the pod's. Every address of the pod (both families on a dual-stack node) is
+// checked in the netns with its family's default route.
+func (n *Node) CheckPod(ctx context.Context, req PodRequest, wantIPs []*net.IPNet) error {
 	n.mu.Lock()
 	a := n.pods[attachmentKey(req.ContainerID, req.IfName)]
 	n.mu.Unlock()
@@ -737,10 +789,12 @@ func (n *Node) CheckPod(ctx context.Context, req PodRequest, wantIP *net.IPNet) 
 	if !sameNetwork(a.Network, req.Network) {
 		return stepErr("check", fmt.Errorf("%s: interface %s is attached to network %q, not %q", req, req.IfName, a.Network, req.Network))
 	}
-	if wantIP != nil && !wantIP.IP.Equal(a.IPv4().IP) {
-		return stepErr("check", fmt.Errorf("%s: prevResult has IP %s but the pod was given %s", req, wantIP, a.IPv4()))
+	for _, w := range wantIPs {
+		if w != nil && !slices.ContainsFunc(a.IPs, func(ip *net.IPNet) bool { return ip != nil && ip.IP.Equal(w.IP) }) {
+			return stepErr("check", fmt.Errorf("%s: prevResult has IP %s but the pod was given %s", req, w, a.addrString()))
+		}
 	}
-	if err := n.netns.Check(req.Netns, req.IfName, a.IPv4(), a.Gateway, a.MAC); err != nil {
+	if err := n.netns.Check(req.Netns, req.IfName, a.expects(), a.MAC); err != nil {
 		return stepErr("check", fmt.Errorf("%s: %w", req, err))
 	}
 	p, ok := n.ports.GetPort(a.HostVeth)
@@ -857,9 +911,11 @@ func (a *Attachment) externalIDs() map[string]string {
 		ExtIDIfName:       a.IfName,
 		ExtIDPodNamespace: a.PodNamespace,
 		ExtIDPodName:      a.PodName,
-		ExtIDIP:           a.IPv4().String(),
 		ExtIDMAC:          a.MAC.String(),
 		ExtIDNetns:        a.Netns,
+	}
+	if v4 := a.IPv4(); v4 != nil {
+		ids[ExtIDIP] = v4.String()
 	}
 	if v6 := a.IPv6(); v6 != nil {
 		ids[ExtIDIPv6] = v6.String()
@@ -881,18 +937,21 @@ func attachmentFromPort(p ovsdb.PortInfo) (*Attachment, bool) {
 	if cid == "" {
 		return nil, false
 	}
-	ip, ipnet, err := net.ParseCIDR(e[ExtIDIP])
-	if err != nil {
+	var ips []*net.IPNet
+	if ip, ipnet, err := net.ParseCIDR(e[ExtIDIP]); err == nil && ip.To4() != nil {
+		ips = append(ips, &net.IPNet{IP: ip.To4(), Mask: ipnet.Mask})
+	}
+	if ip6, net6, err := net.ParseCIDR(e[ExtIDIPv6]); err == nil && ip6.To4() == nil {
+		ips = append(ips, &net.IPNet{IP: ip6, Mask: net6.Mask})
+	}
+	if len(ips) == 0 {
 		return nil, false
 	}
 	mac, _ := net.ParseMAC(e[ExtIDMAC])
 	a := &Attachment{
 		ContainerID: cid, IfName: e[ExtIDIfName], Netns: e[ExtIDNetns],
 		PodNamespace: e[ExtIDPodNamespace], PodName: e[ExtIDPodName], Network: e[ExtIDNetwork],
-		HostVeth: p.Name, IPs: []*net.IPNet{{IP: ip.To4(), Mask: ipnet.Mask}}, MAC: mac,
-	}
-	if ip6, net6, err := net.ParseCIDR(e[ExtIDIPv6]); err == nil && ip6.To4() == nil {
-		a.IPs = append(a.IPs, &net.IPNet{IP: ip6, Mask: net6.Mask})
+		HostVeth: p.Name, IPs: ips, MAC: mac,
 	}
 	if id, err := strconv.ParseUint(e[ExtIDOwnerID], 10, 32); err == nil && id != 0 {
 		a.OwnerID = uint32(id)

@@ -128,7 +128,7 @@ func (n *Node) removeBroken(ctx context.Context, containerID, ifName, port strin
 	if n.policy != nil && a != nil {
 		n.policy.detach(a)
 	}
-	if a != nil && a.IPv4() != nil {
+	if a != nil && (a.IPv4() != nil || a.OwnerID != 0) {
 		if err := n.deletePodFlows(ctx, a); err != nil {
 			errs = append(errs, err)
 		}

@@ -89,7 +89,7 @@ type podPlumbing interface {
 	// (podnet.IsolateHostEnd), for pods restored from a daemon that did not.
 	IsolateHostEnd(name string) error
 	// Check verifies the pod interface's address, default route and MAC (podnet.Check).
-	Check(netnsPath, ifName string, addr *net.IPNet, gw net.IP, mac net.HardwareAddr) error
+	Check(netnsPath, ifName string, want []podnet.Expect, mac net.HardwareAddr) error
 }
 
 // netlinkPlumbing is podPlumbing with package podnet.
@@ -101,6 +101,6 @@ func (netlinkPlumbing) Teardown(hostVeth, netnsPath, ifName string) error {
 }
 func (netlinkPlumbing) HostVethExists(name string) bool  { return podnet.HostVethExists(name) }
 func (netlinkPlumbing) IsolateHostEnd(name string) error { return podnet.IsolateHostEnd(name) }
-func (netlinkPlumbing) Check(netnsPath, ifName string, addr *net.IPNet, gw net.IP, mac net.HardwareAddr) error {
-	return podnet.Check(netnsPath, ifName, addr, gw, mac)
+func (netlinkPlumbing) Check(netnsPath, ifName string, want []podnet.Expect, mac net.HardwareAddr) error {
+	return podnet.Check(netnsPath, ifName, want, mac)
 }

@@ -78,9 +78,12 @@ type Match struct {
 	// Regs are register bit ranges and their values (reg0=0x2/0xf). Marks on the same
 	// register combine; they must not overlap.
 	Regs []RegMark
-	// TunSrc is the tunnel's outer IPv4 source (NXM_NX_TUN_IPV4_SRC), nil = any.
+	// TunSrc is the tunnel's outer source, nil = any: an IPv4 address matches
+	// NXM_NX_TUN_IPV4_SRC (tun_src), an IPv6 one NXM_NX_TUN_IPV6_SRC (tun_ipv6_src, an
+	// IPv6 underlay).
 	TunSrc net.IP
-	// TunDst is the tunnel's outer IPv4 destination (NXM_NX_TUN_IPV4_DST), nil = any.
+	// TunDst is the tunnel's outer destination, nil = any: IPv4 NXM_NX_TUN_IPV4_DST
+	// (tun_dst), IPv6 NXM_NX_TUN_IPV6_DST (tun_ipv6_dst).
 	TunDst net.IP
 	// IPSrc is the IPv4 source address or prefix (nw_src), nil = any; needs EthTypeIPv4.
 	IPSrc *net.IPNet
@@ -311,11 +314,13 @@ type SetARPTha struct {
 	MAC net.HardwareAddr
 }
 
-// SetTunDst sets the tunnel's outer IPv4 destination (OFPAT_SET_FIELD with the Nicira
-// field NXM_NX_TUN_IPV4_DST, §7.2.5), printed "set_field:172.16.0.2->tun_dst": a packet
-// then output to a flow-based tunnel port (options:remote_ip=flow) is sent to IP.
+// SetTunDst sets the tunnel's outer destination (OFPAT_SET_FIELD with the Nicira field
+// NXM_NX_TUN_IPV4_DST, §7.2.5), printed "set_field:172.16.0.2->tun_dst", or for an IPv6
+// address NXM_NX_TUN_IPV6_DST, printed "set_field:fd00::2->tun_ipv6_dst" (an IPv6
+// underlay): a packet then output to a flow-based tunnel port (options:remote_ip=flow)
+// is sent to IP.
 type SetTunDst struct {
-	// IP is the peer node's IPv4 address.
+	// IP is the peer node's underlay address, IPv4 or IPv6.
 	IP net.IP
 }
 
@@ -479,9 +484,14 @@ func (f Flow) Validate() error {
 	if arpFields && m.EthType != EthTypeARP {
 		return fail("arp fields need EthType %#04x (arp)", EthTypeARP)
 	}
-	for _, ip := range []net.IP{m.TunSrc, m.TunDst, m.ARPSpa, m.ARPTpa} {
+	for _, ip := range []net.IP{m.ARPSpa, m.ARPTpa} {
 		if ip != nil && ip.To4() == nil {
 			return fail("address %s is not IPv4", ip)
+		}
+	}
+	for _, ip := range []net.IP{m.TunSrc, m.TunDst} {
+		if ip != nil && ip.To4() == nil && len(ip) != net.IPv6len {
+			return fail("tunnel address %s is neither IPv4 nor IPv6", ip)
 		}
 	}
 	if m.ARPTpa != nil && m.ARPTpaPrefix != nil {
@@ -579,8 +589,8 @@ func (f Flow) Validate() error {
 				return fail("arp_tpa %s is not IPv4", a.IP)
 			}
 		case SetTunDst:
-			if a.IP.To4() == nil {
-				return fail("tun_dst %s is not IPv4", a.IP)
+			if a.IP.To4() == nil && len(a.IP) != net.IPv6len {
+				return fail("tun_dst %s is neither IPv4 nor IPv6", a.IP)
 			}
 		case Conjunction:
 			if a.ID == 0 || a.NClauses < 2 || a.NClauses > 64 || a.Clause < 1 || a.Clause > a.NClauses {
@@ -749,10 +759,10 @@ func (m Match) format(ports PortNames) string {
 		}
 	}
 	if m.TunSrc != nil {
-		add("tun_src=%s", m.TunSrc.To4())
+		add("%s=%s", tunField(m.TunSrc, "src"), tunIP(m.TunSrc))
 	}
 	if m.TunDst != nil {
-		add("tun_dst=%s", m.TunDst.To4())
+		add("%s=%s", tunField(m.TunDst, "dst"), tunIP(m.TunDst))
 	}
 	if m.InPort != 0 {
 		var b strings.Builder
@@ -905,7 +915,24 @@ func (a SetARPTha) format(b *strings.Builder, _ PortNames) {
 }
 
 func (a SetTunDst) format(b *strings.Builder, _ PortNames) {
-	fmt.Fprintf(b, "set_field:%s->tun_dst", a.IP.To4())
+	fmt.Fprintf(b, "set_field:%s->%s", tunIP(a.IP), tunField(a.IP, "dst"))
+}
+
+// tunField is the name dump-flows gives the tunnel's outer address field dir ("src" or
+// "dst") for ip's family: tun_src, or tun_ipv6_src for an IPv6 underlay.
+func tunField(ip net.IP, dir string) string {
+	if ip.To4() == nil {
+		return "tun_ipv6_" + dir
+	}
+	return "tun_" + dir
+}
+
+// tunIP is ip in its family's form: 4 bytes for IPv4, else 16.
+func tunIP(ip net.IP) net.IP {
+	if ip4 := ip.To4(); ip4 != nil {
+		return ip4
+	}
+	return ip.To16()
 }
 
 func (a Load) format(b *strings.Builder, _ PortNames) {
@@ -1054,10 +1081,18 @@ func (m Match) ofMatch() openflow13.Match {
 		om.AddField(f)
 	}
 	if m.TunSrc != nil {
-		om.AddField(*openflow13.NewTunnelIpv4SrcField(m.TunSrc.To4(), nil))
+		if ip4 := m.TunSrc.To4(); ip4 != nil {
+			om.AddField(*openflow13.NewTunnelIpv4SrcField(ip4, nil))
+		} else {
+			om.AddField(*openflow13.NewTunnelIpv6SrcField(m.TunSrc.To16(), nil))
+		}
 	}
 	if m.TunDst != nil {
-		om.AddField(*openflow13.NewTunnelIpv4DstField(m.TunDst.To4(), nil))
+		if ip4 := m.TunDst.To4(); ip4 != nil {
+			om.AddField(*openflow13.NewTunnelIpv4DstField(ip4, nil))
+		} else {
+			om.AddField(*openflow13.NewTunnelIpv6DstField(m.TunDst.To16(), nil))
+		}
 	}
 	if m.EthDst != nil {
 		om.AddField(*openflow13.NewEthDstField(m.EthDst, nil))
@@ -1186,7 +1221,10 @@ func (a SetARPTha) ofAction() openflow13.Action {
 }
 
 func (a SetTunDst) ofAction() openflow13.Action {
-	return openflow13.NewActionSetField(*openflow13.NewTunnelIpv4DstField(a.IP.To4(), nil))
+	if ip4 := a.IP.To4(); ip4 != nil {
+		return openflow13.NewActionSetField(*openflow13.NewTunnelIpv4DstField(ip4, nil))
+	}
+	return openflow13.NewActionSetField(*openflow13.NewTunnelIpv6DstField(a.IP.To16(), nil))
 }
 
 func (a Load) ofAction() openflow13.Action {

@@ -19,9 +19,11 @@ type NodeConfig struct {
 	// eth_dst.
 	GatewayMAC net.HardwareAddr
 	// GatewayIP is the gateway's IPv4 address, by convention the first address of
-	// PodSubnet; pods' default route is via it.
+	// PodSubnet; pods' default route is via it. Nil exactly when PodSubnet is.
 	GatewayIP net.IP
-	// PodSubnet is this node's IPv4 pod subnet (e.g. a /24 of the cluster CIDR).
+	// PodSubnet is this node's IPv4 pod subnet (e.g. a /24 of the cluster CIDR); nil on
+	// an IPv6-only node (PodSubnetIPv6 alone), which then has no IPv4 or ARP flow of its
+	// own and whose pods have one IPv6 address each.
 	PodSubnet *net.IPNet
 	// PodSubnetIPv6 is this node's IPv6 pod subnet on a dual-stack node (e.g.
 	// fd00:10:244:1::/64), nil on an IPv4-only node, whose flows it leaves exactly as
@@ -55,8 +57,10 @@ type NodeConfig struct {
 	// options:remote_ip=flow, key=flow), 1..0xfffffeff; 0 = no tunnel (single node, no
 	// peers may be added).
 	TunnelOFPort uint32
-	// NodeIP is this node's underlay IPv4 address, the tunnels' outer source; needed when
-	// TunnelOFPort is set (a peer may not claim it).
+	// NodeIP is this node's underlay address, the tunnels' outer source; needed when
+	// TunnelOFPort is set (a peer may not claim it). IPv4, or IPv6 for an IPv6 underlay
+	// (UnderlayIPv6): every peer's node IP is then IPv6 too, matched as tun_ipv6_src and
+	// set as tun_ipv6_dst.
 	NodeIP net.IP
 	// Policy turns NetworkPolicy enforcement on (policy.go): conntrack and the rule stages.
 	// Off, the conntrack stage passes everything on to remote and no packet is tracked.
@@ -88,9 +92,12 @@ func (c NodeConfig) AffinityLearnLimit() uint16 {
 }
 
 // Validate checks that the config can build a pipeline: a valid gateway ofport, a
-// unicast 48-bit gateway MAC, IPv4 gateway and subnet, the gateway inside the subnet;
-// on a dual-stack node an IPv6 subnet of /64../120 with its gateway inside it, and
-// neither NetworkPolicy nor the deny log (IPv6 policy is not built: see validateIPv6).
+// unicast 48-bit gateway MAC; an IPv4 gateway and subnet with the gateway inside it, or,
+// on an IPv6-only node, neither (then PodSubnetIPv6 is required, and the IPv4-only
+// options ClusterCIDR and ServiceCIDR are refused); on a node with an IPv6 pod subnet an
+// IPv6 subnet of /64../126 with its gateway inside it, and neither NetworkPolicy nor the
+// deny log (IPv6 policy is not built: see validateIPv6); with a tunnel port, a node IP
+// of either family (the underlay's: an IPv6 one makes tunnels run over IPv6).
 func (c NodeConfig) Validate() error {
 	if c.GatewayOFPort == 0 || c.GatewayOFPort >= 0xffffff00 {
 		return fmt.Errorf("node config: gateway ofport %d is not a valid OpenFlow port (1..0xfffffeff): read it from the gateway Interface's ofport column", c.GatewayOFPort)
@@ -98,11 +105,18 @@ func (c NodeConfig) Validate() error {
 	if len(c.GatewayMAC) != 6 || c.GatewayMAC[0]&1 != 0 {
 		return fmt.Errorf("node config: gateway MAC %q is not a unicast Ethernet address: read it from the gateway Interface's mac_in_use column", c.GatewayMAC)
 	}
-	if c.PodSubnet == nil || c.PodSubnet.IP.To4() == nil || len(c.PodSubnet.Mask) != net.IPv4len {
-		return fmt.Errorf("node config: pod subnet %v is not an IPv4 prefix: set the node's IPv4 pod CIDR", c.PodSubnet)
-	}
-	if c.GatewayIP.To4() == nil || !c.PodSubnet.Contains(c.GatewayIP) {
-		return fmt.Errorf("node config: gateway IP %v is not an IPv4 address in pod subnet %v: use the subnet's first address", c.GatewayIP, c.PodSubnet)
+	if c.PodSubnet == nil && c.GatewayIP == nil && c.PodSubnetIPv6 != nil {
+		// An IPv6-only node.
+		if c.ClusterCIDR != nil || c.ServiceCIDR != nil {
+			return fmt.Errorf("node config: IPv4 cluster CIDR %v or service CIDR %v on an IPv6-only node (IPv6 pod subnet %v, no IPv4 one): leave them out, or give the node an IPv4 pod subnet", c.ClusterCIDR, c.ServiceCIDR, c.PodSubnetIPv6)
+		}
+	} else {
+		if c.PodSubnet == nil || c.PodSubnet.IP.To4() == nil || len(c.PodSubnet.Mask) != net.IPv4len {
+			return fmt.Errorf("node config: pod subnet %v is not an IPv4 prefix: set the node's IPv4 pod CIDR (or, on an IPv6-only node, only the IPv6 one)", c.PodSubnet)
+		}
+		if c.GatewayIP.To4() == nil || !c.PodSubnet.Contains(c.GatewayIP) {
+			return fmt.Errorf("node config: gateway IP %v is not an IPv4 address in pod subnet %v: use the subnet's first address", c.GatewayIP, c.PodSubnet)
+		}
 	}
 	if c.ClusterCIDR != nil {
 		if c.ClusterCIDR.IP.To4() == nil || len(c.ClusterCIDR.Mask) != net.IPv4len || !containsNet(c.ClusterCIDR, c.PodSubnet) {
@@ -121,12 +135,20 @@ func (c NodeConfig) Validate() error {
 		if c.TunnelOFPort >= 0xffffff00 || c.TunnelOFPort == c.GatewayOFPort {
 			return fmt.Errorf("node config: tunnel ofport %d is not a valid OpenFlow port other than the gateway's %d: read it from the tunnel Interface's ofport column", c.TunnelOFPort, c.GatewayOFPort)
 		}
-		if c.NodeIP.To4() == nil {
-			return fmt.Errorf("node config: node IP %v is not IPv4: set nodeIP to this node's underlay address", c.NodeIP)
+		if c.NodeIP.To4() == nil && (len(c.NodeIP) != net.IPv6len || c.NodeIP.IsUnspecified() || c.NodeIP.IsMulticast() || c.NodeIP.IsLinkLocalUnicast()) {
+			return fmt.Errorf("node config: node IP %v is not a unicast IPv4 or IPv6 address: set nodeIP to this node's underlay address", c.NodeIP)
 		}
 	}
 	return nil
 }
+
+// IPv4 reports whether the node has an IPv4 pod subnet (every node but an IPv6-only one):
+// only then does it have IPv4 and ARP flows of its own.
+func (c NodeConfig) IPv4() bool { return c.PodSubnet != nil }
+
+// UnderlayIPv6 reports whether the node's underlay is IPv6 (NodeIP is an IPv6 address):
+// its tunnels then run over IPv6 (tun_ipv6_src, tun_ipv6_dst), to peers' IPv6 node IPs.
+func (c NodeConfig) UnderlayIPv6() bool { return c.NodeIP != nil && c.NodeIP.To4() == nil }
 
 // containsNet reports whether prefix outer contains all of inner.
 func containsNet(outer, inner *net.IPNet) bool {
@@ -156,13 +178,18 @@ func classifierNode(b builder) []Flow {
 	return append(fs, classifierGateway(b))
 }
 
-// spoofGuardNode: the host's IP and ARP are trusted; on a dual-stack node its IPv6 too,
+// spoofGuardNode: the host's IP and ARP are trusted (IPv6-only node: not IPv4's); on a
+// node with an IPv6 pod subnet its IPv6 too,
 // and pods' router messages and foreign ND drop (dualstack.go).
 func spoofGuardNode(b builder) []Flow {
-	return append([]Flow{spoofGuardGatewayIP(b), spoofGuardGatewayARP(b)}, spoofGuardNodeIPv6(b)...)
+	var fs []Flow
+	if b.cfg.IPv4() {
+		fs = []Flow{spoofGuardGatewayIP(b), spoofGuardGatewayARP(b)}
+	}
+	return append(fs, spoofGuardNodeIPv6(b)...)
 }
 
-// arpNode: ARP for the gateway IP.
+// arpNode: ARP for the gateway IP (the stage is not in use on an IPv6-only node).
 func arpNode(b builder) []Flow { return []Flow{arpToGateway(b)} }
 
 // serviceNode: pod traffic to the service CIDR (with ServiceCIDR).
@@ -173,10 +200,14 @@ func serviceNode(b builder) []Flow {
 	return []Flow{serviceToGateway(b)}
 }
 
-// l3ForwardingNode: the gateway IP, the pod subnet's miss, off-subnet IP; on a dual-stack
-// node the gateway's IPv6 address.
+// l3ForwardingNode: the gateway IP, the pod subnet's miss, off-subnet IP (not on an
+// IPv6-only node); on a node with an IPv6 pod subnet the gateway's IPv6 address.
 func l3ForwardingNode(b builder) []Flow {
-	return append([]Flow{l3ToGateway(b), l3PodSubnetMiss(b), l3OffSubnet(b)}, l3ForwardingNodeIPv6(b)...)
+	var fs []Flow
+	if b.cfg.IPv4() {
+		fs = []Flow{l3ToGateway(b), l3PodSubnetMiss(b), l3OffSubnet(b)}
+	}
+	return append(fs, l3ForwardingNodeIPv6(b)...)
 }
 
 // remoteNode: the cluster CIDR's miss (with ClusterCIDR), and on a dual-stack node with
@@ -189,11 +220,15 @@ func remoteNode(b builder) []Flow {
 	return append(fs, remoteNodeIPv6(b)...)
 }
 
-// egressNode: undecided pod traffic to the gateway (IPv6 too on a dual-stack node with
-// ClusterCIDRIPv6), other undecided traffic dropped; decided traffic is the stage's miss
+// egressNode: undecided pod traffic to the gateway (IPv4 unless IPv6-only; IPv6 on a node
+// with ClusterCIDRIPv6), other undecided traffic dropped; decided traffic is the stage's miss
 // and goes on to output.
 func egressNode(b builder) []Flow {
-	return append([]Flow{egressToGateway(b), egressUndecidedDrop(b)}, egressNodeIPv6(b)...)
+	var fs []Flow
+	if b.cfg.IPv4() {
+		fs = []Flow{egressToGateway(b)}
+	}
+	return append(append(fs, egressUndecidedDrop(b)), egressNodeIPv6(b)...)
 }
 
 // outputNode: output to reg1.

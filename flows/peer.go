@@ -35,10 +35,11 @@ var VirtualRouterMAC = net.HardwareAddr{0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff}
 type Peer struct {
 	// Name is the peer's node name (the topology's key for it).
 	Name string
-	// NodeIP is the peer's underlay IPv4 address: tunnels go to it (tun_dst) and come
-	// from it (tun_src).
+	// NodeIP is the peer's underlay address: tunnels go to it (tun_dst) and come from it
+	// (tun_src); IPv6 (tun_ipv6_dst, tun_ipv6_src) exactly when this node's is.
 	NodeIP net.IP
-	// PodSubnet is the peer's IPv4 pod subnet.
+	// PodSubnet is the peer's IPv4 pod subnet; nil for an IPv6-only peer (an IPv6-only
+	// node ignores it).
 	PodSubnet *net.IPNet
 	// PodSubnetIPv6 is the peer's IPv6 pod subnet on a dual-stack peer, nil if none. A
 	// dual-stack node routes it through the tunnel (on the IPv4 underlay, tun_dst =
@@ -53,10 +54,13 @@ type Peer struct {
 }
 
 // Validate checks that peer can have flows on the node described by cfg: it has an
-// owner id, the node has a tunnel port, the peer's node IP is IPv4 and not this node's,
-// its pod subnet is IPv4, does not overlap this node's pod subnet and lies in the
-// cluster CIDR (if one is set); on a dual-stack node its IPv6 pod subnet, if any, is an
-// IPv6 prefix outside fe80::/10 and ff00::/8 that does not overlap this node's.
+// owner id, the node has a tunnel port, the peer's node IP is of the family of this
+// node's (the underlay's: IPv4, or IPv6 for an IPv6 underlay) and not this node's; on a
+// node with an IPv4 pod subnet its pod subnet is IPv4, does not overlap this node's pod
+// subnet and lies in the cluster CIDR (if one is set); on a node with an IPv6 pod subnet
+// its IPv6 pod subnet, if any, is an IPv6 prefix outside fe80::/10 and ff00::/8 that
+// does not overlap this node's, and an IPv6-only node needs it (the peer's IPv4 subnet
+// is then ignored).
 func (p Peer) Validate(cfg NodeConfig) error {
 	if p.OwnerID == 0 {
 		return fmt.Errorf("peer %s: owner id 0 is not a peer owner id (1..2^32-1): take the id the controller recorded for the peer", p.Name)
@@ -64,8 +68,18 @@ func (p Peer) Validate(cfg NodeConfig) error {
 	if cfg.TunnelOFPort == 0 {
 		return fmt.Errorf("peer %s: this node has no tunnel port: configure a tunnel (tunnelType) before adding peers", p.Name)
 	}
-	if p.NodeIP.To4() == nil || p.NodeIP.Equal(cfg.NodeIP) || p.NodeIP.IsUnspecified() {
+	if cfg.UnderlayIPv6() {
+		if p.NodeIP.To4() != nil || len(p.NodeIP) != net.IPv6len || p.NodeIP.Equal(cfg.NodeIP) || p.NodeIP.IsUnspecified() || p.NodeIP.IsMulticast() {
+			return fmt.Errorf("peer %s: node IP %v is not an IPv6 address other than this node's %v (the underlay is IPv6): use the peer node's IPv6 InternalIP", p.Name, p.NodeIP, cfg.NodeIP)
+		}
+	} else if p.NodeIP.To4() == nil || p.NodeIP.Equal(cfg.NodeIP) || p.NodeIP.IsUnspecified() {
 		return fmt.Errorf("peer %s: node IP %v is not an IPv4 address other than this node's %v: use the peer node's InternalIP", p.Name, p.NodeIP, cfg.NodeIP)
+	}
+	if !cfg.IPv4() {
+		if p.PodSubnetIPv6 == nil {
+			return fmt.Errorf("peer %s: no IPv6 pod subnet, and this node is IPv6-only: set the peer node's IPv6 podCIDR", p.Name)
+		}
+		return p.validateIPv6(cfg)
 	}
 	if p.PodSubnet == nil || p.PodSubnet.IP.To4() == nil || len(p.PodSubnet.Mask) != net.IPv4len {
 		return fmt.Errorf("peer %s: pod subnet %v is not an IPv4 prefix: set the node's IPv4 podCIDR", p.Name, p.PodSubnet)
@@ -98,8 +112,12 @@ func PeerFlows(cfg NodeConfig, p Peer) []Flow {
 }
 
 // peerFlows is PeerFlows on b's pipeline: on a dual-stack node with a dual-stack peer
-// also its IPv6 flows (dualstack.go), after the IPv4 ones.
+// also its IPv6 flows (dualstack.go), after the IPv4 ones; on an IPv6-only node only
+// those.
 func (b builder) peerFlows(p Peer) []Flow {
+	if !b.cfg.IPv4() {
+		return b.peerFlowsIPv6(p) // an IPv6-only node: the peer's IPv6 flows alone
+	}
 	fs := []Flow{
 		tunnelIngressPeer(b, p),
 		arpResponderPeer(b, p),

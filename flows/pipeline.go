@@ -8,7 +8,8 @@
 // Every stage is one flow table with a name (the bridge's Flow_Table rows carry the names,
 // so `ovs-ofctl -O OpenFlow13 dump-flows --names br-int` and `ofproto/trace` show them).
 // The stages are declared once, by feature, in the list `features` below: pod forwarding
-// (always on), the overlay, the host's service path (kube-proxy), NetworkPolicy and its
+// (always on), IPv4's arp stage (off on an IPv6-only node), the overlay, the host's
+// service path (kube-proxy), NetworkPolicy and its
 // deny log, Services in OVS, and a dual-stack node's IPv6 (dualstack.go), each with its
 // stages in order, each stage with its table id, name, purpose,
 // miss behaviour and the node's own flows in it. The pipeline is every feature's stages
@@ -166,6 +167,9 @@ const (
 	// FeatureServices: Services load-balanced in OVS (service.go): conntrack with NAT and
 	// per Service port a select group; on with NodeConfig.Services.
 	FeatureServices = "services"
+	// FeatureIPv4: IPv4's own stage, arp; on with NodeConfig.PodSubnet (every node but an
+	// IPv6-only one, whose arp table would hold nothing but its miss).
+	FeatureIPv4 = "ipv4"
 	// FeatureIPv6: a dual-stack node's IPv6 (dualstack.go): the nd stage, and IPv6 flows
 	// in the pod_forwarding stages; on with NodeConfig.PodSubnetIPv6.
 	FeatureIPv6 = "ipv6"
@@ -188,12 +192,6 @@ var features = []Feature{
 		// (reg0=1, the host) is trusted. IP → service, ARP → arp, anything else drops.
 		{ID: 20, Name: "spoof_guard", Miss: MissDrop, node: spoofGuardNode,
 			Purpose: "a pod may send only with its own MAC and IP, ARP included"},
-		// 30: ARP requests and replies go to the port owning arp_tpa (a local pod or the
-		// gateway): reg1 = that ofport → output; the real interfaces answer. Per peer: the
-		// host's requests (reg0=1) for the peer's pod subnet are answered in OVS with
-		// VirtualRouterMAC (IN_PORT). ARP for other addresses drops.
-		{ID: 30, Name: "arp", Miss: MissDrop, node: arpNode,
-			Purpose: "deliver ARP to the port owning the target IP (reg1); answer the host for peer subnets"},
 		// 50: nw_dst = a local pod or the gateway IP → eth_dst = its MAC, reg1 = its ofport.
 		// Another address in the pod subnet (no such pod) drops; other IP goes on with reg1=0.
 		{ID: 50, Name: "l3_forwarding", Miss: MissDrop, node: l3ForwardingNode,
@@ -217,6 +215,15 @@ var features = []Feature{
 		// rest goes on.
 		{ID: 70, Name: "remote", Miss: MissNext, node: remoteNode,
 			Purpose: "peer pod subnets to the tunnel (tun_dst); unknown cluster addresses drop"},
+	}},
+	{Name: FeatureIPv4, Purpose: "IPv4: ARP delivered to the port owning its target (the IPv4 flows of the other stages are pod forwarding's and the overlay's)", On: func(c NodeConfig) bool { return c.IPv4() }, Stages: []Stage{
+		// 30: ARP requests and replies go to the port owning arp_tpa (a local pod or the
+		// gateway): reg1 = that ofport → output; the real interfaces answer. Per peer: the
+		// host's requests (reg0=1) for the peer's pod subnet are answered in OVS with
+		// VirtualRouterMAC (IN_PORT). ARP for other addresses drops. Not in use on an
+		// IPv6-only node, which has no ARP to deliver.
+		{ID: 30, Name: "arp", Miss: MissDrop, node: arpNode,
+			Purpose: "deliver ARP to the port owning the target IP (reg1); answer the host for peer subnets"},
 	}},
 	{Name: FeatureIPv6, Purpose: "dual-stack: neighbor discovery delivered to the port owning its target (spoof guard and forwarding flows in the pod_forwarding stages)", On: ipv6On, Stages: []Stage{
 		// 32: NS for the gateway's IPv6 address or a pod's address → that port; ND

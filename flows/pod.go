@@ -19,8 +19,9 @@ type Pod struct {
 	MAC net.HardwareAddr
 	// IPs are the pod's addresses, the only ones it may send from; each unique among the
 	// node's live pods: exactly one IPv4 address in the node's pod subnet and, on a
-	// dual-stack node, at most one IPv6 address in its IPv6 pod subnet (Validate). Its
-	// link-local address is not listed: it is LinkLocalFromMAC(MAC).
+	// dual-stack node, at most one IPv6 address in its IPv6 pod subnet; on an IPv6-only
+	// node exactly one IPv6 address (Validate). Its link-local address is not listed: it
+	// is LinkLocalFromMAC(MAC).
 	IPs []net.IP
 	// OwnerID is the id of the pod's flow owner (cookie bits 31..0 of its flows, kind
 	// OwnerPod), 1..2^32-1, unique among the node's live pods and kept across daemon
@@ -53,8 +54,8 @@ func (p Pod) String() string {
 // valid ofport other than the gateway's, a unicast 48-bit MAC, exactly one IPv4 address
 // in the pod subnet other than the gateway IP and, on a dual-stack node (cfg's
 // PodSubnetIPv6), at most one IPv6 address in the IPv6 pod subnet other than the IPv6
-// gateway. An IPv6 address on an IPv4-only node is refused, as is a pod without IPv4
-// (IPv6-only pods are a later slice of issue 23).
+// gateway; on an IPv6-only node (no PodSubnet) exactly one IPv6 address and no IPv4 one.
+// An IPv6 address on an IPv4-only node is refused.
 func (p Pod) Validate(cfg NodeConfig) error {
 	if p.OwnerID == 0 {
 		return fmt.Errorf("pod %v: owner id 0 is not a pod owner id (1..2^32-1): take the id its IP lease holds (ipam.Lease.OwnerID)", p)
@@ -75,6 +76,12 @@ func (p Pod) Validate(cfg NodeConfig) error {
 			continue
 		}
 		v4++
+	}
+	if !cfg.IPv4() {
+		if v4 != 0 || v6 != 1 {
+			return fmt.Errorf("pod %v: has %d IPv4 and %d IPv6 addresses, want exactly one IPv6 address on this IPv6-only node (IPv6 pod subnet %v): allocate it from the node's IPAM", p, v4, v6, cfg.PodSubnetIPv6)
+		}
+		return nil
 	}
 	if v4 != 1 || v6 > 1 {
 		if cfg.PodSubnetIPv6 != nil {
@@ -97,6 +104,12 @@ func PodFlows(cfg NodeConfig, pod Pod) []Flow {
 
 // podFlows is PodFlows on b's pipeline.
 func (b builder) podFlows(pod Pod) []Flow {
+	if pod.IPv4() == nil {
+		// An IPv6-only node's pod: classifier and its IPv6 flows.
+		guard, nd, l3 := b.podFlowsIPv6(pod)
+		fs := append([]Flow{classifierPod(b, pod)}, guard...)
+		return append(append(fs, nd...), l3...)
+	}
 	if pod.IPv6() == nil || !ipv6On(b.cfg) {
 		fs := []Flow{
 			classifierPod(b, pod),

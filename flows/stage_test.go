@@ -2,6 +2,7 @@ package flows
 
 import (
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 )
@@ -36,14 +37,19 @@ func withInserted(after int, extra Stage) ([]Feature, []Stage) {
 func allFlows(b builder) []Flow {
 	fs := b.pipelineFlows()
 	a, pb := testPodA(), testPodB()
+	peerB, peerC := testPeerB(), testPeerC()
 	if b.cfg.PodSubnetIPv6 != nil {
 		a, pb = testDualPodA(), testDualPodB()
 	}
+	if !b.cfg.IPv4() { // an IPv6-only node, its pods and peers
+		a, pb, peerB = testV6PodA(), testV6PodB(), testV6PeerB()
+		peerC = Peer{Name: "node-c", NodeIP: net.ParseIP("fd00:172:16::3"), PodSubnetIPv6: mustCIDR6("fd00:10:244:3::/64"), OwnerID: 0x0af40300}
+	}
 	fs = append(fs, b.podFlows(a)...)
 	fs = append(fs, b.podFlows(pb)...)
-	fs = append(fs, b.peerFlows(testPeerB())...)
-	fs = append(fs, b.peerFlows(testPeerC())...)
-	if b.cfg.Services {
+	fs = append(fs, b.peerFlows(peerB)...)
+	fs = append(fs, b.peerFlows(peerC)...)
+	if b.cfg.Services && b.cfg.IPv4() {
 		// A Service port with session affinity: the only flows reaching service_affinity
 		// (resubmit) and service_endpoint.
 		sfs, _ := b.servicePortFlows(testAffinityPort())
@@ -105,7 +111,8 @@ var continuesToNext = map[string]bool{"service_conntrack": true, "service_lb": t
 // new stage must be reached, with no flow jumping past it.
 //
 // It runs on two nodes, which together use every stage: IPv4-only with every other
-// feature on, and dual-stack with Services (IPv6 and NetworkPolicy exclude each other).
+// feature on, and dual-stack with Services (IPv6 and NetworkPolicy exclude each other);
+// and on an IPv6-only node over an IPv6 underlay.
 // A stage of a feature that is off on the node is neither reached nor checked.
 func TestInsertedStage(t *testing.T) {
 	ipv4 := testConfig()
@@ -115,7 +122,7 @@ func TestInsertedStage(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		cfg  NodeConfig
-	}{{"ipv4", ipv4}, {"dual-stack", dual}} {
+	}{{"ipv4", ipv4}, {"dual-stack", dual}, {"ipv6-only", testIPv6OnlyConfig()}} {
 		t.Run(c.name, func(t *testing.T) { testInsertedStage(t, c.cfg) })
 	}
 }

@@ -522,3 +522,45 @@ func TestDecodePoolsRejects(t *testing.T) {
 		t.Errorf("decodeState refused %s: %v", ok, err)
 	}
 }
+
+// An IPv6-first node's pools ([IPv6, IPv4], issue 23): a lease's addresses come IPv6
+// first, the order the CNI result gives them, and stay so when the file is reopened; the
+// same subnets in the other order are another node's list and refused (drain first).
+// An IPv6-only node's one pool restores a lease with its recorded IPv6 address alone.
+func TestPoolsIPv6FirstAndIPv6Only(t *testing.T) {
+	dir := t.TempDir()
+	first := []string{"fd00:20::/64", "10.20.0.0/24"}
+	s := openPools(t, dir, first, "fd00:20::1", "10.20.0.1")
+	if a := allocAll(t, s, "a"); !reflect.DeepEqual(a, []string{"fd00:20::2", "10.20.0.2"}) {
+		t.Fatalf("IPv6-first lease = %v, want [fd00:20::2 10.20.0.2]", a)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openPools(t, dir, first, "fd00:20::1", "10.20.0.1")
+	if l, ok := s.Get("a", "eth0"); !ok || fmt.Sprint(strs(l.IPs)) != "[fd00:20::2 10.20.0.2]" {
+		t.Fatalf("reopened IPv6-first lease = %+v, %v", l, ok)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var nets []*net.IPNet
+	for _, c := range dual {
+		_, n, _ := net.ParseCIDR(c)
+		nets = append(nets, n)
+	}
+	if _, err := Open(dir, nets); err == nil {
+		t.Fatal("a lease file of [IPv6, IPv4] opened as [IPv4, IPv6]")
+	}
+
+	v6 := openPools(t, t.TempDir(), []string{"fd00:21::/64"}, "fd00:21::1")
+	if err := v6.Restore(Lease{IPs: []net.IP{net.ParseIP("fd00:21::7")}, ContainerID: "r", IfName: "eth0", OwnerID: 9}); err != nil {
+		t.Fatal(err)
+	}
+	if l, ok := v6.Get("r", "eth0"); !ok || fmt.Sprint(strs(l.IPs)) != "[fd00:21::7]" || l.OwnerID != 9 {
+		t.Fatalf("restored IPv6-only lease = %+v, %v", l, ok)
+	}
+	if b := allocAll(t, v6, "b"); !reflect.DeepEqual(b, []string{"fd00:21::2"}) {
+		t.Fatalf("IPv6-only allocation = %v", b)
+	}
+}

@@ -81,7 +81,8 @@ const (
 
 // Rules describes the NAT rules of one node.
 type Rules struct {
-	// PodSubnet is this node's IPv4 pod subnet: the sources the rules apply to.
+	// PodSubnet is this node's IPv4 pod subnet: the sources the rules apply to. Nil on an
+	// IPv6-only node (PodSubnetIPv6 alone): then no table ip ofsdn is left.
 	PodSubnet *net.IPNet
 	// ClusterCIDR is the IPv4 cluster CIDR: destinations inside it keep the pod's source
 	// address (unless DNAT'ed: the service return path). Nil = only PodSubnet is inside.
@@ -116,8 +117,8 @@ func (r Rules) inside() *net.IPNet {
 }
 
 func (r Rules) validate() error {
-	if r.PodSubnet == nil || r.PodSubnet.IP.To4() == nil {
-		return errors.New("masq: pod subnet must be an IPv4 CIDR")
+	if (r.PodSubnet == nil && r.PodSubnetIPv6 == nil) || (r.PodSubnet != nil && r.PodSubnet.IP.To4() == nil) {
+		return errors.New("masq: pod subnet must be an IPv4 CIDR (or, on an IPv6-only node, left out beside the IPv6 one)")
 	}
 	if r.ClusterCIDR != nil && r.ClusterCIDR.IP.To4() == nil {
 		return errors.New("masq: cluster CIDR must be an IPv4 CIDR")
@@ -285,7 +286,9 @@ func Ensure(r Rules) error {
 	if exists {
 		c.DelTable(t)
 	}
-	addTable(c, t, r.postroutingRules())
+	if r.PodSubnet != nil {
+		addTable(c, t, r.postroutingRules())
+	}
 	if exists6 {
 		c.DelTable(table6())
 	}

@@ -280,3 +280,21 @@ func TestEnableIPv6Forward(t *testing.T) {
 		t.Fatalf("IPv6 forwarding in the namespace = %q (%v), want 1", out, err)
 	}
 }
+
+// TestEnsureIPv6Only: an IPv6-only node's rules (no IPv4 pod subnet) are table ip6 ofsdn
+// alone: an ip ofsdn table left from before goes, the IPv6 egress rules are in.
+func TestEnsureIPv6Only(t *testing.T) {
+	name, n := newNetns(t)
+	in(t, n, func() error { return Ensure(dualRules()) })
+	r := dualRules()
+	r.PodSubnet, r.ClusterCIDR = nil, nil
+	in(t, n, func() error { return Ensure(r) })
+	got := dump(t, name)
+	if strings.Contains(got, "table ip ofsdn") || !strings.Contains(got, `ip6 saddr fd00:10:244:1::/64 masquerade comment "ofsdn: pod egress"`) {
+		t.Fatalf("IPv6-only node: want table ip6 ofsdn alone with the egress rules:\n%s", got)
+	}
+	in(t, n, Delete)
+	if left := dump(t, name); strings.Contains(left, "ofsdn") {
+		t.Errorf("Delete left rules behind:\n%s", left)
+	}
+}

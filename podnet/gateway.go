@@ -38,7 +38,9 @@ func LinkMAC(name string) (net.HardwareAddr, error) {
 // subnet prefix, e.g. 10.128.0.1/24; already present is fine), turns its IPv4
 // ICMP redirects off (send_redirects 0, and net.ipv4.conf.all.send_redirects 0
 // with every other interface kept sending them by its own setting: see
-// redirects.go), sets it up, and returns its MAC. It is idempotent.
+// redirects.go), sets it up, and returns its MAC. It is idempotent. On an
+// IPv6-only node addr is nil: the link gets no IPv4 address (ConfigureGatewayIPv6
+// gives it its IPv6 one).
 //
 // Errors: ctx ends before the link appears (names the link and the likely
 // fix); addr is not IPv4 or mtu is out of range; a netlink failure; the
@@ -47,9 +49,12 @@ func ConfigureGateway(ctx context.Context, name string, addr *net.IPNet, mtu int
 	if err := validIfName(name); err != nil {
 		return nil, fmt.Errorf("podnet: gateway: %w", err)
 	}
-	a, err := ipv4Net(addr)
-	if err != nil {
-		return nil, fmt.Errorf("podnet: gateway %s address: %w", name, err)
+	var a *net.IPNet
+	if addr != nil {
+		var err error
+		if a, err = ipv4Net(addr); err != nil {
+			return nil, fmt.Errorf("podnet: gateway %s address: %w", name, err)
+		}
 	}
 	if mtu > 0 && (mtu < MinMTU || mtu > MaxMTU) {
 		return nil, fmt.Errorf("podnet: gateway %s MTU %d bytes is outside %d-%d", name, mtu, MinMTU, MaxMTU)
@@ -63,8 +68,10 @@ func ConfigureGateway(ctx context.Context, name string, addr *net.IPNet, mtu int
 			return nil, fmt.Errorf("podnet: set MTU %d on gateway %s: %w", mtu, name, err)
 		}
 	}
-	if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: a}); err != nil && !errors.Is(err, unix.EEXIST) {
-		return nil, fmt.Errorf("podnet: add address %v to gateway %s: %w", a, name, err)
+	if a != nil {
+		if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: a}); err != nil && !errors.Is(err, unix.EEXIST) {
+			return nil, fmt.Errorf("podnet: add address %v to gateway %s: %w", a, name, err)
+		}
 	}
 	if _, err := disableGatewayRedirects(link.Attrs().Index, name); err != nil {
 		return nil, err

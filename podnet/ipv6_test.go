@@ -1,6 +1,7 @@
 package podnet
 
 import (
+	"bytes"
 	"errors"
 	"net"
 	"os/exec"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -197,5 +199,62 @@ func TestSetupDualStackRollback(t *testing.T) {
 	testHookBeforeIPv6Route = nil
 	if _, err := setupIn(t, host, spec); err != nil {
 		t.Fatalf("Setup after the failure: %v", err)
+	}
+}
+
+// TestSetupIPv6Only: an IPv6-only pod (Addr nil) gets its IPv6 address, the link-local
+// one of its MAC (derived from the IPv6 address: MACFromIPv6), an IPv6 default route and
+// no IPv4 address or route; Check of its one address passes, and fails naming the
+// address once it is removed.
+func TestSetupIPv6Only(t *testing.T) {
+	host, pod := newNS(t), newNS(t)
+	spec := dualSpec(t, testSpec(t, pod, "container-v6only"))
+	spec.Addr, spec.Gateway = nil, nil
+	res, err := setupIn(t, host, spec)
+	if err != nil {
+		t.Fatalf("Setup: %v", err)
+	}
+	if want := MACFromIPv6(spec.Addr6.IP); !bytes.Equal(res.ContainerMAC, want) {
+		t.Errorf("pod MAC %v, want %v (from its IPv6 address)", res.ContainerMAC, want)
+	}
+	in(t, pod, func() error {
+		link, err := netlink.LinkByName("eth0")
+		if err != nil {
+			return err
+		}
+		if v4, err := netlink.AddrList(link, netlink.FAMILY_V4); err != nil || len(v4) != 0 {
+			t.Errorf("IPv6-only pod has IPv4 addresses %v (%v)", v4, err)
+		}
+		if r4, err := netlink.RouteList(link, netlink.FAMILY_V4); err != nil || len(r4) != 0 {
+			t.Errorf("IPv6-only pod has IPv4 routes %v (%v)", r4, err)
+		}
+		return nil
+	})
+	want := []Expect{{Addr: spec.Addr6, Gateway: spec.Gateway6}}
+	check := func() error {
+		return host.Do(func(ns.NetNS) error { return Check(pod.Path(), "eth0", want, res.ContainerMAC) })
+	}
+	if err := check(); err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+	in(t, pod, func() error {
+		l, err := netlink.LinkByName("eth0")
+		if err != nil {
+			return err
+		}
+		return netlink.AddrDel(l, &netlink.Addr{IPNet: spec.Addr6})
+	})
+	if err := check(); err == nil || !strings.Contains(err.Error(), "no address "+spec.Addr6.String()) {
+		t.Errorf("Check without the IPv6 address: %v, want it named", err)
+	}
+}
+
+// TestMACFromIPv6: 0a:58 and the address's last 4 bytes; nil for IPv4.
+func TestMACFromIPv6(t *testing.T) {
+	if got := MACFromIPv6(net.ParseIP("fd00:10:128::a:5")).String(); got != "0a:58:00:0a:00:05" {
+		t.Errorf("MACFromIPv6(fd00:10:128::a:5) = %s", got)
+	}
+	if got := MACFromIPv6(net.ParseIP("10.0.0.5")); got != nil {
+		t.Errorf("MACFromIPv6(10.0.0.5) = %v, want nil", got)
 	}
 }

@@ -42,6 +42,18 @@ func MACFromIP(ip net.IP) net.HardwareAddr {
 	return net.HardwareAddr{0x0a, 0x58, ip4[0], ip4[1], ip4[2], ip4[3]}
 }
 
+// MACFromIPv6 returns the pod MAC ofsdn derives for an IPv6-only pod from its IPv6
+// address: 0a:58 followed by the address's last 4 bytes (as ovn-kubernetes does), e.g.
+// fd00:10:128::5 → 0a:58:00:00:00:05; locally administered, unicast, and stable across
+// daemon restarts. It returns nil for an IPv4 (or IPv4-mapped) address or one that is
+// not 16 bytes.
+func MACFromIPv6(ip net.IP) net.HardwareAddr {
+	if ip.To4() != nil || len(ip) != net.IPv6len {
+		return nil
+	}
+	return net.HardwareAddr{0x0a, 0x58, ip[12], ip[13], ip[14], ip[15]}
+}
+
 // validIfName reports whether the kernel would accept name as an interface
 // name (net/core/dev.c dev_valid_name): 1 to 15 bytes, not "." or "..", no
 // '/', ':' or white space.

@@ -64,9 +64,11 @@ type Spec struct {
 	// MTU of both ends, in bytes, MinMTU..MaxMTU.
 	MTU int
 	// Addr is the pod's IPv4 address with the pod subnet's prefix length
-	// (e.g. 10.128.0.5/24); the kernel adds the on-link subnet route.
+	// (e.g. 10.128.0.5/24); the kernel adds the on-link subnet route. Nil on an
+	// IPv6-only node's pod (Addr6 alone), which then has no IPv4 address or route.
 	Addr *net.IPNet
-	// Gateway is the pod's default gateway; it must lie in Addr's subnet.
+	// Gateway is the pod's default gateway; it must lie in Addr's subnet. Set exactly
+	// with Addr.
 	Gateway net.IP
 	// Addr6 is the pod's IPv6 address with the IPv6 pod subnet's prefix length (e.g.
 	// fd00:10:128::5/64) on a dual-stack node, nil on an IPv4-only one. With it the pod
@@ -76,7 +78,8 @@ type Spec struct {
 	// Gateway6 is the pod's IPv6 default gateway, set exactly with Addr6; it must lie in
 	// Addr6's subnet (the gateway port's IPv6 address).
 	Gateway6 net.IP
-	// MAC is the pod interface's MAC. Optional: nil means MACFromIP(Addr.IP).
+	// MAC is the pod interface's MAC. Optional: nil means MACFromIP(Addr.IP), or on an
+	// IPv6-only pod MACFromIPv6(Addr6.IP).
 	// It must be a 6-byte unicast address.
 	MAC net.HardwareAddr
 	// DisableTxChecksum turns off TX checksum offload on the pod interface;
@@ -184,22 +187,27 @@ func (s *Spec) validate() (net.HardwareAddr, error) {
 	if s.MTU < MinMTU || s.MTU > MaxMTU {
 		return nil, fmt.Errorf("podnet: MTU %d bytes is outside %d-%d", s.MTU, MinMTU, MaxMTU)
 	}
-	addr, err := ipv4Net(s.Addr)
-	if err != nil {
-		return nil, fmt.Errorf("podnet: pod address: %w", err)
+	v6only := s.Addr == nil && s.Gateway == nil && s.Addr6 != nil
+	if !v6only {
+		addr, err := ipv4Net(s.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("podnet: pod address: %w", err)
+		}
+		s.Addr = addr
+		gw := s.Gateway.To4()
+		if gw == nil || !addr.Contains(gw) || gw.Equal(addr.IP) {
+			return nil, fmt.Errorf("podnet: gateway %v must be an IPv4 address in pod subnet %v other than the pod's", s.Gateway, addr)
+		}
+		s.Gateway = gw
 	}
-	s.Addr = addr
-	gw := s.Gateway.To4()
-	if gw == nil || !addr.Contains(gw) || gw.Equal(addr.IP) {
-		return nil, fmt.Errorf("podnet: gateway %v must be an IPv4 address in pod subnet %v other than the pod's", s.Gateway, addr)
-	}
-	s.Gateway = gw
 	if err := s.validateIPv6(); err != nil {
 		return nil, err
 	}
 	mac := s.MAC
-	if mac == nil {
-		mac = MACFromIP(addr.IP)
+	if mac == nil && v6only {
+		mac = MACFromIPv6(s.Addr6.IP)
+	} else if mac == nil {
+		mac = MACFromIP(s.Addr.IP)
 	}
 	if len(mac) != 6 || mac[0]&1 != 0 || bytes.Equal(mac, make(net.HardwareAddr, 6)) {
 		return nil, fmt.Errorf("podnet: MAC %v is not a 6-byte unicast address", mac)
@@ -322,6 +330,9 @@ func configurePod(podNS ns.NetNS, spec Spec, mac net.HardwareAddr) (index int, e
 		}
 		if err := netlink.LinkSetUp(link); err != nil {
 			return fmt.Errorf("podnet: set %s up in pod netns %s: %w", spec.IfName, spec.Netns, err)
+		}
+		if spec.Addr == nil { // an IPv6-only pod
+			return addIPv6(link, spec.IfName, spec.Netns, mac, spec.Addr6, spec.Gateway6)
 		}
 		if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: spec.Addr}); err != nil && !errors.Is(err, unix.EEXIST) {
 			return fmt.Errorf("podnet: add address %v to %s in pod netns %s: %w", spec.Addr, spec.IfName, spec.Netns, err)

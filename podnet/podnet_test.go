@@ -206,7 +206,9 @@ func TestSetup(t *testing.T) {
 	if !strings.Contains(out, "default via 10.200.0.1 dev eth0") || !strings.Contains(out, "10.200.0.0/24 dev eth0") {
 		t.Errorf("routes in pod:\n%s", out)
 	}
-	if err := host.Do(func(ns.NetNS) error { return Check(pod.Path(), "eth0", spec.Addr, spec.Gateway, res.ContainerMAC) }); err != nil {
+	if err := host.Do(func(ns.NetNS) error {
+		return Check(pod.Path(), "eth0", []Expect{{Addr: spec.Addr, Gateway: spec.Gateway}}, res.ContainerMAC)
+	}); err != nil {
 		t.Errorf("Check after Setup: %v", err)
 	}
 }
@@ -259,7 +261,9 @@ func TestSetupRetryAndCollision(t *testing.T) {
 	if again.HostMAC.String() != first.HostMAC.String() || again.ContainerIfIndex != first.ContainerIfIndex {
 		t.Errorf("retry result %+v differs from %+v", again, first)
 	}
-	if err := host.Do(func(ns.NetNS) error { return Check(pod.Path(), "eth0", spec.Addr, spec.Gateway, nil) }); err != nil {
+	if err := host.Do(func(ns.NetNS) error {
+		return Check(pod.Path(), "eth0", []Expect{{Addr: spec.Addr, Gateway: spec.Gateway}}, nil)
+	}); err != nil {
 		t.Errorf("Check after retry: %v", err)
 	}
 
@@ -277,7 +281,9 @@ func TestSetupRetryAndCollision(t *testing.T) {
 		t.Errorf("Setup with a colliding host name for another ifname: %v", err)
 	}
 	// The first pod's pair survived both attempts.
-	if err := host.Do(func(ns.NetNS) error { return Check(pod.Path(), "eth0", spec.Addr, spec.Gateway, first.ContainerMAC) }); err != nil {
+	if err := host.Do(func(ns.NetNS) error {
+		return Check(pod.Path(), "eth0", []Expect{{Addr: spec.Addr, Gateway: spec.Gateway}}, first.ContainerMAC)
+	}); err != nil {
 		t.Errorf("first pod damaged by collisions: %v", err)
 	}
 	in(t, other, func() error {
@@ -424,7 +430,9 @@ func TestCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	check := func(mac net.HardwareAddr) error {
-		return host.Do(func(ns.NetNS) error { return Check(pod.Path(), "eth0", spec.Addr, spec.Gateway, mac) })
+		return host.Do(func(ns.NetNS) error {
+			return Check(pod.Path(), "eth0", []Expect{{Addr: spec.Addr, Gateway: spec.Gateway}}, mac)
+		})
 	}
 	if err := check(res.ContainerMAC); err != nil {
 		t.Fatalf("Check: %v", err)
@@ -432,7 +440,9 @@ func TestCheck(t *testing.T) {
 	if err := check(net.HardwareAddr{2, 0, 0, 0, 0, 1}); err == nil || !strings.Contains(err.Error(), "MAC") {
 		t.Errorf("Check with the wrong MAC: %v", err)
 	}
-	if err := host.Do(func(ns.NetNS) error { return Check(pod.Path(), "net9", spec.Addr, spec.Gateway, nil) }); err == nil || !strings.Contains(err.Error(), "net9 not found") {
+	if err := host.Do(func(ns.NetNS) error {
+		return Check(pod.Path(), "net9", []Expect{{Addr: spec.Addr, Gateway: spec.Gateway}}, nil)
+	}); err == nil || !strings.Contains(err.Error(), "net9 not found") {
 		t.Errorf("Check of a missing interface: %v", err)
 	}
 	in(t, pod, func() error {

@@ -27,21 +27,25 @@ type Cluster struct {
 	// Peers are the peer nodes known at start, by name: part of the node's first flow
 	// sync.
 	Peers map[string]Peer
-	// PodSubnet is this node's IPv4 pod subnet (the source's).
+	// PodSubnet is this node's IPv4 pod subnet (the source's); nil on an IPv6-only node.
 	PodSubnet *net.IPNet
-	// PodSubnetIPv6 is this node's IPv6 pod subnet (the source's) on a dual-stack node,
-	// nil = IPv4-only.
+	// PodSubnetIPv6 is this node's IPv6 pod subnet (the source's) on a dual-stack or
+	// IPv6-only node, nil = IPv4-only.
 	PodSubnetIPv6 *net.IPNet
+	// IPv6First is true on a dual-stack node whose source lists the IPv6 pod subnet first
+	// (Node.spec.podCIDRs, the file's podSubnets): pods' addresses in that order.
+	IPv6First bool
 	// ClusterCIDR is the IPv4 prefix every pod subnet is cut from (config, else the
-	// source's); never nil.
+	// source's); nil only on an IPv6-only node.
 	ClusterCIDR *net.IPNet
 	// ClusterCIDRIPv6 is the IPv6 prefix every IPv6 pod subnet is cut from (config, else
 	// the source's) on a dual-stack node; nil = not known (no IPv6 egress) or IPv4-only.
 	ClusterCIDRIPv6 *net.IPNet
 	// ServiceCIDR is the service IPv4 range (config only); nil = none.
 	ServiceCIDR *net.IPNet
-	// NodeIP is this node's underlay IPv4 address: the config's, else the source's, else
-	// the address of the interface holding the default route (DefaultUnderlay).
+	// NodeIP is this node's underlay address (IPv4, or IPv6 for tunnels over an IPv6
+	// underlay): the config's, else the source's, else the IPv4 address of the interface
+	// holding the default route (DefaultUnderlay).
 	NodeIP net.IP
 	// NodeIPFixed is true when NodeIP is the config's: the topology's changes of it are
 	// ignored.
@@ -67,8 +71,8 @@ type ClusterOptions struct {
 	ClusterCIDRIPv6 *net.IPNet
 	// ServiceCIDR is the service IPv4 range; nil = none.
 	ServiceCIDR *net.IPNet
-	// NodeIP fixes the node IP (IPv4): the source's and its changes are ignored; nil =
-	// the source's, else detection.
+	// NodeIP fixes the node IP (IPv4 or IPv6): the source's and its changes are ignored;
+	// nil = the source's, else detection.
 	NodeIP net.IP
 	// MTU is the pod MTU in bytes; 0 = the source's, else from the underlay.
 	MTU int
@@ -145,11 +149,17 @@ func Prepare(waitCtx, runCtx context.Context, src Source, o ClusterOptions) (*Cl
 
 	c.PodSubnet = local.PodSubnet
 	c.PodSubnetIPv6 = local.PodSubnetIPv6
+	c.IPv6First = local.IPv6First && c.PodSubnet != nil && c.PodSubnetIPv6 != nil
 	c.ClusterCIDR = local.ClusterCIDR
 	if o.ClusterCIDR != nil {
 		c.ClusterCIDR = o.ClusterCIDR
 	}
-	if c.ClusterCIDR == nil {
+	if c.PodSubnet == nil {
+		// An IPv6-only node: no IPv4 cluster CIDR (nor service CIDR).
+		if c.ClusterCIDR != nil || o.ServiceCIDR != nil {
+			return nil, fmt.Errorf("this node is IPv6-only (IPv6 pod subnet %v, no IPv4 one) but clusterCIDR %v / serviceCIDR %v are IPv4: leave them out of the config (and the topology), or give the node an IPv4 pod CIDR", c.PodSubnetIPv6, c.ClusterCIDR, o.ServiceCIDR)
+		}
+	} else if c.ClusterCIDR == nil {
 		return nil, errors.New("no cluster CIDR: set clusterCIDR in the config (or in the topology file / FLANNEL_NETWORK)")
 	}
 	if c.PodSubnetIPv6 != nil {

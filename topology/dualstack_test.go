@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"net"
 	"strings"
 	"testing"
 
@@ -34,8 +35,9 @@ peers:
 		t.Fatalf("peer c has an IPv6 subnet %v", c.PodSubnetIPv6)
 	}
 	for _, c := range []struct{ spec, want string }{
-		{"nodeName: a\npodSubnets: [\"fd00::/64\", 10.0.0.0/24]", "first entry"},
-		{"nodeName: a\npodSubnets: [10.0.0.0/24, 10.1.0.0/24]", "second entry"},
+		{"nodeName: a\npodSubnets: [\"fd00::/64\", \"fd01::/64\"]", "two IPv6 entries"},
+		{"nodeName: a\npodSubnets: [10.0.0.0/24, 10.1.0.0/24]", "two IPv4 entries"},
+		{"nodeName: a\npodSubnets: [10.0.0.0/24, not-a-cidr]", "entry 2"},
 		{"nodeName: a\npodSubnet: 10.9.0.0/24\npodSubnets: [10.0.0.0/24]", "is not the list's IPv4 entry"},
 		{"nodeName: a\npodSubnets: [10.0.0.0/24, \"fd00::/127\"]", "/126 or shorter"},
 		{"nodeName: a\npodSubnet: 10.0.0.0/24\nclusterCIDRIPv6: 10.0.0.0/8", "clusterCIDRIPv6"},
@@ -46,23 +48,70 @@ peers:
 	}
 }
 
-// TestNodePodSubnets: Node.spec.podCIDRs gives one subnet per family, in either order;
-// an IPv6 one without an IPv4 one is not taken (IPv6-only nodes are a later slice).
+// TestNodePodSubnets: Node.spec.podCIDRs gives one subnet per family, in either order
+// (the IPv6-first order reported); an IPv6 one alone is an IPv6-only node's.
 func TestNodePodSubnets(t *testing.T) {
 	for _, c := range []struct {
-		cidrs    []string
-		v4, v6   string
-		v4Absent bool
+		cidrs   []string
+		v4, v6  string
+		v6First bool
 	}{
 		{[]string{"10.244.1.0/24", "fd00:10:244:1::/64"}, "10.244.1.0/24", "fd00:10:244:1::/64", false},
-		{[]string{"fd00:10:244:1::/64", "10.244.1.0/24"}, "10.244.1.0/24", "fd00:10:244:1::/64", false},
+		{[]string{"fd00:10:244:1::/64", "10.244.1.0/24"}, "10.244.1.0/24", "fd00:10:244:1::/64", true},
 		{[]string{"10.244.1.0/24"}, "10.244.1.0/24", "<nil>", false},
-		{[]string{"fd00:10:244:1::/64"}, "<nil>", "<nil>", true},
+		{[]string{"fd00:10:244:1::/64"}, "<nil>", "fd00:10:244:1::/64", false},
 	} {
-		v4, v6 := nodePodSubnets(&corev1.Node{Spec: corev1.NodeSpec{PodCIDRs: c.cidrs}})
-		if v4.String() != c.v4 || v6.String() != c.v6 {
-			t.Errorf("podCIDRs %v: %v, %v; want %s, %s", c.cidrs, v4, v6, c.v4, c.v6)
+		v4, v6, first := nodePodSubnets(&corev1.Node{Spec: corev1.NodeSpec{PodCIDRs: c.cidrs}})
+		if v4.String() != c.v4 || v6.String() != c.v6 || first != c.v6First {
+			t.Errorf("podCIDRs %v: %v, %v, IPv6 first %v; want %s, %s, %v", c.cidrs, v4, v6, first, c.v4, c.v6, c.v6First)
 		}
+	}
+}
+
+// TestNodeInternalIPFamily: an IPv6-only node is reached over its IPv6 InternalIP (the
+// IPv6 underlay), every other node over its IPv4 one, as before.
+func TestNodeInternalIPFamily(t *testing.T) {
+	n := &corev1.Node{Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
+		{Type: corev1.NodeHostName, Address: "n1"},
+		{Type: corev1.NodeInternalIP, Address: "fd00:172:16::2"},
+		{Type: corev1.NodeInternalIP, Address: "172.16.0.2"},
+	}}}
+	if got := nodeInternalIP(n, false); got.String() != "172.16.0.2" {
+		t.Errorf("IPv4 node: %v, want 172.16.0.2", got)
+	}
+	if got := nodeInternalIP(n, true); got.String() != "fd00:172:16::2" {
+		t.Errorf("IPv6-only node: %v, want fd00:172:16::2", got)
+	}
+}
+
+// TestIPv6OnlyTopologySources: the topology file's podSubnets and nodeIP, and flannel's
+// subnet.env with FLANNEL_IPV6_SUBNET alone, make an IPv6-only node (and peers) with an
+// IPv6 underlay; a file listing the IPv6 subnet first makes an IPv6-first node.
+func TestIPv6OnlyTopologySources(t *testing.T) {
+	l, peers, err := ParseFileSpec([]byte("nodeName: a\npodSubnets: [\"fd00:10:244:1::/64\"]\nnodeIP: fd00:172:16::1\nclusterCIDRIPv6: fd00:10:244::/56\npeers:\n- {name: b, podSubnets: [\"fd00:10:244:2::/64\"], nodeIP: \"fd00:172:16::2\"}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.PodSubnet != nil || l.PodSubnetIPv6.String() != "fd00:10:244:1::/64" || l.NodeIP.String() != "fd00:172:16::1" || l.IPv6First {
+		t.Fatalf("IPv6-only file: %+v", l)
+	}
+	if p := peers["b"]; p.PodSubnet != nil || p.PodSubnetIPv6.String() != "fd00:10:244:2::/64" || p.NodeIP.String() != "fd00:172:16::2" {
+		t.Fatalf("IPv6-only peer: %+v", p)
+	}
+	l, _, err = ParseFileSpec([]byte("nodeName: a\npodSubnets: [\"fd00:10:244:1::/64\", 10.244.1.0/24]\n"))
+	if err != nil || !l.IPv6First || l.PodSubnet.String() != "10.244.1.0/24" {
+		t.Fatalf("IPv6-first file: %+v, %v", l, err)
+	}
+	l, _, err = ParseFileSpec([]byte("nodeName: a\npodSubnets: [10.244.1.0/24, \"fd00:10:244:1::/64\"]\n"))
+	if err != nil || l.IPv6First {
+		t.Fatalf("IPv4-first file: %+v, %v", l, err)
+	}
+	l, err = ParseFlannelEnv([]byte("FLANNEL_IPV6_NETWORK=fd00:10:244::/56\nFLANNEL_IPV6_SUBNET=fd00:10:244:1::1/64\nFLANNEL_MTU=1430\n"))
+	if err != nil || l.PodSubnet != nil || l.PodSubnetIPv6.String() != "fd00:10:244:1::/64" || l.ClusterCIDRIPv6.String() != "fd00:10:244::/56" {
+		t.Fatalf("IPv6-only subnet.env: %+v, %v", l, err)
+	}
+	if _, err := ParseFlannelEnv([]byte("FLANNEL_MTU=1430\n")); err == nil || !strings.Contains(err.Error(), "FLANNEL_SUBNET") {
+		t.Fatalf("subnet.env without either subnet: %v", err)
 	}
 }
 
@@ -81,5 +130,16 @@ func TestFlannelEnvIPv6(t *testing.T) {
 	l, err = ParseFlannelEnv([]byte("FLANNEL_SUBNET=10.244.1.1/24\n"))
 	if err != nil || l.PodSubnetIPv6 != nil {
 		t.Fatalf("IPv4-only subnet.env: %v, %v", l.PodSubnetIPv6, err)
+	}
+}
+
+// TestPodMTUIPv6Underlay: over an IPv6 underlay the tunnels' outer header is 70 bytes,
+// not 50 (IPv6 40 + UDP 8 + VXLAN/Geneve 8 + inner Ethernet 14).
+func TestPodMTUIPv6Underlay(t *testing.T) {
+	if got := (Underlay{MTU: 1500, IP: net.ParseIP("fd00:172:16::1")}).PodMTU(); got != 1430 {
+		t.Errorf("IPv6 underlay of MTU 1500: pod MTU %d, want 1430", got)
+	}
+	if got := (Underlay{MTU: 1500, IP: net.ParseIP("172.16.0.1")}).PodMTU(); got != 1450 {
+		t.Errorf("IPv4 underlay of MTU 1500: pod MTU %d, want 1450", got)
 	}
 }

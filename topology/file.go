@@ -190,7 +190,7 @@ func ParseFileSpec(b []byte) (Local, map[string]Peer, error) {
 	}
 	l.Name = s.NodeName
 	if len(s.PodSubnets) > 0 {
-		if l.PodSubnet, l.PodSubnetIPv6, err = podSubnetList(s.PodSubnets, s.PodSubnet); err != nil {
+		if l.PodSubnet, l.PodSubnetIPv6, l.IPv6First, err = podSubnetList(s.PodSubnets, s.PodSubnet); err != nil {
 			return Local{}, nil, fmt.Errorf("podSubnets: %w", err)
 		}
 	} else if l.PodSubnet, err = parseIPv4Net(s.PodSubnet); err != nil {
@@ -207,7 +207,7 @@ func ParseFileSpec(b []byte) (Local, map[string]Peer, error) {
 		}
 	}
 	if s.NodeIP != "" {
-		if l.NodeIP, err = parseIPv4(s.NodeIP); err != nil {
+		if l.NodeIP, err = parseNodeIP(s.NodeIP); err != nil {
 			return Local{}, nil, fmt.Errorf("nodeIP: %w", err)
 		}
 	}
@@ -225,13 +225,13 @@ func ParseFileSpec(b []byte) (Local, map[string]Peer, error) {
 		}
 		p := Peer{Name: fp.Name}
 		if len(fp.PodSubnets) > 0 {
-			if p.PodSubnet, p.PodSubnetIPv6, err = podSubnetList(fp.PodSubnets, fp.PodSubnet); err != nil {
+			if p.PodSubnet, p.PodSubnetIPv6, _, err = podSubnetList(fp.PodSubnets, fp.PodSubnet); err != nil {
 				return Local{}, nil, fmt.Errorf("peers[%d] (%s) podSubnets: %w", i, fp.Name, err)
 			}
 		} else if p.PodSubnet, err = parseIPv4Net(fp.PodSubnet); err != nil {
 			return Local{}, nil, fmt.Errorf("peers[%d] (%s) podSubnet: %w", i, fp.Name, err)
 		}
-		if p.NodeIP, err = parseIPv4(fp.NodeIP); err != nil {
+		if p.NodeIP, err = parseNodeIP(fp.NodeIP); err != nil {
 			return Local{}, nil, fmt.Errorf("peers[%d] (%s) nodeIP: %w", i, fp.Name, err)
 		}
 		peers[fp.Name] = p
@@ -244,8 +244,9 @@ func ParseFileSpec(b []byte) (Local, map[string]Peer, error) {
 // subnet, written with the gateway address, e.g. 10.244.1.1/24), FLANNEL_MTU (bytes),
 // FLANNEL_IPMASQ (true/false), and on a dual-stack flannel FLANNEL_IPV6_SUBNET (this
 // node's IPv6 subnet, e.g. fd00:10:244:1::1/64: a dual-stack node) and
-// FLANNEL_IPV6_NETWORK (the IPv6 cluster CIDR). FLANNEL_SUBNET is required; other keys
-// are ignored. The node name is the host name.
+// FLANNEL_IPV6_NETWORK (the IPv6 cluster CIDR). FLANNEL_SUBNET is required, unless
+// FLANNEL_IPV6_SUBNET is there alone (an IPv6-only node); other keys are ignored. The
+// node name is the host name.
 func ParseFlannelEnv(b []byte) (Local, error) {
 	var l Local
 	vals := map[string]string{}
@@ -263,11 +264,13 @@ func ParseFlannelEnv(b []byte) (Local, error) {
 	}
 	var err error
 	sub, ok := vals["FLANNEL_SUBNET"]
-	if !ok {
-		return l, errors.New("FLANNEL_SUBNET missing: is this flannel's subnet.env?")
+	if !ok && vals["FLANNEL_IPV6_SUBNET"] == "" {
+		return l, errors.New("FLANNEL_SUBNET (or, on an IPv6-only flannel, FLANNEL_IPV6_SUBNET) missing: is this flannel's subnet.env?")
 	}
-	if l.PodSubnet, err = parseIPv4Net(sub); err != nil {
-		return l, fmt.Errorf("FLANNEL_SUBNET: %w", err)
+	if ok {
+		if l.PodSubnet, err = parseIPv4Net(sub); err != nil {
+			return l, fmt.Errorf("FLANNEL_SUBNET: %w", err)
+		}
 	}
 	if v, ok := vals["FLANNEL_IPV6_SUBNET"]; ok && v != "" {
 		if l.PodSubnetIPv6, err = parseIPv6Net(v); err != nil {

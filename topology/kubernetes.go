@@ -107,18 +107,19 @@ func (k *Kubernetes) onNode(ctx context.Context, log *slog.Logger, obj any) {
 	if !ok {
 		return
 	}
-	subnet, subnet6 := nodePodSubnets(n)
-	ip := nodeInternalIP(n)
+	subnet, subnet6, v6First := nodePodSubnets(n)
+	// An IPv6-only node (no IPv4 podCIDR) is reached over its IPv6 InternalIP.
+	ip := nodeInternalIP(n, subnet == nil)
 	if n.Name == k.NodeName {
-		if subnet == nil {
-			log.Info("this node has no IPv4 podCIDR yet; waiting for kube-controller-manager to allocate one", "node", n.Name)
+		if subnet == nil && subnet6 == nil {
+			log.Info("this node has no podCIDR yet; waiting for kube-controller-manager to allocate one", "node", n.Name)
 			return
 		}
-		l := Local{Name: n.Name, NodeIP: ip, PodSubnet: subnet, PodSubnetIPv6: subnet6, ClusterCIDR: k.ClusterCIDR}
+		l := Local{Name: n.Name, NodeIP: ip, PodSubnet: subnet, PodSubnetIPv6: subnet6, IPv6First: v6First, ClusterCIDR: k.ClusterCIDR}
 		k.emit(ctx, k.t.diff(&l, nil, false))
 		return
 	}
-	if subnet == nil || ip == nil {
+	if (subnet == nil && subnet6 == nil) || ip == nil {
 		// Not (or no longer) reachable as a peer: no subnet yet, or no InternalIP.
 		log.Debug("node is not a peer yet", "node", n.Name, "pod_subnet", subnet, "internal_ip", ip)
 		k.emit(ctx, k.t.deletePeer(n.Name))
@@ -138,14 +139,15 @@ func (k *Kubernetes) emit(ctx context.Context, evs []Event) {
 // nodePodSubnet returns the node's first IPv4 pod CIDR (spec.podCIDRs, else
 // spec.podCIDR), or nil.
 func nodePodSubnet(n *corev1.Node) *net.IPNet {
-	v4, _ := nodePodSubnets(n)
+	v4, _, _ := nodePodSubnets(n)
 	return v4
 }
 
 // nodePodSubnets returns the node's first IPv4 and first IPv6 pod CIDR (spec.podCIDRs,
-// one per family on a dual-stack cluster, else spec.podCIDR), each nil if it has none.
-// The IPv6 one is nil without an IPv4 one: IPv6-only nodes are a later slice of issue 23.
-func nodePodSubnets(n *corev1.Node) (v4, v6 *net.IPNet) {
+// one per family on a dual-stack cluster, else spec.podCIDR), each nil if it has none
+// (an IPv6-only node has no IPv4 one); v6First reports that the IPv6 one is listed first
+// beside an IPv4 one (an IPv6-first cluster).
+func nodePodSubnets(n *corev1.Node) (v4, v6 *net.IPNet, v6First bool) {
 	cidrs := n.Spec.PodCIDRs
 	if len(cidrs) == 0 && n.Spec.PodCIDR != "" {
 		cidrs = []string{n.Spec.PodCIDR}
@@ -154,22 +156,24 @@ func nodePodSubnets(n *corev1.Node) (v4, v6 *net.IPNet) {
 		if s, err := parseIPv4Net(c); err == nil && v4 == nil {
 			v4 = s
 		} else if s, err := parseIPv6Net(c); err == nil && v6 == nil {
-			v6 = s
+			v6, v6First = s, v4 == nil
 		}
 	}
-	if v4 == nil {
-		return nil, nil
-	}
-	return v4, v6
+	return v4, v6, v6First && v4 != nil
 }
 
-// nodeInternalIP returns the node's first IPv4 InternalIP address, or nil.
-func nodeInternalIP(n *corev1.Node) net.IP {
+// nodeInternalIP returns the node's first IPv4 InternalIP address; for a node without
+// an IPv4 pod subnet (IPv6-only: wantIPv6) its first IPv6 InternalIP address, the
+// underlay of an IPv6-only cluster; nil if it has none.
+func nodeInternalIP(n *corev1.Node, wantIPv6 bool) net.IP {
 	for _, a := range n.Status.Addresses {
 		if a.Type != corev1.NodeInternalIP {
 			continue
 		}
-		if ip, err := parseIPv4(a.Address); err == nil {
+		if ip, err := parseIPv4(a.Address); err == nil && !wantIPv6 {
+			return ip
+		}
+		if ip, err := parseNodeIP(a.Address); err == nil && wantIPv6 && ip.To4() == nil {
 			return ip
 		}
 	}

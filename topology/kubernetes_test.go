@@ -7,6 +7,7 @@ package topology
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -164,5 +165,55 @@ func TestKubernetesSourceNeedsNodeName(t *testing.T) {
 	src := NewKubernetes(fake.NewClientset(), "", nil)
 	if err := src.Run(context.Background()); err == nil {
 		t.Fatal("Run without a node name succeeded")
+	}
+}
+
+// TestKubernetesSourceIPv6Only: in an IPv6-only cluster (every Node's spec.podCIDRs one
+// IPv6 CIDR, its InternalIP IPv6) this node is reported with its IPv6 pod subnet and IPv6
+// node IP, no IPv4 subnet, and a peer likewise (reached over the IPv6 underlay); in an
+// IPv6-first dual-stack cluster this node is reported IPv6 first, with its IPv4 InternalIP.
+func TestKubernetesSourceIPv6Only(t *testing.T) {
+	v6 := func(name, cidr, ip string) *corev1.Node {
+		n := node(name, "", ip)
+		n.Spec.PodCIDR, n.Spec.PodCIDRs = cidr, []string{cidr}
+		return n
+	}
+	for _, c := range []struct {
+		name                    string
+		self                    *corev1.Node
+		subnet, subnet6, nodeIP string
+		v6First                 bool
+	}{
+		{"IPv6-only", v6("a", "fd00:10:244:1::/64", "fd00:172:16::1"), "<nil>", "fd00:10:244:1::/64", "fd00:172:16::1", false},
+		{"IPv6-first", func() *corev1.Node {
+			n := v6("a", "fd00:10:244:1::/64", "172.16.0.1")
+			n.Spec.PodCIDRs = append(n.Spec.PodCIDRs, "10.244.1.0/24")
+			return n
+		}(), "10.244.1.0/24", "fd00:10:244:1::/64", "172.16.0.1", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			client := fake.NewClientset(c.self, v6("b", "fd00:10:244:2::/64", "fd00:172:16::2"))
+			src := NewKubernetes(client, "a", nil)
+			go func() { _ = src.Run(ctx) }()
+			var local *Local
+			var peer *Peer
+			for local == nil || (c.name == "IPv6-only" && peer == nil) {
+				e := next(t, src.Events())
+				switch e.Kind {
+				case EventLocal:
+					local = &e.Local
+				case EventPeerAdded:
+					peer = &e.Peer
+				}
+			}
+			if fmt.Sprint(local.PodSubnet) != c.subnet || local.PodSubnetIPv6.String() != c.subnet6 || local.NodeIP.String() != c.nodeIP || local.IPv6First != c.v6First {
+				t.Fatalf("local %+v, want subnets %s %s, node IP %s, IPv6 first %v", local, c.subnet, c.subnet6, c.nodeIP, c.v6First)
+			}
+			if peer != nil && (peer.PodSubnet != nil || peer.PodSubnetIPv6.String() != "fd00:10:244:2::/64" || peer.NodeIP.String() != "fd00:172:16::2") {
+				t.Fatalf("IPv6-only peer %+v", peer)
+			}
+		})
 	}
 }

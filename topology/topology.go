@@ -24,14 +24,21 @@ import (
 type Local struct {
 	// Name is this node's name (the Kubernetes Node name, NODE_NAME).
 	Name string
-	// NodeIP is this node's underlay IPv4 address; nil when the source does not say
-	// (flannel's subnet.env): the daemon's config or interface detection fills it.
+	// NodeIP is this node's underlay address, IPv4 or (an IPv6 underlay) IPv6; nil when
+	// the source does not say (flannel's subnet.env): the daemon's config or interface
+	// detection fills it.
 	NodeIP net.IP
-	// PodSubnet is this node's IPv4 pod subnet (Node.spec.podCIDRs, FLANNEL_SUBNET).
+	// PodSubnet is this node's IPv4 pod subnet (Node.spec.podCIDRs, FLANNEL_SUBNET); nil
+	// on an IPv6-only node.
 	PodSubnet *net.IPNet
-	// PodSubnetIPv6 is this node's IPv6 pod subnet on a dual-stack node (the IPv6 entry of
-	// Node.spec.podCIDRs, the topology file's podSubnets); nil = IPv4-only.
+	// PodSubnetIPv6 is this node's IPv6 pod subnet on a dual-stack or IPv6-only node (the
+	// IPv6 entry of Node.spec.podCIDRs, the topology file's podSubnets,
+	// FLANNEL_IPV6_SUBNET); nil = IPv4-only.
 	PodSubnetIPv6 *net.IPNet
+	// IPv6First is true when the source lists the IPv6 pod subnet before the IPv4 one
+	// (Node.spec.podCIDRs of an IPv6-first cluster, the file's podSubnets): the order of
+	// the pods' addresses.
+	IPv6First bool
 	// ClusterCIDR is the IPv4 prefix every pod subnet is cut from (FLANNEL_NETWORK);
 	// nil when the source does not say (Kubernetes: it comes from the daemon's config).
 	ClusterCIDR *net.IPNet
@@ -49,9 +56,10 @@ type Local struct {
 type Peer struct {
 	// Name is the node's name; peers are keyed by it.
 	Name string
-	// NodeIP is the node's underlay IPv4 address (Kubernetes: its InternalIP).
+	// NodeIP is the node's underlay address (Kubernetes: its InternalIP), IPv4, or IPv6
+	// in a cluster whose underlay is IPv6.
 	NodeIP net.IP
-	// PodSubnet is the node's IPv4 pod subnet.
+	// PodSubnet is the node's IPv4 pod subnet; nil for an IPv6-only node.
 	PodSubnet *net.IPNet
 	// PodSubnetIPv6 is the node's IPv6 pod subnet on a dual-stack node, nil if none; a
 	// dual-stack node routes it to the peer as PodSubnet.
@@ -189,7 +197,7 @@ func (t *tracker) deletePeer(name string) []Event {
 
 func localEqual(a, b Local) bool {
 	return a.Name == b.Name && a.NodeIP.Equal(b.NodeIP) && netEqual(a.PodSubnet, b.PodSubnet) &&
-		netEqual(a.PodSubnetIPv6, b.PodSubnetIPv6) && netEqual(a.ClusterCIDR, b.ClusterCIDR) &&
+		netEqual(a.PodSubnetIPv6, b.PodSubnetIPv6) && a.IPv6First == b.IPv6First && netEqual(a.ClusterCIDR, b.ClusterCIDR) &&
 		netEqual(a.ClusterCIDRIPv6, b.ClusterCIDRIPv6) && a.MTU == b.MTU &&
 		(a.IPMasq == nil) == (b.IPMasq == nil) && (a.IPMasq == nil || *a.IPMasq == *b.IPMasq)
 }
@@ -223,28 +231,51 @@ func parseIPv6Net(s string) (*net.IPNet, error) {
 	return n, nil
 }
 
-// podSubnetList parses a list of pod subnets, one per family, IPv4 first: the IPv4 one
-// and, if listed, the IPv6 one. single is the form's podSubnet, which must be empty or
-// the list's IPv4 entry.
-func podSubnetList(list []string, single string) (v4, v6 *net.IPNet, err error) {
-	want := "want one IPv4 CIDR, then optionally one IPv6 CIDR (IPv6-first and IPv6-only nodes are not supported yet, issue 23)"
+// podSubnetList parses a list of pod subnets, at most one per family, in the order of
+// the pods' addresses: an IPv4 one and/or an IPv6 one (v6First: the IPv6 one listed
+// first; an IPv6-only list has v4 nil). single is the form's podSubnet, which must be
+// empty or the list's IPv4 entry.
+func podSubnetList(list []string, single string) (v4, v6 *net.IPNet, v6First bool, err error) {
+	want := "want one IPv4 CIDR and/or one IPv6 CIDR, in the order of the pods' addresses (IPv4 first, IPv6 first, or IPv6 alone on an IPv6-only node)"
 	if len(list) == 0 || len(list) > 2 {
-		return nil, nil, fmt.Errorf("%d entries %q: %s", len(list), list, want)
+		return nil, nil, false, fmt.Errorf("%d entries %q: %s", len(list), list, want)
 	}
-	if v4, err = parseIPv4Net(list[0]); err != nil {
-		return nil, nil, fmt.Errorf("first entry: %w; %s", err, want)
-	}
-	if len(list) == 2 {
-		if v6, err = parseIPv6Net(list[1]); err != nil {
-			return nil, nil, fmt.Errorf("second entry: %w; %s", err, want)
+	for i, e := range list {
+		if n, err := parseIPv4Net(e); err == nil {
+			if v4 != nil {
+				return nil, nil, false, fmt.Errorf("two IPv4 entries %q: %s", list, want)
+			}
+			v4 = n
+			continue
 		}
+		n, err := parseIPv6Net(e)
+		if err != nil {
+			return nil, nil, false, fmt.Errorf("entry %d: %w; %s", i+1, err, want)
+		}
+		if v6 != nil {
+			return nil, nil, false, fmt.Errorf("two IPv6 entries %q: %s", list, want)
+		}
+		v6, v6First = n, i == 0 && len(list) == 2
 	}
 	if single != "" {
-		if s, err := parseIPv4Net(single); err != nil || s.String() != v4.String() {
-			return nil, nil, fmt.Errorf("podSubnet %q is not the list's IPv4 entry %v: leave podSubnet out, or make them agree", single, v4)
+		if s, err := parseIPv4Net(single); err != nil || v4 == nil || s.String() != v4.String() {
+			return nil, nil, false, fmt.Errorf("podSubnet %q is not the list's IPv4 entry %v: leave podSubnet out, or make them agree", single, v4)
 		}
 	}
-	return v4, v6, nil
+	return v4, v6, v6First, nil
+}
+
+// parseNodeIP parses a node's underlay address: IPv4 (4 bytes) or IPv6 (16 bytes, an
+// IPv6 underlay), unicast.
+func parseNodeIP(s string) (net.IP, error) {
+	ip := net.ParseIP(s)
+	if ip == nil || ip.IsUnspecified() || ip.IsMulticast() || ip.IsLinkLocalUnicast() {
+		return nil, fmt.Errorf("%q is not a unicast IPv4 or IPv6 address", s)
+	}
+	if ip4 := ip.To4(); ip4 != nil {
+		return ip4, nil
+	}
+	return ip, nil
 }
 
 // parseIPv4 parses an IPv4 address.

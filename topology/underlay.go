@@ -15,6 +15,10 @@ import (
 // (RFC 7348 §5, RFC 8926 §3.1).
 const TunnelOverhead = 50
 
+// TunnelOverheadIPv6 is the same over an IPv6 underlay: the outer IPv6 header is 40
+// bytes, so 40 + 8 + 8 + 14 = 70 (RFC 7348 §5, RFC 8200 §3).
+const TunnelOverheadIPv6 = 70
+
 // Underlay is the interface that carries the node IP.
 type Underlay struct {
 	// Name is the interface's name (e.g. eth0, or br-phy with the userspace datapath).
@@ -25,17 +29,28 @@ type Underlay struct {
 	IP net.IP
 }
 
-// PodMTU returns the pod and gateway MTU for this underlay: MTU − TunnelOverhead.
-func (u Underlay) PodMTU() int { return u.MTU - TunnelOverhead }
+// PodMTU returns the pod and gateway MTU for this underlay: MTU − TunnelOverhead, or
+// MTU − TunnelOverheadIPv6 when the node IP is IPv6 (the tunnels' outer header is).
+func (u Underlay) PodMTU() int {
+	if u.IP != nil && u.IP.To4() == nil {
+		return u.MTU - TunnelOverheadIPv6
+	}
+	return u.MTU - TunnelOverhead
+}
 
 // FindUnderlay returns the interface, in the calling thread's network namespace, that has
-// ip as one of its IPv4 addresses (netlink address dump). It returns an error naming ip if
-// no interface has it: set nodeIP to an address of this node.
+// ip as one of its addresses (IPv4, or IPv6 for an IPv6 underlay; netlink address dump).
+// It returns an error naming ip if no interface has it: set nodeIP to an address of this
+// node.
 func FindUnderlay(ip net.IP) (Underlay, error) {
-	if ip.To4() == nil {
-		return Underlay{}, fmt.Errorf("underlay: node IP %v is not IPv4", ip)
+	family, want := netlink.FAMILY_V4, ip.To4()
+	if want == nil {
+		if len(ip) != net.IPv6len {
+			return Underlay{}, fmt.Errorf("underlay: node IP %v is neither IPv4 nor IPv6", ip)
+		}
+		family, want = netlink.FAMILY_V6, ip
 	}
-	addrs, err := addrList()
+	addrs, err := addrList(family)
 	if err != nil {
 		return Underlay{}, fmt.Errorf("underlay: list addresses: %w", err)
 	}
@@ -47,7 +62,7 @@ func FindUnderlay(ip net.IP) (Underlay, error) {
 		if err != nil {
 			return Underlay{}, fmt.Errorf("underlay: link %d holding %v: %w", a.LinkIndex, ip, err)
 		}
-		return Underlay{Name: l.Attrs().Name, MTU: l.Attrs().MTU, IP: ip.To4()}, nil
+		return Underlay{Name: l.Attrs().Name, MTU: l.Attrs().MTU, IP: want}, nil
 	}
 	return Underlay{}, fmt.Errorf("underlay: no interface has node IP %v: set nodeIP to an address of this node", ip)
 }
@@ -81,13 +96,14 @@ func DefaultUnderlay() (Underlay, error) {
 	return Underlay{}, errors.New("underlay: no IPv4 default route with an addressed interface: set nodeIP")
 }
 
-// addrList dumps all IPv4 addresses, retrying a dump interrupted by a concurrent change
-// (NLM_F_DUMP_INTR, as containernetworking/plugins' netlinksafe does).
-func addrList() ([]netlink.Addr, error) {
+// addrList dumps all addresses of family (netlink.FAMILY_V4 or FAMILY_V6), retrying a
+// dump interrupted by a concurrent change (NLM_F_DUMP_INTR, as containernetworking/plugins'
+// netlinksafe does).
+func addrList(family int) ([]netlink.Addr, error) {
 	var err error
 	for range 5 {
 		var addrs []netlink.Addr
-		addrs, err = netlink.AddrList(nil, netlink.FAMILY_V4)
+		addrs, err = netlink.AddrList(nil, family)
 		if !errors.Is(err, netlink.ErrDumpInterrupted) {
 			return addrs, err
 		}

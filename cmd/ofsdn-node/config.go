@@ -22,10 +22,12 @@ import (
 type Config struct {
 	// PodSubnet is this node's pod subnet (IPv4 CIDR); the gateway takes its first address.
 	PodSubnet string `json:"podSubnet"`
-	// PodSubnets are this node's pod subnets, one per IP family, IPv4 first (a dual-stack
-	// node: e.g. [10.128.0.0/24, fd00:10:128::/64]; the IPv6 gateway takes the IPv6
-	// subnet's first address, ::1 of it). Empty = [PodSubnet], an IPv4-only node as
-	// before. When set, podSubnet must be left out or be its IPv4 entry.
+	// PodSubnets are this node's pod subnets, at most one per IP family, in the order of
+	// the pods' addresses and CNI results: a dual-stack node's e.g. [10.128.0.0/24,
+	// fd00:10:128::/64], an IPv6-first one's [fd00:10:128::/64, 10.128.0.0/24], an
+	// IPv6-only one's [fd00:10:128::/64] (the IPv6 gateway takes the IPv6 subnet's
+	// first address, ::1 of it). Empty = [PodSubnet], an IPv4-only node as before. When
+	// set, podSubnet must be left out or be its IPv4 entry.
 	PodSubnets []string `json:"podSubnets"`
 	// Bridge is the integration bridge's name.
 	Bridge string `json:"bridge"`
@@ -106,7 +108,8 @@ type Config struct {
 	// ServiceCIDR is the Kubernetes service IPv4 range, sent to the gateway for kube-proxy;
 	// "" = none.
 	ServiceCIDR string `json:"serviceCIDR"`
-	// NodeIP is this node's underlay IPv4 address; default the topology's, else the
+	// NodeIP is this node's underlay address, IPv4 or IPv6 (tunnels over an IPv6
+	// underlay); default the topology's, else the
 	// address of the default route's interface.
 	NodeIP string `json:"nodeIP"`
 	// TunnelType is vxlan (default) or geneve (without options: the same 50 bytes of
@@ -300,61 +303,69 @@ func loadConfig(args []string) (Config, error) {
 }
 
 // podSubnets returns the node's IPv4 pod subnet and, on a dual-stack node, its IPv6 one,
-// from podSubnets (or podSubnet). Errors name the key and the fix: podSubnets that is not
-// one IPv4 CIDR optionally followed by one IPv6 CIDR (/126 or shorter), or a podSubnet
-// that differs from podSubnets' IPv4 entry.
-func (c Config) podSubnets() (v4, v6 *net.IPNet, err error) {
+// from podSubnets (or podSubnet); on an IPv6-only node (podSubnets one IPv6 CIDR) v4 is
+// nil; v6First reports a dual-stack list that names the IPv6 subnet first (an IPv6-first
+// node: pods' addresses and CNI results in that order). Errors name the key and the fix:
+// podSubnets that is not one or two CIDRs, at most one per family (IPv6: /126 or
+// shorter, a unicast prefix), or a podSubnet that differs from podSubnets' IPv4 entry.
+func (c Config) podSubnets() (v4, v6 *net.IPNet, v6First bool, err error) {
 	if len(c.PodSubnets) == 0 {
 		_, v4, err = net.ParseCIDR(c.PodSubnet)
 		if err != nil || v4.IP.To4() == nil {
-			return nil, nil, fmt.Errorf("config podSubnet %q: want an IPv4 CIDR such as 10.128.0.0/24", c.PodSubnet)
+			return nil, nil, false, fmt.Errorf("config podSubnet %q: want an IPv4 CIDR such as 10.128.0.0/24 (an IPv6-only node sets podSubnets: [IPv6 CIDR])", c.PodSubnet)
 		}
-		return v4, nil, nil
+		return v4, nil, false, nil
 	}
-	want := "one IPv4 CIDR, then optionally one IPv6 CIDR, e.g. [10.128.0.0/24, fd00:10:128::/64] (IPv6-first and IPv6-only nodes are not supported yet, issue 23)"
+	want := "one IPv4 CIDR and/or one IPv6 CIDR in the order the pods' addresses take, e.g. [10.128.0.0/24, fd00:10:128::/64], [fd00:10:128::/64, 10.128.0.0/24] (IPv6-first) or [fd00:10:128::/64] (IPv6-only)"
 	if len(c.PodSubnets) > 2 {
-		return nil, nil, fmt.Errorf("config podSubnets %q: %d entries; want %s", c.PodSubnets, len(c.PodSubnets), want)
+		return nil, nil, false, fmt.Errorf("config podSubnets %q: %d entries; want %s", c.PodSubnets, len(c.PodSubnets), want)
 	}
-	var nets []*net.IPNet
-	for _, s := range c.PodSubnets {
-		_, n, err := net.ParseCIDR(strings.TrimSpace(s))
+	for i, str := range c.PodSubnets {
+		_, n, err := net.ParseCIDR(strings.TrimSpace(str))
 		if err != nil {
-			return nil, nil, fmt.Errorf("config podSubnets %q: entry %q is not a CIDR; want %s", c.PodSubnets, s, want)
+			return nil, nil, false, fmt.Errorf("config podSubnets %q: entry %q is not a CIDR; want %s", c.PodSubnets, str, want)
 		}
-		nets = append(nets, n)
-	}
-	if nets[0].IP.To4() == nil {
-		return nil, nil, fmt.Errorf("config podSubnets %q: the first entry is not IPv4; want %s", c.PodSubnets, want)
-	}
-	if len(nets) == 2 {
-		if nets[1].IP.To4() != nil {
-			return nil, nil, fmt.Errorf("config podSubnets %q: two IPv4 subnets; want %s", c.PodSubnets, want)
+		if n.IP.To4() != nil {
+			if v4 != nil {
+				return nil, nil, false, fmt.Errorf("config podSubnets %q: two IPv4 subnets; want %s", c.PodSubnets, want)
+			}
+			v4 = n
+			continue
 		}
-		if ones, _ := nets[1].Mask.Size(); ones > 126 {
-			return nil, nil, fmt.Errorf("config podSubnets %q: IPv6 prefix /%d leaves no room for pods; use /126 or shorter (a /64 is usual)", c.PodSubnets, ones)
+		if v6 != nil {
+			return nil, nil, false, fmt.Errorf("config podSubnets %q: two IPv6 subnets; want %s", c.PodSubnets, want)
+		}
+		if ones, _ := n.Mask.Size(); ones > 126 {
+			return nil, nil, false, fmt.Errorf("config podSubnets %q: IPv6 prefix /%d leaves no room for pods; use /126 or shorter (a /64 is usual)", c.PodSubnets, ones)
 		}
 		// A unicast prefix (RFC 4291 §2.4) whose ::1 can be the gateway: not multicast,
 		// link-local, unspecified or loopback, nor so short it holds them (::/0).
-		if ip := nets[1].IP; ip.IsMulticast() || ip.IsLinkLocalUnicast() || ip.IsUnspecified() || ip.IsLoopback() ||
-			nets[1].Contains(net.IPv6loopback) || nets[1].Contains(net.ParseIP("ff00::")) {
-			return nil, nil, fmt.Errorf("config podSubnets %q: IPv6 entry %v is not a unicast prefix for pods (multicast ff00::/8, link-local fe80::/10, ::/128, ::1 and prefixes holding them are not); use a ULA or global /64 such as fd00:10:128::/64", c.PodSubnets, nets[1])
+		if ip := n.IP; ip.IsMulticast() || ip.IsLinkLocalUnicast() || ip.IsUnspecified() || ip.IsLoopback() ||
+			n.Contains(net.IPv6loopback) || n.Contains(net.ParseIP("ff00::")) {
+			return nil, nil, false, fmt.Errorf("config podSubnets %q: IPv6 entry %v is not a unicast prefix for pods (multicast ff00::/8, link-local fe80::/10, ::/128, ::1 and prefixes holding them are not); use a ULA or global /64 such as fd00:10:128::/64", c.PodSubnets, n)
 		}
-		v6 = nets[1]
+		v6 = n
+		v6First = i == 0 && len(c.PodSubnets) == 2
 	}
 	if c.PodSubnet != "" && c.PodSubnet != defaultConfig().PodSubnet {
-		if _, p, err := net.ParseCIDR(c.PodSubnet); err != nil || p.String() != nets[0].String() {
-			return nil, nil, fmt.Errorf("config podSubnet %q and podSubnets %q disagree: leave podSubnet out, or make it podSubnets' IPv4 entry", c.PodSubnet, c.PodSubnets)
+		if _, p, err := net.ParseCIDR(c.PodSubnet); err != nil || v4 == nil || p.String() != v4.String() {
+			return nil, nil, false, fmt.Errorf("config podSubnet %q and podSubnets %q disagree: leave podSubnet out, or make it podSubnets' IPv4 entry", c.PodSubnet, c.PodSubnets)
 		}
 	}
-	return nets[0], v6, nil
+	return v4, v6, v6First, nil
 }
 
 func (c Config) validate() error {
-	n, v6, err := c.podSubnets()
+	n, v6, _, err := c.podSubnets()
 	if err != nil {
 		return err
 	}
-	if ones, _ := n.Mask.Size(); ones > 30 {
+	if n == nil && (c.ClusterCIDR != "" || c.ServiceCIDR != "") {
+		return fmt.Errorf("config podSubnets %q is IPv6-only but clusterCIDR %q / serviceCIDR %q are IPv4: leave them out (clusterCIDRIPv6 is the IPv6 cluster range), or add the IPv4 pod subnet", c.PodSubnets, c.ClusterCIDR, c.ServiceCIDR)
+	}
+	if n == nil {
+		// IPv6-only: checked above.
+	} else if ones, _ := n.Mask.Size(); ones > 30 {
 		return fmt.Errorf("config podSubnet %q: prefix /%d leaves no room for pods; use /30 or shorter", n, ones)
 	}
 	if v6 != nil && c.policyOn() {
@@ -399,8 +410,8 @@ func (c Config) validate() error {
 		}
 	}
 	if c.NodeIP != "" {
-		if ip := net.ParseIP(c.NodeIP); ip == nil || ip.To4() == nil {
-			return fmt.Errorf("config nodeIP %q: want an IPv4 address of this node", c.NodeIP)
+		if ip := net.ParseIP(c.NodeIP); ip == nil || ip.IsUnspecified() || ip.IsMulticast() || ip.IsLinkLocalUnicast() || ip.IsLoopback() {
+			return fmt.Errorf("config nodeIP %q: want a unicast IPv4 or IPv6 address of this node (IPv6: the tunnels run over an IPv6 underlay)", c.NodeIP)
 		}
 	}
 	if c.TunnelType != "vxlan" && c.TunnelType != "geneve" {

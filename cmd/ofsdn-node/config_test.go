@@ -92,9 +92,9 @@ func TestConfigPodSubnets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v4, v6, err := cfg.podSubnets()
-	if err != nil || v4.String() != "10.200.3.0/24" || v6.String() != "fd00:10:200:3::/64" {
-		t.Fatalf("podSubnets() = %v, %v, %v", v4, v6, err)
+	v4, v6, first, err := cfg.podSubnets()
+	if err != nil || v4.String() != "10.200.3.0/24" || v6.String() != "fd00:10:200:3::/64" || first {
+		t.Fatalf("podSubnets() = %v, %v, %v, %v", v4, v6, first, err)
 	}
 	if _, err := loadConfig([]string{"-pod-subnets", "10.200.3.0/24,fd00:10:200:3::/64", "-cluster-cidr-ipv6", "fd00:10:200::/56"}); err != nil {
 		t.Fatalf("IPv6 cluster CIDR: %v", err)
@@ -103,14 +103,17 @@ func TestConfigPodSubnets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v4, v6, err := cfg.podSubnets(); err != nil || v4.String() != "10.200.4.0/24" || v6 != nil {
+	if v4, v6, _, err := cfg.podSubnets(); err != nil || v4.String() != "10.200.4.0/24" || v6 != nil {
 		t.Fatalf("IPv4-only: podSubnets() = %v, %v, %v", v4, v6, err)
 	}
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"-pod-subnets", "fd00::/64,10.0.0.0/24"}, "the first entry is not IPv4"},
+		{[]string{"-pod-subnets", "fd00::/64,fd01::/64"}, "two IPv6 subnets"},
+		{[]string{"-pod-subnets", "fd00::/64", "-cluster-cidr", "10.0.0.0/8"}, "is IPv6-only but clusterCIDR"},
+		{[]string{"-pod-subnets", "fd00::/64", "-pod-subnet", "10.0.0.0/24"}, "disagree"},
+		{[]string{"-pod-subnets", "fd00::/64", "-node-ip", "fe80::1"}, "config nodeIP"},
 		{[]string{"-pod-subnets", "10.0.0.0/24,10.1.0.0/24"}, "two IPv4 subnets"},
 		{[]string{"-pod-subnets", "10.0.0.0/24,fd00::/64,fd01::/64"}, "3 entries"},
 		{[]string{"-pod-subnets", "10.0.0.0/24,fd00::/127"}, "/126 or shorter"},
@@ -127,6 +130,26 @@ func TestConfigPodSubnets(t *testing.T) {
 		if _, err := loadConfig(c.args); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v, want an error saying %q", c.args, err, c.want)
 		}
+	}
+}
+
+// TestConfigIPv6OnlyAndFirst: podSubnets of one IPv6 CIDR makes an IPv6-only node (no
+// IPv4 subnet), an IPv6 CIDR listed first an IPv6-first one; nodeIP may be IPv6 (an
+// IPv6 underlay).
+func TestConfigIPv6OnlyAndFirst(t *testing.T) {
+	cfg, err := loadConfig([]string{"-pod-subnets", "fd00:10:200:3::/64", "-node-ip", "fd00:172:16::1", "-data-dir", t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v4, v6, first, err := cfg.podSubnets(); err != nil || v4 != nil || v6.String() != "fd00:10:200:3::/64" || first {
+		t.Fatalf("IPv6-only: podSubnets() = %v, %v, %v, %v", v4, v6, first, err)
+	}
+	cfg, err = loadConfig([]string{"-pod-subnets", "fd00:10:200:3::/64,10.200.3.0/24", "-data-dir", t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v4, v6, first, err := cfg.podSubnets(); err != nil || v4.String() != "10.200.3.0/24" || v6.String() != "fd00:10:200:3::/64" || !first {
+		t.Fatalf("IPv6-first: podSubnets() = %v, %v, %v, %v", v4, v6, first, err)
 	}
 }
 

@@ -159,14 +159,14 @@ func (h *handler) Check(ctx context.Context, req *cni.Request) error {
 	if err != nil {
 		return err
 	}
-	var want *net.IPNet
+	var want []*net.IPNet
 	if conf.PrevResult != nil {
 		prev, err := current.NewResultFromResult(conf.PrevResult)
 		if err != nil {
 			return types.NewError(types.ErrDecodingFailure, "prevResult cannot be converted to CNI 1.1.0", err.Error())
 		}
-		if len(prev.IPs) > 0 {
-			want = &prev.IPs[0].Address
+		for _, ip := range prev.IPs {
+			want = append(want, &ip.Address)
 		}
 	}
 	if err := h.node.CheckPod(ctx, pr, want); err != nil {
@@ -234,16 +234,23 @@ func parseGC(config []byte) (network string, valid []controller.AttachmentID, pr
 
 // resultFor renders an attachment as a CNI 1.1.0 ADD result (SPEC.md "Section 5: Result
 // Types", "ADD Success"): the host veth (no sandbox) and the pod interface (with sandbox
-// and mtu), the IPs in the order of the node's pod subnets (IPv4 first) each with its
+// and mtu), the IPs in the order of the node's pod subnets (IPv4 first unless the node is IPv6-first or IPv6-only) each with its
 // family's gateway on interface 1, and one default route per family.
 func resultFor(a *controller.Attachment) *current.Result {
 	idx := 1
-	routes := []*types.Route{{
-		Dst: net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)},
-		GW:  a.Gateway,
-	}}
-	if a.IPv6() != nil && a.Gateway6 != nil {
-		routes = append(routes, &types.Route{Dst: net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}, GW: a.Gateway6})
+	// One default route per family the pod has, in the order of its addresses (an
+	// IPv6-first node's IPv6 route first, an IPv6-only node's alone).
+	var routes []*types.Route
+	v4, v6 := false, false
+	for _, ip := range a.IPs {
+		switch {
+		case ip.IP.To4() != nil && !v4 && a.Gateway != nil:
+			v4 = true
+			routes = append(routes, &types.Route{Dst: net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}, GW: a.Gateway})
+		case ip.IP.To4() == nil && !v6 && a.Gateway6 != nil:
+			v6 = true
+			routes = append(routes, &types.Route{Dst: net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}, GW: a.Gateway6})
+		}
 	}
 	return &current.Result{
 		CNIVersion: current.ImplementedSpecVersion,

@@ -99,7 +99,7 @@ func run(args []string) error {
 	}
 	defer db.Close()
 	obs.setDB(db)
-	subnet, subnet6, _ := cfg.podSubnets() // checked by loadConfig
+	subnet, subnet6, v6First, _ := cfg.podSubnets() // checked by loadConfig
 	mtu := cfg.MTU
 	if mtu == 0 {
 		mtu = defaultMTU
@@ -110,6 +110,9 @@ func run(args []string) error {
 		return err
 	}
 	if cl != nil && cfg.UnderlayBridge != "" && cfg.DatapathType == controller.DatapathNetdev {
+		if cl.NodeIP.To4() == nil {
+			return fmt.Errorf("underlayBridge %s: node IP %v is IPv6, and moving the underlay's addresses onto the bridge is built for IPv4 only (issue 23): put the IPv6 node IP on %s yourself and leave underlayBridge out", cfg.UnderlayBridge, cl.NodeIP, cfg.UnderlayBridge)
+		}
 		holder, err := controller.MoveUnderlay(sctx, db, cfg.UnderlayBridge, cl.NodeIP, log)
 		if err != nil {
 			return err
@@ -118,7 +121,7 @@ func run(args []string) error {
 	}
 	var overlay *controller.OverlayOptions
 	if cl != nil {
-		subnet, subnet6, mtu = cl.PodSubnet, cl.PodSubnetIPv6, cl.MTU
+		subnet, subnet6, v6First, mtu = cl.PodSubnet, cl.PodSubnetIPv6, cl.IPv6First, cl.MTU
 		// The overlay (tunnel port, cluster flows, the peers known now) is part of the
 		// node's first flow sync: a restart replaces the earlier run's flows in one bundle.
 		overlay = controller.OverlayOptionsFor(cl, cfg.TunnelType, cfg.TunnelPort)
@@ -131,7 +134,7 @@ func run(args []string) error {
 	auditInterval, _ := time.ParseDuration(cfg.FlowAuditInterval) // checked by loadConfig
 	node, err := controller.StartNode(sctx, db, controller.NodeOptions{
 		Bridge: cfg.Bridge, Gateway: cfg.Gateway, DatapathType: cfg.DatapathType,
-		PodSubnet: subnet, PodSubnetIPv6: subnet6, MTU: mtu, OVSRunDir: cfg.OVSRunDir, DataDir: cfg.DataDir,
+		PodSubnet: subnet, PodSubnetIPv6: subnet6, IPv6First: v6First, MTU: mtu, OVSRunDir: cfg.OVSRunDir, DataDir: cfg.DataDir,
 		EchoInterval: 5 * time.Second, Logger: log, Hooks: obs.hooks(), Overlay: overlay,
 		FlowAuditInterval: auditInterval, Policy: pol, Services: serviceOptions(cfg),
 	})

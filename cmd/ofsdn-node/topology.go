@@ -56,7 +56,10 @@ func prepareCluster(waitCtx, runCtx context.Context, cfg Config, log *slog.Logge
 		_, o.ClusterCIDRIPv6, _ = net.ParseCIDR(cfg.ClusterCIDRIPv6) // checked by loadConfig
 	}
 	if cfg.NodeIP != "" {
-		o.NodeIP = net.ParseIP(cfg.NodeIP).To4()
+		o.NodeIP = net.ParseIP(cfg.NodeIP) // IPv4 or IPv6 (an IPv6 underlay), checked by loadConfig
+		if ip4 := o.NodeIP.To4(); ip4 != nil {
+			o.NodeIP = ip4
+		}
 	}
 	return topology.Prepare(waitCtx, runCtx, src, o)
 }

@@ -83,7 +83,6 @@ func TestInvalidDaemonResults(t *testing.T) {
 		{"no ips", result(goodIfaces, `[]`, goodRest), "has no IP address"},
 		{"ips null", result(goodIfaces, `null`, goodRest), "has no IP address"},
 		{"ip null", result(goodIfaces, `[null]`, goodRest), "ips[0] is null"},
-		{"only IPv6", result(goodIfaces, `[{"interface":1,"address":"fd00::5/64","gateway":"fd00::1"}]`, ``), "no IPv4 address"},
 		{"ip without address", result(goodIfaces, `[{"interface":1,"gateway":"10.244.1.1"}]`, goodRest), "ips[0] has address"},
 		{"address not a CIDR", result(goodIfaces, `[{"interface":1,"address":"10.244.1.5"}]`, goodRest), "cannot be decoded"},
 		{"address prefix too long", result(goodIfaces, `[{"interface":1,"address":"10.244.1.5/33"}]`, goodRest), "cannot be decoded"},
@@ -111,6 +110,7 @@ func TestInvalidDaemonResults(t *testing.T) {
 		{"without cniVersion, with dns", `{"result":{"interfaces":` + goodIfaces + `,"ips":` + goodIPs + goodRest + `,"dns":{"nameservers":["10.96.0.10"],"search":["svc.cluster.local"]}}}`},
 		{"without gateway and routes", result(goodIfaces, `[{"interface":1,"address":"10.244.1.5/24"}]`, ``)},
 		{"IPv4 and IPv6", result(goodIfaces, `[{"interface":1,"address":"10.244.1.5/24","gateway":"10.244.1.1"},{"interface":1,"address":"fd00::5/64","gateway":"fd00::1"}]`, goodRest)},
+		{"only IPv6 (an IPv6-only node's pod)", result(goodIfaces, `[{"interface":1,"address":"fd00::5/64","gateway":"fd00::1"}]`, `,"routes":[{"dst":"::/0","gw":"fd00::1"}]`)},
 	}
 	bodies := map[string]string{}
 	id := func(kind string, i int) string { return fmt.Sprintf("%s-%d", kind, i) }
@@ -153,8 +153,8 @@ func TestInvalidDaemonResults(t *testing.T) {
 					if err != nil {
 						t.Fatalf("stdout %q is not a %s result: %v", out, v, err)
 					}
-					if res.Version() != v || !strings.Contains(out, "10.244.1.5/24") {
-						t.Errorf("result %s, want version %s with 10.244.1.5/24", out, v)
+					if res.Version() != v || (!strings.Contains(out, "10.244.1.5/24") && !strings.Contains(out, "fd00::5/64")) {
+						t.Errorf("result %s, want version %s with 10.244.1.5/24 (or, IPv6-only, fd00::5/64)", out, v)
 					}
 				})
 			}

@@ -252,7 +252,10 @@ func peerTable(w io.Writer, peers []ctl.Peer) {
 	fmt.Fprintln(w, "NODE\tIP\tPOD SUBNET\tOFPORT")
 	for _, p := range peers {
 		subnets := p.PodSubnet
-		if p.PodSubnetIPv6 != "" { // a dual-stack peer of a dual-stack node: both, IPv4 first
+		switch {
+		case p.PodSubnetIPv6 != "" && subnets == "": // an IPv6-only node's peer
+			subnets = p.PodSubnetIPv6
+		case p.PodSubnetIPv6 != "": // a dual-stack peer of a dual-stack node: both, IPv4 first
 			subnets += "," + p.PodSubnetIPv6
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%d\n", p.Node, p.IP, subnets, p.OFPort)

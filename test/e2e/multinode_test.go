@@ -93,7 +93,11 @@ func startClusterNode(t *testing.T, ul, name, ip, subnet string, idx int) *clust
 	o.Exec(t, "ip", "link", "set", "uplink0", "up")
 	o.Vsctl(t, "add-br", "br-phy", "--", "set", "bridge", "br-phy", "datapath_type=netdev",
 		"--", "add-port", "br-phy", "uplink0", "--", "set", "interface", "br-phy", fmt.Sprintf("mtu_request=%d", underlayMTU))
-	o.Exec(t, "ip", "addr", "add", ip+"/24", "dev", "br-phy")
+	if strings.Contains(ip, ":") { // an IPv6 underlay (ipv6only_test.go): no DAD wait
+		o.Exec(t, "ip", "addr", "add", ip+"/64", "dev", "br-phy", "nodad")
+	} else {
+		o.Exec(t, "ip", "addr", "add", ip+"/24", "dev", "br-phy")
+	}
 	o.Exec(t, "ip", "link", "set", "br-phy", "up")
 
 	// Runs before the harness's clean-up, which logs the daemon's log and flows if the
@@ -114,8 +118,11 @@ func (cn *clusterNode) start() {
 	t.Helper()
 	// Built with -race when the tests are (daemonBinary), so data races in the daemon
 	// show up in its log.
-	cn.StartDaemon(daemonBinary(t), 60*time.Second, append([]string{"--log-level", "debug",
-		"--topology-file", cn.topo, "--service-cidr", "10.96.0.0/12", "--mtu", "0"}, cn.extra...)...)
+	args := []string{"--log-level", "debug", "--topology-file", cn.topo, "--mtu", "0"}
+	if !strings.Contains(cn.subnet, ":") { // an IPv6-only node has no IPv4 service CIDR
+		args = append(args, "--service-cidr", "10.96.0.0/12")
+	}
+	cn.StartDaemon(daemonBinary(t), 60*time.Second, append(args, cn.extra...)...)
 }
 
 // waitFor polls cond until it returns nil or the (generous) deadline passes.
