@@ -125,7 +125,9 @@ type ServiceOptions struct {
 
 // ServiceStats are the Service proxy's counters since the daemon started (monotonic).
 type ServiceStats struct {
-	// Ports is the number of Service ports on the switch.
+	// Ports is the number of Service ports on the switch, each family's side of a
+	// dual-stack Service port counted once (kube-proxy's per-family proxiers count theirs
+	// apart too).
 	Ports int
 	// Endpoints is the number of endpoints over all of them: buckets of their groups, a
 	// UDP port's endpoints (an external view's count too).
