@@ -50,6 +50,17 @@ package controller
 //     3, quoting the IPv4 header and 8 bytes), both from ClusterIP:port to the client,
 //     sent as a packet-out straight out of the client's port (the packet-in's in_port).
 //     Other packets (SCTP, TCP without SYN) are counted and dropped.
+//     Over IPv6 the same, with ICMPv6 destination unreachable code 4 (port unreachable,
+//     RFC 4443 §3.1) for UDP. kube-proxy's nftables proxier rejects with nft's default
+//     (ICMP or ICMPv6 port unreachable for every protocol, TCP too); both make the
+//     client's connect or read fail at once with ECONNREFUSED, and the RST for TCP is
+//     what the IPv4 side has always sent here.
+//   - Both IP families (issue 23): one proxy.Tracker and Runner per family of the node
+//     (Node.ServiceFamilies) sync into this one sink, each Update naming its Family; a
+//     Service port's IPv6 view is keyed apart (portKey.v6), so it has its own owner id,
+//     group and record key ("NAME IPv6"), and is built from the IPv6 state only. A Full
+//     update replaces its own family's views; the first Full of one family frees only that
+//     family's recorded ids (the other's first Full may be yet to come).
 //   - Stale UDP/SCTP conntrack (Update.Stale): after the switch confirmed the change, the
 //     entries whose original destination is a frontend and whose reply source is the
 //     gone endpoint are flushed from ofsdn's zone with ovs-vswitchd's

@@ -70,6 +70,18 @@ package flows
 // port with more endpoints keeps the select group (and its parts), as before. A port of
 // one endpoint has one slot and no multipath (reg6 is 0).
 //
+// IPv6 (issue 23, a dual-stack node): a Service port is of one family, its ClusterIP's
+// (ServicePort.IPv6), with frontends, source ranges and endpoints of that family only, as
+// kube-proxy's per-family proxiers; a dual-stack Service port is two ServicePorts, two
+// owners, two groups. Its flows are the IPv4 ones with tcp6/udp6/sctp6, ipv6_dst and
+// ipv6_src, its DNAT nat(dst=[IP6]:PORT) in the same ConntrackZone (conntrack keys its
+// entries by address family); the Services stages have IPv6's own ct(nat) flows
+// (serviceConntrackNode). Session affinity learns ipv6_src; reg3 (32 bits) cannot hold
+// an IPv6 endpoint, so the learned flows, buckets and hit flows name it by its affinity
+// id (unique among the port's live endpoints; reg5 names the port). Hairpin SNATs to
+// HairpinSNATIPv6, in fc00::/8, which no one may allocate (RFC 4193) and which the pod
+// routes through its gateway, as it does 169.254.0.252.
+//
 // Group ids: GroupIDMin + ServicePort.ID, in ofsdn's group range (group.go), so the
 // Service port's owner id (allocated by the caller per owner kind, kept across restarts)
 // names its group too.
@@ -195,8 +207,8 @@ const PriorityServiceSlot uint16 = 150
 const ServiceRejectMeter uint32 = 2
 
 // ServiceRejectMaxLen is how many bytes of a refused packet go to the controller: the
-// Ethernet, IPv4 and TCP/UDP/SCTP headers, what a reject (TCP RST or ICMP port
-// unreachable quoting the packet) needs.
+// Ethernet, IPv4 or IPv6 and TCP/UDP/SCTP headers, what a reject (TCP RST, ICMP or
+// ICMPv6 port unreachable quoting the packet) needs.
 const ServiceRejectMaxLen uint16 = 128
 
 // Hairpin (a pod reaching itself through its own Service): the SNAT address and zone.
@@ -247,15 +259,16 @@ const (
 // ingress IP at the Service port, or a node's address at the NodePort. Its flows in
 // service_lb share the port's group and verdict.
 type ServiceFrontend struct {
-	// IP is the frontend's IPv4 address: spec.externalIPs[], status.loadBalancer.ingress[].ip,
-	// or a Node's InternalIP.
+	// IP is the frontend's address, of the port's family (ServicePort.IPv6):
+	// spec.externalIPs[], status.loadBalancer.ingress[].ip, or a Node's InternalIP.
 	IP net.IP
 	// Port is spec.ports[].port, or spec.ports[].nodePort for a node address (1..65535).
 	Port uint16
 	// NodePort marks a node address at the NodePort (priority PriorityServiceNodePort,
 	// below the Service IPs', as kube-proxy looks NodePorts up last).
 	NodePort bool
-	// SourceRanges are spec.loadBalancerSourceRanges (IPv4) of a load-balancer IP: only
+	// SourceRanges are spec.loadBalancerSourceRanges (of the port's family) of a
+	// load-balancer IP: only
 	// clients in them reach it, the rest are dropped, as kube-proxy's firewall chain
 	// does; nil = any client. Not for node addresses (kube-proxy does not apply them to
 	// NodePorts).
@@ -273,7 +286,8 @@ type ServicePort struct {
 	// ID is the Service port's owner id, 1..GroupIDMax-GroupIDMin, unique among live
 	// Service ports; its group is GroupIDMin+ID (ServiceGroupID).
 	ID uint32
-	// ClusterIP is the Service's IPv4 ClusterIP; nil for a port's external view (only
+	// ClusterIP is the Service's ClusterIP of one family (IPv4, or IPv6 on a dual-stack
+	// node: the port is then IPv6 throughout, ServicePort.IPv6); nil for a port's external view (only
 	// Frontends: with internalTrafficPolicy Local, pods' ClusterIP traffic and their
 	// external traffic go to different endpoints, so the controller builds the external
 	// frontends as a Service port of their own).
@@ -302,7 +316,8 @@ type ServicePort struct {
 
 // ServiceEndpoint is one endpoint of a Service port: a pod address and its target port.
 type ServiceEndpoint struct {
-	// IP is the endpoint's IPv4 address (a pod of this node or of another).
+	// IP is the endpoint's address, of the port's family (a pod of this node or of
+	// another).
 	IP net.IP
 	// Port is the endpoint's target port (1..65535).
 	Port uint16
@@ -378,7 +393,8 @@ func (sp ServicePort) AllFrontends() []ServiceFrontend {
 }
 
 // Validate checks that sp can have flows and a group: an id in 1..GroupIDMax-GroupIDMin,
-// an IPv4 ClusterIP, TCP, UDP or SCTP, a port, IPv4 endpoints with ports, and the part
+// a ClusterIP (or frontends), TCP, UDP or SCTP, a port, endpoints with ports, every
+// address (frontends, source ranges, endpoints) of the ClusterIP's family, and the part
 // group ids its endpoints need (ServiceGroupParts).
 func (sp ServicePort) Validate() error {
 	if sp.ID == 0 || sp.ID > GroupIDMax-GroupIDMin {
