@@ -50,6 +50,17 @@ package controller
 //     3, quoting the IPv4 header and 8 bytes), both from ClusterIP:port to the client,
 //     sent as a packet-out straight out of the client's port (the packet-in's in_port).
 //     Other packets (SCTP, TCP without SYN) are counted and dropped.
+//     Over IPv6 the same, with ICMPv6 destination unreachable code 4 (port unreachable,
+//     RFC 4443 §3.1) for UDP. kube-proxy's nftables proxier rejects with nft's default
+//     (ICMP or ICMPv6 port unreachable for every protocol, TCP too); both make the
+//     client's connect or read fail at once with ECONNREFUSED, and the RST for TCP is
+//     what the IPv4 side has always sent here.
+//   - Both IP families (issue 23): one proxy.Tracker and Runner per family of the node
+//     (Node.ServiceFamilies) sync into this one sink, each Update naming its Family; a
+//     Service port's IPv6 view is keyed apart (portKey.v6), so it has its own owner id,
+//     group and record key ("NAME IPv6"), and is built from the IPv6 state only. A Full
+//     update replaces its own family's views; the first Full of one family frees only that
+//     family's recorded ids (the other's first Full may be yet to come).
 //   - Stale UDP/SCTP conntrack (Update.Stale): after the switch confirmed the change, the
 //     entries whose original destination is a frontend and whose reply source is the
 //     gone endpoint are flushed from ofsdn's zone with ovs-vswitchd's
@@ -75,6 +86,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -124,7 +136,9 @@ type ServiceOptions struct {
 
 // ServiceStats are the Service proxy's counters since the daemon started (monotonic).
 type ServiceStats struct {
-	// Ports is the number of Service ports on the switch.
+	// Ports is the number of Service ports on the switch, each family's side of a
+	// dual-stack Service port counted once (kube-proxy's per-family proxiers count theirs
+	// apart too).
 	Ports int
 	// Endpoints is the number of endpoints over all of them: buckets of their groups, a
 	// UDP port's endpoints (an external view's count too).
@@ -152,6 +166,42 @@ type ServiceStats struct {
 type portKey struct {
 	name     proxy.ServicePortName
 	external bool
+	// v6: the port's IPv6 view (its IPv6 ClusterIP and frontends, its IPv6 endpoints),
+	// an owner and a group of its own beside the IPv4 one, as kube-proxy's per-family
+	// proxiers keep a dual-stack Service's families apart.
+	v6 bool
+}
+
+// familyKey is the key of name's view of family f (the view with its ClusterIP).
+func familyKey(name proxy.ServicePortName, f proxy.Family) portKey {
+	return portKey{name: name, v6: f == proxy.IPv6}
+}
+
+// family is k's IP family.
+func (k portKey) family() proxy.Family {
+	if k.v6 {
+		return proxy.IPv6
+	}
+	return proxy.IPv4
+}
+
+// updateFamily is u's family (IPv4 for an Update without one: the node's own rebuilds).
+func updateFamily(u *proxy.Update) proxy.Family {
+	if u.Family == proxy.IPv6 {
+		return proxy.IPv6
+	}
+	return proxy.IPv4
+}
+
+// lessKey orders views by name, IPv4 before IPv6, a port before its external view.
+func lessKey(a, b portKey) bool {
+	if x, y := a.name.String(), b.name.String(); x != y {
+		return x < y
+	}
+	if a.v6 != b.v6 {
+		return !a.v6
+	}
+	return !a.external && b.external
 }
 
 // affinityKey names one endpoint of one Service port view for its learned affinity flows.
@@ -182,7 +232,7 @@ type serviceProxy struct {
 	// states are the last states of the Service ports Sync was given (read only, shared
 	// with the proxy's Tracker), to rebuild the NodePort frontends when the node
 	// addresses change; nodeAddrs are the node addresses the switch's flows have.
-	states    map[proxy.ServicePortName]*proxy.ServicePortState
+	states    map[portKey]*proxy.ServicePortState // by familyKey
 	nodeAddrs []net.IP
 
 	// affIDs are the affinity ids (flows.ServiceEndpoint.AffinityID, owner kind
@@ -209,8 +259,9 @@ type serviceProxy struct {
 
 // ServicePortIDsFile is the file in NodeOptions.DataDir that records each Service port
 // view's owner id (its select group is flows.GroupIDMin + id; 1..GroupIDMax-GroupIDMin)
-// under its name, "namespace/name:port/PROTOCOL" (proxy.ServicePortName; " external"
-// appended for the external view of a port split by internalTrafficPolicy Local, " part
+// under its name, "namespace/name:port/PROTOCOL" (proxy.ServicePortName; " IPv6" appended
+// for the port's IPv6 view on a dual-stack node, which has its own id and group, then
+// " external" for the external view of a port split by internalTrafficPolicy Local, " part
 // N" for its N-th part group, 0-based), with ServicePortIDsJournal beside it (the layout
 // of the peers' record, ownerids.go):
 //
@@ -238,10 +289,21 @@ func RecordedServicePortIDs(dataDir string) (map[string]uint32, error) {
 
 // recKey is the name under which view k's id is recorded.
 func (k portKey) recKey() string {
-	if k.external {
-		return k.name.String() + " external"
+	r := k.name.String()
+	if k.v6 {
+		r += " IPv6"
 	}
-	return k.name.String()
+	if k.external {
+		r += " external"
+	}
+	return r
+}
+
+// recKeyIPv6 reports whether record key k is an IPv6 view's (recKey: " IPv6" follows the
+// Service port's name, which has no space).
+func recKeyIPv6(k string) bool {
+	_, rest, _ := strings.Cut(k, " ")
+	return strings.HasPrefix(rest, "IPv6")
 }
 
 // partRecKey is the name under which the i-th (0-based) part group id of view k is
@@ -267,7 +329,7 @@ func newServiceProxy(n *Node, opts ServiceOptions) *serviceProxy {
 	return &serviceProxy{n: n, opts: opts, log: log, rec: rec,
 		ids: map[portKey]uint32{}, parts: map[portKey][]uint32{}, ports: map[portKey]flows.ServicePort{},
 		verdicts: map[portKey]proxy.Verdict{}, affIDs: map[affinityKey]uint32{},
-		states: map[proxy.ServicePortName]*proxy.ServicePortState{},
+		states: map[portKey]*proxy.ServicePortState{},
 		q:      openflow.NewPacketInQueue(ServiceRejectQueueSize), frq: openflow.NewFlowRemovedQueue(ServiceFlowRemovedQueueSize),
 		stop: make(chan struct{}), done: make(chan struct{}),
 		lbTable: lb}
@@ -300,6 +362,20 @@ func (n *Node) Services() proxy.Sink {
 		return nil
 	}
 	return n.services
+}
+
+// ServiceFamilies returns the IP families whose Services the node load-balances, one
+// proxy.Tracker (and Runner) each into Services(): IPv4, and IPv6 on a dual-stack node
+// (an IPv6 pod subnet), as kube-proxy runs one proxier per family of the node. Nil when
+// the Service proxy is off.
+func (n *Node) ServiceFamilies() []proxy.Family {
+	if n.services == nil {
+		return nil
+	}
+	if n.config().PodSubnetIPv6 != nil {
+		return []proxy.Family{proxy.IPv4, proxy.IPv6}
+	}
+	return []proxy.Family{proxy.IPv4}
 }
 
 // publishCounts sets nPorts and nEndpoints from ports; s.mu is held.
@@ -373,10 +449,8 @@ func (n *Node) ServicePorts() []ServicePortInfo {
 	}
 	s.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool {
-		if a, b := out[i].Name.String(), out[j].Name.String(); a != b {
-			return a < b
-		}
-		return !out[i].External && out[j].External
+		return lessKey(portKey{name: out[i].Name, external: out[i].External, v6: out[i].Port.IPv6()},
+			portKey{name: out[j].Name, external: out[j].External, v6: out[j].Port.IPv6()})
 	})
 	return out
 }
@@ -478,38 +552,58 @@ func (s *serviceProxy) groupParts(key portKey, sp *flows.ServicePort) ([]uint32,
 // traffic and short-circuits it to the Cluster endpoints, whatever
 // externalTrafficPolicy). When they differ (internalTrafficPolicy Local), the other
 // frontends are a second view, external, with ExternalFromPods' verdict. Ids come from
-// id. No view when the port has no IPv4 ClusterIP.
+// id. No view when the port has no ClusterIP of st's family.
+//
+// Each family's views are built from that family's state (one proxy.Tracker per family,
+// kube-proxy's per-family proxiers): its ClusterIP, its external and load-balancer IPs,
+// its source ranges, the node addresses of its family, its endpoints only.
 func servicePortViews(st *proxy.ServicePortState, nodeAddrs []net.IP, id func(portKey) (uint32, error)) ([]portView, error) {
-	vip := st.Port.ClusterIP(proxy.IPv4)
-	if !vip.IsValid() || !vip.Is4() {
+	fam := st.Family
+	if fam != proxy.IPv6 {
+		fam = proxy.IPv4
+	}
+	v6 := fam == proxy.IPv6
+	vip := st.Port.ClusterIP(fam)
+	if !vip.IsValid() {
 		return nil, nil
+	}
+	bits := 32
+	if v6 {
+		bits = 128
 	}
 	proto := map[proxy.Protocol]uint8{proxy.ProtocolTCP: flows.IPProtoTCP, proxy.ProtocolUDP: flows.IPProtoUDP, proxy.ProtocolSCTP: flows.IPProtoSCTP}[st.Port.Name.Protocol]
 	var ranges []*net.IPNet
 	for _, r := range st.Port.LoadBalancerSourceRanges {
-		if r.Addr().Is4() {
-			ranges = append(ranges, &net.IPNet{IP: net.IP(r.Masked().Addr().AsSlice()), Mask: net.CIDRMask(r.Bits(), 32)})
+		if fam.Has(r.Addr()) {
+			ranges = append(ranges, &net.IPNet{IP: net.IP(r.Masked().Addr().AsSlice()), Mask: net.CIDRMask(r.Bits(), bits)})
 		}
 	}
 	if len(st.Port.LoadBalancerSourceRanges) > 0 && len(ranges) == 0 {
-		// Only IPv6 ranges: no IPv4 client may reach the load-balancer IPs (kube-proxy's
-		// IPv4 firewall chain lets none through either); an unmatchable range says so.
-		ranges = []*net.IPNet{{IP: net.IPv4(0, 0, 0, 0).To4(), Mask: net.CIDRMask(32, 32)}}
+		// Only ranges of the other family: no client of this one may reach the
+		// load-balancer IPs (kube-proxy's firewall chain of this family lets none through
+		// either); an unmatchable range (the unspecified address alone) says so.
+		zero := net.IPv4(0, 0, 0, 0).To4()
+		if v6 {
+			zero = net.IPv6unspecified
+		}
+		ranges = []*net.IPNet{{IP: zero, Mask: net.CIDRMask(bits, bits)}}
 	}
 	var fes []flows.ServiceFrontend
 	for _, a := range st.Port.ExternalIPs {
-		if a.Is4() {
+		if fam.Has(a) {
 			fes = append(fes, flows.ServiceFrontend{IP: net.IP(a.AsSlice()), Port: st.Port.Port})
 		}
 	}
 	for _, a := range st.Port.LoadBalancerIPs {
-		if a.Is4() {
+		if fam.Has(a) {
 			fes = append(fes, flows.ServiceFrontend{IP: net.IP(a.AsSlice()), Port: st.Port.Port, SourceRanges: ranges})
 		}
 	}
 	if st.Port.NodePort != 0 {
 		for _, a := range nodeAddrs {
-			fes = append(fes, flows.ServiceFrontend{IP: a, Port: st.Port.NodePort, NodePort: true})
+			if (a.To4() == nil) == v6 {
+				fes = append(fes, flows.ServiceFrontend{IP: a, Port: st.Port.NodePort, NodePort: true})
+			}
 		}
 	}
 	build := func(key portKey, ch proxy.Choice, clusterIP net.IP, fes []flows.ServiceFrontend) (portView, error) {
@@ -521,7 +615,7 @@ func servicePortViews(st *proxy.ServicePortState, nodeAddrs []net.IP, id func(po
 			AffinitySeconds: st.Port.AffinitySeconds}
 		if ch.Verdict == proxy.Forward {
 			for _, ep := range ch.Endpoints {
-				if ep.Addr.Is4() {
+				if fam.Has(ep.Addr) {
 					sp.Endpoints = append(sp.Endpoints, flows.ServiceEndpoint{IP: net.IP(ep.Addr.AsSlice()), Port: ep.Port, Weight: 1})
 				}
 			}
@@ -533,14 +627,14 @@ func servicePortViews(st *proxy.ServicePortState, nodeAddrs []net.IP, id func(po
 	}
 	in, ext := st.Internal(), st.ExternalFromPods()
 	if len(fes) == 0 || sameChoice(in, ext) {
-		v, err := build(portKey{name: st.Port.Name}, in, net.IP(vip.AsSlice()), fes)
+		v, err := build(portKey{name: st.Port.Name, v6: v6}, in, net.IP(vip.AsSlice()), fes)
 		return []portView{v}, err
 	}
-	v, err := build(portKey{name: st.Port.Name}, in, net.IP(vip.AsSlice()), nil)
+	v, err := build(portKey{name: st.Port.Name, v6: v6}, in, net.IP(vip.AsSlice()), nil)
 	if err != nil {
 		return nil, err
 	}
-	e, err := build(portKey{name: st.Port.Name, external: true}, ext, nil, fes)
+	e, err := build(portKey{name: st.Port.Name, external: true, v6: v6}, ext, nil, fes)
 	return []portView{v, e}, err
 }
 
@@ -678,21 +772,24 @@ func (s *serviceProxy) sync(ctx context.Context, u *proxy.Update) error {
 	cfg := s.n.config()
 	addrs := s.n.nodeAddresses()
 	changed := u.Changed
+	fam := updateFamily(u)
 	if !equalIPs(addrs, s.nodeAddrs) {
 		// Every port with a NodePort gets the new node addresses (those in u.Changed
-		// already do).
-		in := map[proxy.ServicePortName]bool{}
+		// already do), in both families.
+		in := map[portKey]bool{}
 		for _, st := range u.Changed {
-			in[st.Port.Name] = true
+			in[familyKey(st.Port.Name, fam)] = true
 		}
 		changed = append([]*proxy.ServicePortState(nil), u.Changed...)
 		var more []*proxy.ServicePortState
-		for name, st := range s.states {
-			if !in[name] && st.Port.NodePort != 0 && !slices.Contains(u.Deleted, name) {
+		for key, st := range s.states {
+			if !in[key] && st.Port.NodePort != 0 && !(key.family() == fam && slices.Contains(u.Deleted, key.name)) {
 				more = append(more, st)
 			}
 		}
-		sort.Slice(more, func(i, j int) bool { return more[i].Port.Name.String() < more[j].Port.Name.String() })
+		sort.Slice(more, func(i, j int) bool {
+			return lessKey(familyKey(more[i].Port.Name, more[i].Family), familyKey(more[j].Port.Name, more[j].Family))
+		})
 		changed = append(changed, more...)
 	}
 	want := map[portKey]bool{}
@@ -715,7 +812,8 @@ func (s *serviceProxy) sync(ctx context.Context, u *proxy.Update) error {
 		name := st.Port.Name
 		// A view not built now is gone (a port without IPv4 ClusterIP, an external
 		// view no longer needed).
-		want[portKey{name: name}], want[portKey{name: name, external: true}] = false, false
+		v6 := st.Family == proxy.IPv6
+		want[portKey{name: name, v6: v6}], want[portKey{name: name, external: true, v6: v6}] = false, false
 		views, err := servicePortViews(st, addrs, id)
 		if err != nil {
 			errs = append(errs, err)
@@ -760,15 +858,18 @@ func (s *serviceProxy) sync(ctx context.Context, u *proxy.Update) error {
 	}
 	var gone []portKey
 	for _, name := range u.Deleted {
-		for _, key := range []portKey{{name: name}, {name: name, external: true}} {
+		v6 := fam == proxy.IPv6
+		for _, key := range []portKey{{name: name, v6: v6}, {name: name, external: true, v6: v6}} {
 			if !want[key] {
 				gone = append(gone, key)
 			}
 		}
 	}
 	if u.Full {
+		// A Full update replaces its own family's views only (the other family's
+		// tracker feeds the same sink).
 		for key := range s.ids {
-			if !want[key] {
+			if !want[key] && key.family() == fam {
 				gone = append(gone, key)
 			}
 		}
@@ -778,12 +879,7 @@ func (s *serviceProxy) sync(ctx context.Context, u *proxy.Update) error {
 			gone = append(gone, key)
 		}
 	}
-	sort.Slice(gone, func(i, j int) bool {
-		if a, b := gone[i].name.String(), gone[j].name.String(); a != b {
-			return a < b
-		}
-		return !gone[i].external && gone[j].external
-	})
+	sort.Slice(gone, func(i, j int) bool { return lessKey(gone[i], gone[j]) })
 	var freed []string // the record keys this sync frees once confirmed
 	seen := map[portKey]bool{}
 	for _, key := range gone {
@@ -831,13 +927,17 @@ func (s *serviceProxy) sync(ctx context.Context, u *proxy.Update) error {
 	s.fresh = s.fresh[:0]
 	s.nodeAddrs = addrs
 	if u.Full {
-		clear(s.states)
+		for key := range s.states {
+			if key.family() == fam {
+				delete(s.states, key)
+			}
+		}
 	}
 	for _, st := range u.Changed {
-		s.states[st.Port.Name] = st
+		s.states[familyKey(st.Port.Name, fam)] = st
 	}
 	for _, name := range u.Deleted {
-		delete(s.states, name)
+		delete(s.states, familyKey(name, fam))
 	}
 	// Learned affinity flows of endpoints that left (or of a changed or removed
 	// affinity) go after the switch dropped the flows that learn them.
@@ -894,7 +994,8 @@ func (s *serviceProxy) sync(ctx context.Context, u *proxy.Update) error {
 			}
 		}
 		for k := range s.rec.byKey {
-			if !live[k] {
+			// Only this family's: the other family's first Full may be yet to come.
+			if !live[k] && recKeyIPv6(k) == (fam == proxy.IPv6) {
 				freed = append(freed, k)
 			}
 		}
@@ -976,30 +1077,37 @@ func (s *serviceProxy) flushStale(ctx context.Context, stale []proxy.StaleConntr
 		return
 	}
 	for _, sc := range stale {
-		if !sc.Endpoint.Addr().Is4() {
+		fam := proxy.FamilyOf(sc.Endpoint.Addr())
+		if fam == 0 {
 			continue
 		}
 		proto := map[proxy.Protocol]uint8{proxy.ProtocolUDP: flows.IPProtoUDP, proxy.ProtocolSCTP: flows.IPProtoSCTP}[sc.Protocol]
 		if proto == 0 {
 			continue
 		}
-		reply := fmt.Sprintf("ct_nw_src=%s,ct_nw_proto=%d,ct_tp_src=%d", sc.Endpoint.Addr(), proto, sc.Endpoint.Port())
+		// ovs-dpctl(8) ct tuples: ct_nw_src/ct_nw_dst for IPv4, ct_ipv6_src/ct_ipv6_dst
+		// for IPv6 (the same zone holds both families, keyed apart).
+		src, dst := "ct_nw_src", "ct_nw_dst"
+		if fam == proxy.IPv6 {
+			src, dst = "ct_ipv6_src", "ct_ipv6_dst"
+		}
+		reply := fmt.Sprintf("%s=%s,ct_nw_proto=%d,ct_tp_src=%d", src, sc.Endpoint.Addr(), proto, sc.Endpoint.Port())
 		fes := sc.Frontends
 		if sc.NodePort != 0 {
 			// Pods reached the NodePort at the node addresses (those the switch has now:
 			// a removed node's entries to a live endpoint are not stale).
 			fes = slices.Clone(fes)
 			for _, a := range s.nodeAddrs {
-				if ap, ok := netip.AddrFromSlice(a.To4()); ok {
-					fes = append(fes, netip.AddrPortFrom(ap, sc.NodePort))
+				if ap, ok := netip.AddrFromSlice(a); ok && fam.Has(ap.Unmap()) {
+					fes = append(fes, netip.AddrPortFrom(ap.Unmap(), sc.NodePort))
 				}
 			}
 		}
 		for _, fe := range fes {
-			if !fe.Addr().Is4() {
+			if !fam.Has(fe.Addr()) {
 				continue
 			}
-			orig := fmt.Sprintf("ct_nw_dst=%s,ct_nw_proto=%d,ct_tp_dst=%d", fe.Addr(), proto, fe.Port())
+			orig := fmt.Sprintf("%s=%s,ct_nw_proto=%d,ct_tp_dst=%d", dst, fe.Addr(), proto, fe.Port())
 			if err := s.opts.FlushConntrack(ctx, flows.ConntrackZone, orig, reply); err != nil {
 				s.flushErrs.Add(1)
 				s.log.Warn("stale conntrack entries not flushed; they time out instead", "service", sc.Service.String(),
@@ -1071,6 +1179,8 @@ func (s *serviceProxy) remainder(f openflow.FlowRemoved) {
 	r := flows.AffinityRemoved{Table: t, Priority: f.Priority, Cookie: cookie, IdleTimeout: f.IdleTimeout, IdleExpired: true}
 	if v, ok := f.Field(oxmOpenFlowBasic, oxmIPv4Src); ok && len(v) == 4 {
 		r.Client = net.IP(v)
+	} else if v, ok := f.Field(oxmOpenFlowBasic, oxmIPv6Src); ok && len(v) == 16 {
+		r.Client = net.IP(v)
 	}
 	if v, ok := f.Field(oxmNXM1, oxmReg5); ok && len(v) == 4 {
 		r.PortID = binary.BigEndian.Uint32(v)
@@ -1114,6 +1224,7 @@ func (s *serviceProxy) remainder(f openflow.FlowRemoved) {
 const (
 	oxmOpenFlowBasic = 0x8000
 	oxmIPv4Src       = 11
+	oxmIPv6Src       = 26 // OXM_OF_IPV6_SRC, an IPv6 affinity flow's client
 	oxmNXM1          = 0x0001
 	oxmReg5          = 5
 )
@@ -1142,8 +1253,11 @@ func (s *serviceProxy) handle(p openflow.PacketIn) {
 // from the packet's destination (the ClusterIP:port) to its source, Ethernet addresses
 // swapped. Anything else is an error (not answered).
 func rejectFrame(in []byte) ([]byte, error) {
+	if len(in) >= 14 && binary.BigEndian.Uint16(in[12:]) == 0x86dd {
+		return rejectFrameIPv6(in)
+	}
 	if len(in) < 14+20 || binary.BigEndian.Uint16(in[12:]) != 0x0800 {
-		return nil, errors.New("not an untagged IPv4 frame")
+		return nil, errors.New("not an untagged IPv4 or IPv6 frame")
 	}
 	ip := in[14:]
 	ihl := int(ip[0]&0xf) * 4
@@ -1224,5 +1338,82 @@ func l4Checksum(src, dst [4]byte, proto uint8, seg []byte) uint16 {
 	sum += uint32(binary.BigEndian.Uint16(src[0:])) + uint32(binary.BigEndian.Uint16(src[2:]))
 	sum += uint32(binary.BigEndian.Uint16(dst[0:])) + uint32(binary.BigEndian.Uint16(dst[2:]))
 	sum += uint32(proto) + uint32(len(seg))
+	return checksum(seg, sum)
+}
+
+// ipProtoICMPv6 is ICMPv6's next header value (RFC 4443).
+const ipProtoICMPv6 = 58
+
+// rejectFrameIPv6 is rejectFrame for IPv6 (an IPv6 Service port's no-endpoint flow):
+// for a TCP SYN a RST+ACK, for UDP an ICMPv6 destination unreachable, code 4 port
+// unreachable (RFC 4443 §3.1; kube-proxy's nftables proxier rejects IPv6 so, "reject
+// with icmpv6 type port-unreachable"), quoting as much of the packet as the packet-in
+// carried (at most flows.ServiceRejectMaxLen bytes of it, well within the minimum MTU);
+// hop limit 64. Only a packet whose next header is TCP or UDP (no extension header) is
+// answered.
+func rejectFrameIPv6(in []byte) ([]byte, error) {
+	if len(in) < 14+40+8 {
+		return nil, errors.New("IPv6 header or transport header cut short")
+	}
+	ip := in[14:]
+	if ip[0]>>4 != 6 {
+		return nil, errors.New("IPv6 frame without an IPv6 header")
+	}
+	l4 := ip[40:]
+	var src, dst [16]byte
+	copy(src[:], ip[8:24])
+	copy(dst[:], ip[24:40])
+	eth := make([]byte, 14)
+	copy(eth[0:6], in[6:12])
+	copy(eth[6:12], in[0:6])
+	binary.BigEndian.PutUint16(eth[12:], 0x86dd)
+	var next uint8
+	var payload []byte
+	switch ip[6] {
+	case ipProtoTCP:
+		if len(l4) < 14 {
+			return nil, errors.New("TCP header cut short")
+		}
+		flags := l4[13]
+		if flags&0x02 == 0 || flags&0x14 != 0 {
+			return nil, fmt.Errorf("TCP flags %#02x: not a SYN", flags)
+		}
+		next = ipProtoTCP
+		t := make([]byte, 20)
+		copy(t[0:2], l4[2:4])
+		copy(t[2:4], l4[0:2])
+		binary.BigEndian.PutUint32(t[8:], binary.BigEndian.Uint32(l4[4:])+1)
+		t[12] = 5 << 4
+		t[13] = 0x14 // RST, ACK
+		binary.BigEndian.PutUint16(t[16:], l4ChecksumIPv6(dst, src, ipProtoTCP, t))
+		payload = t
+	case ipProtoUDP:
+		next = ipProtoICMPv6
+		m := make([]byte, 8+len(ip))
+		m[0], m[1] = 1, 4 // destination unreachable, port unreachable
+		copy(m[8:], ip)
+		binary.BigEndian.PutUint16(m[2:], l4ChecksumIPv6(dst, src, ipProtoICMPv6, m))
+		payload = m
+	default:
+		return nil, fmt.Errorf("IPv6 next header %d: only TCP SYNs and UDP are answered", ip[6])
+	}
+	h := make([]byte, 40)
+	h[0] = 6 << 4
+	binary.BigEndian.PutUint16(h[4:], uint16(len(payload)))
+	h[6] = next
+	h[7] = 64
+	copy(h[8:24], dst[:])
+	copy(h[24:40], src[:])
+	return append(append(eth, h...), payload...), nil
+}
+
+// l4ChecksumIPv6 is the TCP/UDP/ICMPv6 checksum over the IPv6 pseudo-header (RFC 8200
+// §8.1) and seg.
+func l4ChecksumIPv6(src, dst [16]byte, next uint8, seg []byte) uint16 {
+	var sum uint32
+	for i := 0; i < 16; i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(src[i:])) + uint32(binary.BigEndian.Uint16(dst[i:]))
+	}
+	sum += uint32(len(seg)) + uint32(next)
 	return checksum(seg, sum)
 }

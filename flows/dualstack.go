@@ -47,8 +47,9 @@ package flows
 // unheld address of the node's IPv6 pod subnet drops in l3_forwarding, any other IPv6
 // goes on undecided: to a dual-stack peer through the tunnel, with the IPv6 cluster CIDR
 // to the gateway (egress, masqueraded by the host), else dropped, counted, in egress (the
-// second slice, below; a pod's address must not leave the node unmasqueraded). IPv6
-// skips the Services stages (a ClusterIP is IPv4). NetworkPolicy is not built for IPv6,
+// second slice, below; a pod's address must not leave the node unmasqueraded). With
+// Services in OVS, IPv6 goes through the Services stages as IPv4 does (service.go: its
+// own conntrack flows, IPv6 Service ports, hairpin to HairpinSNATIPv6). NetworkPolicy is not built for IPv6,
 // so NodeConfig.Validate refuses a dual-stack node with it instead of forwarding IPv6
 // unpoliced (and the conntrack stage's miss would drop IPv6 anyway).
 
@@ -189,7 +190,7 @@ func spoofGuardGatewayND(b builder, typ uint8) Flow {
 func spoofGuardGatewayIPv6(b builder) Flow {
 	return b.in("spoof_guard").flow(PipelineOwner, PriorityMid,
 		Match{EthType: EthTypeIPv6, Regs: []RegMark{FromGateway}},
-		b.goTo("service"))
+		b.goTo(StageServiceConntrack))
 }
 
 // spoofGuardPodICMPv6Drop drops ICMPv6 of type typ from any pod at priority prio: the
@@ -264,8 +265,11 @@ func (b builder) podFlowsIPv6(pod Pod) (guard, nd, l3 []Flow) {
 			fs = append(fs, spoofGuardPodNA(b, pod, own, tll))
 		}
 	}
-	return fs, []Flow{ndToPodMAC(b, pod), ndToPodTarget(b, pod, g), ndToPodTarget(b, pod, ll)},
-		[]Flow{l3ToPodIPv6(b, pod, g)}
+	l3 = []Flow{l3ToPodIPv6(b, pod, g)}
+	if b.cfg.Services {
+		l3 = append(l3, hairpinToPodIPv6(b, pod, g))
+	}
+	return fs, []Flow{ndToPodMAC(b, pod), ndToPodTarget(b, pod, g), ndToPodTarget(b, pod, ll)}, l3
 }
 
 // spoofGuardPodIPv6 lets IPv6 from the pod's port on with its MAC and one of its own
@@ -275,7 +279,7 @@ func (b builder) podFlowsIPv6(pod Pod) (guard, nd, l3 []Flow) {
 func spoofGuardPodIPv6(b builder, pod Pod, src net.IP) Flow {
 	return b.in("spoof_guard").flow(PodOwner(pod), PriorityNormal,
 		Match{EthType: EthTypeIPv6, InPort: pod.OFPort, EthSrc: pod.MAC, IPv6Src: hostPrefix6(src)},
-		b.goTo("service"))
+		b.goTo(StageServiceHairpin))
 }
 
 // spoofGuardPodNS lets the pod's neighbor solicitations on to nd: from its MAC and one
@@ -393,7 +397,7 @@ func (b builder) peerFlowsIPv6(p Peer) []Flow {
 func tunnelIngressPeerIPv6(b builder, p Peer) Flow {
 	return b.in("tunnel_ingress").flow(PeerOwner(p), PriorityNormal,
 		Match{EthType: EthTypeIPv6, TunSrc: p.NodeIP, IPv6Src: p.PodSubnetIPv6},
-		b.goTo("service"))
+		b.goTo(StageServiceConntrack))
 }
 
 // remotePeerIPv6 sends IPv6 for the peer's IPv6 pod subnet into the tunnel, addressed to

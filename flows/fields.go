@@ -60,6 +60,9 @@ var (
 	FieldIPSrc = NXMField{Name: "NXM_OF_IP_SRC", Class: openflow13.OXM_CLASS_NXM_0, Field: openflow13.NXM_OF_IP_SRC, Bits: 32}
 	// FieldIPDst is the IPv4 destination address (NXM_OF_IP_DST, 32 bits).
 	FieldIPDst = NXMField{Name: "NXM_OF_IP_DST", Class: openflow13.OXM_CLASS_NXM_0, Field: openflow13.NXM_OF_IP_DST, Bits: 32}
+	// FieldIPv6Src is the IPv6 source address (NXM_NX_IPV6_SRC, 128 bits): the client a
+	// learned IPv6 session-affinity flow matches.
+	FieldIPv6Src = NXMField{Name: "NXM_NX_IPV6_SRC", Class: openflow13.OXM_CLASS_NXM_1, Field: 19, Bits: 128}
 )
 
 // FieldRange is the bit range Start..End (inclusive, bit 0 = least significant) of a

@@ -141,3 +141,54 @@ func TestPipelineDocDualStack(t *testing.T) {
 	})
 	compareLines(t, "docs/pipeline.md, dual-stack section (with a leading space in the file)", doc, lines(fs, docPorts))
 }
+
+// TestPipelineDocIPv6Services: the dump lines of docs/pipeline.md's section "IPv6
+// Services" are exactly what the builders print for the dual-stack node with Services on:
+// the IPv6 flows of the Services stages (and the pod's and gateway's IPv6 into them) that
+// the Services-off node does not have, then testIPv6ServicePorts' flows and groups in
+// builder order.
+func TestPipelineDocIPv6Services(t *testing.T) {
+	data, err := os.ReadFile("../docs/pipeline.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(data), "\n## IPv6 Services (Services in OVS on a dual-stack node)\n")
+	if !ok {
+		t.Fatal(`docs/pipeline.md has no section "## IPv6 Services (Services in OVS on a dual-stack node)"`)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	var doc []string
+	inBlock := false
+	for _, l := range strings.Split(section, "\n") {
+		if strings.HasPrefix(l, "```") {
+			inBlock = !inBlock
+			continue
+		}
+		if inBlock && (strings.HasPrefix(l, " cookie=") || strings.HasPrefix(l, " group_id=")) {
+			doc = append(doc, strings.TrimPrefix(l, " "))
+		}
+	}
+	cfg := testDualStackConfig()
+	cfg.Services = true
+	var want []string
+	for _, f := range append(PipelineFlows(cfg), PodFlows(cfg, testDualPodA())...) {
+		n := f.Table.Name()
+		switch {
+		case f.Match.EthType != EthTypeIPv6:
+		case n == StageServiceHairpin, n == StageServiceConntrack,
+			n == "l3_forwarding" && f.Priority == PriorityHairpin,
+			n == "spoof_guard" && f.Priority <= PriorityNormal && f.Match.IPProto == 0:
+			want = append(want, f.Format(docPorts))
+		}
+	}
+	for _, sp := range testIPv6ServicePorts() {
+		fs, gs := ServicePortFlows(cfg, sp)
+		for _, f := range fs {
+			want = append(want, f.Format(docPorts))
+		}
+		for _, g := range gs {
+			want = append(want, g.String())
+		}
+	}
+	compareLines(t, "docs/pipeline.md, IPv6 Services section (with a leading space in the file)", doc, want)
+}

@@ -70,6 +70,18 @@ package flows
 // port with more endpoints keeps the select group (and its parts), as before. A port of
 // one endpoint has one slot and no multipath (reg6 is 0).
 //
+// IPv6 (issue 23, a dual-stack node): a Service port is of one family, its ClusterIP's
+// (ServicePort.IPv6), with frontends, source ranges and endpoints of that family only, as
+// kube-proxy's per-family proxiers; a dual-stack Service port is two ServicePorts, two
+// owners, two groups. Its flows are the IPv4 ones with tcp6/udp6/sctp6, ipv6_dst and
+// ipv6_src, its DNAT nat(dst=[IP6]:PORT) in the same ConntrackZone (conntrack keys its
+// entries by address family); the Services stages have IPv6's own ct(nat) flows
+// (serviceConntrackNode). Session affinity learns ipv6_src; reg3 (32 bits) cannot hold
+// an IPv6 endpoint, so the learned flows, buckets and hit flows name it by its affinity
+// id (unique among the port's live endpoints; reg5 names the port). Hairpin SNATs to
+// HairpinSNATIPv6, in fc00::/8, which no one may allocate (RFC 4193) and which the pod
+// routes through its gateway, as it does 169.254.0.252.
+//
 // Group ids: GroupIDMin + ServicePort.ID, in ofsdn's group range (group.go), so the
 // Service port's owner id (allocated by the caller per owner kind, kept across restarts)
 // names its group too.
@@ -195,8 +207,8 @@ const PriorityServiceSlot uint16 = 150
 const ServiceRejectMeter uint32 = 2
 
 // ServiceRejectMaxLen is how many bytes of a refused packet go to the controller: the
-// Ethernet, IPv4 and TCP/UDP/SCTP headers, what a reject (TCP RST or ICMP port
-// unreachable quoting the packet) needs.
+// Ethernet, IPv4 or IPv6 and TCP/UDP/SCTP headers, what a reject (TCP RST, ICMP or
+// ICMPv6 port unreachable quoting the packet) needs.
 const ServiceRejectMaxLen uint16 = 128
 
 // Hairpin (a pod reaching itself through its own Service): the SNAT address and zone.
@@ -205,6 +217,13 @@ var (
 	// RFC 3927; never routed, never a pod's): the pod sees its own Service connection
 	// come from it and replies to it through its default route (the gateway).
 	HairpinSNATIP = net.IPv4(169, 254, 0, 252).To4()
+	// HairpinSNATIPv6 is the source address an IPv6 hairpin connection gets: fc00::/8 is
+	// the half of the unique local addresses (RFC 4193 §3.1, L=0) that no one may
+	// allocate, so it is never a pod's, a node's or a Service's, and unlike a link-local
+	// address (fe80::/10, on-link in every pod) the pod sends its reply to it through its
+	// default route, the gateway, as it does for the IPv4 one. The low 32 bits are the
+	// IPv4 one's.
+	HairpinSNATIPv6 = net.ParseIP("fc00::a9fe:fc")
 )
 
 // HairpinZone is the conntrack zone of the hairpin SNAT (ConntrackZone + 1): apart from
@@ -240,15 +259,16 @@ const (
 // ingress IP at the Service port, or a node's address at the NodePort. Its flows in
 // service_lb share the port's group and verdict.
 type ServiceFrontend struct {
-	// IP is the frontend's IPv4 address: spec.externalIPs[], status.loadBalancer.ingress[].ip,
-	// or a Node's InternalIP.
+	// IP is the frontend's address, of the port's family (ServicePort.IPv6):
+	// spec.externalIPs[], status.loadBalancer.ingress[].ip, or a Node's InternalIP.
 	IP net.IP
 	// Port is spec.ports[].port, or spec.ports[].nodePort for a node address (1..65535).
 	Port uint16
 	// NodePort marks a node address at the NodePort (priority PriorityServiceNodePort,
 	// below the Service IPs', as kube-proxy looks NodePorts up last).
 	NodePort bool
-	// SourceRanges are spec.loadBalancerSourceRanges (IPv4) of a load-balancer IP: only
+	// SourceRanges are spec.loadBalancerSourceRanges (of the port's family) of a
+	// load-balancer IP: only
 	// clients in them reach it, the rest are dropped, as kube-proxy's firewall chain
 	// does; nil = any client. Not for node addresses (kube-proxy does not apply them to
 	// NodePorts).
@@ -266,7 +286,8 @@ type ServicePort struct {
 	// ID is the Service port's owner id, 1..GroupIDMax-GroupIDMin, unique among live
 	// Service ports; its group is GroupIDMin+ID (ServiceGroupID).
 	ID uint32
-	// ClusterIP is the Service's IPv4 ClusterIP; nil for a port's external view (only
+	// ClusterIP is the Service's ClusterIP of one family (IPv4, or IPv6 on a dual-stack
+	// node: the port is then IPv6 throughout, ServicePort.IPv6); nil for a port's external view (only
 	// Frontends: with internalTrafficPolicy Local, pods' ClusterIP traffic and their
 	// external traffic go to different endpoints, so the controller builds the external
 	// frontends as a Service port of their own).
@@ -295,7 +316,8 @@ type ServicePort struct {
 
 // ServiceEndpoint is one endpoint of a Service port: a pod address and its target port.
 type ServiceEndpoint struct {
-	// IP is the endpoint's IPv4 address (a pod of this node or of another).
+	// IP is the endpoint's address, of the port's family (a pod of this node or of
+	// another).
 	IP net.IP
 	// Port is the endpoint's target port (1..65535).
 	Port uint16
@@ -316,7 +338,48 @@ func (sp ServicePort) String() string {
 	if sp.ClusterIP == nil && len(sp.Frontends) > 0 {
 		return fmt.Sprintf("%s/%s (id %d, external)", sp.Frontends[0], proto, sp.ID)
 	}
-	return fmt.Sprintf("%s:%d/%s (id %d)", sp.ClusterIP, sp.Port, proto, sp.ID)
+	return fmt.Sprintf("%s/%s (id %d)", net.JoinHostPort(sp.ClusterIP.String(), fmt.Sprint(sp.Port)), proto, sp.ID)
+}
+
+// IPv6 reports whether sp is an IPv6 Service port: its ClusterIP (else its first
+// frontend) is IPv6. Its frontends, source ranges and endpoints are all IPv6 then
+// (Validate), and its flows match ipv6 (kube-proxy's per-family proxiers: a port of
+// one family never reaches the other's endpoints).
+func (sp ServicePort) IPv6() bool {
+	ip := sp.ClusterIP
+	if ip == nil && len(sp.Frontends) > 0 {
+		ip = sp.Frontends[0].IP
+	}
+	return ip != nil && ip.To4() == nil
+}
+
+// ethType is sp's family's EthType.
+func (sp ServicePort) ethType() uint16 {
+	if sp.IPv6() {
+		return EthTypeIPv6
+	}
+	return EthTypeIPv4
+}
+
+// setIPDst matches the destination ip of m's family (m.EthType): nw_dst or ipv6_dst.
+func (m *Match) setIPDst(ip net.IP) {
+	if m.EthType == EthTypeIPv6 {
+		m.IPv6Dst = hostPrefix6(ip)
+	} else {
+		m.IPDst = hostPrefix(ip)
+	}
+}
+
+// affinityEndpointValue is what names endpoint ep of sp in AffinityEndpointIPField
+// (reg3), in the learned flows, the buckets and the endpoint's hit flow: an IPv4
+// endpoint's address; an IPv6 endpoint's affinity id (128 bits do not fit a 32-bit
+// register; the id is unique among the live endpoints of the port, and reg5 names
+// the port).
+func affinityEndpointValue(sp ServicePort, ep ServiceEndpoint) uint32 {
+	if sp.IPv6() {
+		return ep.AffinityID
+	}
+	return ipv4ToUint32(ep.IP)
 }
 
 // AllFrontends returns every frontend of sp: the ClusterIP at the port (when set) first,
@@ -330,7 +393,8 @@ func (sp ServicePort) AllFrontends() []ServiceFrontend {
 }
 
 // Validate checks that sp can have flows and a group: an id in 1..GroupIDMax-GroupIDMin,
-// an IPv4 ClusterIP, TCP, UDP or SCTP, a port, IPv4 endpoints with ports, and the part
+// a ClusterIP (or frontends), TCP, UDP or SCTP, a port, endpoints with ports, every
+// address (frontends, source ranges, endpoints) of the ClusterIP's family, and the part
 // group ids its endpoints need (ServiceGroupParts).
 func (sp ServicePort) Validate() error {
 	if sp.ID == 0 || sp.ID > GroupIDMax-GroupIDMin {
@@ -339,16 +403,24 @@ func (sp ServicePort) Validate() error {
 	if sp.ClusterIP == nil && len(sp.Frontends) == 0 {
 		return fmt.Errorf("service port %v: no ClusterIP and no other frontend: give the Service's IPv4 ClusterIP", sp)
 	}
-	if sp.ClusterIP != nil && sp.ClusterIP.To4() == nil {
-		return fmt.Errorf("service port %v: ClusterIP %v is not IPv4 (only IPv4 Services are built yet)", sp, sp.ClusterIP)
+	v6 := sp.IPv6()
+	family := map[bool]string{false: "IPv4", true: "IPv6"}[v6]
+	isFamily := func(ip net.IP) bool {
+		if v6 {
+			return len(ip) == net.IPv6len && ip.To4() == nil
+		}
+		return ip.To4() != nil
+	}
+	if sp.ClusterIP != nil && !isFamily(sp.ClusterIP) {
+		return fmt.Errorf("service port %v: ClusterIP %v is neither IPv4 nor IPv6: give the Service's ClusterIP of one family", sp, sp.ClusterIP)
 	}
 	for _, fe := range sp.Frontends {
-		if fe.IP.To4() == nil || fe.Port == 0 {
-			return fmt.Errorf("service port %v: frontend %v is not an IPv4 address with a port: use the external IP, load-balancer IP or node InternalIP with the port or NodePort", sp, fe)
+		if !isFamily(fe.IP) || fe.Port == 0 {
+			return fmt.Errorf("service port %v: frontend %v is not an %s address with a port (a Service port's frontends are of its ClusterIP's family, as kube-proxy's per-family proxiers): use the external IP, load-balancer IP or node InternalIP of that family with the port or NodePort", sp, fe, family)
 		}
 		for _, r := range fe.SourceRanges {
-			if r == nil || r.IP.To4() == nil || len(r.Mask) != net.IPv4len {
-				return fmt.Errorf("service port %v: frontend %v: source range %v is not an IPv4 prefix: fix spec.loadBalancerSourceRanges", sp, fe, r)
+			if r == nil || !isFamily(r.IP) || len(r.Mask) != len(r.IP) {
+				return fmt.Errorf("service port %v: frontend %v: source range %v is not an %s prefix: fix spec.loadBalancerSourceRanges", sp, fe, r, family)
 			}
 		}
 		if fe.NodePort && len(fe.SourceRanges) > 0 {
@@ -383,8 +455,8 @@ func (sp ServicePort) Validate() error {
 		}
 	}
 	for _, ep := range sp.Endpoints {
-		if ep.IP.To4() == nil || ep.Port == 0 {
-			return fmt.Errorf("service port %v: endpoint %v:%d is not an IPv4 address with a port: use the EndpointSlice's address and the target port", sp, ep.IP, ep.Port)
+		if !isFamily(ep.IP) || ep.Port == 0 {
+			return fmt.Errorf("service port %v: endpoint %v is not an %s address with a port: use an address of the %s EndpointSlice (a ClusterIP never reaches the other family's endpoints) and the target port", sp, net.JoinHostPort(ep.IP.String(), fmt.Sprint(ep.Port)), family, family)
 		}
 		if sp.AffinitySeconds != 0 && ep.AffinityID == 0 {
 			return fmt.Errorf("service port %v: endpoint %v:%d has no affinity id: allocate one per (Service port, endpoint) for session affinity", sp, ep.IP, ep.Port)
@@ -485,7 +557,7 @@ func (f AffinityRemainderFlow) String() string {
 func AffinityRemainder(cfg NodeConfig, sp ServicePort, r AffinityRemoved) (AffinityRemainderFlow, bool) {
 	limit := cfg.AffinityLearnLimit()
 	if sp.AffinitySeconds <= uint32(limit) || !r.IdleExpired || r.IdleTimeout != limit ||
-		r.Priority != PriorityAffinityLearned || r.PortID != sp.ID || r.Client.To4() == nil {
+		r.Priority != PriorityAffinityLearned || r.PortID != sp.ID || r.Client == nil || (r.Client.To4() == nil) != sp.IPv6() {
 		return AffinityRemainderFlow{}, false
 	}
 	if t, ok := StageTable(StageServiceAffinity); !ok || r.Table != t {
@@ -497,9 +569,14 @@ func AffinityRemainder(cfg NodeConfig, sp ServicePort, r AffinityRemoved) (Affin
 	}
 	ep := sp.Endpoints[i]
 	b := builder{p: std, cfg: cfg}
+	m := Match{EthType: sp.ethType(), Regs: []RegMark{{Range: ServicePortField, Value: sp.ID}}}
+	if sp.IPv6() {
+		m.IPv6Src = hostPrefix6(r.Client)
+	} else {
+		m.IPSrc = hostPrefix(r.Client)
+	}
 	f := b.in(StageServiceAffinity).flow(Owner{Kind: OwnerServiceAffinity, ID: ep.AffinityID}, PriorityAffinityRemainder,
-		Match{EthType: EthTypeIPv4, IPSrc: hostPrefix(r.Client), Regs: []RegMark{{Range: ServicePortField, Value: sp.ID}}},
-		Load{Dst: AffinityEndpointIPField, Value: uint64(ipv4ToUint32(ep.IP))},
+		m, Load{Dst: AffinityEndpointIPField, Value: uint64(affinityEndpointValue(sp, ep))},
 		Load{Dst: AffinityEndpointField, Value: uint64(ep.Port) | 1<<16})
 	return AffinityRemainderFlow{Flow: f, IdleTimeout: uint16(min(sp.AffinitySeconds-uint32(limit), MaxLearnTimeout))}, true
 }
@@ -508,11 +585,15 @@ func AffinityRemainder(cfg NodeConfig, sp ServicePort, r AffinityRemoved) (Affin
 // port (the packet's nw_src and reg5, which service_lb loaded with sp.ID).
 func (b builder) affinityLearn(sp ServicePort, ep ServiceEndpoint) Learn {
 	idle, rem := AffinityLearnTimeout(b.cfg, sp.AffinitySeconds)
+	client := FieldIPSrc
+	if sp.IPv6() {
+		client = FieldIPv6Src
+	}
 	l := Learn{Table: b.goTo(StageServiceAffinity).Table, IdleTimeout: idle, Priority: PriorityAffinityLearned,
 		Cookie: AffinityCookie(b.cfg.Generation, ep),
-		Match: []LearnMatch{{Field: fieldEthType, Imm: uint64(EthTypeIPv4), HasImm: true},
-			{Field: FieldIPSrc}, {Field: ServicePortField.Field}},
-		Load: []LearnLoad{{Dst: AffinityEndpointIPField, Value: uint64(ipv4ToUint32(ep.IP))},
+		Match: []LearnMatch{{Field: fieldEthType, Imm: uint64(sp.ethType()), HasImm: true},
+			{Field: client}, {Field: ServicePortField.Field}},
+		Load: []LearnLoad{{Dst: AffinityEndpointIPField, Value: uint64(affinityEndpointValue(sp, ep))},
 			{Dst: AffinityEndpointField, Value: uint64(ep.Port) | 1<<16}}}
 	if rem {
 		l.Flags |= LearnSendFlowRem
@@ -551,8 +632,9 @@ func (b builder) servicePortFlows(sp ServicePort) ([]Flow, []Group) {
 	lb := func(meter uint32, acts ...Action) []Flow {
 		var fs []Flow
 		for _, fe := range sp.AllFrontends() {
-			m := Match{EthType: EthTypeIPv4, IPProto: sp.Proto, Regs: []RegMark{FromPod}, IPDst: hostPrefix(fe.IP),
+			m := Match{EthType: sp.ethType(), IPProto: sp.Proto, Regs: []RegMark{FromPod},
 				TPDst: fe.Port, TPDstMask: 0xffff, CTState: &CTState{Set: CTNew | CTTrk}}
+			m.setIPDst(fe.IP)
 			prio := PriorityServicePort
 			if fe.NodePort {
 				prio = PriorityServiceNodePort
@@ -565,7 +647,11 @@ func (b builder) servicePortFlows(sp ServicePort) ([]Flow, []Group) {
 			}
 			for _, r := range fe.SourceRanges {
 				rm := m
-				rm.IPSrc = r
+				if sp.IPv6() {
+					rm.IPv6Src = r
+				} else {
+					rm.IPSrc = r
+				}
 				f := s.flow(ServicePortOwner(sp), PriorityServiceSourceRange, rm, acts...)
 				f.Meter = meter
 				fs = append(fs, f)
@@ -619,11 +705,11 @@ func (b builder) servicePortFlows(sp ServicePort) ([]Flow, []Group) {
 	fs := lb(0, LoadMark(port), Resubmit{Table: b.goTo(StageServiceAffinity).Table}, s.next())
 	e := b.in(StageServiceEndpoint)
 	for _, ep := range sp.Endpoints {
-		hm := Match{EthType: EthTypeIPv4, Regs: []RegMark{{Range: AffinityEndpointIPField, Value: ipv4ToUint32(ep.IP)},
+		hm := Match{EthType: sp.ethType(), Regs: []RegMark{{Range: AffinityEndpointIPField, Value: affinityEndpointValue(sp, ep)},
 			{Range: AffinityEndpointField, Value: uint32(ep.Port) | 1<<16}, port}}
 		fs = append(fs, e.flow(ServicePortOwner(sp), PriorityAffinityLearned, hm, b.affinityLearn(sp, ep), dnat(ep)))
 	}
-	fs = append(fs, e.flow(ServicePortOwner(sp), PriorityServicePort, Match{EthType: EthTypeIPv4, Regs: []RegMark{port}}, choose...))
+	fs = append(fs, e.flow(ServicePortOwner(sp), PriorityServicePort, Match{EthType: sp.ethType(), Regs: []RegMark{port}}, choose...))
 	return append(fs, slots...), groups
 }
 
@@ -658,7 +744,7 @@ func (b builder) serviceSlotFlows(sp ServicePort, dnat func(ServiceEndpoint) CT)
 			acts = []Action{b.affinityLearn(sp, ep), dnat(ep)}
 		}
 		for _, blk := range slotBlocks(starts[i], counts[i]) {
-			m := Match{EthType: EthTypeIPv4, IPProto: sp.Proto, Regs: []RegMark{port, blk}}
+			m := Match{EthType: sp.ethType(), IPProto: sp.Proto, Regs: []RegMark{port, blk}}
 			fs = append(fs, e.flow(ServicePortOwner(sp), PriorityServiceSlot, m, acts...))
 		}
 	}
@@ -722,13 +808,31 @@ func slotBlocks(start, n uint32) []RegMark {
 // other packet untracked): it gets the hairpin mark and the same ct(nat).
 //
 //	table="service_conntrack", priority=105,ct_state=+rpl+trk,ip actions=load:0x1->NXM_NX_REG0[4],ct(table="service_lb",zone=65280,nat)
+//
+// On a dual-stack node IPv6 has the same two flows (ipv6), in the same zone: OVS's
+// conntrack keys its entries by address family too (the tuple's dl_type), so an IPv6
+// connection never meets an IPv4 one there, and the NetworkPolicy stages, which read
+// the state this lookup leaves, keep one zone for both families.
 func serviceConntrackNode(b builder) []Flow {
 	s := b.in(StageServiceConntrack)
-	return []Flow{
-		s.flow(PipelineOwner, PriorityHairpinReply, Match{EthType: EthTypeIPv4, CTState: &CTState{Set: CTTrk | CTRpl}},
-			LoadMark(HairpinMark), CT{Zone: ConntrackZone, Table: s.next().Table, NAT: &CTNAT{}}),
-		s.flow(PipelineOwner, PriorityPass, Match{EthType: EthTypeIPv4},
-			CT{Zone: ConntrackZone, Table: s.next().Table, NAT: &CTNAT{}})}
+	var fs []Flow
+	for _, et := range b.serviceFamilies() {
+		fs = append(fs,
+			s.flow(PipelineOwner, PriorityHairpinReply, Match{EthType: et, CTState: &CTState{Set: CTTrk | CTRpl}},
+				LoadMark(HairpinMark), CT{Zone: ConntrackZone, Table: s.next().Table, NAT: &CTNAT{}}),
+			s.flow(PipelineOwner, PriorityPass, Match{EthType: et},
+				CT{Zone: ConntrackZone, Table: s.next().Table, NAT: &CTNAT{}}))
+	}
+	return fs
+}
+
+// serviceFamilies are the EthTypes whose Services the node load-balances: IPv4, and
+// IPv6 on a dual-stack node.
+func (b builder) serviceFamilies() []uint16 {
+	if ipv6On(b.cfg) {
+		return []uint16{EthTypeIPv4, EthTypeIPv6}
+	}
+	return []uint16{EthTypeIPv4}
 }
 
 // serviceHairpinNode: a packet for HairpinSNATIP (a pod's reply to a hairpin connection)
@@ -736,10 +840,19 @@ func serviceConntrackNode(b builder) []Flow {
 // address and port, then service_conntrack; the rest goes on (the miss).
 //
 //	table="service_hairpin", priority=110,ip,nw_dst=169.254.0.252 actions=ct(table="service_conntrack",zone=65281,nat)
+//
+// On a dual-stack node, the same for HairpinSNATIPv6:
+//
+//	table="service_hairpin", priority=110,ipv6,ipv6_dst=fc00::a9fe:fc actions=ct(table="service_conntrack",zone=65281,nat)
 func serviceHairpinNode(b builder) []Flow {
 	s := b.in(StageServiceHairpin)
-	return []Flow{s.flow(PipelineOwner, PriorityHairpin, Match{EthType: EthTypeIPv4, IPDst: hostPrefix(HairpinSNATIP)},
+	fs := []Flow{s.flow(PipelineOwner, PriorityHairpin, Match{EthType: EthTypeIPv4, IPDst: hostPrefix(HairpinSNATIP)},
 		CT{Zone: HairpinZone, Table: s.next().Table, NAT: &CTNAT{}})}
+	if ipv6On(b.cfg) {
+		fs = append(fs, s.flow(PipelineOwner, PriorityHairpin, Match{EthType: EthTypeIPv6, IPv6Dst: hostPrefix6(HairpinSNATIPv6)},
+			CT{Zone: HairpinZone, Table: s.next().Table, NAT: &CTNAT{}}))
+	}
+	return fs
 }
 
 // hairpinToPod: a pod's packet to itself (after the DNAT of its own Service) is SNATed to
@@ -751,6 +864,17 @@ func hairpinToPod(b builder, pod Pod) Flow {
 		Match{EthType: EthTypeIPv4, IPSrc: hostPrefix(pod.IPv4()), IPDst: hostPrefix(pod.IPv4())},
 		SetEthDst{pod.MAC}, Load{Dst: OutPortField, Value: uint64(pod.OFPort)}, LoadMark(HairpinMark),
 		CT{Commit: true, Zone: HairpinZone, Table: b.goTo("output").Table, NAT: &CTNAT{SNAT: true, MinIP: HairpinSNATIP}})
+}
+
+// hairpinToPodIPv6 is hairpinToPod for the pod's IPv6 address (a dual-stack node): SNAT
+// to HairpinSNATIPv6.
+//
+//	table="l3_forwarding", priority=110,ipv6,ipv6_src=IP6,ipv6_dst=IP6 actions=set_field:MAC->eth_dst,load:P->NXM_NX_REG1[],load:0x1->NXM_NX_REG0[4],ct(commit,table=output,zone=65281,nat(src=fc00::a9fe:fc))
+func hairpinToPodIPv6(b builder, pod Pod, ip net.IP) Flow {
+	return b.in("l3_forwarding").flow(PodOwner(pod), PriorityHairpin,
+		Match{EthType: EthTypeIPv6, IPv6Src: hostPrefix6(ip), IPv6Dst: hostPrefix6(ip)},
+		SetEthDst{pod.MAC}, Load{Dst: OutPortField, Value: uint64(pod.OFPort)}, LoadMark(HairpinMark),
+		CT{Commit: true, Zone: HairpinZone, Table: b.goTo("output").Table, NAT: &CTNAT{SNAT: true, MinIP: HairpinSNATIPv6}})
 }
 
 // outputHairpin sends a hairpin packet (either direction) back out of its in_port, from
@@ -765,7 +889,11 @@ func outputHairpin(b builder) Flow {
 // serviceDNAT is an endpoint's translation: ct(commit, zone=ConntrackZone, nat(dst=EP:PORT),
 // table=l3) (l3 is l3_forwarding's table).
 func serviceDNAT(ep ServiceEndpoint, l3 TableID) CT {
-	return CT{Commit: true, Zone: ConntrackZone, Table: l3, NAT: &CTNAT{DNAT: true, MinIP: ep.IP.To4(), MinPort: ep.Port}}
+	ip := ep.IP.To4()
+	if ip == nil {
+		ip = ep.IP.To16()
+	}
+	return CT{Commit: true, Zone: ConntrackZone, Table: l3, NAT: &CTNAT{DNAT: true, MinIP: ip, MinPort: ep.Port}}
 }
 
 // serviceBucket is endpoint ep's bucket in sp's select group: its DNAT (serviceDNAT to
@@ -780,7 +908,7 @@ func serviceBucket(sp ServicePort, ep ServiceEndpoint, l3, epTable TableID) Buck
 	if sp.AffinitySeconds != 0 {
 		// The bucket names the endpoint in reg3/reg4, as a learned flow does, and the
 		// endpoint's flow in service_endpoint learns and DNATs.
-		acts = []Action{Load{Dst: AffinityEndpointIPField, Value: uint64(ipv4ToUint32(ep.IP))},
+		acts = []Action{Load{Dst: AffinityEndpointIPField, Value: uint64(affinityEndpointValue(sp, ep))},
 			Load{Dst: AffinityEndpointField, Value: uint64(ep.Port) | 1<<16},
 			Resubmit{Table: epTable}}
 	}

@@ -77,9 +77,14 @@ func TestServicePortValidate(t *testing.T) {
 	for what, sp := range map[string]ServicePort{
 		"id 0":       func() ServicePort { s := ok; s.ID = 0; return s }(),
 		"id too big": func() ServicePort { s := ok; s.ID = GroupIDMax; return s }(),
-		"IPv6":       func() ServicePort { s := ok; s.ClusterIP = net.ParseIP("fd00::1"); return s }(),
-		"ICMP":       func() ServicePort { s := ok; s.Proto = 1; return s }(),
-		"port 0":     func() ServicePort { s := ok; s.Port = 0; return s }(),
+		"IPv6 ClusterIP, IPv4 endpoint": func() ServicePort {
+			s := ok
+			s.ClusterIP = net.ParseIP("fd00::1")
+			s.Endpoints = []ServiceEndpoint{{IP: net.ParseIP("10.244.1.6"), Port: 53}}
+			return s
+		}(),
+		"ICMP":   func() ServicePort { s := ok; s.Proto = 1; return s }(),
+		"port 0": func() ServicePort { s := ok; s.Port = 0; return s }(),
 		"endpoint port": func() ServicePort {
 			s := ok
 			s.Endpoints = []ServiceEndpoint{{IP: net.ParseIP("10.244.1.6")}}

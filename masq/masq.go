@@ -19,14 +19,19 @@
 //	table ip6 ofsdn {
 //	  chain postrouting {
 //	    type nat hook postrouting priority srcnat; policy accept;
+//	    ip6 saddr POD6 ip6 daddr CLUSTER6 ct status dnat masquerade   # service return path
 //	    ip6 saddr POD6 ip6 daddr CLUSTER6 return
 //	    ip6 saddr POD6 ip6 daddr ff00::/8 return
 //	    ip6 saddr POD6 masquerade
 //	  }
 //	}
 //
-// It has no service return-path rule: Services are IPv4 only (the pipeline sends no
-// IPv6 to kube-proxy as Service traffic).
+// Its first rule is IPv4's service return path (issue 23): a pod's IPv6 connection that
+// the host's kube-proxy translated (DNAT) to another pod (serviceProxy: kube-proxy, where a
+// pod's IPv6 for a ClusterIP leaves by the gateway as any IPv6 outside the IPv6 cluster
+// CIDR) is masqueraded to the gateway's address, so the endpoint's reply comes back
+// through the host. Services load-balanced in OVS never reach the host and do not need
+// it. Without egress masquerade there is no ip6 table, and no such rule either.
 //
 // Calls act on the network namespace of the calling thread.
 //
@@ -167,6 +172,7 @@ func (r Rules) postroutingRules6() []rule {
 	_, multicast, _ := net.ParseCIDR("ff00::/8")
 	ret := &expr.Verdict{Kind: expr.VerdictReturn}
 	return []rule{
+		{exprs: concat(matchNet6(ip6Saddr, pod), matchNet6(ip6Daddr, inside), matchCtDNAT(), []expr.Any{&expr.Masq{}}), comment: commentService},
 		{exprs: concat(matchNet6(ip6Saddr, pod), matchNet6(ip6Daddr, inside), []expr.Any{ret}), comment: commentEgress},
 		{exprs: concat(matchNet6(ip6Saddr, pod), matchNet6(ip6Daddr, multicast), []expr.Any{ret}), comment: commentEgress},
 		{exprs: concat(matchNet6(ip6Saddr, pod), []expr.Any{&expr.Masq{}}), comment: commentEgress},

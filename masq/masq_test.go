@@ -159,6 +159,7 @@ func TestEnsureIPv6(t *testing.T) {
 	for _, want := range []string{
 		"chain postrouting {",
 		"type nat hook postrouting priority srcnat; policy accept;",
+		`ip6 saddr fd00:10:244:1::/64 ip6 daddr fd00:10:244::/56 ct status dnat masquerade comment "ofsdn: service return path"`,
 		`ip6 saddr fd00:10:244:1::/64 ip6 daddr fd00:10:244::/56 return comment "ofsdn: pod egress"`,
 		`ip6 saddr fd00:10:244:1::/64 ip6 daddr ff00::/8 return comment "ofsdn: pod egress"`,
 		`ip6 saddr fd00:10:244:1::/64 masquerade comment "ofsdn: pod egress"`,
@@ -167,8 +168,11 @@ func TestEnsureIPv6(t *testing.T) {
 			t.Errorf("missing %s in table ip6 ofsdn:\n%s", want, first)
 		}
 	}
-	if !strings.Contains(first, `ip saddr 10.244.1.0/24 masquerade comment "ofsdn: pod egress"`) || strings.Contains(v6, "ct status dnat") {
-		t.Errorf("IPv4 table changed, or a service rule in the IPv6 one:\n%s", first)
+	if !strings.Contains(first, `ip saddr 10.244.1.0/24 masquerade comment "ofsdn: pod egress"`) {
+		t.Errorf("IPv4 table changed:\n%s", first)
+	}
+	if i, j := strings.Index(v6, "ct status dnat masquerade"), strings.Index(v6, "return"); i < 0 || i > j {
+		t.Errorf("table ip6 ofsdn: the service return path must come first, before the egress returns:\n%s", v6)
 	}
 	in(t, n, func() error { return Ensure(dualRules()) })
 	if again := dump(t, name); again != first {

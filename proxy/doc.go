@@ -17,7 +17,9 @@
 //     Services (ClusterIP "None" or unset) and type ExternalName are not proxied
 //     (Proxied); ports are named by Service, port name and protocol (ServicePortName);
 //     ClusterIPs of every family are kept, and addresses are netip.Addr, so a Tracker of
-//     family IPv6 would serve dual stack the way kube-proxy's per-family proxiers do.
+//     family IPv6 serves dual stack the way kube-proxy's per-family proxiers do: a
+//     Service (whatever its ipFamilyPolicy) is proxied in a family only through its
+//     ClusterIP of that family, to the endpoints of that family's EndpointSlices.
 //   - The change tracker (Tracker): the model, the Services touched since the last
 //     delivery, the state the consumer last confirmed; each Update is the difference
 //     per Service port (Changed with the whole new state, Deleted), the UDP/SCTP
@@ -73,6 +75,10 @@
 //	t.SetZone(zone) // the node's topology.kubernetes.io/zone label, and on each change
 //	go (&proxy.Watcher{Client: client, Tracker: t}).Run(ctx)
 //	go (&proxy.Runner{Tracker: t, Sink: sink, MinInterval: time.Second}).Run(ctx)
+//
+// On a dual-stack node: a second tracker t6 := proxy.NewTracker(nodeName, proxy.IPv6) in
+// Watcher.Trackers and a Runner of its own into the same sink; each Update names its
+// Family, and a Full one replaces only that family's Service ports.
 //
 // sink.Sync(ctx, u) receives each Update: for u.Full, replace everything held by
 // u.Changed; otherwise set each of u.Changed to its new state and remove each of

@@ -68,6 +68,12 @@ type StaleConntrack struct {
 // an error carries them again, merged with later changes). The states are shared with
 // the Tracker: read only.
 type Update struct {
+	// Family is the Tracker's IP family: every state of Changed is of it, and Full,
+	// Deleted, Stale and Activated concern only this family's view of the Service ports
+	// (kube-proxy runs one proxier per family; a consumer fed by one Tracker per family
+	// keeps each family's Service ports apart, and a Full update of one family replaces
+	// only that family's).
+	Family Family
 	// Full: Changed holds every Service port (the first delivery, or one asked for by
 	// Runner.Resync); the consumer removes whatever else it holds.
 	Full bool
@@ -91,7 +97,7 @@ type Update struct {
 	TriggerTimes map[ServiceName][]time.Time
 }
 
-// Empty reports whether u carries nothing.
+// Empty reports whether u carries nothing (whatever its Family).
 func (u *Update) Empty() bool {
 	return !u.Full && len(u.Changed) == 0 && len(u.Deleted) == 0 && len(u.Stale) == 0 &&
 		len(u.Activated) == 0 && len(u.TriggerTimes) == 0
@@ -297,7 +303,7 @@ func (t *Tracker) checkout() *pending {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	p := &pending{dirty: t.dirty, triggers: t.triggers, states: map[ServicePortName]*ServicePortState{}}
-	p.Full = t.full
+	p.Full, p.Family = t.full, t.family
 	t.dirty, t.triggers = map[ServiceName]bool{}, map[ServiceName][]time.Time{}
 	names := p.dirty
 	if p.Full {

@@ -40,9 +40,9 @@ func (p Protocol) String() string {
 // it either). TCP connections to a gone endpoint end with resets or time-outs.
 func (p Protocol) Connectionless() bool { return p == ProtocolUDP || p == ProtocolSCTP }
 
-// Family is an IP family: IPv4 or IPv6. ofsdn proxies IPv4 today; the family is data so
-// that the same model serves IPv6 (kube-proxy runs one proxier per family, and so can
-// the consumer: one Tracker per family).
+// Family is an IP family: IPv4 or IPv6. kube-proxy runs one proxier per family, and so
+// does ofsdn: one Tracker per family of the node (a dual-stack node has both), fed by
+// one Watcher (Watcher.Trackers).
 type Family uint8
 
 // The IP families.

@@ -24,6 +24,11 @@ type Watcher struct {
 	Client kubernetes.Interface
 	// Tracker receives the events.
 	Tracker *Tracker
+	// Trackers receive them too: on a dual-stack node one Tracker per IP family (each
+	// keeps the Services with a ClusterIP of its family and the EndpointSlices of its
+	// addressType, kube-proxy's per-family proxiers behind one pair of informers). Nil
+	// Trackers are skipped.
+	Trackers []*Tracker
 	// Resync is the informers' resync period; 0 = none (watch events only).
 	Resync time.Duration
 	// Logger gets sync progress; nil = slog.Default().
@@ -62,7 +67,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = ListSelector }))
 	svcs := factory.Core().V1().Services().Informer()
 	eps := factory.Discovery().V1().EndpointSlices().Informer()
-	t := w.Tracker
+	t := fanOut(append([]*Tracker{w.Tracker}, w.Trackers...))
 
 	setService := func(obj any) {
 		if s, ok := obj.(*corev1.Service); ok {
@@ -130,4 +135,57 @@ func (w *Watcher) Run(ctx context.Context) error {
 		"duration", time.Since(start).Round(time.Millisecond))
 	<-ctx.Done()
 	return ctx.Err()
+}
+
+// trackers is every Tracker a Watcher feeds: each event goes to each of them.
+type trackers []*Tracker
+
+// fanOut returns ts without the nil ones.
+func fanOut(ts []*Tracker) trackers {
+	var out trackers
+	for _, t := range ts {
+		if t != nil {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+func (ts trackers) SetService(n ServiceName, ports []*ServicePort) {
+	for _, t := range ts {
+		t.SetService(n, ports)
+	}
+}
+
+func (ts trackers) DeleteService(n ServiceName) {
+	for _, t := range ts {
+		t.DeleteService(n)
+	}
+}
+
+// SetSlice goes to every tracker; each keeps only a slice of its own family.
+func (ts trackers) SetSlice(s *Slice) {
+	for _, t := range ts {
+		t.SetSlice(s)
+	}
+}
+
+func (ts trackers) DeleteSlice(svc ServiceName, name string) {
+	for _, t := range ts {
+		t.DeleteSlice(svc, name)
+	}
+}
+
+func (ts trackers) MarkSynced() {
+	for _, t := range ts {
+		t.MarkSynced()
+	}
+}
+
+// Counts are those of the first tracker (Services of its family, its slices).
+func (ts trackers) Counts() (services, endpointSlices int) {
+	if len(ts) == 0 {
+		return 0, 0
+	}
+	return ts[0].Counts()
 }

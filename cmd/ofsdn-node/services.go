@@ -42,26 +42,33 @@ func startServices(ctx context.Context, cfg Config, node *controller.Node, log *
 	if err != nil {
 		return fmt.Errorf("service proxy: %w", err)
 	}
-	t := proxy.NewTracker(cfg.NodeName, proxy.IPv4)
+	// One tracker and runner per family of the node (kube-proxy's per-family proxiers),
+	// both fed by one pair of informers and both syncing into the one sink.
+	var ts []*proxy.Tracker
+	for _, f := range node.ServiceFamilies() {
+		ts = append(ts, proxy.NewTracker(cfg.NodeName, f))
+	}
 	log = log.With("component", "service-proxy")
 	go func() {
-		if err := (&proxy.Watcher{Client: client, Tracker: t, Logger: log}).Run(ctx); err != nil && ctx.Err() == nil {
+		if err := (&proxy.Watcher{Client: client, Tracker: ts[0], Trackers: ts[1:], Logger: log}).Run(ctx); err != nil && ctx.Err() == nil {
 			log.Error("Service and EndpointSlice informers stopped: check the API server and that the ClusterRole grants get, list and watch on services and discovery.k8s.io endpointslices", "err", err)
 		}
 	}()
-	go func() {
-		r := &proxy.Runner{Tracker: t, Sink: sink, Logger: log}
-		if onSync != nil {
-			r.OnSync = func(u *proxy.Update, took time.Duration, err error) {
-				var ts []time.Time
-				for _, tt := range u.TriggerTimes {
-					ts = append(ts, tt...)
+	for _, t := range ts {
+		go func() {
+			r := &proxy.Runner{Tracker: t, Sink: sink, Logger: log.With("family", t.Family().String())}
+			if onSync != nil {
+				r.OnSync = func(u *proxy.Update, took time.Duration, err error) {
+					var ts []time.Time
+					for _, tt := range u.TriggerTimes {
+						ts = append(ts, tt...)
+					}
+					onSync(took, err, ts)
 				}
-				onSync(took, err, ts)
 			}
-		}
-		_ = r.Run(ctx)
-	}()
+			_ = r.Run(ctx)
+		}()
+	}
 	return nil
 }
 

@@ -122,17 +122,38 @@ const svcAffinityLearnMax = 3
 // 10.244.70.0/24..) with the Service proxy and the deny log on, and namespace svc.
 func startSvcNodes(t *testing.T, n int) (*kapi.API, []*clusterNode) {
 	t.Helper()
+	return startSvcNodesWith(t, n, false)
+}
+
+// svcSubnet6 is svc-node-i's IPv6 pod subnet on dual-stack nodes.
+func svcSubnet6(i int) string { return fmt.Sprintf("fd00:10:244:%d::/64", 69+i) }
+
+// svcServiceCIDRs are the API server's service ranges with dual-stack nodes.
+const svcServiceCIDRs = "10.96.0.0/16,fd00:96::/108"
+
+// startSvcNodesWith is startSvcNodes; with dual, the nodes are dual-stack (spec.podCIDRs
+// IPv4 and svcSubnet6, NetworkPolicy off: not built for IPv6 yet, so no deny log either)
+// and the API server has an IPv6 service range too (svcServiceCIDRs).
+func startSvcNodesWith(t *testing.T, n int, dual bool) (*kapi.API, []*clusterNode) {
+	t.Helper()
 	ulPath := newNetns(t, "ofsdn-svc-ul")
 	ul := filepath.Base(ulPath)
 	mustRun(t, "ip", "netns", "exec", ul, "ip", "link", "add", "br0", "type", "bridge")
 	mustRun(t, "ip", "netns", "exec", ul, "ip", "addr", "add", svcAPIAddr+"/24", "dev", "br0")
 	mustRun(t, "ip", "netns", "exec", ul, "ip", "link", "set", "br0", "up")
-	api := kapi.Start(t, ulPath, svcAPIAddr, "../../deploy/ofsdn.yaml")
+	cidrs := "" // the control plane's default
+	if dual {
+		cidrs = svcServiceCIDRs
+	}
+	api := kapi.StartServiceCIDR(t, ulPath, svcAPIAddr, "../../deploy/ofsdn.yaml", cidrs)
 	ctx := context.Background()
 	var nodes []*clusterNode
 	for i := 1; i <= n; i++ {
 		name, ip, subnet := fmt.Sprintf("svc-node-%d", i), fmt.Sprintf("172.30.0.%d", 70+i), fmt.Sprintf("10.244.%d.0/24", 69+i)
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{PodCIDR: subnet, PodCIDRs: []string{subnet}}}
+		if dual {
+			node.Spec.PodCIDRs = append(node.Spec.PodCIDRs, svcSubnet6(i))
+		}
 		created, err := api.Admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -148,13 +169,19 @@ func startSvcNodes(t *testing.T, n int) (*kapi.API, []*clusterNode) {
 		nodes = append(nodes, cn)
 	}
 	for _, cn := range nodes {
-		cn.StartDaemon(daemonBinary(t), 90*time.Second, "--log-level", "debug", "--topology", "kubernetes",
+		args := []string{"--log-level", "debug", "--topology", "kubernetes",
 			"--kubeconfig", api.Kubeconfig(t), "--node-name", cn.name, "--cluster-cidr", "10.244.0.0/16",
 			"--service-cidr", "10.96.0.0/12", "--mtu", "0", "--add-timeout", "15s", "--service-proxy", "ofsdn",
-			// The deny log shares the packet-in queue with the proxy's rejects (both checked).
-			"--log-format", "json", "--policy-deny-log",
+			"--log-format", "json",
 			// Session-affinity timeouts above 3 s are carried on by remainder flows.
-			"--service-affinity-learn-max", fmt.Sprint(svcAffinityLearnMax))
+			"--service-affinity-learn-max", fmt.Sprint(svcAffinityLearnMax)}
+		if dual {
+			args = append(args, "--network-policy", "false")
+		} else {
+			// The deny log shares the packet-in queue with the proxy's rejects (both checked).
+			args = append(args, "--policy-deny-log")
+		}
+		cn.StartDaemon(daemonBinary(t), 90*time.Second, args...)
 	}
 	if err := api.CreateNamespace(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: svcNamespace}}); err != nil {
 		t.Fatal(err)

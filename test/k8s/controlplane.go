@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -29,7 +30,8 @@ type ControlPlaneConfig struct {
 	// Address is the API server's advertised address inside Netns (it binds every address
 	// of that namespace); "" = 127.0.0.1.
 	Address string
-	// ServiceCIDR is the service IP range; "" = 10.96.0.0/16.
+	// ServiceCIDR is the service IP range, or two (one per family, comma-separated, the
+	// API server's dual-stack form; the IPv4 one first); "" = 10.96.0.0/16.
 	ServiceCIDR string
 	// ClusterCIDR, when set, starts kube-controller-manager allocating node pod CIDRs
 	// (/24s) from it, and kube-scheduler.
@@ -109,7 +111,10 @@ func StartControlPlane(t testing.TB, cfg ControlPlaneConfig) *ControlPlane {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, svc, err := net.ParseCIDR(cfg.ServiceCIDR)
+	// A dual-stack range ("10.96.0.0/16,fd00:96::/108") names its primary family first;
+	// the kubernetes Service's ClusterIP is of that one.
+	primary, _, _ := strings.Cut(cfg.ServiceCIDR, ",")
+	_, svc, err := net.ParseCIDR(primary)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,7 +43,15 @@ type API struct {
 // ends. rbacFile is a manifest (deploy/ofsdn.yaml) whose ClusterRole is bound to NodeUser.
 func Start(t testing.TB, netnsPath, addr, rbacFile string) *API {
 	t.Helper()
-	cp := k8s.StartControlPlane(t, k8s.ControlPlaneConfig{Netns: netnsPath, Address: addr})
+	return StartServiceCIDR(t, netnsPath, addr, rbacFile, "")
+}
+
+// StartServiceCIDR is Start with the API server's service range serviceCIDR (one CIDR,
+// or an IPv4 and an IPv6 one comma-separated for dual-stack Services; "" = the control
+// plane's default).
+func StartServiceCIDR(t testing.TB, netnsPath, addr, rbacFile, serviceCIDR string) *API {
+	t.Helper()
+	cp := k8s.StartControlPlane(t, k8s.ControlPlaneConfig{Netns: netnsPath, Address: addr, ServiceCIDR: serviceCIDR})
 	rc := rest.CopyConfig(cp.Rest)
 	rc.QPS, rc.Burst = 500, 1000
 	admin, err := kubernetes.NewForConfig(rc)
