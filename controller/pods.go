@@ -91,6 +91,8 @@ type PodRequest struct {
 	Network string
 }
 
+// String names the request for logs: "pod namespace/name (container ID)", the ID
+// shortened, or "container ID" when the runtime gave no pod name (CNI_ARGS).
 func (r PodRequest) String() string {
 	if r.PodName != "" {
 		return fmt.Sprintf("pod %s/%s (container %s)", r.PodNamespace, r.PodName, shortID(r.ContainerID))
@@ -245,7 +247,9 @@ type StepError struct {
 	Err  error
 }
 
+// Error returns "step: the step's error".
 func (e *StepError) Error() string { return e.Step + ": " + e.Err.Error() }
+// Unwrap returns the step's error, for errors.Is and errors.As.
 func (e *StepError) Unwrap() error { return e.Err }
 
 // stepErr names the failed step; an OVSDB or OpenFlow outage also matches

@@ -221,6 +221,8 @@ type CTState struct {
 	Clear uint8
 }
 
+// String returns the state as ovs-fields(7) spells a ct_state match ("+new+trk"), the
+// form dump-flows prints.
 func (c CTState) String() string {
 	var b strings.Builder
 	for _, f := range ctStateNames {

@@ -85,6 +85,7 @@ type InterfaceError struct {
 	Reason string
 }
 
+// Error names the interface, its bridge and ovs-vswitchd's reason (Interface.error).
 func (e *InterfaceError) Error() string {
 	return fmt.Sprintf("ovsdb: interface %s on bridge %s: ovs-vswitchd could not open it (ofport -1): %s",
 		e.Interface, e.Bridge, e.Reason)
