@@ -249,6 +249,7 @@ type StepError struct {
 
 // Error returns "step: the step's error".
 func (e *StepError) Error() string { return e.Step + ": " + e.Err.Error() }
+
 // Unwrap returns the step's error, for errors.Is and errors.As.
 func (e *StepError) Unwrap() error { return e.Err }
 
