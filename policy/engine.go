@@ -18,6 +18,11 @@ package policy
 //   - a local pod attached or detached: as a pod change, plus the selection by the
 //     policies of its namespace.
 //
+// Pods the API schedules to this node (SetNode) count for the rules of the policies
+// selecting them before their ADD: a rule is compiled as soon as it has such a pod, with
+// its peer and port clauses and only the attached pods in its pod clause, so the ADD
+// changes the pod clause alone.
+//
 // A conjunction keeps its id while it exists (same rule, same port group), so a change of
 // its clauses touches only the clause flows that differ.
 
