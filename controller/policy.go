@@ -753,7 +753,8 @@ type PolicyStatus struct {
 	Synced bool
 	// Pods, Namespaces, Policies are the model's sizes.
 	Pods, Namespaces, Policies int
-	// Conjunctions are the compiled rules (parts of rules) with local pods.
+	// Conjunctions are the compiled rules (parts of rules) with local pods, or with pods
+	// scheduled to this node and not attached yet (policy.Engine.SetNode).
 	Conjunctions int
 	// RuleFlows is the number of rule flows by direction ("ingress", "egress").
 	RuleFlows map[string]int

@@ -25,9 +25,12 @@ import (
 // label team=t<i%7>), and a namespace "burst" with pods b-000.. (app=burst, no address
 // yet) selected by 10 policies, each of one ingress rule from the pods of two labels in
 // the namespaces of one team (about nsCount/7*10 peers) on TCP 80, 8000-8099 and the
-// named port "http".
-func burstAgent(nsCount, pods int) *policy.Agent {
+// named port "http". The burst pods are scheduled to node n1; with node "n1" the
+// agent is that node's (policy.Engine.SetNode: the rules' peer and port clauses exist
+// before the pods' ADDs), with "" it counts attached pods only.
+func burstAgent(nsCount, pods int, node string) *policy.Agent {
 	a := policy.NewAgent()
+	a.View(func(e *policy.Engine) { e.SetNode(node) })
 	for i := range nsCount {
 		ns := fmt.Sprintf("ns-%03d", i)
 		a.Update(func(e *policy.Engine) policy.Changes {
@@ -75,10 +78,12 @@ func burstAgent(nsCount, pods int) *policy.Agent {
 // address, as the kubelet writes it), the way the daemon sees a burst. It reports
 // pods/s and the attach p50/p99; "nopolicy" installs each pod's forwarding flows through
 // the store's group commit instead, the policy-off path. Profile it with
-// -cpuprofile/-mutexprofile/-blockprofile.
+// -cpuprofile/-mutexprofile/-blockprofile. "policy-unscheduled" is "policy" with an agent
+// that does not know its node's name (each rule's peer and port clauses come with its
+// first pod's ADD, as before the engine counted scheduled pods).
 func BenchmarkPolicyAttachBurst(b *testing.B) {
 	testenv.Privileged(b)
-	for _, mode := range []string{"policy", "nopolicy"} {
+	for _, mode := range []string{"policy", "policy-unscheduled", "nopolicy"} {
 		b.Run(mode, func(b *testing.B) {
 			const pods, conc = 96, 32
 			var lat []time.Duration
@@ -91,12 +96,16 @@ func BenchmarkPolicyAttachBurst(b *testing.B) {
 				gwMAC, _ := net.ParseMAC("0a:58:0a:f4:01:01")
 				n := &Node{opts: NodeOptions{DataDir: b.TempDir()}, log: slog.New(slog.DiscardHandler), runCtx: ctx, store: flowStore{switchstate.New()},
 					cfg: flows.NodeConfig{GatewayOFPort: 2, GatewayMAC: gwMAC, GatewayIP: net.ParseIP("10.244.1.1").To4(),
-						PodSubnet: subnet, Generation: 3, Policy: mode == "policy"}}
+						PodSubnet: subnet, Generation: 3, Policy: mode != "nopolicy"}}
 				n.owners = n.store
 				n.store.Load(flows.PipelineOwner, flows.PipelineFlows(n.cfg))
 				var a *policy.Agent
-				if mode == "policy" {
-					a = burstAgent(100, pods)
+				if mode != "nopolicy" {
+					node := "n1"
+					if mode == "policy-unscheduled" {
+						node = ""
+					}
+					a = burstAgent(100, pods, node)
 					n.policy = newPolicyRealizer(n, PolicyOptions{Agent: a})
 					n.policy.load(nil)
 				}

@@ -221,7 +221,10 @@ type PolicyRule struct {
 	// Egress is true for an egress rule (local pods are sources, peers destinations),
 	// false for ingress.
 	Egress bool
-	// Pods are the local pods the rule applies to; at least one.
+	// Pods are the local pods the rule applies to. None: the rule's peer and port clauses
+	// and its conj_id flow only (its pods are scheduled to the node and not attached yet:
+	// the conjunction matches nothing until a pod clause flow joins it); a rule with
+	// neither a peer nor a port clause then has no flows.
 	Pods []Pod
 	// AnyPeer: every peer address matches (no peer clause); else Peers (IPv4 prefixes).
 	AnyPeer bool
@@ -275,7 +278,9 @@ func NewPolicyFlowSet(cfg NodeConfig) *PolicyFlowSet {
 // and returns the keys of the flows that changed, sorted: a flow whose contribution from
 // r is the same as before (the same clause of the same conjunction, or the same allow) is
 // not among them, so a rule that gains one pod reports that pod's flow only. A rule with
-// no pods, or with no peers or ports and not Any, has no flows.
+// no peers or no ports and not Any, or with no pods and neither a peer nor a port
+// clause, has no flows; a rule with no pods otherwise has its peer, port and conj_id
+// flows (PolicyRule.Pods).
 //
 // A rule whose direction and ports are those it was last Set with, and that had and has
 // flows (a pod attached or detached: the runner re-sets each rule selecting it; a peer
@@ -487,7 +492,7 @@ func (r PolicyRule) clone() PolicyRule {
 
 // hasFlows reports whether rule r has flows at all (contributions is not empty).
 func (r PolicyRule) hasFlows() bool {
-	return len(r.Pods) > 0 && (r.AnyPeer || len(r.Peers) > 0) && (r.AnyPort || len(r.Ports) > 0)
+	return (len(r.Pods) > 0 || !r.AnyPeer || !r.AnyPort) && (r.AnyPeer || len(r.Peers) > 0) && (r.AnyPort || len(r.Ports) > 0)
 }
 
 // sameShape reports whether a and b differ at most in their pods and peers: same
@@ -670,7 +675,7 @@ func samePeers(a, b []*net.IPNet) bool {
 //	ingress: the same in ingress_rules with reg1=POD's ofport and nw_src=PEER, then
 //	         goto_table:"conntrack_commit"
 func (s *PolicyFlowSet) contributions(r PolicyRule) []contribution {
-	if len(r.Pods) == 0 || !r.AnyPeer && len(r.Peers) == 0 || !r.AnyPort && len(r.Ports) == 0 {
+	if !r.hasFlows() {
 		return nil
 	}
 	t, _ := StageTable(StageIngressRules)

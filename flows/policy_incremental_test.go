@@ -77,3 +77,51 @@ func TestPolicyFlowSetSetReportsOnlyWhatChanged(t *testing.T) {
 		}
 	}
 }
+
+// TestPolicyFlowSetRuleWithoutPods: a rule whose pods are scheduled to the node and not
+// attached yet (no pods) has its peer and port clauses and its conj_id flow, and no pod
+// clause, so the conjunction matches nothing; the first pod's ADD then reports that pod's
+// clause flow only (what the ADD's bundle carries), and the last pod's DEL leaves the
+// clauses. A rule without pods and with neither a peer nor a port clause has no flows.
+// Before rules without pods had flows, the first Set gave none and the test fails there.
+func TestPolicyFlowSetRuleWithoutPods(t *testing.T) {
+	peers := []string{"10.251.0.1/32", "10.251.0.2/32", "10.251.0.3/32"}
+	ports := []PolicyPort{{IPProtoTCP, 80, 0xffff}, {IPProtoTCP, 8000, 0xffe0}}
+	pod := Pod{OFPort: 100, IPs: []net.IP{net.IPv4(10, 244, 1, 10)}}
+	for _, egress := range []bool{false, true} {
+		s := NewPolicyFlowSet(policyConfig())
+		if got := len(s.Set(testRule(7, egress, nil, peers, ports))); got != 6 || s.Len() != 6 {
+			t.Fatalf("egress=%v: a rule without pods: want its 3 peer, 2 port and 1 conj_id flows, got %d reported, %d held:\n%s",
+				egress, got, s.Len(), flowsText(s.Flows()))
+		}
+		for _, f := range s.Flows() {
+			if strings.Contains(f.String(), ",1/3)") {
+				t.Fatalf("egress=%v: a rule without pods has a pod clause flow: %s", egress, f)
+			}
+		}
+		keys := s.Set(testRule(7, egress, []Pod{pod}, peers, ports))
+		if len(keys) != 1 || s.Len() != 7 {
+			t.Fatalf("egress=%v: the first pod: want its clause flow only reported, got %d keys (%d held):\n%s", egress, len(keys), s.Len(), flowsText(s.Flows()))
+		}
+		if f, _ := s.Flow(keys[0]); !strings.Contains(f.String(), "conjunction(7,1/3)") {
+			t.Fatalf("egress=%v: the first pod's flow: %s", egress, f)
+		}
+		if keys := s.Set(testRule(7, egress, nil, peers, ports)); len(keys) != 1 || s.Len() != 6 {
+			t.Fatalf("egress=%v: the last pod gone: want its clause flow only deleted, got %d keys, %d held", egress, len(keys), s.Len())
+		}
+		if keys := s.Remove(7); len(keys) != 6 || s.Len() != 0 {
+			t.Fatalf("egress=%v: removed: want the 6 flows deleted, got %d keys, %d held", egress, len(keys), s.Len())
+		}
+		if keys := s.Set(testRule(8, egress, nil, nil, nil)); len(keys) != 0 || s.Len() != 0 {
+			t.Fatalf("egress=%v: a rule without pods, any peer and any port: want no flows, got %d", egress, s.Len())
+		}
+	}
+}
+
+func flowsText(fs []Flow) string {
+	var b strings.Builder
+	for _, f := range fs {
+		b.WriteString(f.String() + "\n")
+	}
+	return b.String()
+}

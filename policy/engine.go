@@ -18,6 +18,11 @@ package policy
 //   - a local pod attached or detached: as a pod change, plus the selection by the
 //     policies of its namespace.
 //
+// Pods the API schedules to this node (SetNode) count for the rules of the policies
+// selecting them before their ADD: a rule is compiled as soon as it has such a pod, with
+// its peer and port clauses and only the attached pods in its pod clause, so the ADD
+// changes the pod clause alone.
+//
 // A conjunction keeps its id while it exists (same rule, same port group), so a change of
 // its clauses touches only the clause flows that differ.
 
@@ -42,6 +47,12 @@ type Engine struct {
 	polByNS    map[string]map[string]*policyState // namespace → policy key → state
 	local      map[string]LocalPod
 	iso        map[string]Isolation // local pod key → isolation last reported
+
+	// node is this node's name (SetNode; "" = none): pods the API schedules here
+	// (spec.nodeName) count for their policies' rules before their CNI ADD attaches them.
+	// here holds their keys (scheduledHere).
+	node string
+	here map[string]bool
 
 	// Rules with per-pod membership, indexed so that a pod event looks only at the rules
 	// that can select it: scoped[ns] holds rules whose peers are podSelectors of
@@ -92,7 +103,7 @@ func (s *podState) peerEligible() bool {
 
 type policyState struct {
 	p       *Policy
-	applied map[string]bool // local pod keys the policy selects
+	applied map[string]bool // keys of the placed pods (attached or scheduled here) the policy selects
 	rules   []*ruleState
 }
 
@@ -123,7 +134,40 @@ func NewEngine(ids *ConjIDs) *Engine {
 		polByNS: map[string]map[string]*policyState{}, local: map[string]LocalPod{},
 		iso: map[string]Isolation{}, scoped: map[string]map[*ruleState]*policyState{},
 		global: map[*ruleState]*policyState{}, pending: map[*ruleState]*policyState{},
+		here: map[string]bool{},
 	}
+}
+
+// SetNode names this node (its Node object's name, as in the pods' spec.nodeName). Call it
+// before the first event. A pod the API schedules to this node (not on the host network,
+// not terminated) then counts for the rules of the policies selecting it before its CNI
+// ADD attaches it: each such rule's conjunction exists with its peer and port clauses and
+// no pod clause for it (a conjunction with an empty pod clause matches nothing, ovs-fields(7)
+// "Conjunctive Match Fields"), so the ADD brings only the pod's own clause flows and not
+// the rule's N+K peer and port flows (bench/RESULTS.md "Policy-on ADD: the rules' clauses
+// before the pods"). Without a name (""), only attached pods count, as before.
+func (e *Engine) SetNode(name string) {
+	e.node = name
+	e.here = map[string]bool{}
+	for k, st := range e.pods {
+		if e.scheduledHere(st) {
+			e.here[k] = true
+		}
+	}
+}
+
+// scheduledHere reports whether st's pod is one the API has scheduled to this node and a
+// CNI ADD may attach: spec.nodeName is this node's, not on the host network, not
+// terminated.
+func (e *Engine) scheduledHere(st *podState) bool {
+	return e.node != "" && st != nil && st.pod != nil && st.pod.NodeName == e.node && !st.pod.HostNetwork && !st.pod.Terminal
+}
+
+// placed reports whether pod k (state st) counts for its policies' rules: attached, or
+// scheduled here.
+func (e *Engine) placed(k string, st *podState) bool {
+	_, local := e.local[k]
+	return local || e.scheduledHere(st)
 }
 
 // Defer makes the engine record events without compiling rules until Flush: a bulk load
@@ -231,6 +275,11 @@ func (e *Engine) DeletePod(namespace, name string) Changes {
 }
 
 func (e *Engine) setPod(k, ns string, st *podState) {
+	if e.scheduledHere(st) {
+		e.here[k] = true
+	} else {
+		delete(e.here, k)
+	}
 	if st == nil {
 		delete(e.pods, k)
 		if m := e.byNS[ns]; m != nil {
@@ -267,7 +316,9 @@ func (e *Engine) SetLocalPod(lp LocalPod) Changes {
 	e.updateMembership(k, old, st, dirty)
 	for _, ps := range e.polByNS[lp.Namespace] {
 		sel := st.pod != nil && ps.p.PodSelector.Matches(labels.Set(st.pod.Labels))
-		if sel != ps.applied[k] || (sel && wasLocal && !prevLocal.Equal(lp)) {
+		// A pod scheduled here may be applied already (SetNode): attaching it still
+		// changes its rules' pod clauses.
+		if sel != ps.applied[k] || (sel && (!wasLocal || !prevLocal.Equal(lp))) {
 			e.setApplied(ps, k, sel)
 			markRules(ps, dirty)
 		}
@@ -293,9 +344,14 @@ func (e *Engine) DeleteLocalPod(namespace, name string) Changes {
 	e.setPod(k, namespace, st)
 	dirty := map[*ruleState]bool{}
 	e.updateMembership(k, old, st, dirty)
+	// A pod still scheduled here stays applied (its rules keep their peer and port
+	// clauses for its next ADD); its pod clauses go either way.
+	stay := e.scheduledHere(st)
 	for _, ps := range e.polByNS[namespace] {
 		if ps.applied[k] {
-			e.setApplied(ps, k, false)
+			if !stay {
+				e.setApplied(ps, k, false)
+			}
 			markRules(ps, dirty)
 		}
 	}
@@ -316,7 +372,8 @@ func (e *Engine) LocalPods() []LocalPod {
 func (e *Engine) podChanged(k string, old, st *podState) Changes {
 	dirty := map[*ruleState]bool{}
 	e.updateMembership(k, old, st, dirty)
-	if _, local := e.local[k]; local {
+	_, local := e.local[k]
+	if local || e.scheduledHere(old) || e.scheduledHere(st) {
 		ns := ""
 		if st != nil && st.pod != nil {
 			ns = st.pod.Namespace
@@ -324,8 +381,9 @@ func (e *Engine) podChanged(k string, old, st *podState) Changes {
 			ns = old.pod.Namespace
 		}
 		portsChanged := old == nil || st == nil || old.pod == nil || st.pod == nil || !samePorts(old.pod.Ports, st.pod.Ports)
+		placed := local || e.scheduledHere(st)
 		for _, ps := range e.polByNS[ns] {
-			sel := st != nil && st.pod != nil && ps.p.PodSelector.Matches(labels.Set(st.pod.Labels))
+			sel := placed && st != nil && st.pod != nil && ps.p.PodSelector.Matches(labels.Set(st.pod.Labels))
 			if sel != ps.applied[k] {
 				e.setApplied(ps, k, sel)
 				markRules(ps, dirty)
@@ -335,7 +393,7 @@ func (e *Engine) podChanged(k string, old, st *podState) Changes {
 		}
 	}
 	ch := e.recompile(dirty)
-	if _, local := e.local[k]; local {
+	if local {
 		ch.Isolation = e.isolationChanges([]string{k})
 	}
 	return ch
@@ -571,11 +629,17 @@ func (e *Engine) UpsertPolicy(p *Policy) Changes {
 	k := p.Key()
 	old := e.policies[k]
 	ps := &policyState{p: p, applied: map[string]bool{}}
-	for lk := range e.local {
+	consider := func(lk string) {
 		st := e.pods[lk]
 		if st != nil && st.pod != nil && st.pod.Namespace == p.Namespace && p.PodSelector.Matches(labels.Set(st.pod.Labels)) {
 			ps.applied[lk] = true
 		}
+	}
+	for lk := range e.local {
+		consider(lk)
+	}
+	for lk := range e.here {
+		consider(lk)
 	}
 	oldRules := map[RuleKey]*ruleState{}
 	if old != nil {
@@ -842,14 +906,18 @@ func (e *Engine) compile(ps *policyState, r *ruleState) []ConjChange {
 func (e *Engine) build(ps *policyState, r *ruleState) map[string]*Conjunction {
 	out := map[string]*Conjunction{}
 	var applied []LocalPod
+	var waiting []string // scheduled here, not attached yet: their groups exist, without them
 	for k := range ps.applied {
 		if lp, ok := e.local[k]; ok {
 			applied = append(applied, lp)
+		} else {
+			waiting = append(waiting, k)
 		}
 	}
-	if len(applied) == 0 {
-		return out
+	if len(applied) == 0 && (len(waiting) == 0 || r.rule.AllPeers && r.rule.AllPorts) {
+		return out // no pod, or only pod clauses (allow flows per attached pod)
 	}
+	sort.Strings(waiting)
 	sort.Slice(applied, func(i, j int) bool {
 		if c := slices.CompareFunc(applied[i].IPs, applied[j].IPs, netip.Addr.Compare); c != 0 {
 			return c < 0
@@ -916,31 +984,47 @@ func (e *Engine) build(ps *policyState, r *ruleState) map[string]*Conjunction {
 			numSorted = sortPorts(append([]PortMatch(nil), numeric...))
 			numSig = portSig(numSorted)
 		}
-		for _, lp := range applied {
-			g := "*"
-			var ports []PortMatch
-			if !rule.AllPorts {
-				var resolved []PortMatch
-				if len(named) > 0 {
-					if st := e.pods[lp.Key()]; st != nil && st.pod != nil {
-						for _, n := range named {
-							if m, ok := n.resolve(st.pod.Ports); ok {
-								resolved = append(resolved, m)
-							}
+		// group returns pod k's port group and ports; false when it has none of the rule's.
+		group := func(k string) (string, []PortMatch, bool) {
+			if rule.AllPorts {
+				return "*", nil, true
+			}
+			var resolved []PortMatch
+			if len(named) > 0 {
+				if st := e.pods[k]; st != nil && st.pod != nil {
+					for _, n := range named {
+						if m, ok := n.resolve(st.pod.Ports); ok {
+							resolved = append(resolved, m)
 						}
 					}
 				}
-				switch {
-				case len(resolved) == 0 && len(numSorted) == 0:
-					continue // this pod has none of the rule's ports
-				case len(resolved) == 0:
-					ports, g = numSorted, numSig
-				default:
-					ports = sortPorts(append(append([]PortMatch(nil), numeric...), resolved...))
-					g = portSig(ports)
-				}
+			}
+			switch {
+			case len(resolved) == 0 && len(numSorted) == 0:
+				return "", nil, false // this pod has none of the rule's ports
+			case len(resolved) == 0:
+				return numSig, numSorted, true
+			default:
+				ports := sortPorts(append(append([]PortMatch(nil), numeric...), resolved...))
+				return portSig(ports), ports, true
+			}
+		}
+		for _, lp := range applied {
+			g, ports, ok := group(lp.Key())
+			if !ok {
+				continue
 			}
 			groups[g] = append(groups[g], lp)
+			groupPorts[g] = ports
+		}
+		for _, k := range waiting {
+			g, ports, ok := group(k)
+			if !ok {
+				continue
+			}
+			if _, seen := groups[g]; !seen {
+				groups[g] = nil // the group's clauses, no pod clause until an ADD
+			}
 			groupPorts[g] = ports
 		}
 		for g, pods := range groups {

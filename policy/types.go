@@ -243,7 +243,9 @@ type Conjunction struct {
 	// ID is the conjunction id (1..0xfffffffe), stable while the conjunction exists.
 	ID uint32
 	// Pods are the local pods the rule applies to (sources for egress, destinations for
-	// ingress), sorted by IP; never empty.
+	// ingress), sorted by IP. Empty only while the pods the rule applies to are
+	// scheduled to this node and not attached yet (Engine.SetNode): the conjunction then
+	// has its peer and port clauses only and matches nothing.
 	Pods []LocalPod
 	// AnyPeer is true when every address matches (no peer clause).
 	AnyPeer bool

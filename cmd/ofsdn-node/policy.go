@@ -33,6 +33,9 @@ func startPolicy(waitCtx, runCtx context.Context, cfg Config, log *slog.Logger) 
 	} else {
 		agent.View(func(e *policy.Engine) { e.ConjIDs().Prefer(rec, last) })
 	}
+	// Pods scheduled to this node count for their rules before their ADD (the rules'
+	// peer and port clauses are on the switch when it comes), set before any event.
+	agent.View(func(e *policy.Engine) { e.SetNode(cfg.NodeName) })
 	w := &policy.Watcher{Client: client, Agent: agent, Logger: log}
 	errc := make(chan error, 1)
 	go func() { errc <- w.Run(runCtx) }()
