@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"regexp"
@@ -82,4 +83,44 @@ func TestServiceSinkNodePortIPv6OnSwitch(t *testing.T) {
 	n.overlay.mu.Unlock()
 	sp.nodeAddrsChanged(ctx)
 	compareText(t, "the peer's IPv6 address changed", frontends(), want("fd00:172:30::81", "fd00:172:30::82"))
+}
+
+// TestNodeAddressesFamilies: the NodePort addresses are each node's node IP and, beside
+// an IPv4 one, its IPv6 address (IPv4 first, each once; a peer without one adds its IPv4
+// alone); over an IPv6 underlay (an IPv6-only node) they are the nodes' IPv6 node IPs.
+func TestNodeAddressesFamilies(t *testing.T) {
+	ip := func(s string) net.IP {
+		if v := net.ParseIP(s); v.To4() != nil {
+			return v.To4()
+		}
+		return net.ParseIP(s)
+	}
+	for _, c := range []struct {
+		name     string
+		self, v6 string
+		peers    []flows.Peer
+		want     string
+	}{
+		{"dual-stack over IPv4", "172.30.0.71", "fd00:172:30::71", []flows.Peer{
+			{Name: "n2", NodeIP: ip("172.30.0.72"), NodeIPv6: ip("fd00:172:30::72")},
+			{Name: "n3", NodeIP: ip("172.30.0.73")}},
+			"[172.30.0.71 172.30.0.72 172.30.0.73 fd00:172:30::71 fd00:172:30::72]"},
+		{"IPv6 underlay", "fd00:172:30::71", "", []flows.Peer{{Name: "n2", NodeIP: ip("fd00:172:30::72")}},
+			"[fd00:172:30::71 fd00:172:30::72]"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			n := &Node{log: slog.Default(), cfg: flows.NodeConfig{NodeIP: ip(c.self)}}
+			var v6 net.IP
+			if c.v6 != "" {
+				v6 = ip(c.v6)
+			}
+			n.overlay = newOverlay(n, OverlayOptions{NodeIPv6: v6})
+			for _, p := range c.peers {
+				n.overlay.peers[p.Name] = p
+			}
+			if got := fmt.Sprint(n.nodeAddresses()); got != c.want {
+				t.Errorf("nodeAddresses() = %s, want %s", got, c.want)
+			}
+		})
+	}
 }
