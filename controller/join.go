@@ -22,10 +22,10 @@ import (
 func OverlayOptionsFor(c *topology.Cluster, tunnelType string, tunnelDstPort int) *OverlayOptions {
 	o := &OverlayOptions{
 		TunnelType: tunnelType, TunnelName: TunnelPortName(tunnelType), TunnelDstPort: tunnelDstPort,
-		NodeIP: c.NodeIP, ClusterCIDR: c.ClusterCIDR, ClusterCIDRIPv6: c.ClusterCIDRIPv6, ServiceCIDR: c.ServiceCIDR,
+		NodeIP: c.NodeIP, NodeIPv6: c.NodeIPv6, ClusterCIDR: c.ClusterCIDR, ClusterCIDRIPv6: c.ClusterCIDRIPv6, ServiceCIDR: c.ServiceCIDR,
 	}
 	for _, p := range c.Peers {
-		o.Peers = append(o.Peers, flows.Peer{Name: p.Name, NodeIP: p.NodeIP, PodSubnet: p.PodSubnet, PodSubnetIPv6: p.PodSubnetIPv6})
+		o.Peers = append(o.Peers, flows.Peer{Name: p.Name, NodeIP: p.NodeIP, NodeIPv6: p.NodeIPv6, PodSubnet: p.PodSubnet, PodSubnetIPv6: p.PodSubnetIPv6})
 	}
 	sort.Slice(o.Peers, func(i, j int) bool { return o.Peers[i].Name < o.Peers[j].Name })
 	return o

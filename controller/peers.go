@@ -49,6 +49,9 @@ type OverlayOptions struct {
 	// NodeIP is this node's underlay address (the tunnels' outer source): IPv4, or IPv6
 	// for tunnels over an IPv6 underlay (then every peer's is IPv6).
 	NodeIP net.IP
+	// NodeIPv6 is this node's IPv6 address beside an IPv4 NodeIP (topology.Cluster's
+	// NodeIPv6), nil if unknown: pods reach IPv6 NodePorts at it; no tunnel uses it.
+	NodeIPv6 net.IP
 	// ClusterCIDR is the IPv4 prefix every node's pod subnet is cut from; required but on
 	// an IPv6-only node, which has none.
 	ClusterCIDR *net.IPNet
@@ -82,11 +85,20 @@ type Overlay struct {
 	peers    map[string]flows.Peer // peerKey → peer with flows (OwnerID set)
 	subnets  subnetIndex           // the peers' IPv4 pod subnets, for the overlap check
 	subnets6 subnetIndex           // the peers' IPv6 pod subnets, likewise
+	nodeIPv6 net.IP                // this node's IPv6 address (opts.NodeIPv6, then EventLocal's)
 }
 
 func newOverlay(n *Node, opts OverlayOptions) *Overlay {
 	opts.Peers = nil
-	return &Overlay{n: n, log: n.log, opts: opts, peers: map[string]flows.Peer{}}
+	return &Overlay{n: n, log: n.log, opts: opts, peers: map[string]flows.Peer{}, nodeIPv6: opts.NodeIPv6}
+}
+
+// NodeIPv6 returns this node's IPv6 address beside its IPv4 node IP, as the topology
+// last gave it (an IPv6 NodePort frontend), nil if unknown.
+func (o *Overlay) NodeIPv6() net.IP {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.nodeIPv6
 }
 
 // load reads the record of peer owner ids, gives each initial peer its recorded id (on a
@@ -408,7 +420,7 @@ func (o *Overlay) Peers() []flows.Peer {
 // until ctx ends; other errors (an invalid peer) are returned.
 func (o *Overlay) Apply(ctx context.Context, e topology.Event) error {
 	conv := func(p topology.Peer) flows.Peer {
-		return flows.Peer{Name: p.Name, NodeIP: p.NodeIP, PodSubnet: p.PodSubnet, PodSubnetIPv6: p.PodSubnetIPv6}
+		return flows.Peer{Name: p.Name, NodeIP: p.NodeIP, NodeIPv6: p.NodeIPv6, PodSubnet: p.PodSubnet, PodSubnetIPv6: p.PodSubnetIPv6}
 	}
 	var err error
 	switch e.Kind {
@@ -423,15 +435,28 @@ func (o *Overlay) Apply(ctx context.Context, e topology.Event) error {
 			o.log.Error("this node's pod subnet changed in the topology; restart the daemon to use it",
 				"running", running, "topology", e.Local.PodSubnet)
 		}
+		// This node's IPv6 address is an IPv6 NodePort frontend.
+		var ip6 net.IP
+		if o.n.config().NodeIP.To4() != nil {
+			ip6 = e.Local.NodeIPv6
+		}
+		o.mu.Lock()
+		changed := !o.nodeIPv6.Equal(ip6)
+		o.nodeIPv6 = ip6
+		o.mu.Unlock()
+		if s := o.n.services; changed && s != nil {
+			o.log.Info("this node's IPv6 address changed", "node_ipv6", fmt.Sprint(ip6))
+			s.nodeAddrsChanged(ctx)
+		}
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	o.log.Info("peer "+e.Kind.String(), "peer", e.Peer.Name, "node_ip", e.Peer.NodeIP, "pod_subnet", e.Peer.PodSubnet,
+	o.log.Info("peer "+e.Kind.String(), "peer", e.Peer.Name, "node_ip", e.Peer.NodeIP, "node_ipv6", fmt.Sprint(e.Peer.NodeIPv6), "pod_subnet", e.Peer.PodSubnet,
 		"pod_subnet_ipv6", fmt.Sprint(e.Peer.PodSubnetIPv6))
 	if s := o.n.services; s != nil {
-		s.nodeAddrsChanged(ctx) // the peer's node IP is a NodePort frontend
+		s.nodeAddrsChanged(ctx) // the peer's node IP and IPv6 address are NodePort frontends
 	}
 	return nil
 }

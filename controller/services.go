@@ -658,26 +658,40 @@ func sameChoice(a, b proxy.Choice) bool {
 	return true
 }
 
-// nodeAddresses returns the addresses pods reach NodePorts at: this node's IP and every
-// peer's (each Node's InternalIP, as the topology gives them; kube-proxy's nftables
-// default, --nodeport-addresses primary), IPv4, sorted, once each. None on a node
-// without an overlay (no node IP known).
+// nodeAddresses returns the addresses pods reach NodePorts at, in both families: this
+// node's IP and every peer's (each Node's InternalIP of the underlay's family, as the
+// topology gives them) and, beside an IPv4 one, the node's IPv6 address (its IPv6
+// InternalIP: OverlayOptions.NodeIPv6, flows.Peer.NodeIPv6): kube-proxy's nftables
+// default, --nodeport-addresses primary, the node's primary IP of each family. Sorted
+// (IPv4 first), once each. None on a node without an overlay (no node IP known).
 func (n *Node) nodeAddresses() []net.IP {
 	var out []net.IP
 	seen := map[string]bool{}
 	add := func(ip net.IP) {
-		if ip = ip.To4(); ip != nil && !ip.IsUnspecified() && !seen[ip.String()] {
+		if ip4 := ip.To4(); ip4 != nil {
+			ip = ip4
+		} else if len(ip) != net.IPv6len {
+			return
+		}
+		if !ip.IsUnspecified() && !seen[ip.String()] {
 			seen[ip.String()] = true
 			out = append(out, ip)
 		}
 	}
 	add(n.config().NodeIP)
 	if n.overlay != nil {
+		add(n.overlay.NodeIPv6())
 		for _, p := range n.overlay.Peers() {
 			add(p.NodeIP)
+			add(p.NodeIPv6)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return string(out[i]) < string(out[j]) })
+	sort.Slice(out, func(i, j int) bool {
+		if len(out[i]) != len(out[j]) {
+			return len(out[i]) < len(out[j])
+		}
+		return string(out[i]) < string(out[j])
+	})
 	return out
 }
 

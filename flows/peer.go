@@ -38,6 +38,11 @@ type Peer struct {
 	// NodeIP is the peer's underlay address: tunnels go to it (tun_dst) and come from it
 	// (tun_src); IPv6 (tun_ipv6_dst, tun_ipv6_src) exactly when this node's is.
 	NodeIP net.IP
+	// NodeIPv6 is the peer's IPv6 address beside an IPv4 NodeIP (a dual-stack peer on an
+	// IPv4 underlay; Kubernetes: its IPv6 InternalIP), nil if unknown. No peer flow uses
+	// it: the controller makes it an IPv6 NodePort frontend (pods reach IPv6 NodePorts
+	// at every node's IPv6 address, translated in this node's switch).
+	NodeIPv6 net.IP
 	// PodSubnet is the peer's IPv4 pod subnet; nil for an IPv6-only peer (an IPv6-only
 	// node ignores it).
 	PodSubnet *net.IPNet

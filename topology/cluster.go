@@ -47,6 +47,10 @@ type Cluster struct {
 	// underlay): the config's, else the source's, else the IPv4 address of the interface
 	// holding the default route (DefaultUnderlay).
 	NodeIP net.IP
+	// NodeIPv6 is this node's IPv6 address beside an IPv4 NodeIP, the source's
+	// (Local.NodeIPv6; nil when it does not say or NodeIP is IPv6): where pods reach IPv6
+	// NodePorts. Later changes come as EventLocal.
+	NodeIPv6 net.IP
 	// NodeIPFixed is true when NodeIP is the config's: the topology's changes of it are
 	// ignored.
 	NodeIPFixed bool
@@ -187,6 +191,9 @@ func Prepare(waitCtx, runCtx context.Context, src Source, o ClusterOptions) (*Cl
 	}
 	if err != nil {
 		return nil, fmt.Errorf("node IP: %w", err)
+	}
+	if c.NodeIP.To4() != nil {
+		c.NodeIPv6 = local.NodeIPv6
 	}
 	c.Underlay = underlay.Name
 	switch {

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -33,6 +34,8 @@ import (
 // podSubnet: podSubnets: [10.244.1.0/24, fd00:10:244:1::/64]; a peer likewise (a
 // dual-stack node routes its IPv6 subnet through the tunnel), and clusterCIDRIPv6:
 // fd00:10:244::/56 is the IPv6 prefix they are cut from (IPv6 egress needs it).
+// nodeIPv6: fd00:172:16::1 beside an IPv4 nodeIP (this node's and each peer's, optional)
+// is the node's IPv6 address, where pods reach IPv6 NodePorts.
 type FileSpec struct {
 	// ClusterCIDR is the IPv4 prefix every pod subnet is cut from.
 	ClusterCIDR string `json:"clusterCIDR"`
@@ -48,6 +51,9 @@ type FileSpec struct {
 	// NodeIP is this node's underlay IPv4 address (optional: the daemon's config or
 	// interface detection fills it).
 	NodeIP string `json:"nodeIP,omitempty"`
+	// NodeIPv6 is this node's IPv6 address beside an IPv4 NodeIP (optional): pods reach
+	// IPv6 NodePorts at it.
+	NodeIPv6 string `json:"nodeIPv6,omitempty"`
 	// MTU is the pod MTU in bytes (optional; 0 = the daemon decides).
 	MTU int `json:"mtu,omitempty"`
 	// Peers are the other nodes.
@@ -64,6 +70,9 @@ type FilePeer struct {
 	PodSubnets []string `json:"podSubnets,omitempty"`
 	// NodeIP is its underlay IPv4 address.
 	NodeIP string `json:"nodeIP"`
+	// NodeIPv6 is its IPv6 address beside an IPv4 NodeIP (optional): pods reach IPv6
+	// NodePorts at it.
+	NodeIPv6 string `json:"nodeIPv6,omitempty"`
 }
 
 // File is the static-file Source. A path ending in ".env" is read as flannel's
@@ -181,7 +190,7 @@ func (f *File) reload(ctx context.Context) error {
 func ParseFileSpec(b []byte) (Local, map[string]Peer, error) {
 	var s FileSpec
 	if err := yaml.UnmarshalStrict(b, &s); err != nil {
-		return Local{}, nil, fmt.Errorf("%w (keys: clusterCIDR, clusterCIDRIPv6, nodeName, podSubnet, podSubnets, nodeIP, mtu, peers[].name/podSubnet/podSubnets/nodeIP)", err)
+		return Local{}, nil, fmt.Errorf("%w (keys: clusterCIDR, clusterCIDRIPv6, nodeName, podSubnet, podSubnets, nodeIP, nodeIPv6, mtu, peers[].name/podSubnet/podSubnets/nodeIP/nodeIPv6)", err)
 	}
 	var l Local
 	var err error
@@ -211,6 +220,11 @@ func ParseFileSpec(b []byte) (Local, map[string]Peer, error) {
 			return Local{}, nil, fmt.Errorf("nodeIP: %w", err)
 		}
 	}
+	if s.NodeIPv6 != "" {
+		if l.NodeIPv6, err = fileNodeIPv6(s.NodeIPv6, l.NodeIP); err != nil {
+			return Local{}, nil, fmt.Errorf("nodeIPv6: %w", err)
+		}
+	}
 	if s.MTU < 0 || s.MTU > 65535 {
 		return Local{}, nil, fmt.Errorf("mtu %d: want 0 (auto) or 576..9000 bytes", s.MTU)
 	}
@@ -234,9 +248,27 @@ func ParseFileSpec(b []byte) (Local, map[string]Peer, error) {
 		if p.NodeIP, err = parseNodeIP(fp.NodeIP); err != nil {
 			return Local{}, nil, fmt.Errorf("peers[%d] (%s) nodeIP: %w", i, fp.Name, err)
 		}
+		if fp.NodeIPv6 != "" {
+			if p.NodeIPv6, err = fileNodeIPv6(fp.NodeIPv6, p.NodeIP); err != nil {
+				return Local{}, nil, fmt.Errorf("peers[%d] (%s) nodeIPv6: %w", i, fp.Name, err)
+			}
+		}
 		peers[fp.Name] = p
 	}
 	return l, peers, nil
+}
+
+// fileNodeIPv6 parses a nodeIPv6 key: an IPv6 unicast address, beside a nodeIP that is
+// not IPv6 (an IPv6 nodeIP is the node's IPv6 address already).
+func fileNodeIPv6(s string, nodeIP net.IP) (net.IP, error) {
+	ip, err := parseNodeIPv6(s)
+	if err != nil {
+		return nil, err
+	}
+	if nodeIP != nil && nodeIP.To4() == nil {
+		return nil, fmt.Errorf("%s beside the IPv6 nodeIP %v: nodeIPv6 is the IPv6 address of a node whose nodeIP is IPv4; leave it out", s, nodeIP)
+	}
+	return ip, nil
 }
 
 // ParseFlannelEnv parses flannel's subnet.env (KEY=VALUE lines, as flanneld writes

@@ -110,12 +110,16 @@ func (k *Kubernetes) onNode(ctx context.Context, log *slog.Logger, obj any) {
 	subnet, subnet6, v6First := nodePodSubnets(n)
 	// An IPv6-only node (no IPv4 podCIDR) is reached over its IPv6 InternalIP.
 	ip := nodeInternalIP(n, subnet == nil)
+	var ip6 net.IP // beside an IPv4 underlay address: where pods reach IPv6 NodePorts
+	if ip.To4() != nil {
+		ip6 = nodeInternalIP(n, true)
+	}
 	if n.Name == k.NodeName {
 		if subnet == nil && subnet6 == nil {
 			log.Info("this node has no podCIDR yet; waiting for kube-controller-manager to allocate one", "node", n.Name)
 			return
 		}
-		l := Local{Name: n.Name, NodeIP: ip, PodSubnet: subnet, PodSubnetIPv6: subnet6, IPv6First: v6First, ClusterCIDR: k.ClusterCIDR}
+		l := Local{Name: n.Name, NodeIP: ip, NodeIPv6: ip6, PodSubnet: subnet, PodSubnetIPv6: subnet6, IPv6First: v6First, ClusterCIDR: k.ClusterCIDR}
 		k.emit(ctx, k.t.diff(&l, nil, false))
 		return
 	}
@@ -125,7 +129,7 @@ func (k *Kubernetes) onNode(ctx context.Context, log *slog.Logger, obj any) {
 		k.emit(ctx, k.t.deletePeer(n.Name))
 		return
 	}
-	k.emit(ctx, k.t.diff(nil, map[string]Peer{n.Name: {Name: n.Name, NodeIP: ip, PodSubnet: subnet, PodSubnetIPv6: subnet6}}, false))
+	k.emit(ctx, k.t.diff(nil, map[string]Peer{n.Name: {Name: n.Name, NodeIP: ip, NodeIPv6: ip6, PodSubnet: subnet, PodSubnetIPv6: subnet6}}, false))
 }
 
 func (k *Kubernetes) emit(ctx context.Context, evs []Event) {
@@ -162,9 +166,10 @@ func nodePodSubnets(n *corev1.Node) (v4, v6 *net.IPNet, v6First bool) {
 	return v4, v6, v6First && v4 != nil
 }
 
-// nodeInternalIP returns the node's first IPv4 InternalIP address; for a node without
-// an IPv4 pod subnet (IPv6-only: wantIPv6) its first IPv6 InternalIP address, the
-// underlay of an IPv6-only cluster; nil if it has none.
+// nodeInternalIP returns the node's first IPv4 InternalIP address; with wantIPv6 its
+// first IPv6 InternalIP address (an IPv6-only node's: the underlay of an IPv6-only
+// cluster; a dual-stack node's beside its IPv4 one: where pods reach IPv6 NodePorts);
+// nil if it has none.
 func nodeInternalIP(n *corev1.Node, wantIPv6 bool) net.IP {
 	for _, a := range n.Status.Addresses {
 		if a.Type != corev1.NodeInternalIP {

@@ -28,6 +28,11 @@ type Local struct {
 	// the source does not say (flannel's subnet.env): the daemon's config or interface
 	// detection fills it.
 	NodeIP net.IP
+	// NodeIPv6 is this node's IPv6 address beside an IPv4 NodeIP (a dual-stack node on an
+	// IPv4 underlay; Kubernetes: its first IPv6 InternalIP, the topology file's nodeIPv6),
+	// where pods reach IPv6 NodePorts (kube-proxy's IPv6 proxier's primary node address);
+	// no tunnel uses it. nil when the source does not say or NodeIP is IPv6.
+	NodeIPv6 net.IP
 	// PodSubnet is this node's IPv4 pod subnet (Node.spec.podCIDRs, FLANNEL_SUBNET); nil
 	// on an IPv6-only node.
 	PodSubnet *net.IPNet
@@ -59,6 +64,10 @@ type Peer struct {
 	// NodeIP is the node's underlay address (Kubernetes: its InternalIP), IPv4, or IPv6
 	// in a cluster whose underlay is IPv6.
 	NodeIP net.IP
+	// NodeIPv6 is the node's IPv6 address beside an IPv4 NodeIP (Kubernetes: its first
+	// IPv6 InternalIP; the topology file's peers[].nodeIPv6): this node's pods reach IPv6
+	// NodePorts at it; no tunnel uses it. nil when unknown or NodeIP is IPv6.
+	NodeIPv6 net.IP
 	// PodSubnet is the node's IPv4 pod subnet; nil for an IPv6-only node.
 	PodSubnet *net.IPNet
 	// PodSubnetIPv6 is the node's IPv6 pod subnet on a dual-stack node, nil if none; a
@@ -69,9 +78,9 @@ type Peer struct {
 // String returns "name (ip, subnet)".
 func (p Peer) String() string { return fmt.Sprintf("%s (%v, %v)", p.Name, p.NodeIP, p.PodSubnet) }
 
-// Equal reports whether p and q name the same node with the same address and subnet.
+// Equal reports whether p and q name the same node with the same addresses and subnets.
 func (p Peer) Equal(q Peer) bool {
-	return p.Name == q.Name && p.NodeIP.Equal(q.NodeIP) && netEqual(p.PodSubnet, q.PodSubnet) &&
+	return p.Name == q.Name && p.NodeIP.Equal(q.NodeIP) && p.NodeIPv6.Equal(q.NodeIPv6) && netEqual(p.PodSubnet, q.PodSubnet) &&
 		netEqual(p.PodSubnetIPv6, q.PodSubnetIPv6)
 }
 
@@ -84,7 +93,8 @@ const (
 	EventLocal EventKind = iota + 1
 	// EventPeerAdded: a peer appeared (Peer).
 	EventPeerAdded
-	// EventPeerUpdated: a peer's node IP or pod subnet changed (Old → Peer).
+	// EventPeerUpdated: a peer's node IP, IPv6 node address or pod subnet changed (Old →
+	// Peer).
 	EventPeerUpdated
 	// EventPeerDeleted: a peer is gone (Peer is its last known state).
 	EventPeerDeleted
@@ -196,7 +206,7 @@ func (t *tracker) deletePeer(name string) []Event {
 }
 
 func localEqual(a, b Local) bool {
-	return a.Name == b.Name && a.NodeIP.Equal(b.NodeIP) && netEqual(a.PodSubnet, b.PodSubnet) &&
+	return a.Name == b.Name && a.NodeIP.Equal(b.NodeIP) && a.NodeIPv6.Equal(b.NodeIPv6) && netEqual(a.PodSubnet, b.PodSubnet) &&
 		netEqual(a.PodSubnetIPv6, b.PodSubnetIPv6) && a.IPv6First == b.IPv6First && netEqual(a.ClusterCIDR, b.ClusterCIDR) &&
 		netEqual(a.ClusterCIDRIPv6, b.ClusterCIDRIPv6) && a.MTU == b.MTU &&
 		(a.IPMasq == nil) == (b.IPMasq == nil) && (a.IPMasq == nil || *a.IPMasq == *b.IPMasq)
@@ -274,6 +284,16 @@ func parseNodeIP(s string) (net.IP, error) {
 	}
 	if ip4 := ip.To4(); ip4 != nil {
 		return ip4, nil
+	}
+	return ip, nil
+}
+
+// parseNodeIPv6 parses a node's IPv6 address beside its IPv4 node IP (nodeIPv6):
+// unicast, not link-local, not IPv4.
+func parseNodeIPv6(s string) (net.IP, error) {
+	ip, err := parseNodeIP(s)
+	if err != nil || ip.To4() != nil {
+		return nil, fmt.Errorf("%q is not a unicast IPv6 address", s)
 	}
 	return ip, nil
 }

@@ -6,8 +6,10 @@ package e2e
 // IPv6 EndpointSlice is reached from a pod over each family's ClusterIP, TCP and UDP; the
 // endpoints see the client pod's own address of that family; the IPv6 slice changes
 // (hairpin over IPv6, a stale UDP entry flushed, no endpoints → refused over IPv6) never
-// change what the IPv4 ClusterIP does. No kube-proxy runs: nothing but ofsdn answers
-// either ClusterIP.
+// change what the IPv4 ClusterIP does. A dual-stack NodePort Service is reached over
+// IPv6 at this node's and a peer Node's IPv6 InternalIP (and over IPv4 at their IPv4
+// ones), following the peer's IPv6 address when it changes. No kube-proxy runs: nothing
+// but ofsdn answers either ClusterIP.
 
 import (
 	"context"
@@ -426,6 +428,71 @@ func TestServiceProxyDualStack(t *testing.T) {
 				t.Fatalf("after the learn limit, connection %d over IPv6 went to %q (%v), want %s (the remainder flow)", i, ep, err, first)
 			}
 		}
+	})
+	t.Run("NodePort over IPv6 at every node's IPv6 address", func(t *testing.T) {
+		// A dual-stack NodePort Service: the client reaches it at this node's IPv6
+		// InternalIP and at a peer Node's (in the API only: the NodePort is translated
+		// in the client's own switch, kube-proxy's short-circuit of pod traffic), the
+		// endpoint seeing the client's own IPv6 address; the peer's IPv6 InternalIP
+		// changed → its NodePort flow moves (a peer update whose only change is that
+		// address). The IPv4 side stays at the nodes' IPv4 addresses.
+		began := time.Now()
+		const nodePort = 30086
+		peerName, peerIP, peerIP6, peerIP6b := "svc-node-peer", "172.30.0.99", svcNodeIP6(99), svcNodeIP6(98)
+		peer := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: peerName},
+			Spec: corev1.NodeSpec{PodCIDR: "10.244.99.0/24", PodCIDRs: []string{"10.244.99.0/24", "fd00:10:244:99::/64"}}}
+		peer, err := api.Admin.CoreV1().Nodes().Create(ctx, peer, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		peer.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: peerIP}, {Type: corev1.NodeInternalIP, Address: peerIP6}}
+		if peer, err = api.Admin.CoreV1().Nodes().UpdateStatus(ctx, peer, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		np := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: svcNamespace, Name: "np"},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol},
+				IPFamilyPolicy: &policy, Ports: []corev1.ServicePort{{Protocol: corev1.ProtocolTCP, Port: svcPort,
+					TargetPort: intstr.FromInt32(svcEPPort), NodePort: nodePort}}}}
+		if _, err := api.Admin.CoreV1().Services(svcNamespace).Create(ctx, np, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		portName, ready, nodeName := "", true, cn.name
+		for at, addr := range map[discoveryv1.AddressType]string{discoveryv1.AddressTypeIPv4: ip4["ep1"], discoveryv1.AddressTypeIPv6: ip6["ep1"]} {
+			sl := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: svcNamespace, Name: "np-" + strings.ToLower(string(at)),
+				Labels: map[string]string{discoveryv1.LabelServiceName: "np"}}, AddressType: at,
+				Ports:     []discoveryv1.EndpointPort{{Name: &portName, Protocol: &proto, Port: &port}},
+				Endpoints: []discoveryv1.Endpoint{{Addresses: []string{addr}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}, NodeName: &nodeName}}}
+			if _, err := api.Admin.DiscoveryV1().EndpointSlices(svcNamespace).Create(ctx, sl, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		at := func(ip string) string { return net.JoinHostPort(ip, fmt.Sprint(nodePort)) }
+		own6, peer6, peer6b := at(svcNodeIP6(71)), at(peerIP6), at(peerIP6b)
+		own4, peer4 := at(cn.ip), at(peerIP)
+		waitFrontends(t, cn, []string{own6, peer6, own4, peer4}, nil, false)
+		c.revalidated()
+		reach := func(network, addr, self string) {
+			t.Helper()
+			for i := 0; i < 2; i++ {
+				ep, from, err := askDual(netns["client"], network, addr)
+				if err != nil || ep != "ep1" || from != self {
+					t.Fatalf("connection %d to the NodePort at %s: answer from %q seeing %q (%v), want ep1 seeing the client's own %s", i, addr, ep, from, err, self)
+				}
+			}
+		}
+		reach("tcp6", own6, ip6["client"])
+		reach("tcp6", peer6, ip6["client"])
+		reach("tcp4", own4, ip4["client"])
+		reach("tcp4", peer4, ip4["client"])
+
+		peer.Status.Addresses[1].Address = peerIP6b
+		if _, err := api.Admin.CoreV1().Nodes().UpdateStatus(ctx, peer, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFrontends(t, cn, []string{own6, peer6b, own4, peer4}, []string{peer6}, false)
+		c.revalidated()
+		reach("tcp6", peer6b, ip6["client"])
+		t.Logf("NodePort over IPv6 wall time %v", time.Since(began).Round(100*time.Millisecond))
 	})
 	t.Logf("TestServiceProxyDualStack wall time %v", time.Since(start).Round(100*time.Millisecond))
 }

@@ -128,11 +128,16 @@ func startSvcNodes(t *testing.T, n int) (*kapi.API, []*clusterNode) {
 // svcSubnet6 is svc-node-i's IPv6 pod subnet on dual-stack nodes.
 func svcSubnet6(i int) string { return fmt.Sprintf("fd00:10:244:%d::/64", 69+i) }
 
+// svcNodeIP6 is the IPv6 InternalIP of the dual-stack node whose IPv4 one is
+// 172.30.0.last (an address of no interface: pods' IPv6 NodePort traffic to it is
+// translated in their own node's switch).
+func svcNodeIP6(last int) string { return fmt.Sprintf("fd00:172:30::%d", last) }
+
 // svcServiceCIDRs are the API server's service ranges with dual-stack nodes.
 const svcServiceCIDRs = "10.96.0.0/16,fd00:96::/108"
 
 // startSvcNodesWith is startSvcNodes; with dual, the nodes are dual-stack (spec.podCIDRs
-// IPv4 and svcSubnet6, NetworkPolicy off: not built for IPv6 yet, so no deny log either)
+// IPv4 and svcSubnet6, InternalIPs IPv4 and svcNodeIP6, NetworkPolicy off: not built for IPv6 yet, so no deny log either)
 // and the API server has an IPv6 service range too (svcServiceCIDRs).
 func startSvcNodesWith(t *testing.T, n int, dual bool) (*kapi.API, []*clusterNode) {
 	t.Helper()
@@ -159,6 +164,9 @@ func startSvcNodesWith(t *testing.T, n int, dual bool) (*kapi.API, []*clusterNod
 			t.Fatal(err)
 		}
 		created.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}
+		if dual { // an IPv6 InternalIP too, where pods reach IPv6 NodePorts (svcNodeIP6)
+			created.Status.Addresses = append(created.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: svcNodeIP6(70 + i)})
+		}
 		if _, err := api.Admin.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -918,7 +926,7 @@ func waitFrontends(t *testing.T, cn *clusterNode, want, gone []string, reject bo
 		flowOf := func(fe string) string {
 			host, port, _ := net.SplitHostPort(fe)
 			for _, l := range strings.Split(dump, "\n") {
-				if strings.Contains(l, "nw_dst="+host+",tp_dst="+port+" ") {
+				if strings.Contains(l, "nw_dst="+host+",tp_dst="+port+" ") || strings.Contains(l, "ipv6_dst="+host+",tp_dst="+port+" ") {
 					return l
 				}
 			}
