@@ -109,6 +109,9 @@ func (s nodeSource) Peers() ([]Peer, error) {
 		if p.PodSubnetIPv6 != nil {
 			q.PodSubnetIPv6 = p.PodSubnetIPv6.String()
 		}
+		if p.NodeIPv6 != nil {
+			q.IPv6 = p.NodeIPv6.String()
+		}
 		out = append(out, q)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })

@@ -120,6 +120,10 @@ type Peer struct {
 	// PodSubnetIPv6 is the peer's IPv6 pod subnet (CIDR) when this node is dual-stack and
 	// routes it; absent otherwise.
 	PodSubnetIPv6 string `json:"podSubnetIPv6,omitempty"`
+	// IPv6 is the peer node's IPv6 address beside an IPv4 tunnel endpoint (its IPv6
+	// InternalIP, or the topology file's nodeIPv6): pods reach IPv6 NodePorts at it; absent
+	// when not known.
+	IPv6 string `json:"ipv6,omitempty"`
 	// OwnerID is the id of the peer's flow owner: the low 32 bits of its flows' cookies,
 	// whose owner kind (bits 39..32) is 3, peer (flows.Cookie); 1..2^32-1, recorded in
 	// the node's data directory (controller.PeerIDsFile).

@@ -258,7 +258,11 @@ func peerTable(w io.Writer, peers []ctl.Peer) {
 		case p.PodSubnetIPv6 != "": // a dual-stack peer of a dual-stack node: both, IPv4 first
 			subnets += "," + p.PodSubnetIPv6
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\n", p.Node, p.IP, subnets, p.OFPort)
+		ips := p.IP
+		if p.IPv6 != "" {
+			ips += "," + p.IPv6
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\n", p.Node, ips, subnets, p.OFPort)
 	}
 }
 

@@ -44,9 +44,9 @@ const (
 // dualTopologyYAML is node self's topology file listing peers, every node dual-stack.
 func dualTopologyYAML(self *dualClusterNode, peers ...*dualClusterNode) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "clusterCIDR: 10.244.0.0/16\nclusterCIDRIPv6: %s\nnodeName: %s\npodSubnets: [%s, %s]\nnodeIP: %s\npeers:\n", dualClusterCIDR6, self.name, self.subnet, self.subnet6, self.ip)
+	fmt.Fprintf(&b, "clusterCIDR: 10.244.0.0/16\nclusterCIDRIPv6: %s\nnodeName: %s\npodSubnets: [%s, %s]\nnodeIP: %s\nnodeIPv6: %s\npeers:\n", dualClusterCIDR6, self.name, self.subnet, self.subnet6, self.ip, self.ip6)
 	for _, p := range peers {
-		fmt.Fprintf(&b, "- {name: %s, podSubnets: [%s, %s], nodeIP: %s}\n", p.name, p.subnet, p.subnet6, p.ip)
+		fmt.Fprintf(&b, "- {name: %s, podSubnets: [%s, %s], nodeIP: %s, nodeIPv6: %s}\n", p.name, p.subnet, p.subnet6, p.ip, p.ip6)
 	}
 	return b.String()
 }
@@ -247,16 +247,17 @@ func testDualStackMultiNode(t *testing.T, tunnel string, off int) {
 		}
 	})
 
-	t.Run("ofsdnctl peers shows the peer's IPv6 subnet", func(t *testing.T) {
+	t.Run("ofsdnctl peers shows the peer's IPv6 subnet and address", func(t *testing.T) {
 		var peers []ctl.Peer
 		if err := json.Unmarshal(runCtl(t, a.testNode, "peers", "-o", "json"), &peers); err != nil {
 			t.Fatal(err)
 		}
-		if len(peers) != 1 || peers[0].Node != b.name || peers[0].PodSubnet != b.subnet || peers[0].PodSubnetIPv6 != b.subnet6 {
-			t.Fatalf("ofsdnctl peers on node-a: %s, want node-b with %s and %s", jsonString(peers), b.subnet, b.subnet6)
+		if len(peers) != 1 || peers[0].Node != b.name || peers[0].PodSubnet != b.subnet || peers[0].PodSubnetIPv6 != b.subnet6 || peers[0].IPv6 != b.ip6 {
+			t.Fatalf("ofsdnctl peers on node-a: %s, want node-b with %s and %s, IPv6 address %s", jsonString(peers), b.subnet, b.subnet6, b.ip6)
 		}
-		if table := string(runCtl(t, a.testNode, "peers")); !strings.Contains(table, b.subnet+","+b.subnet6) {
-			t.Fatalf("ofsdnctl peers table lacks %s,%s:\n%s", b.subnet, b.subnet6, table)
+		table := string(runCtl(t, a.testNode, "peers"))
+		if !strings.Contains(table, b.subnet+","+b.subnet6) || !strings.Contains(table, b.ip+","+b.ip6) {
+			t.Fatalf("ofsdnctl peers table lacks %s,%s or %s,%s:\n%s", b.subnet, b.subnet6, b.ip, b.ip6, table)
 		}
 	})
 
