@@ -229,13 +229,15 @@ func nodeAddresses(cfg NodeConfig) []net.IP {
 // PodPolicyFlows returns local pod's default-deny flows for the directions it is
 // isolated in (owner OwnerPod, so PodCookie deletes them with the pod): egress in
 // egress_rules by nw_src, ingress in ingress_rules by reg1 (its ofport); on a dual-stack
-// node the same for IPv6 (by ipv6_src when the pod has an IPv6 address, and reg1). With
+// node the same for IPv6 (by ipv6_src, its IPv6 address's and its link-local one's, when
+// the pod has an IPv6 address, and reg1). With
 // cfg.DenyLog the denied packet also goes to the controller through DenyLogMeter.
 // Nothing without cfg.Policy.
 //
 //	table="egress_rules", priority=100,ip,nw_src=IP actions=drop
 //	table="ingress_rules", priority=100,ip,reg1=P actions=drop
 //	table="egress_rules", priority=100,ipv6,ipv6_src=IP6 actions=drop (dual-stack)
+//	table="egress_rules", priority=100,ipv6,ipv6_src=LL actions=drop (dual-stack)
 //	table="ingress_rules", priority=100,ipv6,reg1=P actions=drop (dual-stack)
 func PodPolicyFlows(cfg NodeConfig, pod Pod, ingress, egress bool) []Flow {
 	if !cfg.Policy {
@@ -255,6 +257,12 @@ func PodPolicyFlows(cfg NodeConfig, pod Pod, ingress, egress bool) []Flow {
 		fs = append(fs, deny(StageEgressRules, Match{EthType: EthTypeIPv4, IPSrc: hostPrefix(pod.IPv4())}))
 		if ip6 := pod.IPv6(); ip6 != nil && ipv6On(cfg) {
 			fs = append(fs, deny(StageEgressRules, Match{EthType: EthTypeIPv6, IPv6Src: hostPrefix6(ip6)}))
+			// Its link-local address is no pod IP, so no rule allows it; without this flow
+			// IP from it (to a local pod's global address, say) would pass the isolated
+			// pod's egress. Neighbor discovery from it never comes here.
+			if ll := LinkLocalFromMAC(pod.MAC); ll != nil {
+				fs = append(fs, deny(StageEgressRules, Match{EthType: EthTypeIPv6, IPv6Src: hostPrefix6(ll)}))
+			}
 		}
 	}
 	if ingress {

@@ -95,6 +95,7 @@ func TestDualStackPodPolicyFlowsGolden(t *testing.T) {
 	compareLines(t, "deny flows", lines(PodPolicyFlows(cfg, testDualPodA(), true, true), nil), []string{
 		`cookie=0x50007020af40105, table="egress_rules", priority=100,ip,nw_src=10.244.1.5 actions=drop`,
 		`cookie=0x50007020af40105, table="egress_rules", priority=100,ipv6,ipv6_src=fd00:10:244:1::5 actions=drop`,
+		`cookie=0x50007020af40105, table="egress_rules", priority=100,ipv6,ipv6_src=fe80::858:aff:fef4:105 actions=drop`,
 		`cookie=0x50007020af40105, table="ingress_rules", priority=100,ip,reg1=0x3 actions=drop`,
 		`cookie=0x50007020af40105, table="ingress_rules", priority=100,ipv6,reg1=0x3 actions=drop`,
 	})
@@ -102,6 +103,7 @@ func TestDualStackPodPolicyFlowsGolden(t *testing.T) {
 	compareLines(t, "deny flows with the log", lines(PodPolicyFlows(cfg, testDualPodA(), true, true), nil), []string{
 		`cookie=0x50007020af40105, table="egress_rules", priority=100,ip,nw_src=10.244.1.5 actions=meter:1,CONTROLLER:128`,
 		`cookie=0x50007020af40105, table="egress_rules", priority=100,ipv6,ipv6_src=fd00:10:244:1::5 actions=meter:1,CONTROLLER:128`,
+		`cookie=0x50007020af40105, table="egress_rules", priority=100,ipv6,ipv6_src=fe80::858:aff:fef4:105 actions=meter:1,CONTROLLER:128`,
 		`cookie=0x50007020af40105, table="ingress_rules", priority=100,ip,reg1=0x3 actions=meter:1,CONTROLLER:128`,
 		`cookie=0x50007020af40105, table="ingress_rules", priority=100,ipv6,reg1=0x3 actions=meter:1,CONTROLLER:128`,
 	})
@@ -351,6 +353,32 @@ func TestDualStackPolicyOnSwitch(t *testing.T) {
 			}
 			if c.ct == "" && strings.Contains(trace, "ct(") {
 				t.Fatalf("packet %s went through conntrack; it must skip it\n%s", c.packet, trace)
+			}
+		})
+	}
+
+	// A egress-isolated with nothing allowed, B not isolated: A's link-local source is no
+	// way around its egress isolation.
+	n.ovs.Ofctl(t, "del-flows", n.mgmt)
+	fs = append(PipelineFlows(n.cfg), PodFlows(n.cfg, a)...)
+	fs = append(fs, PodFlows(n.cfg, b)...)
+	fs = append(fs, PodPolicyFlows(n.cfg, a, false, true)...)
+	n.addFlowsText(t, fs)
+	llA := LinkLocalFromMAC(a.MAC).String()
+	for _, c := range []struct {
+		name   string
+		packet string
+		out    uint32
+	}{
+		{"egress-isolated A to B from its global address refused", ip6(a.OFPort, a.MAC, b.MAC, a6, b6, ",nw_proto=17,tp_dst=80"), 0},
+		{"egress-isolated A to B from its link-local address refused", ip6(a.OFPort, a.MAC, b.MAC, llA, b6, ",nw_proto=17,tp_dst=80"), 0},
+		{"B (not isolated) to A passes", ip6(b.OFPort, b.MAC, a.MAC, b6, a6, ",nw_proto=17,tp_dst=80"), a.OFPort},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			packet := strings.Replace(c.packet, "tp_dst=", "udp_dst=", 1)
+			trace := n.ovs.Appctl(t, "ofproto/trace", "br-int", packet, "--ct-next", "trk,new")
+			if out, _ := traceResult(t, trace); out != c.out {
+				t.Fatalf("packet %s left by port %d, want %d (0 = drop)\n%s", c.packet, out, c.out, trace)
 			}
 		})
 	}
