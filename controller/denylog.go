@@ -216,7 +216,7 @@ func (d *denyLog) handle(p openflow.PacketIn) {
 	switch h.Proto {
 	case ipProtoTCP, ipProtoUDP, ipProtoSCTP:
 		attrs = append(attrs, "src_port", h.SrcPort, "port", h.DstPort)
-	case ipProtoICMP:
+	case ipProtoICMP, ipProtoICMPv6:
 		attrs = append(attrs, "icmp_type", h.ICMPType, "icmp_code", h.ICMPCode)
 	}
 	if h.Fragment {
@@ -250,7 +250,7 @@ type DenyLogStats struct {
 	// (DenyLogQueueSize) was full.
 	QueueDropped uint64
 	// Undecodable is the number of packet-ins not logged because they were not a
-	// default-deny flow's IPv4 packet.
+	// default-deny flow's IPv4 or IPv6 packet.
 	Undecodable uint64
 }
 
@@ -268,8 +268,8 @@ func (n *Node) DenyLogStats(ctx context.Context) (*DenyLogStats, error) {
 	return st, err
 }
 
-// podAddrOfOwner returns the address of the local attachment, or else of the IP lease,
-// whose flow owner id is id.
+// podAddrOfOwner returns an address (the IPv4 one) of the local attachment, or else of
+// the IP lease, whose flow owner id is id: podName names the pod by it.
 func (n *Node) podAddrOfOwner(id uint32) (netip.Addr, bool) {
 	for _, a := range n.Pods() {
 		if a.OwnerID == id && a.IPv4() != nil {
@@ -281,8 +281,11 @@ func (n *Node) podAddrOfOwner(id uint32) (netip.Addr, bool) {
 	for _, l := range n.leases.List() {
 		if l.OwnerID == id {
 			for _, lip := range l.IPs {
-				if ip, ok := netip.AddrFromSlice(lip.To4()); ok {
-					return ip, true // the deny log decodes IPv4 only
+				if ip4 := lip.To4(); ip4 != nil {
+					lip = ip4
+				}
+				if ip, ok := netip.AddrFromSlice(lip); ok {
+					return ip, true
 				}
 			}
 		}
@@ -290,12 +293,18 @@ func (n *Node) podAddrOfOwner(id uint32) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
-// podName names ip: a local attachment's pod, else a pod of the policy model, else "".
+// podName names ip (either family): a local attachment's pod, else a pod of the policy
+// model, else "".
 func (n *Node) podName(ip netip.Addr) string {
 	want := net.IP(ip.AsSlice())
 	for _, a := range n.Pods() {
-		if a.IPv4() != nil && a.IPv4().IP.Equal(want) && a.PodName != "" {
-			return a.PodNamespace + "/" + a.PodName
+		if a.PodName == "" {
+			continue
+		}
+		for _, aip := range a.IPs {
+			if aip != nil && aip.IP.Equal(want) {
+				return a.PodNamespace + "/" + a.PodName
+			}
 		}
 	}
 	if p := n.policy; p != nil {

@@ -211,9 +211,23 @@ func (p *policyRealizer) recordIDs() {
 
 func podKeyOf(a *Attachment) string { return a.PodNamespace + "/" + a.PodName }
 
+// localPodOf is the attachment as the policy engine sees it: all its addresses (IPv4,
+// and IPv6 on a dual-stack node), in the attachment's order.
 func localPodOf(a *Attachment) policy.LocalPod {
-	ip, _ := netip.AddrFromSlice(a.IPv4().IP.To4())
-	return policy.LocalPod{Namespace: a.PodNamespace, Name: a.PodName, IPs: []netip.Addr{ip}, OFPort: a.OFPort}
+	lp := policy.LocalPod{Namespace: a.PodNamespace, Name: a.PodName, OFPort: a.OFPort}
+	for _, n := range a.IPs {
+		if n == nil {
+			continue
+		}
+		ip := n.IP
+		if ip4 := ip.To4(); ip4 != nil {
+			ip = ip4
+		}
+		if addr, ok := netip.AddrFromSlice(ip); ok {
+			lp.IPs = append(lp.IPs, addr)
+		}
+	}
+	return lp
 }
 
 // load records the restored attachments in the engine and loads the whole policy state
@@ -228,11 +242,12 @@ func (p *policyRealizer) load(restored []*Attachment) {
 		lp := localPodOf(att)
 		a.Update(func(e *policy.Engine) policy.Changes { return e.SetLocalPod(lp) })
 	}
+	dual := p.n.config().PodSubnetIPv6 != nil
 	a.SetRealizer(p.realize, func(e *policy.Engine) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		for _, c := range e.Conjunctions() {
-			p.set.Set(ruleOf(c))
+			p.set.Set(ruleOf(c, dual))
 		}
 		for _, att := range restored {
 			if att.PodName == "" {
@@ -275,8 +290,10 @@ func (p *policyRealizer) podFlows(a *Attachment) []flows.Flow {
 	return append(fs, flows.PodPolicyFlows(cfg, a.flowPod(), iso.Ingress, iso.Egress)...)
 }
 
-// ruleOf converts a compiled conjunction to the flows' terms.
-func ruleOf(c *policy.Conjunction) flows.PolicyRule {
+// ruleOf converts a compiled conjunction to the flows' terms. An IPv4-only node (dual
+// false) takes its IPv4 peers only: other nodes' pods may have IPv6 addresses and
+// ipBlocks may be IPv6, but no IPv6 reaches its policy stages.
+func ruleOf(c *policy.Conjunction, dual bool) flows.PolicyRule {
 	r := flows.PolicyRule{ID: c.ID, Egress: c.Key.Direction == policy.Egress, AnyPeer: c.AnyPeer, AnyPort: c.AnyPort}
 	for _, lp := range c.Pods {
 		p := flows.Pod{OFPort: lp.OFPort}
@@ -286,7 +303,10 @@ func ruleOf(c *policy.Conjunction) flows.PolicyRule {
 		r.Pods = append(r.Pods, p)
 	}
 	for _, pr := range c.Peers {
-		r.Peers = append(r.Peers, &net.IPNet{IP: net.IP(pr.Addr().AsSlice()), Mask: net.CIDRMask(pr.Bits(), 32)})
+		if !pr.Addr().Is4() && !dual {
+			continue
+		}
+		r.Peers = append(r.Peers, &net.IPNet{IP: net.IP(pr.Addr().AsSlice()), Mask: net.CIDRMask(pr.Bits(), pr.Addr().BitLen())})
 	}
 	for _, pm := range c.Ports {
 		r.Ports = append(r.Ports, flows.PolicyPort{Proto: uint8(pm.Protocol), Port: pm.Value, Mask: pm.Mask})
@@ -366,10 +386,11 @@ func (p *policyRealizer) applyLocked(ch policy.Changes, b *batch) {
 // of 24 ADDs that each grow the same 10 rules recomputes 10 rules, not 240. It records
 // the keys whose flow changed in b. p.mu is held.
 func (p *policyRealizer) flushLocked(b *batch) {
+	dual := len(b.order) > 0 && p.n.config().PodSubnetIPv6 != nil
 	for _, id := range b.order {
 		var keys []string
 		if c := b.conjs[id]; c != nil {
-			keys = p.set.Set(ruleOf(c))
+			keys = p.set.Set(ruleOf(c, dual))
 		} else {
 			keys = p.set.Remove(id)
 		}
@@ -804,9 +825,10 @@ type PodPolicy struct {
 	Policies []policy.PolicyRef
 	// Rules are the compiled rules (conjunctions) that apply to it, with their flows.
 	Rules []PodRule
-	// Deny is the text (flows.Flow.String) of its default-deny flow by direction
-	// ("ingress", "egress"), for the directions it is isolated in.
-	Deny map[string]string
+	// Deny are the texts (flows.Flow.String) of its default-deny flows by direction
+	// ("ingress", "egress"), for the directions it is isolated in: one per IP family
+	// (IPv4, and IPv6 on a dual-stack node).
+	Deny map[string][]string
 }
 
 // PodRule is one conjunction applying to a pod, with the flows realizing it.
@@ -873,13 +895,13 @@ func (n *Node) PodPolicies() []PodPolicy {
 			}
 			pp.Rules = append(pp.Rules, r)
 		}
-		pp.Deny = map[string]string{}
+		pp.Deny = map[string][]string{}
 		for _, f := range flows.PodPolicyFlows(cfg, a.flowPod(), iso.Ingress, iso.Egress) {
 			dir := "egress"
 			if f.Table == ingress {
 				dir = "ingress"
 			}
-			pp.Deny[dir] = f.String()
+			pp.Deny[dir] = append(pp.Deny[dir], f.String())
 		}
 		out = append(out, pp)
 	}

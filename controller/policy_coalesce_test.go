@@ -127,7 +127,7 @@ func TestPolicyRoundCoalescesConjunctions(t *testing.T) {
 	newIDs := map[uint32]bool{}
 	a.View(func(e *policy.Engine) {
 		for _, c := range e.Conjunctions() {
-			fresh.Set(ruleOf(c))
+			fresh.Set(ruleOf(c, false))
 			newIDs[c.ID] = true
 		}
 	})

@@ -221,8 +221,10 @@ func (s nodeSource) Policies(ctx context.Context) (PolicyReport, error) {
 			}
 			o.Rules = append(o.Rules, pr)
 		}
-		for dir, text := range pp.Deny {
-			o.Denied[dir] = counts[text]
+		for dir, texts := range pp.Deny {
+			for _, text := range texts {
+				o.Denied[dir] += counts[text] // both IP families' deny flows
+			}
 		}
 		rep.PodPolicies = append(rep.PodPolicies, o)
 	}

@@ -49,9 +49,12 @@ package flows
 // to the gateway (egress, masqueraded by the host), else dropped, counted, in egress (the
 // second slice, below; a pod's address must not leave the node unmasqueraded). With
 // Services in OVS, IPv6 goes through the Services stages as IPv4 does (service.go: its
-// own conntrack flows, IPv6 Service ports, hairpin to HairpinSNATIPv6). NetworkPolicy is not built for IPv6,
-// so NodeConfig.Validate refuses a dual-stack node with it instead of forwarding IPv6
-// unpoliced (and the conntrack stage's miss would drop IPv6 anyway).
+// own conntrack flows, IPv6 Service ports, hairpin to HairpinSNATIPv6). NetworkPolicy
+// judges IPv6 as it judges IPv4 (policy.go: conntrack per family in the same zone, the
+// rules' clauses per family, an isolated pod's default deny for both); neighbor
+// discovery never enters the policy stages (spoof_guard sends it to nd, as it sends ARP
+// to arp), so a deny-all policy leaves it working, as NetworkPolicy governs IP traffic
+// and leaves ARP alone.
 
 import (
 	"fmt"
@@ -101,7 +104,7 @@ func ipv6On(c NodeConfig) bool { return c.PodSubnetIPv6 != nil }
 // validateIPv6 checks the dual-stack part of c: both PodSubnetIPv6 and GatewayIPv6 or
 // neither; an IPv6 prefix (not IPv4-mapped, not link-local or multicast) of at most /126
 // with the gateway inside it and not its subnet-router anycast address (RFC 4291
-// §2.6.1); no NetworkPolicy (not built for IPv6: IPv6 must not pass unpoliced).
+// §2.6.1).
 func (c NodeConfig) validateIPv6() error {
 	if c.PodSubnetIPv6 == nil && c.GatewayIPv6 == nil {
 		if c.ClusterCIDRIPv6 != nil {
@@ -127,8 +130,8 @@ func (c NodeConfig) validateIPv6() error {
 			return fmt.Errorf("node config: IPv6 cluster CIDR %v is not an IPv6 prefix (not ::/0) containing IPv6 pod subnet %v: set clusterCIDRIPv6 to the range every node's IPv6 subnet is cut from", cc, sn)
 		}
 	}
-	if c.Policy || c.DenyLog {
-		return fmt.Errorf("node config: NetworkPolicy is not built for IPv6 yet (issue 23), and a dual-stack node (IPv6 pod subnet %v) would forward its pods' IPv6 unpoliced: turn networkPolicy off or run the node IPv4-only", sn)
+	if (c.Policy || c.DenyLog) && c.PodSubnet == nil {
+		return fmt.Errorf("node config: NetworkPolicy is not built for IPv6-only nodes yet (issue 23; dual-stack nodes are policed in both families), and IPv6-only node (IPv6 pod subnet %v) would forward its pods' IPv6 unpoliced: turn networkPolicy off or give the node an IPv4 pod subnet too", sn)
 	}
 	return nil
 }

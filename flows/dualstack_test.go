@@ -241,14 +241,13 @@ func TestLinkLocalFromMAC(t *testing.T) {
 }
 
 // TestDualStackValidate: what a dual-stack config and pod may not be, each refused with
-// an error naming the fix; NetworkPolicy with IPv6 is refused (IPv6 would pass unpoliced).
+// an error naming the fix; NetworkPolicy and its deny log are accepted (policy_ipv6_test.go).
 func TestDualStackValidate(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		mod  func(*NodeConfig)
 		want string
 	}{
-		{"policy", func(c *NodeConfig) { c.Policy = true }, "NetworkPolicy is not built for IPv6"},
 		{"no gateway", func(c *NodeConfig) { c.GatewayIPv6 = nil }, "gateway IPv6 address <nil>"},
 		{"gateway outside", func(c *NodeConfig) { c.GatewayIPv6 = net.ParseIP("fd00:99::1") }, "is not an address of IPv6 pod subnet"},
 		{"anycast gateway", func(c *NodeConfig) { c.GatewayIPv6 = net.ParseIP("fd00:10:244:1::") }, "subnet-router anycast"},
@@ -263,6 +262,11 @@ func TestDualStackValidate(t *testing.T) {
 		}
 	}
 	cfg := testDualStackConfig()
+	cfg.Policy, cfg.DenyLog = true, true
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("dual-stack node with NetworkPolicy and its deny log: %v", err)
+	}
+	cfg = testDualStackConfig()
 	with := func(ips ...string) Pod {
 		p := testPodA()
 		p.IPs = nil

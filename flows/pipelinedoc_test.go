@@ -192,3 +192,67 @@ func TestPipelineDocIPv6Services(t *testing.T) {
 	}
 	compareLines(t, "docs/pipeline.md, IPv6 Services section (with a leading space in the file)", doc, want)
 }
+
+// TestPipelineDocDualStackPolicy: the block of docs/pipeline.md's section "Dual-stack
+// node with NetworkPolicy: the IPv6 policy flows" is exactly the flows the dual-stack
+// node with NetworkPolicy on (the doc's node: pod A, now with its IPv6 address, isolated
+// for ingress, rule 1 allowing peer B's IPv4 and IPv6 pod subnets on TCP/80; peer B) has
+// beyond the IPv4 doc node's and the dual-stack section's, in the order of a dump.
+func TestPipelineDocDualStackPolicy(t *testing.T) {
+	data, err := os.ReadFile("../docs/pipeline.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const title = "## Dual-stack node with NetworkPolicy: the IPv6 policy flows"
+	_, section, ok := strings.Cut(string(data), "\n"+title+"\n")
+	if !ok {
+		t.Fatalf("docs/pipeline.md has no section %q", title)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	var doc []string
+	inBlock := false
+	for _, l := range strings.Split(section, "\n") {
+		if strings.HasPrefix(l, "```") {
+			inBlock = !inBlock
+			continue
+		}
+		if inBlock && strings.HasPrefix(l, " cookie=") {
+			doc = append(doc, strings.TrimPrefix(l, " "))
+		}
+	}
+	old := map[string]bool{}
+	_, v4 := docFlows()
+	ds := testDualStackEgressConfig()
+	v4 = append(v4, PipelineFlows(ds)...)
+	v4 = append(v4, PodFlows(ds, testDualPodA())...)
+	v4 = append(v4, PeerFlows(ds, testDualPeerB())...)
+	for _, f := range v4 {
+		old[f.Format(docPorts)] = true
+	}
+	cfg := testDualStackEgressConfig()
+	cfg.Policy = true
+	all := append(PipelineFlows(cfg), PodFlows(cfg, testDualPodA())...)
+	all = append(all, PodPolicyFlows(cfg, testDualPodA(), true, false)...)
+	set := NewPolicyFlowSet(cfg)
+	set.Set(PolicyRule{ID: 1, Pods: []Pod{testDualPodA()}, Peers: []*net.IPNet{mustCIDR("10.244.2.0/24"), mustCIDR6("fd00:10:244:2::/64")},
+		Ports: []PolicyPort{{Proto: IPProtoTCP, Port: 80, Mask: 0xffff}}})
+	all = append(all, set.Flows()...)
+	all = append(all, PeerFlows(cfg, testDualPeerB())...)
+	var fs []Flow
+	for _, f := range all {
+		if !old[f.Format(docPorts)] {
+			fs = append(fs, f)
+		}
+	}
+	sort.SliceStable(fs, func(i, j int) bool {
+		a, b := fs[i], fs[j]
+		if a.Table != b.Table {
+			return a.Table < b.Table
+		}
+		if a.Priority != b.Priority {
+			return a.Priority > b.Priority
+		}
+		return a.Cookie.Owner() < b.Cookie.Owner()
+	})
+	compareLines(t, "docs/pipeline.md, dual-stack NetworkPolicy section (with a leading space in the file)", doc, lines(fs, docPorts))
+}

@@ -57,7 +57,8 @@ const ConntrackZone uint16 = 0xff00
 const DenyLogMeter uint32 = 1
 
 // DenyLogMaxLen is how many bytes of a denied packet go to the controller: enough for
-// the IPv4, TCP/UDP/SCTP headers.
+// the Ethernet, IPv4 or IPv6 (40 bytes, and a few extension headers) and
+// TCP/UDP/SCTP/ICMP headers.
 const DenyLogMaxLen uint16 = 128
 
 // Priorities within the policy stages.
@@ -117,12 +118,46 @@ func conntrackNode(b builder) []Flow {
 			s.flow(PipelineOwner, PriorityNodeTraffic, Match{EthType: EthTypeIPv4, IPDst: hostPrefix(a)}, b.goTo("remote")),
 		)
 	}
+	fs = append(fs, conntrackNodeIPv6(b)...)
 	if b.uses(FeatureServices) {
 		// service_conntrack tracked every IP packet in ConntrackZone already, with nat: a
 		// second lookup of the translated packet would not find its connection.
 		return append(fs, s.flow(PipelineOwner, PriorityPass, Match{EthType: EthTypeIPv4}, b.goTo(StageConntrackState)))
 	}
 	return append(fs, s.flow(PipelineOwner, PriorityPass, Match{EthType: EthTypeIPv4}, CT{Zone: ConntrackZone, Table: b.goTo(StageConntrackState).Table}))
+}
+
+// conntrackNodeIPv6: on a dual-stack node, IPv6 from the host's gateway address and to it
+// skips conntrack and the rules as IPv4 does, and the rest of IPv6 goes through conntrack
+// in the same zone, or, with Services in OVS, on to conntrack_state (service_conntrack
+// tracked IPv6 with nat as it tracks IPv4). Nothing on an IPv4-only node.
+//
+//	table=conntrack, priority=200,ipv6,reg0=0x1/0xf,ipv6_src=GW6 actions=goto_table:remote
+//	table=conntrack, priority=200,ipv6,ipv6_dst=GW6 actions=goto_table:remote
+//	table=conntrack, priority=1,ipv6 actions=ct(table="conntrack_state",zone=65280)
+func conntrackNodeIPv6(b builder) []Flow {
+	if !ipv6On(b.cfg) {
+		return nil
+	}
+	s := b.in(StageConntrack)
+	gw := hostPrefix6(b.cfg.GatewayIPv6)
+	fs := []Flow{
+		s.flow(PipelineOwner, PriorityNodeTraffic, Match{EthType: EthTypeIPv6, Regs: []RegMark{FromGateway}, IPv6Src: gw}, b.goTo("remote")),
+		s.flow(PipelineOwner, PriorityNodeTraffic, Match{EthType: EthTypeIPv6, IPv6Dst: gw}, b.goTo("remote")),
+	}
+	if b.uses(FeatureServices) {
+		return append(fs, s.flow(PipelineOwner, PriorityPass, Match{EthType: EthTypeIPv6}, b.goTo(StageConntrackState)))
+	}
+	return append(fs, s.flow(PipelineOwner, PriorityPass, Match{EthType: EthTypeIPv6}, CT{Zone: ConntrackZone, Table: b.goTo(StageConntrackState).Table}))
+}
+
+// ipFamilies are the EtherTypes the policy stages handle on node cfg: IPv4, and IPv6 on a
+// dual-stack node.
+func ipFamilies(cfg NodeConfig) []uint16 {
+	if ipv6On(cfg) {
+		return []uint16{EthTypeIPv4, EthTypeIPv6}
+	}
+	return []uint16{EthTypeIPv4}
 }
 
 // conntrackStateNode: established and related go on to remote, SCTP in the original
@@ -132,16 +167,22 @@ func conntrackNode(b builder) []Flow {
 //	table="conntrack_state", priority=210,ct_state=-new-rpl-inv+trk,sctp actions=goto_table:"egress_rules"
 //	table="conntrack_state", priority=200,ct_state=-new-inv+trk,ip actions=goto_table:remote
 //	table="conntrack_state", priority=190,ct_state=+inv+trk,ip actions=drop
+//
+// On a dual-stack node the same three flows for IPv6 (sctp6, ipv6).
 func conntrackStateNode(b builder) []Flow {
 	s := b.in(StageConntrackState)
-	return []Flow{
-		s.flow(PipelineOwner, PrioritySCTPRecheck,
-			Match{EthType: EthTypeIPv4, IPProto: IPProtoSCTP, CTState: &CTState{Set: CTTrk, Clear: CTNew | CTRpl | CTInv}}, s.next()),
-		s.flow(PipelineOwner, PriorityTracked,
-			Match{EthType: EthTypeIPv4, CTState: &CTState{Set: CTTrk, Clear: CTNew | CTInv}}, b.goTo("remote")),
-		s.flow(PipelineOwner, PriorityInvalid,
-			Match{EthType: EthTypeIPv4, CTState: &CTState{Set: CTInv | CTTrk}}, Drop{}),
+	var fs []Flow
+	for _, et := range ipFamilies(b.cfg) {
+		fs = append(fs,
+			s.flow(PipelineOwner, PrioritySCTPRecheck,
+				Match{EthType: et, IPProto: IPProtoSCTP, CTState: &CTState{Set: CTTrk, Clear: CTNew | CTRpl | CTInv}}, s.next()),
+			s.flow(PipelineOwner, PriorityTracked,
+				Match{EthType: et, CTState: &CTState{Set: CTTrk, Clear: CTNew | CTInv}}, b.goTo("remote")),
+			s.flow(PipelineOwner, PriorityInvalid,
+				Match{EthType: et, CTState: &CTState{Set: CTInv | CTTrk}}, Drop{}),
+		)
 	}
+	return fs
 }
 
 // egressRulesNode: traffic to the service CIDR goes on to the host (kube-proxy). After
@@ -167,8 +208,12 @@ func conntrackCommitNode(b builder) []Flow {
 	if b.uses(FeatureServices) {
 		st.Clear = CTDnat // a Service connection was committed with its DNAT (service.go)
 	}
-	return []Flow{s.flow(PipelineOwner, PriorityNormal,
-		Match{EthType: EthTypeIPv4, CTState: st}, CT{Commit: true, Zone: ConntrackZone}, s.next())}
+	var fs []Flow
+	for _, et := range ipFamilies(b.cfg) {
+		fs = append(fs, s.flow(PipelineOwner, PriorityNormal,
+			Match{EthType: et, CTState: st}, CT{Commit: true, Zone: ConntrackZone}, s.next()))
+	}
+	return fs
 }
 
 // nodeAddresses returns the node's own IPv4 addresses as pods see them: the gateway IP
@@ -183,12 +228,17 @@ func nodeAddresses(cfg NodeConfig) []net.IP {
 
 // PodPolicyFlows returns local pod's default-deny flows for the directions it is
 // isolated in (owner OwnerPod, so PodCookie deletes them with the pod): egress in
-// egress_rules by nw_src, ingress in ingress_rules by reg1 (its ofport). With
+// egress_rules by nw_src, ingress in ingress_rules by reg1 (its ofport); on a dual-stack
+// node the same for IPv6 (by ipv6_src, its IPv6 address's and its link-local one's, when
+// the pod has an IPv6 address, and reg1). With
 // cfg.DenyLog the denied packet also goes to the controller through DenyLogMeter.
 // Nothing without cfg.Policy.
 //
 //	table="egress_rules", priority=100,ip,nw_src=IP actions=drop
 //	table="ingress_rules", priority=100,ip,reg1=P actions=drop
+//	table="egress_rules", priority=100,ipv6,ipv6_src=IP6 actions=drop (dual-stack)
+//	table="egress_rules", priority=100,ipv6,ipv6_src=LL actions=drop (dual-stack)
+//	table="ingress_rules", priority=100,ipv6,reg1=P actions=drop (dual-stack)
 func PodPolicyFlows(cfg NodeConfig, pod Pod, ingress, egress bool) []Flow {
 	if !cfg.Policy {
 		return nil
@@ -205,9 +255,21 @@ func PodPolicyFlows(cfg NodeConfig, pod Pod, ingress, egress bool) []Flow {
 	}
 	if egress {
 		fs = append(fs, deny(StageEgressRules, Match{EthType: EthTypeIPv4, IPSrc: hostPrefix(pod.IPv4())}))
+		if ip6 := pod.IPv6(); ip6 != nil && ipv6On(cfg) {
+			fs = append(fs, deny(StageEgressRules, Match{EthType: EthTypeIPv6, IPv6Src: hostPrefix6(ip6)}))
+			// Its link-local address is no pod IP, so no rule allows it; without this flow
+			// IP from it (to a local pod's global address, say) would pass the isolated
+			// pod's egress. Neighbor discovery from it never comes here.
+			if ll := LinkLocalFromMAC(pod.MAC); ll != nil {
+				fs = append(fs, deny(StageEgressRules, Match{EthType: EthTypeIPv6, IPv6Src: hostPrefix6(ll)}))
+			}
+		}
 	}
 	if ingress {
 		fs = append(fs, deny(StageIngressRules, Match{EthType: EthTypeIPv4, Regs: []RegMark{{Range: OutPortField, Value: pod.OFPort}}}))
+		if ipv6On(cfg) {
+			fs = append(fs, deny(StageIngressRules, Match{EthType: EthTypeIPv6, Regs: []RegMark{{Range: OutPortField, Value: pod.OFPort}}}))
+		}
 	}
 	return fs
 }
@@ -290,7 +352,7 @@ func NewPolicyFlowSet(cfg NodeConfig) *PolicyFlowSet {
 // CNI ADD whose rule updates cost O(pods on the node) and one whose cost is flat
 // (bench/RESULTS.md "Density").
 func (s *PolicyFlowSet) Set(r PolicyRule) []string {
-	if old, ok := s.last[r.ID]; ok && !s.full && sameShape(old, r) && old.hasFlows() && r.hasFlows() && v4peers(old) && v4peers(r) {
+	if old, ok := s.last[r.ID]; ok && !s.full && sameShape(old, r) && old.hasFlows() && r.hasFlows() && peersKnown(old) && peersKnown(r) {
 		return s.setPodsPeers(old, r)
 	}
 	// What r's id contributed before, by key.
@@ -510,14 +572,46 @@ func sameShape(a, b PolicyRule) bool {
 	return true
 }
 
-// podClause returns rule r's contribution for pod p: its clause of the conjunction (or,
-// for a rule with only its pod dimension, its allow flow), with the flow's match key.
-func (s *PolicyFlowSet) podClause(r PolicyRule, p Pod) contribution {
+// podMatches returns the matches of local pod p's clause in a rule of direction egress,
+// one per IP family of node cfg: ingress by its ofport (reg1), egress by its address
+// (an IPv6 one only when the pod has one).
+func podMatches(cfg NodeConfig, egress bool, p Pod) []Match {
+	if !egress {
+		var ms []Match
+		for _, et := range ipFamilies(cfg) {
+			ms = append(ms, Match{EthType: et, Regs: []RegMark{{Range: OutPortField, Value: p.OFPort}}})
+		}
+		return ms
+	}
+	ms := []Match{{EthType: EthTypeIPv4, IPSrc: hostPrefix(p.IPv4())}}
+	if ip6 := p.IPv6(); ip6 != nil && ipv6On(cfg) {
+		ms = append(ms, Match{EthType: EthTypeIPv6, IPv6Src: hostPrefix6(ip6)})
+	}
+	return ms
+}
+
+// peerMatch returns the match of peer prefix pr in a rule of direction egress: nw_src or
+// nw_dst for an IPv4 prefix, ipv6_src or ipv6_dst for an IPv6 one.
+func peerMatch(egress bool, pr *net.IPNet) Match {
+	if pr.IP.To4() == nil {
+		if egress {
+			return Match{EthType: EthTypeIPv6, IPv6Dst: pr}
+		}
+		return Match{EthType: EthTypeIPv6, IPv6Src: pr}
+	}
+	if egress {
+		return Match{EthType: EthTypeIPv4, IPDst: pr}
+	}
+	return Match{EthType: EthTypeIPv4, IPSrc: pr}
+}
+
+// podClauses returns rule r's contributions for pod p, one per IP family: its clause of
+// the conjunction (or, for a rule with only its pod dimension, its allow flows), with the
+// flows' match keys.
+func (s *PolicyFlowSet) podClauses(r PolicyRule, p Pod) []contribution {
 	t, _ := StageTable(StageIngressRules)
-	m := Match{EthType: EthTypeIPv4, Regs: []RegMark{{Range: OutPortField, Value: p.OFPort}}}
 	if r.Egress {
 		t, _ = StageTable(StageEgressRules)
-		m = Match{EthType: EthTypeIPv4, IPSrc: hostPrefix(p.IPv4())}
 	}
 	n := uint8(1)
 	if !r.AnyPeer {
@@ -526,36 +620,39 @@ func (s *PolicyFlowSet) podClause(r PolicyRule, p Pod) contribution {
 	if !r.AnyPort {
 		n++
 	}
-	if n == 1 {
-		f := Flow{Table: t, Priority: PriorityPolicyAllowAll, Match: m}
-		return contribution{flow: f, key: f.MatchKey(), allow: true}
+	var out []contribution
+	for _, m := range podMatches(s.cfg, r.Egress, p) {
+		if n == 1 {
+			f := Flow{Table: t, Priority: PriorityPolicyAllowAll, Match: m}
+			out = append(out, contribution{flow: f, key: f.MatchKey(), allow: true})
+			continue
+		}
+		f := Flow{Table: t, Priority: PriorityPolicyRule, Match: m}
+		out = append(out, contribution{flow: f, key: f.MatchKey(), conj: Conjunction{ID: r.ID, Clause: 1, NClauses: n}})
 	}
-	f := Flow{Table: t, Priority: PriorityPolicyRule, Match: m}
-	return contribution{flow: f, key: f.MatchKey(), conj: Conjunction{ID: r.ID, Clause: 1, NClauses: n}}
+	return out
 }
 
 // peerClause returns rule r's contribution for peer pr (a rule with a peer dimension,
 // !r.AnyPeer): its peer clause, 2, of the conjunction, with the flow's match key.
 func (s *PolicyFlowSet) peerClause(r PolicyRule, pr *net.IPNet) contribution {
 	t, _ := StageTable(StageIngressRules)
-	m := Match{EthType: EthTypeIPv4, IPSrc: pr}
 	if r.Egress {
 		t, _ = StageTable(StageEgressRules)
-		m = Match{EthType: EthTypeIPv4, IPDst: pr}
 	}
 	n := uint8(2)
 	if !r.AnyPort {
 		n++
 	}
-	f := Flow{Table: t, Priority: PriorityPolicyRule, Match: m}
+	f := Flow{Table: t, Priority: PriorityPolicyRule, Match: peerMatch(r.Egress, pr)}
 	return contribution{flow: f, key: f.MatchKey(), conj: Conjunction{ID: r.ID, Clause: 2, NClauses: n}}
 }
 
 // setPodsPeers is Set for rule r whose shape (direction, ports) is that of old, its last
 // Set (both with flows): only the pods' and the peers' clause flows differ. Pods are told
-// apart by what their clause matches (the ofport for ingress, the IPv4 address for
-// egress), peers by their masked IPv4 prefix, so only the pods and peers added and
-// removed are turned into flows.
+// apart by what their clause matches (the ofport for ingress, the addresses for egress),
+// peers by their masked prefix, so only the pods and peers added and removed are turned
+// into flows.
 func (s *PolicyFlowSet) setPodsPeers(old, r PolicyRule) []string {
 	s.last[r.ID] = r.clone()
 	changed := map[string]bool{}
@@ -587,17 +684,36 @@ func (s *PolicyFlowSet) setPodsPeers(old, r PolicyRule) []string {
 	}
 
 	if !samePods(old.Pods, r.Pods) {
-		podID := func(p Pod) uint64 {
+		type podKey struct {
+			id  uint64
+			ip6 [16]byte // egress on a dual-stack node: the IPv6 address (zero: none)
+		}
+		dual := ipv6On(s.cfg)
+		podID := func(p Pod) podKey {
 			if r.Egress {
+				var k podKey
 				if ip := p.IPv4(); len(ip) == net.IPv4len {
-					return 1<<32 | uint64(binary.BigEndian.Uint32(ip))
+					k.id = 1<<32 | uint64(binary.BigEndian.Uint32(ip))
+				} else {
+					k.id = 1 << 33 // no address: all alike, as their (empty) matches are
 				}
-				return 1 << 33 // no address: all alike, as their (empty) matches are
+				if ip6 := p.IPv6(); dual && ip6 != nil {
+					k.ip6 = [16]byte(ip6.To16())
+				}
+				return k
 			}
-			return uint64(p.OFPort)
+			return podKey{id: uint64(p.OFPort)}
 		}
 		diffMembers(old.Pods, r.Pods, podID,
-			func(p Pod) { add(s.podClause(r, p)) }, func(p Pod) { drop(s.podClause(r, p).key) })
+			func(p Pod) {
+				for _, c := range s.podClauses(r, p) {
+					add(c)
+				}
+			}, func(p Pod) {
+				for _, c := range s.podClauses(r, p) {
+					drop(c.key)
+				}
+			})
 	}
 	if !r.AnyPeer && !samePeers(old.Peers, r.Peers) {
 		diffMembers(old.Peers, r.Peers, peerID,
@@ -615,23 +731,36 @@ func (s *PolicyFlowSet) setPodsPeers(old, r PolicyRule) []string {
 	return sortedKeys(changed)
 }
 
-// peerID is a peer's identity as its flow matches it: the masked IPv4 address and the
-// mask (v4peers: every peer of a rule on the incremental path is IPv4).
-func peerID(pr *net.IPNet) (id [8]byte) {
-	ip, mask := pr.IP.To4(), pr.Mask
-	if len(mask) == net.IPv6len {
-		mask = mask[12:]
+// peerID is a peer's identity as its flow matches it: the family (4 or 6), the masked
+// address and the mask (peersKnown: every peer of a rule on the incremental path is an
+// IPv4 or IPv6 prefix).
+func peerID(pr *net.IPNet) (id [33]byte) {
+	mask := pr.Mask
+	if ip := pr.IP.To4(); ip != nil {
+		if len(mask) == net.IPv6len {
+			mask = mask[12:]
+		}
+		id[0] = 4
+		copy(id[17:], mask)
+		copy(id[1:], ip.Mask(mask))
+		return id
 	}
-	copy(id[4:], mask)
-	copy(id[:4], ip.Mask(mask))
+	id[0] = 6
+	copy(id[17:], mask)
+	copy(id[1:], pr.IP.To16().Mask(mask))
 	return id
 }
 
-// v4peers reports whether every peer of r is an IPv4 prefix with an IPv4 mask (what
-// peerID tells apart).
-func v4peers(r PolicyRule) bool {
+// peersKnown reports whether every peer of r is an IPv4 prefix (with an IPv4 or IPv6
+// mask) or an IPv6 prefix with an IPv6 mask (what peerID tells apart).
+func peersKnown(r PolicyRule) bool {
 	for _, pr := range r.Peers {
-		if pr.IP.To4() == nil || (len(pr.Mask) != net.IPv4len && len(pr.Mask) != net.IPv6len) {
+		switch {
+		case pr.IP.To4() != nil:
+			if len(pr.Mask) != net.IPv4len && len(pr.Mask) != net.IPv6len {
+				return false
+			}
+		case len(pr.IP) != net.IPv6len || len(pr.Mask) != net.IPv6len:
 			return false
 		}
 	}
@@ -644,7 +773,7 @@ func samePods(a, b []Pod) bool {
 		return false
 	}
 	for i := range a {
-		if a[i].OFPort != b[i].OFPort || !a[i].IPv4().Equal(b[i].IPv4()) {
+		if a[i].OFPort != b[i].OFPort || !a[i].IPv4().Equal(b[i].IPv4()) || !a[i].IPv6().Equal(b[i].IPv6()) {
 			return false
 		}
 	}
@@ -666,7 +795,12 @@ func samePeers(a, b []*net.IPNet) bool {
 }
 
 // contributions lists rule r's flows: one per pod, peer and port (clauses) and the
-// conj_id flow; or, for a rule with only its pod dimension, one allow flow per pod.
+// conj_id flow; or, for a rule with only its pod dimension, one allow flow per pod. On a
+// dual-stack node the pod, port and conj_id flows are there once per IP family (a pod's
+// IPv6 clause by ipv6_src or reg1, a port's by tcp6/udp6/sctp6, conj_id with ipv6), and
+// each peer prefix is a flow of its own family: a packet of one family matches only its
+// family's flows, so a conjunction never mixes them, and an ipBlock matches its own
+// family only.
 //
 //	egress:  table="egress_rules", priority=200,ip,nw_src=POD actions=conjunction(ID,1/3)
 //	         table="egress_rules", priority=200,ip,nw_dst=PEER actions=conjunction(ID,2/3)
@@ -691,43 +825,41 @@ func (s *PolicyFlowSet) contributions(r PolicyRule) []contribution {
 	}
 	var out []contribution
 	flow := func(prio uint16, m Match) Flow {
-		m.EthType = EthTypeIPv4
 		return Flow{Table: t, Priority: prio, Match: m}
 	}
-	podMatch := func(p Pod) Match {
-		if r.Egress {
-			return Match{IPSrc: hostPrefix(p.IPv4())}
-		}
-		return Match{Regs: []RegMark{{Range: OutPortField, Value: p.OFPort}}}
-	}
+	fams := ipFamilies(s.cfg)
 	if n == 1 {
 		for _, p := range r.Pods {
-			out = append(out, contribution{flow: flow(PriorityPolicyAllowAll, podMatch(p)), allow: true})
+			for _, m := range podMatches(s.cfg, r.Egress, p) {
+				out = append(out, contribution{flow: flow(PriorityPolicyAllowAll, m), allow: true})
+			}
 		}
 		return out
 	}
 	clause := uint8(1)
 	for _, p := range r.Pods {
-		out = append(out, contribution{flow: flow(PriorityPolicyRule, podMatch(p)), conj: Conjunction{ID: r.ID, Clause: clause, NClauses: n}})
+		for _, m := range podMatches(s.cfg, r.Egress, p) {
+			out = append(out, contribution{flow: flow(PriorityPolicyRule, m), conj: Conjunction{ID: r.ID, Clause: clause, NClauses: n}})
+		}
 	}
 	if !r.AnyPeer {
 		clause++
 		for _, pr := range r.Peers {
-			m := Match{IPSrc: pr}
-			if r.Egress {
-				m = Match{IPDst: pr}
-			}
-			out = append(out, contribution{flow: flow(PriorityPolicyRule, m), conj: Conjunction{ID: r.ID, Clause: clause, NClauses: n}})
+			out = append(out, contribution{flow: flow(PriorityPolicyRule, peerMatch(r.Egress, pr)), conj: Conjunction{ID: r.ID, Clause: clause, NClauses: n}})
 		}
 	}
 	if !r.AnyPort {
 		clause++
 		for _, pp := range r.Ports {
-			m := Match{IPProto: pp.Proto, TPDst: pp.Port & pp.Mask, TPDstMask: pp.Mask}
-			out = append(out, contribution{flow: flow(PriorityPolicyRule, m), conj: Conjunction{ID: r.ID, Clause: clause, NClauses: n}})
+			for _, et := range fams {
+				m := Match{EthType: et, IPProto: pp.Proto, TPDst: pp.Port & pp.Mask, TPDstMask: pp.Mask}
+				out = append(out, contribution{flow: flow(PriorityPolicyRule, m), conj: Conjunction{ID: r.ID, Clause: clause, NClauses: n}})
+			}
 		}
 	}
-	out = append(out, contribution{flow: flow(PriorityPolicyRule, Match{ConjID: r.ID}), conjID: r.ID})
+	for _, et := range fams {
+		out = append(out, contribution{flow: flow(PriorityPolicyRule, Match{EthType: et, ConjID: r.ID}), conjID: r.ID})
+	}
 	return dedupe(out)
 }
 

@@ -90,7 +90,11 @@ func TestPodPolicyFlowsGolden(t *testing.T) {
 func testRule(id uint32, egress bool, pods []Pod, peers []string, ports []PolicyPort) PolicyRule {
 	r := PolicyRule{ID: id, Egress: egress, Pods: pods, AnyPeer: peers == nil, AnyPort: ports == nil, Ports: ports}
 	for _, p := range peers {
-		r.Peers = append(r.Peers, mustCIDR(p))
+		if strings.Contains(p, ":") {
+			r.Peers = append(r.Peers, mustCIDR6(p))
+		} else {
+			r.Peers = append(r.Peers, mustCIDR(p))
+		}
 	}
 	return r
 }

@@ -7,6 +7,7 @@ package policy
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -78,8 +79,8 @@ func StripNetworkPolicy(obj any) (any, error) {
 	}, nil
 }
 
-// ConvertPod returns the model's view of p: IPv4 pod IPs (status.podIPs, else
-// status.podIP), container ports (TCP when the protocol is unset; ports outside 1..65535
+// ConvertPod returns the model's view of p: its pod IPs of both families (status.podIPs,
+// else status.podIP; IPv4-mapped IPv6 unmapped), container ports (TCP when the protocol is unset; ports outside 1..65535
 // dropped), host network, and Terminal for phase Succeeded or Failed.
 func ConvertPod(p *corev1.Pod) *Pod {
 	out := &Pod{
@@ -92,8 +93,10 @@ func ConvertPod(p *corev1.Pod) *Pod {
 		ips = []corev1.PodIP{{IP: p.Status.PodIP}}
 	}
 	for _, ip := range ips {
-		if a, err := netip.ParseAddr(ip.IP); err == nil && a.Is4() {
-			out.IPs = append(out.IPs, a)
+		if a, err := netip.ParseAddr(ip.IP); err == nil && a.Zone() == "" {
+			if a = a.Unmap(); !slices.Contains(out.IPs, a) {
+				out.IPs = append(out.IPs, a)
+			}
 		}
 	}
 	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
@@ -148,8 +151,8 @@ func selector(s *metav1.LabelSelector) labels.Selector {
 //     always, Egress when spec.egress has rules; listed types are taken as they are;
 //   - rules of a direction not in policyTypes ignored (they cannot allow anything);
 //   - podSelector as a selector (empty = every pod of the namespace);
-//   - peers: ipBlock as cidr minus except (IPv4 only; an IPv6 ipBlock selects nothing
-//     here), podSelector and/or namespaceSelector;
+//   - peers: ipBlock as cidr minus except (either family; an except of the other family,
+//     which the API server refuses, is ignored), podSelector and/or namespaceSelector;
 //   - ports: protocol TCP by default, numeric or named port, endPort ranges; a port the
 //     API should have refused matches nothing rather than everything.
 func ConvertPolicy(np *networkingv1.NetworkPolicy) *Policy {
@@ -194,7 +197,7 @@ func convertPeer(pp networkingv1.NetworkPolicyPeer) Peer {
 	if b := pp.IPBlock; b != nil {
 		peer := Peer{IsIPBlock: true}
 		cidr, err := netip.ParsePrefix(strings.TrimSpace(b.CIDR))
-		if err != nil || !cidr.Addr().Is4() {
+		if err != nil || cidr.Addr().Zone() != "" {
 			return peer // selects nothing
 		}
 		var except []netip.Prefix

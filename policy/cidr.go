@@ -13,19 +13,22 @@ import (
 	"sort"
 )
 
-// ExceptCIDRs returns the IPv4 prefixes that together hold exactly the addresses of cidr
-// that are in none of except (networking.k8s.io/v1 IPBlock: "except is a list of CIDRs
-// that should not be included within an IPBlock"), sorted by address. Excepts outside
-// cidr are ignored; an except holding all of cidr leaves nothing (nil). Prefixes are
-// masked (10.1.2.3/16 is 10.1.0.0/16). Non-IPv4 input gives nil.
+// ExceptCIDRs returns the prefixes that together hold exactly the addresses of cidr that
+// are in none of except (networking.k8s.io/v1 IPBlock: "except is a list of CIDRs that
+// should not be included within an IPBlock"), sorted by address, of cidr's family (IPv4
+// or IPv6). Excepts outside cidr, or of the other family (the API server refuses both:
+// an except must be a strict subset of cidr), are ignored; an except holding all of cidr
+// leaves nothing (nil). Prefixes are masked (10.1.2.3/16 is 10.1.0.0/16). An invalid
+// cidr gives nil. An IPv4-mapped IPv6 cidr is IPv6 (it holds no IPv4 address, as for the
+// API server's net.IPNet).
 func ExceptCIDRs(cidr netip.Prefix, except []netip.Prefix) []netip.Prefix {
-	if !cidr.IsValid() || !cidr.Addr().Is4() {
+	if !cidr.IsValid() {
 		return nil
 	}
 	cidr = cidr.Masked()
 	var ex []netip.Prefix
 	for _, e := range except {
-		if e.IsValid() && e.Addr().Is4() && e.Overlaps(cidr) {
+		if e.IsValid() && e.Addr().Is4() == cidr.Addr().Is4() && e.Overlaps(cidr) {
 			ex = append(ex, e.Masked())
 		}
 	}
@@ -52,15 +55,16 @@ func subtract(p netip.Prefix, ex []netip.Prefix) []netip.Prefix {
 	return append(subtract(lo, inside), subtract(hi, inside)...)
 }
 
-// halves splits an IPv4 prefix shorter than /32 into its two halves.
+// halves splits a masked prefix shorter than its family's full length (/32, /128) into
+// its two halves.
 func halves(p netip.Prefix) (netip.Prefix, netip.Prefix) {
 	bits := p.Bits() + 1
 	lo := netip.PrefixFrom(p.Addr(), bits)
-	a := p.Addr().As4()
-	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
-	v |= uint32(1) << (32 - bits)
-	hi := netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), bits)
-	return lo, hi
+	a := p.Addr().AsSlice()
+	i := p.Bits() // the bit that tells the halves apart, counted from the first
+	a[i/8] |= 0x80 >> (i % 8)
+	ha, _ := netip.AddrFromSlice(a)
+	return lo, netip.PrefixFrom(ha, bits)
 }
 
 // prefixLess orders prefixes by address, then by length (shorter first).

@@ -34,9 +34,13 @@
 // ingress, the peer pod for egress; a pod that has no container port of that name and
 // protocol does not match, and an ipBlock peer never matches a named port (it has no pod).
 //
-// Peers are pods' IPv4 addresses (pods on the host network, terminated pods and pods
-// without an address are never peers) and ipBlocks' IPv4 CIDRs; IPv6 is ignored, as
-// ofsdn is IPv4 only.
+// Peers are pods' addresses, every one of status.podIPs (both families on a dual-stack
+// cluster; pods on the host network, terminated pods and pods without an address are
+// never peers), and ipBlocks' CIDRs of either family minus their excepts; an ipBlock
+// matches addresses of its own family only (an except of the other family cannot be
+// there: the API server refuses an except that is not inside the cidr). A local pod's
+// addresses are all of its attachment's. The flows keep each family apart (package
+// flows); an IPv4-only node gets IPv4 peers only (controller).
 //
 // # Design history
 //

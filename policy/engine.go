@@ -71,7 +71,7 @@ type podState struct {
 	localIPs []netip.Addr // the attachment's addresses (known before status.podIPs is)
 }
 
-// ips returns the pod's IPv4 addresses: status IPs plus the local attachment's. The
+// ips returns the pod's addresses (both families): status IPs plus the local attachment's. The
 // result may share the pod's or the attachment's slice: callers only read it (a rule's
 // compilation reads every member's, so the common cases allocate nothing).
 func (s *podState) ips() []netip.Addr {
@@ -428,7 +428,7 @@ func (e *Engine) updateMembership(k string, old, st *podState, dirty map[*ruleSt
 		case !in && was:
 			delete(r.members, k)
 			dirty[r] = true
-		case in && dataChanged:
+		case in && (dataChanged || blockFamiliesMatter(r, st)):
 			dirty[r] = true
 		}
 	}
@@ -601,6 +601,9 @@ func (e *Engine) namespaceChanged(name string) Changes {
 		}
 		for k, st := range e.byNS[name] {
 			in := e.matchesPeer(ps, r, st)
+			if in && blockFamiliesMatter(r, st) {
+				dirty[r] = true // its selectors may now match it, or no longer: its families
+			}
 			if in != r.members[k] {
 				if in {
 					r.members[k] = true
@@ -721,6 +724,57 @@ func hasNamedPort(r *Rule) bool {
 	}
 	for _, p := range r.Ports {
 		if p.Name != "" && !p.Invalid {
+			return true
+		}
+	}
+	return false
+}
+
+// matchesSelectorPeer reports whether pod st is selected by one of rule r's selector
+// peers (not its ipBlocks): matchesPeer without the named-egress ipBlock membership.
+func (e *Engine) matchesSelectorPeer(ps *policyState, r *ruleState, st *podState) bool {
+	for _, peer := range r.rule.Peers {
+		if peer.IsIPBlock {
+			continue
+		}
+		one := &ruleState{rule: &Rule{Peers: []Peer{peer}}}
+		if e.matchesPeer(ps, one, st) {
+			return true
+		}
+	}
+	return false
+}
+
+// blockFamiliesMatter reports whether member st of rule r counts in build by the IP
+// families its ipBlocks hold it in unless a selector peer matches it (a dual-stack pod,
+// an egress rule with named ports and ipBlocks): a change of its labels or its
+// namespace's can change its peer addresses without changing its membership, so such
+// rules are compiled again on every event of the pod.
+func blockFamiliesMatter(r *ruleState, st *podState) bool {
+	return r.namedEgress && !r.rule.AllPeers && hasIPBlock(r.rule) && mixedFamilies(st.ips())
+}
+
+// mixedFamilies reports whether ips hold addresses of both IP families.
+func mixedFamilies(ips []netip.Addr) bool {
+	var v4, v6 bool
+	for _, ip := range ips {
+		v4, v6 = v4 || ip.Is4(), v6 || !ip.Is4()
+	}
+	return v4 && v6
+}
+
+// familyIndex is 0 for an IPv4 address, 1 for IPv6.
+func familyIndex(ip netip.Addr) int {
+	if ip.Is4() {
+		return 0
+	}
+	return 1
+}
+
+// ruleBlocksHold reports whether one of rule r's ipBlock peers holds ip.
+func ruleBlocksHold(r *Rule, ip netip.Addr) bool {
+	for _, p := range r.Peers {
+		if p.IsIPBlock && blockHolds(p.IPBlock, []netip.Addr{ip}) {
 			return true
 		}
 	}
@@ -958,8 +1012,24 @@ func (e *Engine) build(ps *policyState, r *ruleState) map[string]*Conjunction {
 		if st == nil {
 			continue
 		}
+		// A pod that is a member only because an ipBlock holds one of its addresses (egress
+		// with named ports) is a peer in the families the blocks hold it in, not by all of
+		// its addresses: on a dual-stack cluster an IPv6 block must not admit its IPv4
+		// address (and an IPv4 block not its IPv6 one).
+		var held [2]bool // IPv4, IPv6: a block holds one of its addresses of the family
+		byBlockOnly := r.namedEgress && !rule.AllPeers && hasIPBlock(rule) && mixedFamilies(st.ips()) && !e.matchesSelectorPeer(ps, r, st)
+		if byBlockOnly {
+			for _, ip := range st.ips() {
+				if ruleBlocksHold(rule, ip) {
+					held[familyIndex(ip)] = true
+				}
+			}
+		}
 		for _, ip := range st.ips() {
-			addrs = append(addrs, addr{prefix: netip.PrefixFrom(ip, 32), pod: st})
+			if byBlockOnly && !held[familyIndex(ip)] {
+				continue
+			}
+			addrs = append(addrs, addr{prefix: netip.PrefixFrom(ip, ip.BitLen()), pod: st})
 		}
 	}
 

@@ -499,13 +499,28 @@ func diffSnapshots(a, b map[ConjKey]string) []string {
 // before and after, conjunction by conjunction, (2) its state equals that of an engine
 // built from scratch on the same objects, (3) the isolation it reported is the
 // isolation it now computes, and (4) ids of unchanged conjunctions did not move.
-func TestIncrementalEqualsFromScratch(t *testing.T) {
-	r := rand.New(rand.NewSource(99))
+func TestIncrementalEqualsFromScratch(t *testing.T) { incrementalEqualsFromScratch(t, 99, false) }
+
+// incrementalEqualsFromScratch runs random events against one engine and checks each
+// step against an engine built from scratch; dual makes the pods dual-stack (both
+// addresses in podIPs and on their attachments) and adds IPv6 ipBlocks
+// (dualstack_test.go).
+func incrementalEqualsFromScratch(t *testing.T, seed int64, dual bool) {
+	r := rand.New(rand.NewSource(seed))
 	steps := 1500
 	if raceEnabled || testing.Short() {
 		steps = 300
 	}
 	w := newWorld()
+	if dual {
+		w = newDualWorld()
+	}
+	ips := func(p *corev1.Pod) []netip.Addr {
+		if dual {
+			return []netip.Addr{podIP(p.Namespace, p.Name), podIP6(p.Namespace, p.Name)}
+		}
+		return []netip.Addr{podIP(p.Namespace, p.Name)}
+	}
 	e := NewEngine(nil)
 	local := map[string]LocalPod{}
 	for _, n := range w.namespaces {
@@ -522,6 +537,14 @@ func TestIncrementalEqualsFromScratch(t *testing.T) {
 		switch op := r.Intn(9); op {
 		case 0, 1: // policy add/update
 			np := randomPolicy(r, fmt.Sprintf("p%d", r.Intn(4)))
+			if dual {
+				for j := range np.Spec.Ingress {
+					np.Spec.Ingress[j].From = randomDualPeers(r)
+				}
+				for j := range np.Spec.Egress {
+					np.Spec.Egress[j].To = randomDualPeers(r)
+				}
+			}
 			for i, o := range w.policies {
 				if o.Name == np.Name && o.Namespace == np.Namespace {
 					w.policies = append(w.policies[:i], w.policies[i+1:]...)
@@ -554,7 +577,10 @@ func TestIncrementalEqualsFromScratch(t *testing.T) {
 			case 0:
 				p.Status.PodIPs = nil
 			case 1:
-				p.Status.PodIPs = []corev1.PodIP{{IP: podIP(p.Namespace, p.Name).String()}}
+				p.Status.PodIPs = nil
+				for _, ip := range ips(p) {
+					p.Status.PodIPs = append(p.Status.PodIPs, corev1.PodIP{IP: ip.String()})
+				}
 				p.Status.Phase = corev1.PodRunning
 			case 2:
 				a := podIP(p.Namespace, p.Name).As4()
@@ -585,7 +611,7 @@ func TestIncrementalEqualsFromScratch(t *testing.T) {
 			ch = e.UpsertNamespace(ConvertNamespace(n))
 		case 6, 7: // attach
 			p := w.pods[r.Intn(len(w.pods))]
-			lp := LocalPod{Namespace: p.Namespace, Name: p.Name, IPs: []netip.Addr{podIP(p.Namespace, p.Name)}, OFPort: uint32(3 + r.Intn(20))}
+			lp := LocalPod{Namespace: p.Namespace, Name: p.Name, IPs: ips(p), OFPort: uint32(3 + r.Intn(20))}
 			local[lp.Key()] = lp
 			what = "attach " + lp.Key()
 			ch = e.SetLocalPod(lp)

@@ -76,7 +76,8 @@ type Pod struct {
 	Namespace, Name string
 	// Labels are the pod's labels (never modified by the model).
 	Labels map[string]string
-	// IPs are the pod's IPv4 addresses (status.podIPs); others are dropped.
+	// IPs are the pod's addresses of both families (status.podIPs), IPv4-mapped IPv6
+	// ones unmapped; unparsable ones are dropped.
 	IPs []netip.Addr
 	// NodeName is spec.nodeName ("" while unscheduled).
 	NodeName string
@@ -192,7 +193,7 @@ type LocalPod struct {
 	// Namespace and Name identify the pod (from CNI_ARGS K8S_POD_NAMESPACE/K8S_POD_NAME).
 	Namespace, Name string
 	// IPs are the pod's addresses on this node (its attachment's), in the order of the
-	// node's pod subnets; until dual-stack lands, one IPv4 address.
+	// node's pod subnets: its IPv4 address and, on a dual-stack node, its IPv6 one.
 	IPs []netip.Addr
 	// OFPort is the pod's ofport on the integration bridge (1..0xfffffeff).
 	OFPort uint32

@@ -106,6 +106,11 @@ func TestConfigPodSubnets(t *testing.T) {
 	if v4, v6, _, err := cfg.podSubnets(); err != nil || v4.String() != "10.200.4.0/24" || v6 != nil {
 		t.Fatalf("IPv4-only: podSubnets() = %v, %v, %v", v4, v6, err)
 	}
+	// NetworkPolicy (on by default with the Kubernetes topology) and its deny log on a
+	// dual-stack node: both families are policed (issue 23).
+	if cfg, err := loadConfig([]string{"-pod-subnets", "10.0.0.0/24,fd00::/64", "-topology", "kubernetes", "-policy-deny-log"}); err != nil || !cfg.policyOn() {
+		t.Fatalf("dual-stack with NetworkPolicy: policy on %v, %v", err == nil && cfg.policyOn(), err)
+	}
 	for _, c := range []struct {
 		args []string
 		want string
@@ -116,13 +121,13 @@ func TestConfigPodSubnets(t *testing.T) {
 		{[]string{"-pod-subnets", "fd00::/64", "-node-ip", "fe80::1"}, "config nodeIP"},
 		{[]string{"-pod-subnets", "10.0.0.0/24,10.1.0.0/24"}, "two IPv4 subnets"},
 		{[]string{"-pod-subnets", "10.0.0.0/24,fd00::/64,fd01::/64"}, "3 entries"},
+		{[]string{"-pod-subnets", "fd00::/64", "-topology", "kubernetes"}, "NetworkPolicy is not built for IPv6-only nodes"},
 		{[]string{"-pod-subnets", "10.0.0.0/24,fd00::/127"}, "/126 or shorter"},
 		{[]string{"-pod-subnets", "10.0.0.0/24,ff05::/64"}, "not a unicast prefix"},
 		{[]string{"-pod-subnets", "10.0.0.0/24,::/0"}, "not a unicast prefix"},
 		{[]string{"-pod-subnets", "10.0.0.0/24,fe80::/64"}, "not a unicast prefix"},
 		{[]string{"-pod-subnets", "10.0.0.0/24,fc00::/6"}, "not a unicast prefix"},
 		{[]string{"-pod-subnet", "10.9.0.0/24", "-pod-subnets", "10.0.0.0/24,fd00::/64"}, "disagree"},
-		{[]string{"-pod-subnets", "10.0.0.0/24,fd00::/64", "-topology", "kubernetes"}, "NetworkPolicy is not built for IPv6"},
 		{[]string{"-pod-subnets", "10.0.0.0/24,fd00:1::/64", "-cluster-cidr-ipv6", "10.0.0.0/8"}, "config clusterCIDRIPv6 \"10.0.0.0/8\": want an IPv6 CIDR"},
 		{[]string{"-pod-subnets", "10.0.0.0/24,fd00:1::/64", "-cluster-cidr-ipv6", "::/0"}, "want an IPv6 CIDR"},
 		{[]string{"-pod-subnets", "10.0.0.0/24,fd00:1::/64", "-cluster-cidr-ipv6", "fd00:2::/48"}, "does not contain the IPv6 pod subnet fd00:1::/64"},

@@ -15,6 +15,7 @@ package e2e
 
 import (
 	"fmt"
+	"net"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -471,23 +472,23 @@ func npCases(podIP func(string) string) []npCase {
 		}},
 		{"should allow egress access to server in CIDR block", []npStep{{
 			what:   "x/a may only reach y/b's address",
-			create: []*networkingv1.NetworkPolicy{egress(npPolicy("x", "allow-client-a-via-cidr-egress-rule", map[string]string{"pod": "a"}), to(blockPeer(podIP("y/b")+"/32")))},
+			create: []*networkingv1.NetworkPolicy{egress(npPolicy("x", "allow-client-a-via-cidr-egress-rule", map[string]string{"pod": "a"}), to(blockPeer(hostCIDR(podIP("y/b")))))},
 			want:   same(func() reach { return all().allEgress("x/a", false).pair("x/a", "y/b", true) }),
 		}}},
 		{"should enforce except clause while egress access to server in CIDR block", []npStep{{
-			what:   "x/a may reach x/b's /16 except x/b",
-			create: []*networkingv1.NetworkPolicy{egress(npPolicy("x", "allow-client-a-via-cidr-egress-rule", map[string]string{"pod": "a"}), to(blockPeer(largeCIDR(podIP("x/b")), podIP("x/b")+"/32")))},
+			what:   "x/a may reach x/b's large CIDR (/16, IPv6 /4) except x/b",
+			create: []*networkingv1.NetworkPolicy{egress(npPolicy("x", "allow-client-a-via-cidr-egress-rule", map[string]string{"pod": "a"}), to(blockPeer(largeCIDR(podIP("x/b")), hostCIDR(podIP("x/b")))))},
 			want:   same(func() reach { return all().pair("x/a", "x/b", false) }),
 		}}},
 		{"should ensure an IP overlapping both IPBlock.CIDR and IPBlock.Except is allowed", []npStep{
 			{
-				what:   "x/a may reach x/b's /16 except x/b",
-				create: []*networkingv1.NetworkPolicy{egress(npPolicy("x", "allow-client-a-via-cidr-egress-rule", map[string]string{"pod": "a"}), to(blockPeer(largeCIDR(podIP("x/b")), podIP("x/b")+"/32")))},
+				what:   "x/a may reach x/b's large CIDR (/16, IPv6 /4) except x/b",
+				create: []*networkingv1.NetworkPolicy{egress(npPolicy("x", "allow-client-a-via-cidr-egress-rule", map[string]string{"pod": "a"}), to(blockPeer(largeCIDR(podIP("x/b")), hostCIDR(podIP("x/b")))))},
 				want:   same(func() reach { return all().pair("x/a", "x/b", false) }),
 			},
 			{
 				what:   "the policy is updated to allow x/b's address only",
-				update: []*networkingv1.NetworkPolicy{egress(npPolicy("x", "allow-client-a-via-cidr-egress-rule", map[string]string{"pod": "a"}), to(blockPeer(podIP("x/b")+"/32")))},
+				update: []*networkingv1.NetworkPolicy{egress(npPolicy("x", "allow-client-a-via-cidr-egress-rule", map[string]string{"pod": "a"}), to(blockPeer(hostCIDR(podIP("x/b")))))},
 				want:   same(func() reach { return all().allEgress("x/a", false).pair("x/a", "x/b", true) }),
 			},
 		}},
@@ -560,8 +561,23 @@ func npPortNoProto(port int) networkingv1.NetworkPolicyPort {
 	return networkingv1.NetworkPolicyPort{Port: &v}
 }
 
-// largeCIDR is upstream makeLargeCIDRForIP for IPv4: the address's /16.
+// largeCIDR is upstream makeLargeCIDRForIP: the address's /16 for IPv4 (as upstream had
+// it when these cases were written; it now takes the /4), the /4 holding it for IPv6 (as
+// upstream's current one does for both families: all the pods' ULA addresses).
 func largeCIDR(ip string) string {
+	if strings.Contains(ip, ":") {
+		_, n, _ := net.ParseCIDR(ip + "/4")
+		return n.String()
+	}
 	parts := strings.Split(ip, ".")
 	return fmt.Sprintf("%s.%s.0.0/16", parts[0], parts[1])
+}
+
+// hostCIDR is the address alone as a CIDR: /32 for IPv4, /128 for IPv6 (upstream's
+// hostMask).
+func hostCIDR(ip string) string {
+	if strings.Contains(ip, ":") {
+		return ip + "/128"
+	}
+	return ip + "/32"
 }

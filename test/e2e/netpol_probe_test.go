@@ -50,24 +50,43 @@ type npServer struct {
 	init map[string]bool // "srcIP:sport>dport" of SCTP INITs received
 }
 
-// startServer starts the servers inside the pod's netns; they stop when the test ends.
+// family returns "4" or "6": the IP family of ip, as the net package's network names end.
+func family(ip net.IP) string {
+	if ip.To4() != nil {
+		return "4"
+	}
+	return "6"
+}
+
+// afOf returns the socket address family of ip (AF_INET or AF_INET6).
+func afOf(ip net.IP) int {
+	if ip.To4() != nil {
+		return syscall.AF_INET
+	}
+	return syscall.AF_INET6
+}
+
+// startServer starts the servers inside the pod's netns, in ip's family (an IPv6 server
+// beside the IPv4 one of the same pod: tcp6 and udp6 sockets are IPv6-only); they stop
+// when the test ends.
 func startServer(t *testing.T, netnsPath string, ip net.IP) *npServer {
 	t.Helper()
 	s := &npServer{netns: netnsPath, ip: ip, sctp: -1, init: map[string]bool{}}
+	fam := family(ip)
 	err := inNS(netnsPath, func() error {
 		for _, port := range npPorts {
-			l, err := net.Listen("tcp4", fmt.Sprintf(":%d", port))
+			l, err := net.Listen("tcp"+fam, fmt.Sprintf(":%d", port))
 			if err != nil {
 				return err
 			}
 			s.tcp = append(s.tcp, l)
-			u, err := net.ListenUDP("udp4", &net.UDPAddr{Port: int(port)})
+			u, err := net.ListenUDP("udp"+fam, &net.UDPAddr{Port: int(port)})
 			if err != nil {
 				return err
 			}
 			s.udp = append(s.udp, u)
 		}
-		fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_RAW, ipprotoSCTP)
+		fd, err := syscall.Socket(afOf(ip), syscall.SOCK_RAW, ipprotoSCTP)
 		if err != nil {
 			return fmt.Errorf("raw SCTP socket: %w", err)
 		}
@@ -108,14 +127,24 @@ func startServer(t *testing.T, netnsPath string, ip net.IP) *npServer {
 			if err != nil {
 				return
 			}
-			if n < 20 {
+			// An IPv4 raw socket gives the IP header with the datagram, an IPv6 one the
+			// payload only (RFC 3542 §3).
+			var src net.IP
+			ihl := 0
+			switch a := from.(type) {
+			case *syscall.SockaddrInet4:
+				if n < 20 {
+					continue
+				}
+				ihl, src = int(buf[0]&0xf)*4, net.IP(a.Addr[:])
+			case *syscall.SockaddrInet6:
+				src = net.IP(a.Addr[:])
+			default:
 				continue
 			}
-			ihl := int(buf[0]&0xf) * 4
 			if n < ihl+12 {
 				continue
 			}
-			src := net.IP(from.(*syscall.SockaddrInet4).Addr[:])
 			sport, dport := binary.BigEndian.Uint16(buf[ihl:]), binary.BigEndian.Uint16(buf[ihl+2:])
 			s.mu.Lock()
 			s.init[fmt.Sprintf("%s:%d>%d", src, sport, dport)] = true
@@ -164,14 +193,15 @@ func sctpInit(sport, dport uint16) []byte {
 }
 
 // probe reports whether a connection from src to dst on proto/port completes within
-// timeout.
+// timeout, in dst's IP family (src is the source pod's server of the same family).
 func probe(src, dst *npServer, proto corev1.Protocol, port int32, timeout time.Duration) (bool, error) {
 	addr := net.JoinHostPort(dst.ip.String(), fmt.Sprint(port))
+	fam := family(dst.ip)
 	switch proto {
 	case corev1.ProtocolTCP:
 		ok := false
 		err := inNS(src.netns, func() error {
-			c, err := net.DialTimeout("tcp4", addr, timeout)
+			c, err := net.DialTimeout("tcp"+fam, addr, timeout)
 			if err != nil {
 				return nil // refused or timed out: not allowed
 			}
@@ -187,7 +217,7 @@ func probe(src, dst *npServer, proto corev1.Protocol, port int32, timeout time.D
 	case corev1.ProtocolUDP:
 		ok := false
 		err := inNS(src.netns, func() error {
-			c, err := net.Dial("udp4", addr)
+			c, err := net.Dial("udp"+fam, addr)
 			if err != nil {
 				return err
 			}
@@ -212,14 +242,22 @@ func probe(src, dst *npServer, proto corev1.Protocol, port int32, timeout time.D
 		pkt := sctpInit(sport, uint16(port))
 		var fd int
 		if err := inNS(src.netns, func() (err error) {
-			fd, err = syscall.Socket(syscall.AF_INET, syscall.SOCK_RAW, ipprotoSCTP)
+			fd, err = syscall.Socket(afOf(dst.ip), syscall.SOCK_RAW, ipprotoSCTP)
 			return err
 		}); err != nil {
 			return false, err
 		}
 		defer syscall.Close(fd)
-		to := &syscall.SockaddrInet4{}
-		copy(to.Addr[:], dst.ip.To4())
+		var to syscall.Sockaddr
+		if ip4 := dst.ip.To4(); ip4 != nil {
+			a := &syscall.SockaddrInet4{}
+			copy(a.Addr[:], ip4)
+			to = a
+		} else {
+			a := &syscall.SockaddrInet6{}
+			copy(a.Addr[:], dst.ip.To16())
+			to = a
+		}
 		deadline := time.Now().Add(timeout)
 		for sent := 0; time.Now().Before(deadline); sent++ {
 			if sent < 3 { // like SCTP's own INIT retransmissions

@@ -44,6 +44,12 @@ type npCluster struct {
 	ips     map[string]string
 	// kubeconfig is the daemons' kubeconfig file.
 	kubeconfig string
+	// dual: the nodes are dual-stack (Node.spec.podCIDRs IPv4 and IPv6), every pod has
+	// both addresses in status.podIPs, and servers6 and ips6 hold its IPv6 servers and
+	// address (netpol_dualstack_test.go).
+	dual     bool
+	servers6 map[string]*npServer
+	ips6     map[string]string
 }
 
 // daemonArgs are node name's daemon flags (besides the harness's own).
@@ -65,7 +71,11 @@ const npDenyLogRate = 50
 func npNodeName(pod string) string { return fmt.Sprintf("np-node-%d", npModelNode(pod)) }
 
 // startNPCluster starts the API, two nodes and their daemons, and the nine pods.
-func startNPCluster(t *testing.T) *npCluster {
+func startNPCluster(t *testing.T) *npCluster { return startNPClusterOf(t, false) }
+
+// startNPClusterOf is startNPCluster, with dual-stack nodes and pods when dual: node i's
+// IPv6 pod CIDR is fd00:10:244:(40+i)::/64 beside 10.244.(40+i).0/24.
+func startNPClusterOf(t *testing.T, dual bool) *npCluster {
 	t.Helper()
 	ulPath := newNetns(t, "ofsdn-np-ul")
 	ul := filepath.Base(ulPath)
@@ -74,7 +84,8 @@ func startNPCluster(t *testing.T) *npCluster {
 	mustRun(t, "ip", "netns", "exec", ul, "ip", "link", "set", "br0", "up")
 	api := kapi.Start(t, ulPath, npAPIAddr, "../../deploy/ofsdn.yaml")
 	c := &npCluster{t: t, api: api, nodes: map[string]*clusterNode{}, servers: map[string]*npServer{},
-		pods: map[string]*testPod{}, ips: map[string]string{}}
+		pods: map[string]*testPod{}, ips: map[string]string{},
+		dual: dual, servers6: map[string]*npServer{}, ips6: map[string]string{}}
 	ctx := context.Background()
 	kc := api.Kubeconfig(t)
 	for i := 1; i <= 2; i++ {
@@ -82,6 +93,9 @@ func startNPCluster(t *testing.T) *npCluster {
 		ip := fmt.Sprintf("172.30.0.%d", 50+i)
 		subnet := fmt.Sprintf("10.244.%d.0/24", 40+i)
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{PodCIDR: subnet, PodCIDRs: []string{subnet}}}
+		if dual {
+			node.Spec.PodCIDRs = append(node.Spec.PodCIDRs, fmt.Sprintf("fd00:10:244:%d::/64", 40+i))
+		}
 		created, err := api.Admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -117,6 +131,9 @@ func startNPCluster(t *testing.T) *npCluster {
 			tp, ip := c.addPod(p)
 			mu.Lock()
 			c.pods[p], c.ips[p] = tp, ip
+			if dual && tp != nil {
+				c.ips6[p] = tp.ip6(t).String()
+			}
 			mu.Unlock()
 		}(p)
 	}
@@ -126,6 +143,9 @@ func startNPCluster(t *testing.T) *npCluster {
 	}
 	for _, p := range npPods() {
 		c.servers[p] = startServer(t, c.pods[p].netns, net.ParseIP(c.ips[p]))
+		if dual {
+			c.servers6[p] = startServer(t, c.pods[p].netns, net.ParseIP(c.ips6[p]))
+		}
 	}
 	return c
 }
@@ -156,6 +176,9 @@ func (c *npCluster) addPod(p string) (*testPod, string) {
 	created.Status.Phase = corev1.PodRunning
 	created.Status.PodIP = ip
 	created.Status.PodIPs = []corev1.PodIP{{IP: ip}}
+	if c.dual { // both, in the order of the node's podCIDRs, as the kubelet reports them
+		created.Status.PodIPs = append(created.Status.PodIPs, corev1.PodIP{IP: tp.ip6(t).String()})
+	}
 	if _, err := c.api.Admin.CoreV1().Pods(ns).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
 		t.Errorf("status of pod %s: %v", p, err)
 	}
@@ -276,17 +299,36 @@ func (c *npCluster) flushSCTP() {
 // in two rounds, each pair in one direction per round, with ofsdn's conntrack zone flushed
 // before each; TCP and UDP are probed with the first round.
 func (c *npCluster) checkTables(what string, want func(corev1.Protocol, int32) reach) {
+	c.t.Helper()
+	c.checkTablesIn(what, want, false, true)
+}
+
+// checkTablesIn is checkTables over IPv4 (v4) and over IPv6 (v6, a dual-stack cluster:
+// the pods' IPv6 servers), both families' probes at once.
+func (c *npCluster) checkTablesIn(what string, want func(corev1.Protocol, int32) reach, v6, v4 bool) {
 	t := c.t
 	t.Helper()
 	type tab struct {
 		proto corev1.Protocol
 		port  int32
+		v6    bool
 	}
 	var tabs []tab
-	for _, proto := range npProtocols {
-		for _, port := range npPorts {
-			tabs = append(tabs, tab{proto, port})
+	for _, fam := range []bool{false, true} {
+		if fam && !v6 || !fam && !v4 {
+			continue
 		}
+		for _, proto := range npProtocols {
+			for _, port := range npPorts {
+				tabs = append(tabs, tab{proto, port, fam})
+			}
+		}
+	}
+	servers := func(tb tab) map[string]*npServer {
+		if tb.v6 {
+			return c.servers6
+		}
+		return c.servers
 	}
 	c.flushSCTP()
 	got := map[tab]reach{}
@@ -301,7 +343,7 @@ func (c *npCluster) checkTables(what string, want func(corev1.Protocol, int32) r
 			if tb.proto == corev1.ProtocolSCTP {
 				only = forward
 			}
-			r := probeTable(t, c.servers, tb.proto, tb.port, want(tb.proto, tb.port), only)
+			r := probeTable(t, servers(tb), tb.proto, tb.port, want(tb.proto, tb.port), only)
 			mu.Lock()
 			got[tb] = r
 			mu.Unlock()
@@ -309,12 +351,14 @@ func (c *npCluster) checkTables(what string, want func(corev1.Protocol, int32) r
 	}
 	wg.Wait()
 	c.flushSCTP()
-	for _, port := range npPorts {
-		tb := tab{corev1.ProtocolSCTP, port}
+	for _, tb := range tabs {
+		if tb.proto != corev1.ProtocolSCTP {
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := probeTable(t, c.servers, tb.proto, tb.port, want(tb.proto, tb.port), func(f, to string) bool { return !forward(f, to) })
+			r := probeTable(t, servers(tb), tb.proto, tb.port, want(tb.proto, tb.port), func(f, to string) bool { return !forward(f, to) })
 			mu.Lock()
 			for f := range r {
 				for to := range r[f] {
@@ -330,9 +374,15 @@ func (c *npCluster) checkTables(what string, want func(corev1.Protocol, int32) r
 	failed := false
 	for _, tb := range tabs {
 		if d := diffTables(got[tb], want(tb.proto, tb.port)); d != "" {
-			t.Errorf("%s: %s/%d differs from the expected truth table:\n%s", what, tb.proto, tb.port, d)
+			fam := "IPv4"
+			if tb.v6 {
+				fam = "IPv6"
+			}
+			t.Errorf("%s: %s/%d over %s differs from the expected truth table:\n%s", what, tb.proto, tb.port, fam, d)
 			failed = true
-			c.reprobe(tb.proto, tb.port, got[tb], want(tb.proto, tb.port))
+			if !tb.v6 {
+				c.reprobe(tb.proto, tb.port, got[tb], want(tb.proto, tb.port))
+			}
 		}
 	}
 	if failed {
@@ -552,53 +602,68 @@ func (c *npCluster) reset(created map[string]*networkingv1.NetworkPolicy, labels
 // do not show (netpol_behaviour_test.go).
 //
 // The cases run on two such clusters at once (npClusters of them, each its own API server,
-// nodes and pods, in namespaces of its own), a case on one cluster at a time: case i on
-// cluster i mod npClusters, one after the other there, each undoing what it did (reset) as
-// before. The probes are mostly waiting out the timeouts of denied connections, so two
-// clusters take about half the time of one. The behaviour tests run on the first cluster
-// afterwards, as before.
+// nodes and pods, in namespaces of its own), a case on one cluster at a time, one after
+// the other there, each undoing what it did (reset) as before. The probes are mostly
+// waiting out the timeouts of denied connections, so two clusters take about half the
+// time of one. The behaviour tests run on the first cluster afterwards, as before.
+//
+// The second cluster is dual-stack (issue 23, npDualCluster): its cases probe IPv4 and,
+// at the same time, IPv6 with the same expected tables (the cases with pod and namespace
+// selectors only); the cases with ipBlocks run over IPv4 on the first cluster and again,
+// built with the pods' IPv6 addresses, over IPv6 on the second (cases are spread to
+// even out the two clusters' steps). After the upstream cases the dual-stack behaviour
+// (netpol_dualstack_test.go) is checked on the second cluster beside the first cluster's
+// behaviour tests.
 func TestNetworkPolicy(t *testing.T) {
 	beside(t)
 	var cs []*npCluster
 	for i := 0; i < npClusters; i++ {
-		cs = append(cs, startNPCluster(t))
+		cs = append(cs, startNPClusterOf(t, i == npDualCluster))
 	}
 	c := cs[0]
 	all := func(corev1.Protocol, int32) reach { return newReach(true) }
 	t.Run("no policy: every pod reaches every pod", func(t *testing.T) {
 		for i, c := range cs {
 			c.t = t
-			c.checkTables(fmt.Sprintf("baseline (cluster %d)", i+1), all)
+			c.checkTablesIn(fmt.Sprintf("baseline (cluster %d)", i+1), all, c.dual, true)
 		}
 	})
 	if t.Failed() {
 		t.FailNow()
 	}
 	t.Run("upstream", func(t *testing.T) {
-		// Each cluster's cases, built with its pods' addresses (the ipBlock cases).
-		cases := make([][]npCase, len(cs))
-		for k, c := range cs {
-			cases[k] = npCases(func(p string) string { return c.ips[p] })
-		}
 		busy := make([]sync.Mutex, len(cs))
-		for i := range cases[0] {
-			k := i % len(cs)
-			c, tc := cs[k], cases[k][i]
-			t.Run(tc.upstream, func(t *testing.T) {
+		for _, j := range npJobs(cs) {
+			c, tc := cs[j.cluster], j.tc
+			t.Run(j.name, func(t *testing.T) {
 				t.Parallel()
-				busy[k].Lock()
-				defer busy[k].Unlock()
+				busy[j.cluster].Lock()
+				defer busy[j.cluster].Unlock()
 				c.t = t
 				created := map[string]*networkingv1.NetworkPolicy{}
 				added := map[string][]string{}
 				for i, st := range tc.steps {
 					c.apply(st, created, added)
-					c.checkTables(fmt.Sprintf("step %d (%s)", i+1, st.what), st.want)
+					c.checkTablesIn(fmt.Sprintf("step %d (%s)", i+1, st.what), st.want, j.v6, j.v4)
 				}
 				c.reset(created, added)
 			})
 		}
 	})
+	// The dual-stack cluster's behaviour checks, beside the first cluster's (t.Run may be
+	// called from several goroutines).
+	dualDone := make(chan struct{})
+	go func() {
+		defer close(dualDone)
+		if len(cs) > npDualCluster {
+			dc := cs[npDualCluster]
+			t.Run("dual-stack: a denied IPv6 connection is logged and counted; ND passes under deny-all", func(t *testing.T) {
+				dc.t = t
+				testDualStackPolicyBehaviour(t, dc)
+			})
+		}
+	}()
+	defer func() { <-dualDone }()
 	for _, b := range []struct {
 		name string
 		f    func(*testing.T, *npCluster)
@@ -622,3 +687,6 @@ func TestNetworkPolicy(t *testing.T) {
 
 // npClusters is how many clusters TestNetworkPolicy runs its upstream cases on at once.
 const npClusters = 2
+
+// npDualCluster is the index of TestNetworkPolicy's dual-stack cluster.
+const npDualCluster = 1

@@ -137,7 +137,9 @@ func svcNodeIP6(last int) string { return fmt.Sprintf("fd00:172:30::%d", last) }
 const svcServiceCIDRs = "10.96.0.0/16,fd00:96::/108"
 
 // startSvcNodesWith is startSvcNodes; with dual, the nodes are dual-stack (spec.podCIDRs
-// IPv4 and svcSubnet6, InternalIPs IPv4 and svcNodeIP6, NetworkPolicy off: not built for IPv6 yet, so no deny log either)
+// IPv4 and svcSubnet6, InternalIPs IPv4 and svcNodeIP6, NetworkPolicy off: IPv6
+// Services through policy are not checked here, dual-stack NetworkPolicy is
+// TestNetworkPolicy's; so no deny log either)
 // and the API server has an IPv6 service range too (svcServiceCIDRs).
 func startSvcNodesWith(t *testing.T, n int, dual bool) (*kapi.API, []*clusterNode) {
 	t.Helper()
