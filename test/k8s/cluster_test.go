@@ -58,8 +58,7 @@ type env struct {
 
 func TestCluster(t *testing.T) {
 	testenv.Privileged(t)
-	images := t.TempDir()
-	imgTime := k8s.BuildImages(t, images)
+	images, imgTime := clusterImages(t)
 	// The nodes run no Open vSwitch until the DaemonSet's ovs container does (the
 	// manifest's own way); OFSDN_K8S_OVS=host gives each node a sandbox OVS before its
 	// kubelet instead (ovs: host, test/k8s/overlay).
@@ -69,7 +68,7 @@ func TestCluster(t *testing.T) {
 	}
 	c := k8s.StartCluster(t, cfg)
 	e := &env{c: c, ctx: context.Background()}
-	c.Timings = append([]k8s.Timing{{Step: "images built (make image, test server, pause)", Duration: imgTime}}, c.Timings...)
+	c.Timings = append([]k8s.Timing{{Step: imagesStep(imgTime), Duration: imgTime}}, c.Timings...)
 	defer e.reportTimings(t)
 
 	steps := []struct {
@@ -98,6 +97,58 @@ func TestCluster(t *testing.T) {
 			t.Fatalf("stopping after %q failed", s.name)
 		}
 	}
+}
+
+// The cluster tests' images, built once per test binary (clusterImages) into a directory
+// TestMain removes.
+var builtImages struct {
+	once sync.Once
+	dir  string
+	took time.Duration
+	ok   bool
+}
+
+// clusterImages returns the directory of the images the cluster tests import (built by
+// k8s.BuildImages for the first test that asks, shared by the later ones) and how long
+// this call built them (0 when an earlier test did).
+func clusterImages(t *testing.T) (string, time.Duration) {
+	t.Helper()
+	built := false
+	builtImages.once.Do(func() {
+		built = true
+		dir, err := os.MkdirTemp("", "ofsdn-k8s-images-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		builtImages.dir = dir
+		builtImages.took = k8s.BuildImages(t, dir)
+		builtImages.ok = true
+	})
+	if !builtImages.ok {
+		t.Fatal("the cluster images failed to build (in this test or an earlier one: see its log)")
+	}
+	if !built {
+		return builtImages.dir, 0
+	}
+	return builtImages.dir, builtImages.took
+}
+
+func imagesStep(took time.Duration) string {
+	if took == 0 {
+		return "images (built for an earlier test of this binary)"
+	}
+	return "images built (make image, test server, pause)"
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if builtImages.dir != "" {
+		if err := os.RemoveAll(builtImages.dir); err != nil {
+			fmt.Fprintf(os.Stderr, "remove the cluster images %s: %v\n", builtImages.dir, err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 // ovsKilledStep is TestCluster's step that kills the DaemonSet's ovs container: run only
@@ -245,12 +296,12 @@ func parseProbe(out string) []probeResult {
 	return res
 }
 
-// dialFromNode connects to addr (TCP) from the node's network namespace (the host) and
-// returns the server's line.
+// dialFromNode connects to addr (TCP; IPv6 as [IP]:PORT) from the node's network
+// namespace (the host) and returns the server's line.
 func dialFromNode(n *k8s.Node, addr string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := k8s.NetnsDialer(n.NetnsPath())(ctx, "tcp4", addr)
+	c, err := k8s.NetnsDialer(n.NetnsPath())(ctx, "tcp", addr)
 	if err != nil {
 		return "", err
 	}

@@ -1,0 +1,261 @@
+package k8s_test
+
+// ofsdn on a real dual-stack Kubernetes (issue 23, "Real components"): kube-apiserver with
+// an IPv4 and an IPv6 service range, kube-controller-manager cutting a pod CIDR per family
+// for every node, kubelets with both node IPs, kube-proxy dual-stack, and deploy/ofsdn.yaml
+// with the IPv6 cluster CIDR (test/k8s/overlay-dualstack, networkPolicy off: ofsdn refuses
+// NetworkPolicy on a dual-stack node until it polices IPv6). What a user checks: every pod
+// has two podIPs, IPv4 first, each in its node's pod CIDR of that family; pods on different
+// nodes reach each other over both families (TCP, UDP, ICMP and ICMPv6), each server
+// seeing the client's own address; nodes reach pods.
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ofsdn/ofsdn/test/k8s"
+	"github.com/ofsdn/ofsdn/test/testenv"
+)
+
+func TestDualStackCluster(t *testing.T) {
+	testenv.Privileged(t)
+	images, imgTime := clusterImages(t)
+	c := k8s.StartCluster(t, k8s.ClusterConfig{Nodes: 2, ImagesDir: images, OVS: k8s.OVSBundled, DualStack: true})
+	e := &env{c: c, ctx: context.Background()}
+	c.Timings = append([]k8s.Timing{{Step: imagesStep(imgTime), Duration: imgTime}}, c.Timings...)
+	start := time.Now()
+	defer func() {
+		e.timing("TestDualStackCluster's steps after the cluster was up", time.Since(start))
+		e.reportTimings(t)
+	}()
+
+	steps := []struct {
+		name string
+		f    func(*testing.T)
+	}{
+		{"before ofsdn nodes are NotReady and the CNI directories empty", e.testNotReadyBeforeOfsdn},
+		{"every node has a pod CIDR and an InternalIP per family, IPv4 first", e.testDualStackNodes},
+		{"DaemonSet with clusterCIDRIPv6 makes every node Ready", e.testDaemonSet},
+		{"the gateway holds the first address of each pod CIDR; IPv6 masquerade table", e.testDualStackGateway},
+		{"pods across nodes over both families", e.testDualStackPods},
+	}
+	for _, s := range steps {
+		if !t.Run(s.name, s.f) {
+			t.Fatalf("stopping after %q failed", s.name)
+		}
+	}
+}
+
+// nodeCIDRs returns a node's pod CIDRs (spec.podCIDRs) by family.
+func nodeCIDRs(t *testing.T, node *corev1.Node) (v4, v6 *net.IPNet) {
+	t.Helper()
+	for _, s := range node.Spec.PodCIDRs {
+		_, n, err := net.ParseCIDR(s)
+		if err != nil {
+			t.Fatalf("%s: podCIDR %q: %v", node.Name, s, err)
+		}
+		if n.IP.To4() != nil {
+			v4 = n
+		} else {
+			v6 = n
+		}
+	}
+	return v4, v6
+}
+
+func (e *env) testDualStackNodes(t *testing.T) {
+	_, cluster4, _ := net.ParseCIDR(k8s.ClusterCIDR)
+	_, cluster6, _ := net.ParseCIDR(k8s.ClusterCIDRIPv6)
+	for _, n := range e.c.Nodes {
+		node, err := e.c.CP.Client.CoreV1().Nodes().Get(e.ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// kube-controller-manager's node IPAM: a /24 of the IPv4 cluster CIDR first (the
+		// primary family, also spec.podCIDR), then a /64 of the IPv6 one.
+		if len(node.Spec.PodCIDRs) != 2 || node.Spec.PodCIDR != node.Spec.PodCIDRs[0] {
+			t.Errorf("%s: podCIDR %q podCIDRs %v, want two (IPv4 then IPv6) with podCIDR the first", n.Name, node.Spec.PodCIDR, node.Spec.PodCIDRs)
+			continue
+		}
+		_, v4, _ := net.ParseCIDR(node.Spec.PodCIDRs[0])
+		_, v6, _ := net.ParseCIDR(node.Spec.PodCIDRs[1])
+		if ones, _ := v4.Mask.Size(); v4.IP.To4() == nil || ones != 24 || !cluster4.Contains(v4.IP) {
+			t.Errorf("%s: podCIDRs[0] %v, want a /24 of %v", n.Name, v4, cluster4)
+		}
+		if ones, _ := v6.Mask.Size(); v6.IP.To4() != nil || ones != 64 || !cluster6.Contains(v6.IP) {
+			t.Errorf("%s: podCIDRs[1] %v, want a /64 of %v", n.Name, v6, cluster6)
+		}
+		// The kubelet's --node-ip: both InternalIPs, IPv4 first.
+		var internal []string
+		for _, a := range node.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP {
+				internal = append(internal, a.Address)
+			}
+		}
+		if want := []string{n.IP, n.IPv6}; strings.Join(internal, ",") != strings.Join(want, ",") {
+			t.Errorf("%s: InternalIPs %v, want %v", n.Name, internal, want)
+		}
+	}
+}
+
+func (e *env) testDualStackGateway(t *testing.T) {
+	for _, n := range e.c.Nodes {
+		node, err := e.c.CP.Client.CoreV1().Nodes().Get(e.ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, v6 := nodeCIDRs(t, node)
+		gw6 := gatewayIPv6(v6)
+		if out := n.OVS.Exec(t, "ip", "-6", "-o", "addr", "show", "dev", gatewayIf); !strings.Contains(out, gw6+"/64") {
+			t.Errorf("%s: gateway %s has %q, want %s/64 from podCIDRs[1] %v", n.Name, gatewayIf, out, gw6, v6)
+		}
+		// With clusterCIDRIPv6 and masquerade on: IPv6 leaving the IPv6 cluster CIDR is
+		// masqueraded (README "Dual-stack").
+		if out := n.OVS.Exec(t, "nft", "list", "table", "ip6", "ofsdn"); !strings.Contains(out, "ip6 saddr "+v6.String()) {
+			t.Errorf("%s: nftables table ip6 ofsdn does not name the IPv6 pod CIDR %v:\n%s", n.Name, v6, out)
+		}
+	}
+}
+
+// gatewayIPv6 is ofsdn's IPv6 gateway address of a pod CIDR: its ::1.
+func gatewayIPv6(n *net.IPNet) string {
+	ip := append(net.IP{}, n.IP.To16()...)
+	ip[15]++
+	return ip.String()
+}
+
+// podIPv6 returns a dual-stack pod's IPv6 address (podIPs[1]).
+func podIPv6(p *corev1.Pod) string {
+	if len(p.Status.PodIPs) < 2 {
+		return ""
+	}
+	return p.Status.PodIPs[1].IP
+}
+
+func sameIP(a, b string) bool {
+	x, y := net.ParseIP(a), net.ParseIP(b)
+	return x != nil && x.Equal(y)
+}
+
+func (e *env) testDualStackPods(t *testing.T) {
+	start := time.Now()
+	e.apply(t, echoManifest)
+	pods := e.waitPods(t, ns, "app=echo", 4, 180*time.Second)
+	e.timing("kubectl apply of a 4-pod Deployment → every pod Running and Ready (dual-stack)", time.Since(start))
+
+	nodes := map[string]*corev1.Node{}
+	for _, n := range e.c.Nodes {
+		node, err := e.c.CP.Client.CoreV1().Nodes().Get(e.ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes[n.Name] = node
+	}
+	perNode := map[string]int{}
+	for _, p := range pods {
+		perNode[p.Spec.NodeName]++
+		v4, v6 := nodeCIDRs(t, nodes[p.Spec.NodeName])
+		ips := p.Status.PodIPs
+		if len(ips) != 2 || p.Status.PodIP != ips[0].IP {
+			t.Errorf("%s: podIP %q podIPs %v, want two with podIP == podIPs[0]", p.Name, p.Status.PodIP, ips)
+			continue
+		}
+		ip4, ip6 := net.ParseIP(ips[0].IP), net.ParseIP(ips[1].IP)
+		if ip4 == nil || ip4.To4() == nil || !v4.Contains(ip4) {
+			t.Errorf("%s on %s: podIPs[0] %s, want an IPv4 address of the node's %v", p.Name, p.Spec.NodeName, ips[0].IP, v4)
+		}
+		if ip6 == nil || ip6.To4() != nil || !v6.Contains(ip6) {
+			t.Errorf("%s on %s: podIPs[1] %s, want an IPv6 address of the node's %v", p.Name, p.Spec.NodeName, ips[1].IP, v6)
+		}
+		// One IPAM lease holds both addresses.
+		more, ok := e.c.Node(p.Spec.NodeName).LeaseIPv6(t)[ips[0].IP]
+		if !ok || len(more) != 1 || !sameIP(more[0], ips[1].IP) {
+			t.Errorf("%s on %s: lease of %s holds %v (leased: %v), want its IPv6 %s", p.Name, p.Spec.NodeName, ips[0].IP, more, ok, ips[1].IP)
+		}
+	}
+	if len(perNode) != 2 {
+		t.Fatalf("pods not spread over both nodes: %v", perNode)
+	}
+	if t.Failed() {
+		return
+	}
+
+	t.Run("every pod reaches every other over TCP and UDP in both families, with its own address", func(t *testing.T) {
+		start := time.Now()
+		for _, from := range pods {
+			var targets []string
+			var want []*corev1.Pod
+			for i, to := range pods {
+				v6 := "[" + podIPv6(&pods[i]) + "]"
+				targets = append(targets, "tcp:"+to.Status.PodIP+":8080", "udp:"+to.Status.PodIP+":8081",
+					"tcp:"+v6+":8080", "udp:"+v6+":8081")
+				want = append(want, &pods[i], &pods[i], &pods[i], &pods[i])
+			}
+			for i, r := range e.probe(t, from.Name, targets...) {
+				to := want[i]
+				self := from.Status.PodIP
+				if strings.Contains(r.target, "[") {
+					self = podIPv6(&from)
+				}
+				switch {
+				case !r.ok:
+					t.Errorf("%s (%s) → %s (%s, %s): %s", from.Name, from.Spec.NodeName, to.Name, to.Spec.NodeName, r.target, r.reply)
+				case replyName(r.reply) != to.Name:
+					t.Errorf("%s → %s: answered by %q", from.Name, r.target, r.reply)
+				case !sameIP(replyPeerIP(r.reply), self):
+					t.Errorf("%s → %s: the server saw %s, want the client's own address %s", from.Name, r.target, replyPeerIP(r.reply), self)
+				}
+			}
+		}
+		e.timing("TCP and UDP probes, every pod to every pod, both families (4 × 16)", time.Since(start))
+	})
+	t.Run("ICMP and ICMPv6 echo to a pod on the other node", func(t *testing.T) {
+		start := time.Now()
+		for _, from := range pods {
+			var to *corev1.Pod
+			for i := range pods {
+				if pods[i].Spec.NodeName != from.Spec.NodeName {
+					to = &pods[i]
+					break
+				}
+			}
+			for _, dst := range []string{to.Status.PodIP, podIPv6(to)} {
+				out, err := e.exec(from.Name, "/testbin", "ping", "-c", "3", "-i", "50ms", dst)
+				if err != nil || !strings.Contains(out, "sent 3 received 3 missing []") {
+					t.Errorf("%s (%s) ping %s (%s on %s): %v\n%s", from.Name, from.Spec.NodeName, dst, to.Name, to.Spec.NodeName, err, out)
+				}
+			}
+		}
+		e.timing("ICMP and ICMPv6 echo, each pod to one on the other node", time.Since(start))
+	})
+	t.Run("each node reaches every pod over IPv4 and its own pods over IPv6", func(t *testing.T) {
+		// The host reaches other nodes' pods over IPv4 only: no route and no ND answers for
+		// peers' IPv6 subnets on the gateway (README "Dual-stack", limits).
+		for _, n := range e.c.Nodes {
+			_, v6 := nodeCIDRs(t, nodes[n.Name])
+			for i, p := range pods {
+				reply, err := dialFromNode(n, net.JoinHostPort(p.Status.PodIP, "8080"))
+				if err != nil || replyName(reply) != p.Name {
+					t.Errorf("%s host → %s (%s on %s): %q %v", n.Name, p.Name, p.Status.PodIP, p.Spec.NodeName, reply, err)
+				}
+				if p.Spec.NodeName != n.Name {
+					continue
+				}
+				ip6 := podIPv6(&pods[i])
+				reply, err = dialFromNode(n, net.JoinHostPort(ip6, "8080"))
+				switch {
+				case err != nil || replyName(reply) != p.Name:
+					t.Errorf("%s host → local pod %s over IPv6 (%s): %q %v", n.Name, p.Name, ip6, reply, err)
+				case !sameIP(replyPeerIP(reply), gatewayIPv6(v6)):
+					t.Errorf("%s host → local pod %s over IPv6: source %s, want the gateway's %s", n.Name, p.Name, replyPeerIP(reply), gatewayIPv6(v6))
+				}
+			}
+		}
+	})
+}
