@@ -199,6 +199,14 @@ func StartCluster(t *testing.T, cfg ClusterConfig) *Cluster {
 	c.CP = StartControlPlane(t, ControlPlaneConfig{Dir: filepath.Join(dir, "cp"), Netns: c.Netns,
 		Address: ControlPlaneIP, ServiceCIDR: serviceCIDR, ClusterCIDR: clusterCIDR})
 	c.Timings = append(c.Timings, Timing{"control plane ready (etcd, kube-apiserver, kube-controller-manager, kube-scheduler; PKI made)", c.CP.Ready})
+	// Registered after the control plane's clean-up, so it runs before it, once every node
+	// has stopped: the nodes' API clients (kubelet, kube-proxy, ofsdn-node) died with their
+	// namespaces and no FIN of theirs ever reaches the API server, whose graceful shutdown
+	// then waited for those connections until its stop grace ran out (15 s of every cluster
+	// test). Close them (ss -K: the kernel's SOCK_DESTROY) so it exits at once.
+	t.Cleanup(func() {
+		_, _ = run("ip", "netns", "exec", ns, "ss", "-K", "-tn", "state", "established", fmt.Sprintf("( sport = :%d )", apiserverPort))
+	})
 
 	server := fmt.Sprintf("https://%s:%d", ControlPlaneIP, apiserverPort)
 	must(t, c.CP.PKI.Cert("kube-proxy", "system:kube-proxy", nil, nil, nil))
