@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -75,6 +76,12 @@ type ClusterConfig struct {
 	// cluster CIDRs, and Overlay test/k8s/overlay-dualstack (clusterCIDRIPv6, networkPolicy
 	// off). It needs OVS OVSBundled.
 	DualStack bool
+	// IPv6Only makes an IPv6-only cluster: the service range ServiceCIDRIPv6, node pod
+	// CIDRs /64s of ClusterCIDRIPv6, every node IP IPv6 (on br-phy), the API server
+	// advertised on ControlPlaneIPv6, and Overlay test/k8s/overlay-ipv6only (an IPv6
+	// underlay, networkPolicy off, serviceProxy kube-proxy). It needs OVS OVSHost: ofsdn moves
+	// only IPv4 node addresses onto br-phy, so the harness's OVS holds the IPv6 one there.
+	IPv6Only bool
 }
 
 // Values of ClusterConfig.OVS.
@@ -88,6 +95,9 @@ const (
 // Overlay returns the kustomize overlay (a path from the repository root) that deploys
 // ofsdn on a cluster of this configuration.
 func (c ClusterConfig) Overlay() string {
+	if c.IPv6Only {
+		return "test/k8s/overlay-ipv6only"
+	}
 	if c.DualStack {
 		return "test/k8s/overlay-dualstack"
 	}
@@ -143,6 +153,9 @@ func StartCluster(t *testing.T, cfg ClusterConfig) *Cluster {
 	if cfg.DualStack && cfg.OVS != OVSBundled {
 		t.Fatal("ClusterConfig.DualStack needs OVS: OVSBundled (test/k8s/overlay-dualstack runs the DaemonSet's Open vSwitch)")
 	}
+	if cfg.IPv6Only && (cfg.OVS != OVSHost || cfg.DualStack) {
+		t.Fatal("ClusterConfig.IPv6Only needs OVS: OVSHost (the IPv6 node IP sits on the harness's br-phy) and no DualStack")
+	}
 	for _, b := range []string{"kubelet", "kube-proxy", "kubectl"} {
 		Bin(t, b)
 	}
@@ -185,11 +198,14 @@ func StartCluster(t *testing.T, cfg ClusterConfig) *Cluster {
 		{"link", "add", "br0", "type", "bridge"},
 		{"addr", "add", ControlPlaneIP + "/24", "dev", "br0"},
 	}
-	serviceCIDR, clusterCIDR := ServiceCIDR, ClusterCIDR
-	if cfg.DualStack {
+	serviceCIDR, clusterCIDR, cpIP := ServiceCIDR, ClusterCIDR, ControlPlaneIP
+	if cfg.DualStack || cfg.IPv6Only {
 		// No duplicate address detection: the address is usable at once.
 		cpLinks = append(cpLinks, []string{"addr", "add", ControlPlaneIPv6 + "/64", "dev", "br0", "nodad"})
 		serviceCIDR, clusterCIDR = ServiceCIDR+","+ServiceCIDRIPv6, ClusterCIDR+","+ClusterCIDRIPv6
+	}
+	if cfg.IPv6Only {
+		serviceCIDR, clusterCIDR, cpIP = ServiceCIDRIPv6, ClusterCIDRIPv6, ControlPlaneIPv6
 	}
 	for _, args := range append(cpLinks, []string{"link", "set", "br0", "up"}) {
 		if _, err := run("ip", append([]string{"-n", ns}, args...)...); err != nil {
@@ -197,7 +213,7 @@ func StartCluster(t *testing.T, cfg ClusterConfig) *Cluster {
 		}
 	}
 	c.CP = StartControlPlane(t, ControlPlaneConfig{Dir: filepath.Join(dir, "cp"), Netns: c.Netns,
-		Address: ControlPlaneIP, ServiceCIDR: serviceCIDR, ClusterCIDR: clusterCIDR})
+		Address: cpIP, ServiceCIDR: serviceCIDR, ClusterCIDR: clusterCIDR})
 	c.Timings = append(c.Timings, Timing{"control plane ready (etcd, kube-apiserver, kube-controller-manager, kube-scheduler; PKI made)", c.CP.Ready})
 	// Registered after the control plane's clean-up, so it runs before it, once every node
 	// has stopped: the nodes' API clients (kubelet, kube-proxy, ofsdn-node) died with their
@@ -208,7 +224,7 @@ func StartCluster(t *testing.T, cfg ClusterConfig) *Cluster {
 		_, _ = run("ip", "netns", "exec", ns, "ss", "-K", "-tn", "state", "established", fmt.Sprintf("( sport = :%d )", apiserverPort))
 	})
 
-	server := fmt.Sprintf("https://%s:%d", ControlPlaneIP, apiserverPort)
+	server := "https://" + net.JoinHostPort(cpIP, fmt.Sprint(apiserverPort))
 	must(t, c.CP.PKI.Cert("kube-proxy", "system:kube-proxy", nil, nil, nil))
 	proxyKC, err := c.CP.PKI.Kubeconfig("kube-proxy", server)
 	must(t, err)
@@ -247,6 +263,9 @@ func (c *Cluster) startNode(t *testing.T, i int, server, proxyKC, containerdBin,
 	t.Helper()
 	name := fmt.Sprintf("ofsdn-n%d", i)
 	ip := fmt.Sprintf("%s%d", UnderlayPrefix, 10+i)
+	if c.Config.IPv6Only {
+		ip = fmt.Sprintf("%s%d", UnderlayPrefixIPv6, 10+i)
+	}
 	bundled := c.Config.OVS == OVSBundled
 	var o *sandbox.OVS
 	if bundled {
@@ -296,6 +315,13 @@ func (c *Cluster) startNode(t *testing.T, i int, server, proxyKC, containerdBin,
 		{"link", "set", ipDev, "up"},
 		{"route", "add", "default", "via", ControlPlaneIP},
 	}
+	if c.Config.IPv6Only {
+		addrs = [][]string{
+			{"addr", "add", ip + "/64", "dev", ipDev, "nodad"},
+			{"link", "set", ipDev, "up"},
+			{"-6", "route", "add", "default", "via", ControlPlaneIPv6},
+		}
+	}
 	if n.IPv6 != "" {
 		// The IPv6 node IP stays on uplink0 (ofsdn moves IPv4 only: the underlay is IPv4),
 		// where the kubelet finds it; no duplicate address detection, as on br0.
@@ -332,6 +358,9 @@ func (c *Cluster) startNode(t *testing.T, i int, server, proxyKC, containerdBin,
 	// A dual-stack node's kubelet takes both node IPs, its kube-proxy both cluster CIDRs
 	// (IPv4 first: the primary family).
 	nodeIPs, clusterCIDRs := ip, ClusterCIDR
+	if c.Config.IPv6Only {
+		clusterCIDRs = ClusterCIDRIPv6
+	}
 	if n.IPv6 != "" {
 		nodeIPs, clusterCIDRs = ip+","+n.IPv6, ClusterCIDR+","+ClusterCIDRIPv6
 	}

@@ -120,7 +120,10 @@ func StartControlPlane(t testing.TB, cfg ControlPlaneConfig) *ControlPlane {
 		t.Fatal(err)
 	}
 	svcIP := append(net.IP{}, svc.IP.To4()...)
-	svcIP[3]++ // the kubernetes Service's ClusterIP
+	if len(svcIP) == 0 { // an IPv6-only cluster's
+		svcIP = append(net.IP{}, svc.IP.To16()...)
+	}
+	svcIP[len(svcIP)-1]++ // the kubernetes Service's ClusterIP
 	must(t, pki.Cert("apiserver", "kube-apiserver", nil,
 		[]net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(addr), svcIP},
 		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}))
@@ -230,6 +233,9 @@ func StartControlPlane(t testing.TB, cfg ControlPlaneConfig) *ControlPlane {
 		must(t, err)
 		// One mask for a single-stack cluster; a dual-stack one takes one per family.
 		masks := []string{"--node-cidr-mask-size=24"}
+		if strings.Contains(cfg.ClusterCIDR, ":") { // IPv6-only: /64s
+			masks = []string{"--node-cidr-mask-size=64"}
+		}
 		if strings.Contains(cfg.ClusterCIDR, ",") {
 			masks = []string{"--node-cidr-mask-size-ipv4=24", "--node-cidr-mask-size-ipv6=64"}
 		}
