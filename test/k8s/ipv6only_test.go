@@ -108,9 +108,12 @@ func (e *env) testIPv6OnlyDaemonSet(t *testing.T) {
 			if peer == n {
 				continue
 			}
-			if flows := n.Ofctl(t, "dump-flows"); !strings.Contains(flows, "set_field:"+peer.IP+"->tun_ipv6_dst") {
-				t.Errorf("%s: no flow sends into the tunnel to %s's IPv6 node IP %s:\n%s", n.Name, peer.Name, peer.IP, flows)
-			}
+			k8s.WaitFor(t, n.Name+": a flow into the tunnel to "+peer.Name+"'s IPv6 node IP "+peer.IP, 20*time.Second, func() error {
+				if flows := n.Ofctl(t, "dump-flows"); !strings.Contains(flows, "set_field:"+peer.IP+"->tun_ipv6_dst") {
+					return fmt.Errorf("none in:\n%s", flows)
+				}
+				return nil
+			})
 		}
 	}
 }
