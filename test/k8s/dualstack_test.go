@@ -11,6 +11,7 @@ package k8s_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -44,6 +45,7 @@ func TestDualStackCluster(t *testing.T) {
 		{"DaemonSet with clusterCIDRIPv6 makes every node Ready", e.testDaemonSet},
 		{"the gateway holds the first address of each pod CIDR; IPv6 masquerade table", e.testDualStackGateway},
 		{"pods across nodes over both families", e.testDualStackPods},
+		{"a RequireDualStack Service over each family's ClusterIP (serviceProxy: ofsdn)", e.testDualStackService},
 	}
 	for _, s := range steps {
 		if !t.Run(s.name, s.f) {
@@ -255,4 +257,105 @@ func (e *env) testDualStackPods(t *testing.T) {
 			}
 		}
 	})
+}
+
+const dualStackServiceManifest = `apiVersion: v1
+kind: Service
+metadata: {name: echo-ds, namespace: default}
+spec:
+  ipFamilyPolicy: RequireDualStack
+  ipFamilies: [IPv4, IPv6]
+  selector: {app: echo}
+  ports:
+  - {name: tcp, port: 80, targetPort: 8080}
+  - {name: udp, port: 81, targetPort: 8081, protocol: UDP}
+`
+
+// readyEndpointsByFamily counts the ready endpoints of a Service's EndpointSlices of one
+// address type (IPv4, IPv6).
+func (e *env) readyEndpointsByFamily(t *testing.T, svc, family string) int {
+	t.Helper()
+	l, err := e.c.CP.Client.DiscoveryV1().EndpointSlices(ns).List(e.ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=" + svc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, s := range l.Items {
+		if string(s.AddressType) != family {
+			continue
+		}
+		for _, ep := range s.Endpoints {
+			if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func (e *env) testDualStackService(t *testing.T) {
+	start := time.Now()
+	e.apply(t, dualStackServiceManifest)
+	svc, err := e.c.CP.Client.CoreV1().Services(ns).Get(e.ctx, "echo-ds", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The API server's two service ranges: a ClusterIP of each, IPv4 first.
+	_, svc4, _ := net.ParseCIDR(k8s.ServiceCIDR)
+	_, svc6, _ := net.ParseCIDR(k8s.ServiceCIDRIPv6)
+	ips := svc.Spec.ClusterIPs
+	if len(ips) != 2 || !svc4.Contains(net.ParseIP(ips[0])) || !svc6.Contains(net.ParseIP(ips[1])) {
+		t.Fatalf("Service echo-ds has clusterIPs %v, want one of %v then one of %v", ips, svc4, svc6)
+	}
+	for _, fam := range []string{"IPv4", "IPv6"} {
+		k8s.WaitFor(t, "4 ready "+fam+" endpoints of Service echo-ds", 60*time.Second, func() error {
+			if n := e.readyEndpointsByFamily(t, "echo-ds", fam); n != 4 {
+				return fmt.Errorf("%d", n)
+			}
+			return nil
+		})
+	}
+	pods := e.pods(t, ns, "app=echo")
+	const tries = 10
+	seen := map[string]map[string]bool{"IPv4": {}, "IPv6": {}}
+	for _, from := range pods {
+		self := map[string]string{"IPv4": from.Status.PodIP, "IPv6": podIPv6(&from)}
+		for i, fam := range []string{"IPv4", "IPv6"} {
+			host := ips[i]
+			if fam == "IPv6" {
+				host = "[" + host + "]"
+			}
+			// The switch programs a Service a moment after the API shows it: first one answer.
+			e.waitProbe(t, from.Name+" → Service echo-ds over "+fam, from.Name, "tcp:"+host+":80", func(r probeResult) error {
+				if !r.ok {
+					return fmt.Errorf("%s: %s", r.target, r.reply)
+				}
+				return nil
+			})
+			var targets []string
+			for j := 0; j < tries; j++ {
+				targets = append(targets, "tcp:"+host+":80", "udp:"+host+":81")
+			}
+			for _, r := range e.probe(t, from.Name, targets...) {
+				switch {
+				case !r.ok:
+					t.Errorf("%s (%s) → %s: %s", from.Name, from.Spec.NodeName, r.target, r.reply)
+					continue
+				case replyName(r.reply) == from.Name:
+					// Hairpin: the switch gives the pod's own connection another source.
+				case !sameIP(replyPeerIP(r.reply), self[fam]):
+					t.Errorf("%s → %s: the endpoint %s saw %s, want the client's own %s address %s", from.Name, r.target, replyName(r.reply), replyPeerIP(r.reply), fam, self[fam])
+				}
+				seen[fam][replyName(r.reply)] = true
+			}
+		}
+	}
+	for _, fam := range []string{"IPv4", "IPv6"} {
+		for _, p := range pods {
+			if !seen[fam][p.Name] {
+				t.Errorf("endpoint %s (%s) never answered through Service echo-ds over %s: %v", p.Name, p.Spec.NodeName, fam, seen[fam])
+			}
+		}
+	}
+	e.timing("RequireDualStack Service: both ClusterIPs from every pod, TCP and UDP", time.Since(start))
 }
