@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -135,7 +136,9 @@ type Timing struct {
 	Duration time.Duration
 }
 
-var clusterSeq int
+// clusterSeq numbers the clusters of this test binary (atomically: tests may start them
+// in parallel).
+var clusterSeq atomic.Int64
 
 // StartCluster starts a control plane and cfg.Nodes kubelet nodes with containerd and
 // kube-proxy, and waits until every Node object is registered (NotReady: there is no CNI
@@ -167,8 +170,7 @@ func StartCluster(t *testing.T, cfg ClusterConfig) *Cluster {
 		}
 	}
 	sweepStale(t)
-	clusterSeq++
-	c := &Cluster{Config: cfg, ID: fmt.Sprintf("ofsdn-k8s-%d-%d", os.Getpid(), clusterSeq)}
+	c := &Cluster{Config: cfg, ID: fmt.Sprintf("ofsdn-k8s-%d-%d", os.Getpid(), clusterSeq.Add(1))}
 	before := hostState()
 	dir, err := os.MkdirTemp("", c.ID+"-")
 	must(t, err)

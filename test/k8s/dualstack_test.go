@@ -26,6 +26,7 @@ import (
 
 func TestDualStackCluster(t *testing.T) {
 	testenv.Privileged(t)
+	t.Parallel()
 	images, imgTime := clusterImages(t)
 	c := k8s.StartCluster(t, k8s.ClusterConfig{Nodes: 2, ImagesDir: images, OVS: k8s.OVSBundled, DualStack: true})
 	e := &env{c: c, ctx: context.Background()}

@@ -23,6 +23,7 @@ import (
 
 func TestIPv6OnlyCluster(t *testing.T) {
 	testenv.Privileged(t)
+	t.Parallel()
 	images, imgTime := clusterImages(t)
 	c := k8s.StartCluster(t, k8s.ClusterConfig{Nodes: 2, ImagesDir: images, OVS: k8s.OVSHost, IPv6Only: true})
 	e := &env{c: c, ctx: context.Background()}
