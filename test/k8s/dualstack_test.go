@@ -46,7 +46,7 @@ func TestDualStackCluster(t *testing.T) {
 		{"DaemonSet with clusterCIDRIPv6 makes every node Ready", e.testDaemonSet},
 		{"the gateway holds the first address of each pod CIDR; IPv6 masquerade table", e.testDualStackGateway},
 		{"pods across nodes over both families", e.testDualStackPods},
-		{"a RequireDualStack Service over each family's ClusterIP (serviceProxy: ofsdn)", e.testDualStackService},
+		{"a RequireDualStack NodePort Service over each family's ClusterIP and node addresses (serviceProxy: ofsdn)", e.testDualStackService},
 	}
 	for _, s := range steps {
 		if !t.Run(s.name, s.f) {
@@ -264,6 +264,7 @@ const dualStackServiceManifest = `apiVersion: v1
 kind: Service
 metadata: {name: echo-ds, namespace: default}
 spec:
+  type: NodePort
   ipFamilyPolicy: RequireDualStack
   ipFamilies: [IPv4, IPv6]
   selector: {app: echo}
@@ -358,5 +359,34 @@ func (e *env) testDualStackService(t *testing.T) {
 			}
 		}
 	}
-	e.timing("RequireDualStack Service: both ClusterIPs from every pod, TCP and UDP", time.Since(start))
+	// Its NodePort at both nodes' addresses of each family (the IPv6 one: each Node's IPv6
+	// InternalIP), from every pod, answered with the client's own address.
+	var nodePort int32
+	for _, p := range svc.Spec.Ports {
+		if p.Name == "tcp" {
+			nodePort = p.NodePort
+		}
+	}
+	for _, from := range pods {
+		var targets []string
+		for _, n := range e.c.Nodes {
+			for _, ip := range []string{n.IP, n.IPv6} {
+				targets = append(targets, "tcp:"+net.JoinHostPort(ip, fmt.Sprint(nodePort)))
+			}
+		}
+		for _, r := range e.probe(t, from.Name, targets...) {
+			self := from.Status.PodIP
+			if strings.Contains(r.target, "[") {
+				self = podIPv6(&from)
+			}
+			switch {
+			case !r.ok:
+				t.Errorf("%s (%s) → NodePort %s: %s", from.Name, from.Spec.NodeName, r.target, r.reply)
+			case replyName(r.reply) == from.Name:
+			case !sameIP(replyPeerIP(r.reply), self):
+				t.Errorf("%s → NodePort %s: the endpoint %s saw %s, want the client's own address %s", from.Name, r.target, replyName(r.reply), replyPeerIP(r.reply), self)
+			}
+		}
+	}
+	e.timing("RequireDualStack Service: both ClusterIPs (TCP, UDP) and the NodePort at both nodes' addresses of each family, from every pod", time.Since(start))
 }
