@@ -74,8 +74,8 @@ type ClusterConfig struct {
 	// DualStack makes an IPv4-primary dual-stack cluster: two service ranges (ServiceCIDR,
 	// ServiceCIDRIPv6), a pod CIDR per family per node (ClusterCIDR /24s, ClusterCIDRIPv6
 	// /64s), every kubelet with both node IPs (IPv4, IPv6 on uplink0), kube-proxy with both
-	// cluster CIDRs, and Overlay test/k8s/overlay-dualstack (clusterCIDRIPv6, networkPolicy
-	// off). It needs OVS OVSBundled.
+	// cluster CIDRs, and Overlay test/k8s/overlay-dualstack (clusterCIDRIPv6). It needs OVS
+	// OVSBundled.
 	DualStack bool
 	// IPv6Only makes an IPv6-only cluster: the service range ServiceCIDRIPv6, node pod
 	// CIDRs /64s of ClusterCIDRIPv6, every node IP IPv6 (on br-phy), the API server

@@ -62,9 +62,11 @@ func TestCluster(t *testing.T) {
 	// The nodes run no Open vSwitch until the DaemonSet's ovs container does (the
 	// manifest's own way); OFSDN_K8S_OVS=host gives each node a sandbox OVS before its
 	// kubelet instead (ovs: host, test/k8s/overlay).
-	cfg := k8s.ClusterConfig{Nodes: 2, ImagesDir: images, OVS: k8s.OVSBundled}
+	// Dual-stack, IPv4 primary (issue 23): every IPv4 check as on a single-stack cluster,
+	// and the IPv6 steps. OFSDN_K8S_OVS=host runs single-stack IPv4 (its overlay is).
+	cfg := k8s.ClusterConfig{Nodes: 2, ImagesDir: images, OVS: k8s.OVSBundled, DualStack: true}
 	if os.Getenv("OFSDN_K8S_OVS") == "host" {
-		cfg.OVS = k8s.OVSHost
+		cfg.OVS, cfg.DualStack = k8s.OVSHost, false
 	}
 	c := k8s.StartCluster(t, cfg)
 	e := &env{c: c, ctx: context.Background()}
@@ -76,9 +78,13 @@ func TestCluster(t *testing.T) {
 		f    func(*testing.T)
 	}{
 		{"before ofsdn nodes are NotReady and the CNI directories empty", e.testNotReadyBeforeOfsdn},
+		{dualStackStep("every node has a pod CIDR and an InternalIP per family, IPv4 first"), e.testDualStackNodes},
 		{"DaemonSet from the image makes every node Ready", e.testDaemonSet},
+		{dualStackStep("the gateway holds the first address of each pod CIDR; IPv6 masquerade table"), e.testDualStackGateway},
 		{"RBAC is the manifest's ClusterRole, no more", e.testRBAC},
 		{"pods across nodes", e.testPods},
+		{dualStackStep("pods across nodes over both families"), e.testDualStackPods},
+		{dualStackStep("a RequireDualStack NodePort Service over each family's ClusterIP and node addresses"), e.testDualStackService},
 		{"services (serviceProxy: ofsdn, the default)", e.testServices},
 		{"serviceProxy: ofsdn: NetworkPolicy judges Service traffic by the client's own address", e.testPolicyThroughServices},
 		{"serviceProxy: kube-proxy: Services through the host, no Service group left, and back", e.testKubeProxyMode},
@@ -91,6 +97,9 @@ func TestCluster(t *testing.T) {
 	for _, s := range steps {
 		if s.name == ovsKilledStep && !c.Nodes[0].Bundled {
 			continue // the nodes' Open vSwitch is the harness's sandbox (OFSDN_K8S_OVS=host): no ovs container
+		}
+		if strings.HasPrefix(s.name, dualStackPrefix) && !c.Config.DualStack {
+			continue // single-stack (OFSDN_K8S_OVS=host): no IPv6
 		}
 		if !t.Run(s.name, s.f) {
 			// Later steps build on this one.
@@ -150,6 +159,12 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(code)
 }
+
+// dualStackPrefix starts the names of TestCluster's IPv6 steps, run on a dual-stack
+// cluster only.
+const dualStackPrefix = "dual-stack: "
+
+func dualStackStep(name string) string { return dualStackPrefix + name }
 
 // ovsKilledStep is TestCluster's step that kills the DaemonSet's ovs container: run only
 // when the nodes' Open vSwitch is the DaemonSet's (the default; not OFSDN_K8S_OVS=host).
@@ -1603,6 +1618,11 @@ func (e *env) testPolicyThroughServices(t *testing.T) {
 			}
 		}
 	})
+	if e.c.Config.DualStack {
+		t.Run("dual-stack: the same policies over the pods' IPv6 addresses", func(t *testing.T) {
+			e.testPolicyIPv6(t, servers, clients)
+		})
+	}
 	// Leave the later steps the cluster they expect.
 	e.c.MustKubectl(t, "delete", "-n", ns, "--wait=true", "deployment/guarded", "service/guarded",
 		"networkpolicy/guarded-ingress", "networkpolicy/sealed-egress",

@@ -1,19 +1,19 @@
 package k8s_test
 
-// ofsdn on a real dual-stack Kubernetes (issue 23, "Real components"): kube-apiserver with
-// an IPv4 and an IPv6 service range, kube-controller-manager cutting a pod CIDR per family
-// for every node, kubelets with both node IPs, kube-proxy dual-stack, and deploy/ofsdn.yaml
-// with the IPv6 cluster CIDR (test/k8s/overlay-dualstack, networkPolicy off: ofsdn refuses
-// NetworkPolicy on a dual-stack node until it polices IPv6). What a user checks: every pod
-// has two podIPs, IPv4 first, each in its node's pod CIDR of that family; pods on different
-// nodes reach each other over both families (TCP, UDP, ICMP and ICMPv6), each server
-// seeing the client's own address; nodes reach pods.
+// TestCluster's dual-stack steps (issue 23, "Real components"): its cluster is dual-stack,
+// IPv4 primary: kube-apiserver with an IPv4 and an IPv6 service range,
+// kube-controller-manager cutting a pod CIDR per family for every node, kubelets with both
+// node IPs, kube-proxy dual-stack, and deploy/ofsdn.yaml with the IPv6 cluster CIDR
+// (test/k8s/overlay-dualstack). What a user checks: every pod has two podIPs, IPv4 first,
+// each in its node's pod CIDR of that family; pods on different nodes reach each other over
+// both families (TCP, UDP, ICMP and ICMPv6), each server seeing the client's own address;
+// nodes reach pods over both; NetworkPolicy holds over IPv6 as over IPv4.
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,39 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ofsdn/ofsdn/test/k8s"
-	"github.com/ofsdn/ofsdn/test/testenv"
 )
-
-func TestDualStackCluster(t *testing.T) {
-	testenv.Privileged(t)
-	t.Parallel()
-	images, imgTime := clusterImages(t)
-	c := k8s.StartCluster(t, k8s.ClusterConfig{Nodes: 2, ImagesDir: images, OVS: k8s.OVSBundled, DualStack: true})
-	e := &env{c: c, ctx: context.Background()}
-	c.Timings = append([]k8s.Timing{{Step: imagesStep(imgTime), Duration: imgTime}}, c.Timings...)
-	start := time.Now()
-	defer func() {
-		e.timing("TestDualStackCluster's steps after the cluster was up", time.Since(start))
-		e.reportTimings(t)
-	}()
-
-	steps := []struct {
-		name string
-		f    func(*testing.T)
-	}{
-		{"before ofsdn nodes are NotReady and the CNI directories empty", e.testNotReadyBeforeOfsdn},
-		{"every node has a pod CIDR and an InternalIP per family, IPv4 first", e.testDualStackNodes},
-		{"DaemonSet with clusterCIDRIPv6 makes every node Ready", e.testDaemonSet},
-		{"the gateway holds the first address of each pod CIDR; IPv6 masquerade table", e.testDualStackGateway},
-		{"pods across nodes over both families", e.testDualStackPods},
-		{"a RequireDualStack NodePort Service over each family's ClusterIP and node addresses (serviceProxy: ofsdn)", e.testDualStackService},
-	}
-	for _, s := range steps {
-		if !t.Run(s.name, s.f) {
-			t.Fatalf("stopping after %q failed", s.name)
-		}
-	}
-}
 
 // nodeCIDRs returns a node's pod CIDRs (spec.podCIDRs) by family.
 func nodeCIDRs(t *testing.T, node *corev1.Node) (v4, v6 *net.IPNet) {
@@ -147,10 +115,8 @@ func sameIP(a, b string) bool {
 }
 
 func (e *env) testDualStackPods(t *testing.T) {
-	start := time.Now()
-	e.apply(t, echoManifest)
+	e.apply(t, echoManifest) // testPods's, unchanged
 	pods := e.waitPods(t, ns, "app=echo", 4, 180*time.Second)
-	e.timing("kubectl apply of a 4-pod Deployment → every pod Running and Ready (dual-stack)", time.Since(start))
 
 	nodes := map[string]*corev1.Node{}
 	for _, n := range e.c.Nodes {
@@ -389,4 +355,64 @@ func (e *env) testDualStackService(t *testing.T) {
 		}
 	}
 	e.timing("RequireDualStack Service: both ClusterIPs (TCP, UDP) and the NodePort at both nodes' addresses of each family, from every pod", time.Since(start))
+	// Leave the later steps the Services they expect.
+	e.c.MustKubectl(t, "delete", "-n", ns, "--wait=true", "service/echo-ds")
+}
+
+// testPolicyIPv6 checks testPolicyThroughServices's policies on the pods' IPv6 addresses
+// (NetworkPolicy in both families, issue 23): the selected clients on both nodes reach
+// both guarded pods over IPv6, TCP and UDP, each seen with its own IPv6 address; a client
+// the ingress policy does not select, and the pod whose egress is denied, are refused over
+// IPv6. The refusals (3 s each) run side by side.
+func (e *env) testPolicyIPv6(t *testing.T, servers []corev1.Pod, clients map[string]*corev1.Pod) {
+	var tcp, udp []string
+	for i := range servers {
+		v6 := "[" + podIPv6(&servers[i]) + "]"
+		tcp = append(tcp, "tcp:"+v6+":8080")
+		udp = append(udp, "udp:"+v6+":8081")
+	}
+	for _, name := range []string{"allowed-1", "allowed-2"} {
+		c := clients[name]
+		for _, r := range e.probe(t, name, append(tcp, udp...)...) {
+			switch {
+			case !r.ok:
+				t.Errorf("%s (%s, role=allowed) → %s: %s", name, c.Spec.NodeName, r.target, r.reply)
+			case !sameIP(replyPeerIP(r.reply), podIPv6(c)):
+				t.Errorf("%s → %s: the server saw %s, want the client's own IPv6 address %s", name, r.target, replyPeerIP(r.reply), podIPv6(c))
+			}
+		}
+	}
+	// denied-1 over TCP and denied-2 over UDP to both guarded pods; sealed to allowed-1,
+	// which no ingress policy guards.
+	refusals := map[string][]string{"denied-1": tcp, "denied-2": udp,
+		"sealed": {"tcp:[" + podIPv6(clients["allowed-1"]) + "]:8080"}}
+	outs := make(map[string]string)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for name, targets := range refusals {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out, err := e.exec(name, append([]string{"/testbin", "probe"}, targets...)...)
+			if err != nil {
+				out = err.Error()
+			}
+			mu.Lock()
+			outs[name] = out
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	for name, targets := range refusals {
+		res := parseProbe(outs[name])
+		if len(res) != len(targets) {
+			t.Errorf("probe from %s: %d results for %d targets:\n%s", name, len(res), len(targets), outs[name])
+			continue
+		}
+		for _, r := range res {
+			if r.ok {
+				t.Errorf("%s (%s) → %s answered %q over IPv6: the policies refuse it", name, clients[name].Spec.NodeName, r.target, r.reply)
+			}
+		}
+	}
 }
