@@ -6,7 +6,9 @@ package k8s_test
 // kubelet. Everything a user would check: nodes Ready only once ofsdn is installed, pods
 // on different nodes talk TCP and UDP, probes pass, Services spread and refuse without
 // endpoints, nothing is left of deleted pods, no ping is lost across a daemon restart, and
-// the daemon's RBAC is exactly the manifest's.
+// the daemon's RBAC is exactly the manifest's. The cluster is dual-stack, IPv4 primary
+// (dualstack_test.go holds its IPv6 steps); TestIPv6OnlyCluster (ipv6only_test.go) runs an
+// IPv6-only one.
 
 import (
 	"bufio"
