@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -34,6 +36,21 @@ const (
 	UnderlayPrefix = "172.31.0."
 	// ControlPlaneIP is the API server's address on the underlay.
 	ControlPlaneIP = UnderlayPrefix + "1"
+
+	// A dual-stack cluster (ClusterConfig.DualStack) adds an IPv6 range to each, all ULA
+	// (fd00::/8). ClusterCIDRIPv6 and the node pod CIDRs cut from it (/64s) are also in
+	// test/k8s/overlay-dualstack/kustomization.yaml: keep them in step.
+
+	// ClusterCIDRIPv6 is the IPv6 half of a dual-stack cluster's --cluster-cidr.
+	ClusterCIDRIPv6 = "fd00:10:245::/56"
+	// ServiceCIDRIPv6 is the IPv6 half of a dual-stack cluster's service ranges.
+	ServiceCIDRIPv6 = "fd00:10:97::/112"
+	// UnderlayPrefixIPv6 is a dual-stack underlay's IPv6 /64: the control plane is ::1 on
+	// br0, node i (1-based) ::(10+i) (decimal digits: ofsdn-n1 is fd00:172:31::11) on the
+	// node's uplink0.
+	UnderlayPrefixIPv6 = "fd00:172:31::"
+	// ControlPlaneIPv6 is the control plane's IPv6 address on a dual-stack underlay.
+	ControlPlaneIPv6 = UnderlayPrefixIPv6 + "1"
 )
 
 // ClusterConfig says what StartCluster builds.
@@ -54,6 +71,18 @@ type ClusterConfig struct {
 	// (ovs: bundled, test/k8s/overlay-bundled), whose ofsdn-node moves the node IP onto
 	// br-phy (underlayBridge).
 	OVS string
+	// DualStack makes an IPv4-primary dual-stack cluster: two service ranges (ServiceCIDR,
+	// ServiceCIDRIPv6), a pod CIDR per family per node (ClusterCIDR /24s, ClusterCIDRIPv6
+	// /64s), every kubelet with both node IPs (IPv4, IPv6 on uplink0), kube-proxy with both
+	// cluster CIDRs, and Overlay test/k8s/overlay-dualstack (clusterCIDRIPv6). It needs OVS
+	// OVSBundled.
+	DualStack bool
+	// IPv6Only makes an IPv6-only cluster: the service range ServiceCIDRIPv6, node pod
+	// CIDRs /64s of ClusterCIDRIPv6, every node IP IPv6 (on br-phy), the API server
+	// advertised on ControlPlaneIPv6, and Overlay test/k8s/overlay-ipv6only (an IPv6
+	// underlay, networkPolicy off, serviceProxy kube-proxy). It needs OVS OVSHost: ofsdn moves
+	// only IPv4 node addresses onto br-phy, so the harness's OVS holds the IPv6 one there.
+	IPv6Only bool
 }
 
 // Values of ClusterConfig.OVS.
@@ -67,6 +96,12 @@ const (
 // Overlay returns the kustomize overlay (a path from the repository root) that deploys
 // ofsdn on a cluster of this configuration.
 func (c ClusterConfig) Overlay() string {
+	if c.IPv6Only {
+		return "test/k8s/overlay-ipv6only"
+	}
+	if c.DualStack {
+		return "test/k8s/overlay-dualstack"
+	}
 	if c.OVS == OVSBundled {
 		return "test/k8s/overlay-bundled"
 	}
@@ -101,7 +136,9 @@ type Timing struct {
 	Duration time.Duration
 }
 
-var clusterSeq int
+// clusterSeq numbers the clusters of this test binary (atomically: tests may start them
+// in parallel).
+var clusterSeq atomic.Int64
 
 // StartCluster starts a control plane and cfg.Nodes kubelet nodes with containerd and
 // kube-proxy, and waits until every Node object is registered (NotReady: there is no CNI
@@ -116,6 +153,12 @@ func StartCluster(t *testing.T, cfg ClusterConfig) *Cluster {
 	if cfg.Nodes == 0 {
 		cfg.Nodes = 2
 	}
+	if cfg.DualStack && cfg.OVS != OVSBundled {
+		t.Fatal("ClusterConfig.DualStack needs OVS: OVSBundled (test/k8s/overlay-dualstack runs the DaemonSet's Open vSwitch)")
+	}
+	if cfg.IPv6Only && (cfg.OVS != OVSHost || cfg.DualStack) {
+		t.Fatal("ClusterConfig.IPv6Only needs OVS: OVSHost (the IPv6 node IP sits on the harness's br-phy) and no DualStack")
+	}
 	for _, b := range []string{"kubelet", "kube-proxy", "kubectl"} {
 		Bin(t, b)
 	}
@@ -127,8 +170,7 @@ func StartCluster(t *testing.T, cfg ClusterConfig) *Cluster {
 		}
 	}
 	sweepStale(t)
-	clusterSeq++
-	c := &Cluster{Config: cfg, ID: fmt.Sprintf("ofsdn-k8s-%d-%d", os.Getpid(), clusterSeq)}
+	c := &Cluster{Config: cfg, ID: fmt.Sprintf("ofsdn-k8s-%d-%d", os.Getpid(), clusterSeq.Add(1))}
 	before := hostState()
 	dir, err := os.MkdirTemp("", c.ID+"-")
 	must(t, err)
@@ -153,21 +195,38 @@ func StartCluster(t *testing.T, cfg ClusterConfig) *Cluster {
 	}
 	t.Cleanup(func() { _, _ = run("ip", "netns", "del", ns) })
 	c.Netns = "/var/run/netns/" + ns
-	for _, args := range [][]string{
+	cpLinks := [][]string{
 		{"link", "set", "lo", "up"},
 		{"link", "add", "br0", "type", "bridge"},
 		{"addr", "add", ControlPlaneIP + "/24", "dev", "br0"},
-		{"link", "set", "br0", "up"},
-	} {
+	}
+	serviceCIDR, clusterCIDR, cpIP := ServiceCIDR, ClusterCIDR, ControlPlaneIP
+	if cfg.DualStack || cfg.IPv6Only {
+		// No duplicate address detection: the address is usable at once.
+		cpLinks = append(cpLinks, []string{"addr", "add", ControlPlaneIPv6 + "/64", "dev", "br0", "nodad"})
+		serviceCIDR, clusterCIDR = ServiceCIDR+","+ServiceCIDRIPv6, ClusterCIDR+","+ClusterCIDRIPv6
+	}
+	if cfg.IPv6Only {
+		serviceCIDR, clusterCIDR, cpIP = ServiceCIDRIPv6, ClusterCIDRIPv6, ControlPlaneIPv6
+	}
+	for _, args := range append(cpLinks, []string{"link", "set", "br0", "up"}) {
 		if _, err := run("ip", append([]string{"-n", ns}, args...)...); err != nil {
 			t.Fatal(err)
 		}
 	}
 	c.CP = StartControlPlane(t, ControlPlaneConfig{Dir: filepath.Join(dir, "cp"), Netns: c.Netns,
-		Address: ControlPlaneIP, ServiceCIDR: ServiceCIDR, ClusterCIDR: ClusterCIDR})
+		Address: cpIP, ServiceCIDR: serviceCIDR, ClusterCIDR: clusterCIDR})
 	c.Timings = append(c.Timings, Timing{"control plane ready (etcd, kube-apiserver, kube-controller-manager, kube-scheduler; PKI made)", c.CP.Ready})
+	// Registered after the control plane's clean-up, so it runs before it, once every node
+	// has stopped: the nodes' API clients (kubelet, kube-proxy, ofsdn-node) died with their
+	// namespaces and no FIN of theirs ever reaches the API server, whose graceful shutdown
+	// then waited for those connections until its stop grace ran out (15 s of every cluster
+	// test). Close them (ss -K: the kernel's SOCK_DESTROY) so it exits at once.
+	t.Cleanup(func() {
+		_, _ = run("ip", "netns", "exec", ns, "ss", "-K", "-tn", "state", "established", fmt.Sprintf("( sport = :%d )", apiserverPort))
+	})
 
-	server := fmt.Sprintf("https://%s:%d", ControlPlaneIP, apiserverPort)
+	server := "https://" + net.JoinHostPort(cpIP, fmt.Sprint(apiserverPort))
 	must(t, c.CP.PKI.Cert("kube-proxy", "system:kube-proxy", nil, nil, nil))
 	proxyKC, err := c.CP.PKI.Kubeconfig("kube-proxy", server)
 	must(t, err)
@@ -206,6 +265,9 @@ func (c *Cluster) startNode(t *testing.T, i int, server, proxyKC, containerdBin,
 	t.Helper()
 	name := fmt.Sprintf("ofsdn-n%d", i)
 	ip := fmt.Sprintf("%s%d", UnderlayPrefix, 10+i)
+	if c.Config.IPv6Only {
+		ip = fmt.Sprintf("%s%d", UnderlayPrefixIPv6, 10+i)
+	}
 	bundled := c.Config.OVS == OVSBundled
 	var o *sandbox.OVS
 	if bundled {
@@ -223,6 +285,9 @@ func (c *Cluster) startNode(t *testing.T, i int, server, proxyKC, containerdBin,
 		o = sandbox.Start(t)
 	}
 	n := &Node{Name: name, IP: ip, OVS: o, Dir: filepath.Join(c.Dir, name), CgroupRoot: "/" + c.ID + "/" + name, Bundled: bundled}
+	if c.Config.DualStack {
+		n.IPv6 = fmt.Sprintf("%s%d", UnderlayPrefixIPv6, 10+i)
+	}
 
 	// Underlay: veth ul-N (on the control plane's br0) ↔ uplink0 (in the node); with
 	// OVSHost uplink0 is on br-phy, whose internal port holds the node IP, with OVSBundled
@@ -247,11 +312,25 @@ func (c *Cluster) startNode(t *testing.T, i int, server, proxyKC, containerdBin,
 			"--", "add-port", "br-phy", "uplink0")
 		ipDev = "br-phy"
 	}
-	for _, args := range [][]string{
+	addrs := [][]string{
 		{"addr", "add", ip + "/24", "dev", ipDev},
 		{"link", "set", ipDev, "up"},
 		{"route", "add", "default", "via", ControlPlaneIP},
-	} {
+	}
+	if c.Config.IPv6Only {
+		addrs = [][]string{
+			{"addr", "add", ip + "/64", "dev", ipDev, "nodad"},
+			{"link", "set", ipDev, "up"},
+			{"-6", "route", "add", "default", "via", ControlPlaneIPv6},
+		}
+	}
+	if n.IPv6 != "" {
+		// The IPv6 node IP stays on uplink0 (ofsdn moves IPv4 only: the underlay is IPv4),
+		// where the kubelet finds it; no duplicate address detection, as on br0.
+		addrs = append(addrs, []string{"addr", "add", n.IPv6 + "/64", "dev", "uplink0", "nodad"},
+			[]string{"-6", "route", "add", "default", "via", ControlPlaneIPv6})
+	}
+	for _, args := range addrs {
 		if _, err := run("ip", append([]string{"-n", o.Netns}, args...)...); err != nil {
 			t.Fatal(err)
 		}
@@ -278,9 +357,18 @@ func (c *Cluster) startNode(t *testing.T, i int, server, proxyKC, containerdBin,
 	cmd := exec.Command("nsenter", "--net="+o.NetnsPath(), "--",
 		"unshare", "--mount", "--pid", "--fork", "--mount-proc", "--propagation", "private", "--kill-child", "--",
 		"bash", filepath.Join(RepoRoot(), "test", "k8s", "node-init.sh"))
-	cmd.Env = append(os.Environ(), "NODE="+name, "NODE_IP="+ip, "NODE_DIR="+n.Dir,
+	// A dual-stack node's kubelet takes both node IPs, its kube-proxy both cluster CIDRs
+	// (IPv4 first: the primary family).
+	nodeIPs, clusterCIDRs := ip, ClusterCIDR
+	if c.Config.IPv6Only {
+		clusterCIDRs = ClusterCIDRIPv6
+	}
+	if n.IPv6 != "" {
+		nodeIPs, clusterCIDRs = ip+","+n.IPv6, ClusterCIDR+","+ClusterCIDRIPv6
+	}
+	cmd.Env = append(os.Environ(), "NODE="+name, "NODE_IP="+nodeIPs, "NODE_DIR="+n.Dir,
 		"K8S_BIN="+filepath.Join(CacheDir(), "bin"), "CONTAINERD_BIN="+containerdBin, "OVS_RUNDIR="+o.Dir,
-		"IMAGES="+c.Config.ImagesDir, "CLUSTER_CIDR="+ClusterCIDR)
+		"IMAGES="+c.Config.ImagesDir, "CLUSTER_CIDR="+clusterCIDRs)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := startCmd(cmd); err != nil {

@@ -6,7 +6,9 @@ package k8s_test
 // kubelet. Everything a user would check: nodes Ready only once ofsdn is installed, pods
 // on different nodes talk TCP and UDP, probes pass, Services spread and refuse without
 // endpoints, nothing is left of deleted pods, no ping is lost across a daemon restart, and
-// the daemon's RBAC is exactly the manifest's.
+// the daemon's RBAC is exactly the manifest's. The cluster is dual-stack, IPv4 primary
+// (dualstack_test.go holds its IPv6 steps); TestIPv6OnlyCluster (ipv6only_test.go) runs an
+// IPv6-only one.
 
 import (
 	"bufio"
@@ -58,18 +60,19 @@ type env struct {
 
 func TestCluster(t *testing.T) {
 	testenv.Privileged(t)
-	images := t.TempDir()
-	imgTime := k8s.BuildImages(t, images)
+	images, imgTime := clusterImages(t)
 	// The nodes run no Open vSwitch until the DaemonSet's ovs container does (the
 	// manifest's own way); OFSDN_K8S_OVS=host gives each node a sandbox OVS before its
 	// kubelet instead (ovs: host, test/k8s/overlay).
-	cfg := k8s.ClusterConfig{Nodes: 2, ImagesDir: images, OVS: k8s.OVSBundled}
+	// Dual-stack, IPv4 primary (issue 23): every IPv4 check as on a single-stack cluster,
+	// and the IPv6 steps. OFSDN_K8S_OVS=host runs single-stack IPv4 (its overlay is).
+	cfg := k8s.ClusterConfig{Nodes: 2, ImagesDir: images, OVS: k8s.OVSBundled, DualStack: true}
 	if os.Getenv("OFSDN_K8S_OVS") == "host" {
-		cfg.OVS = k8s.OVSHost
+		cfg.OVS, cfg.DualStack = k8s.OVSHost, false
 	}
 	c := k8s.StartCluster(t, cfg)
 	e := &env{c: c, ctx: context.Background()}
-	c.Timings = append([]k8s.Timing{{Step: "images built (make image, test server, pause)", Duration: imgTime}}, c.Timings...)
+	c.Timings = append([]k8s.Timing{{Step: imagesStep(imgTime), Duration: imgTime}}, c.Timings...)
 	defer e.reportTimings(t)
 
 	steps := []struct {
@@ -77,9 +80,13 @@ func TestCluster(t *testing.T) {
 		f    func(*testing.T)
 	}{
 		{"before ofsdn nodes are NotReady and the CNI directories empty", e.testNotReadyBeforeOfsdn},
+		{dualStackStep("every node has a pod CIDR and an InternalIP per family, IPv4 first"), e.testDualStackNodes},
 		{"DaemonSet from the image makes every node Ready", e.testDaemonSet},
+		{dualStackStep("the gateway holds the first address of each pod CIDR; IPv6 masquerade table"), e.testDualStackGateway},
 		{"RBAC is the manifest's ClusterRole, no more", e.testRBAC},
 		{"pods across nodes", e.testPods},
+		{dualStackStep("pods across nodes over both families"), e.testDualStackPods},
+		{dualStackStep("a RequireDualStack NodePort Service over each family's ClusterIP and node addresses"), e.testDualStackService},
 		{"services (serviceProxy: ofsdn, the default)", e.testServices},
 		{"serviceProxy: ofsdn: NetworkPolicy judges Service traffic by the client's own address", e.testPolicyThroughServices},
 		{"serviceProxy: kube-proxy: Services through the host, no Service group left, and back", e.testKubeProxyMode},
@@ -93,12 +100,73 @@ func TestCluster(t *testing.T) {
 		if s.name == ovsKilledStep && !c.Nodes[0].Bundled {
 			continue // the nodes' Open vSwitch is the harness's sandbox (OFSDN_K8S_OVS=host): no ovs container
 		}
+		if strings.HasPrefix(s.name, dualStackPrefix) && !c.Config.DualStack {
+			continue // single-stack (OFSDN_K8S_OVS=host): no IPv6
+		}
 		if !t.Run(s.name, s.f) {
 			// Later steps build on this one.
 			t.Fatalf("stopping after %q failed", s.name)
 		}
 	}
 }
+
+// The cluster tests' images, built once per test binary (clusterImages) into a directory
+// TestMain removes.
+var builtImages struct {
+	once sync.Once
+	dir  string
+	took time.Duration
+	ok   bool
+}
+
+// clusterImages returns the directory of the images the cluster tests import (built by
+// k8s.BuildImages for the first test that asks, shared by the later ones) and how long
+// this call built them (0 when an earlier test did).
+func clusterImages(t *testing.T) (string, time.Duration) {
+	t.Helper()
+	built := false
+	builtImages.once.Do(func() {
+		built = true
+		dir, err := os.MkdirTemp("", "ofsdn-k8s-images-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		builtImages.dir = dir
+		builtImages.took = k8s.BuildImages(t, dir)
+		builtImages.ok = true
+	})
+	if !builtImages.ok {
+		t.Fatal("the cluster images failed to build (in this test or an earlier one: see its log)")
+	}
+	if !built {
+		return builtImages.dir, 0
+	}
+	return builtImages.dir, builtImages.took
+}
+
+func imagesStep(took time.Duration) string {
+	if took == 0 {
+		return "images (built for an earlier test of this binary)"
+	}
+	return "images built (make image, test server, pause)"
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if builtImages.dir != "" {
+		if err := os.RemoveAll(builtImages.dir); err != nil {
+			fmt.Fprintf(os.Stderr, "remove the cluster images %s: %v\n", builtImages.dir, err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// dualStackPrefix starts the names of TestCluster's IPv6 steps, run on a dual-stack
+// cluster only.
+const dualStackPrefix = "dual-stack: "
+
+func dualStackStep(name string) string { return dualStackPrefix + name }
 
 // ovsKilledStep is TestCluster's step that kills the DaemonSet's ovs container: run only
 // when the nodes' Open vSwitch is the DaemonSet's (the default; not OFSDN_K8S_OVS=host).
@@ -245,12 +313,12 @@ func parseProbe(out string) []probeResult {
 	return res
 }
 
-// dialFromNode connects to addr (TCP) from the node's network namespace (the host) and
-// returns the server's line.
+// dialFromNode connects to addr (TCP; IPv6 as [IP]:PORT) from the node's network
+// namespace (the host) and returns the server's line.
 func dialFromNode(n *k8s.Node, addr string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := k8s.NetnsDialer(n.NetnsPath())(ctx, "tcp4", addr)
+	c, err := k8s.NetnsDialer(n.NetnsPath())(ctx, "tcp", addr)
 	if err != nil {
 		return "", err
 	}
@@ -1552,6 +1620,11 @@ func (e *env) testPolicyThroughServices(t *testing.T) {
 			}
 		}
 	})
+	if e.c.Config.DualStack {
+		t.Run("dual-stack: the same policies over the pods' IPv6 addresses", func(t *testing.T) {
+			e.testPolicyIPv6(t, servers, clients)
+		})
+	}
 	// Leave the later steps the cluster they expect.
 	e.c.MustKubectl(t, "delete", "-n", ns, "--wait=true", "deployment/guarded", "service/guarded",
 		"networkpolicy/guarded-ingress", "networkpolicy/sealed-egress",

@@ -34,7 +34,8 @@ type ControlPlaneConfig struct {
 	// API server's dual-stack form; the IPv4 one first); "" = 10.96.0.0/16.
 	ServiceCIDR string
 	// ClusterCIDR, when set, starts kube-controller-manager allocating node pod CIDRs
-	// (/24s) from it, and kube-scheduler.
+	// (/24s) from it, and kube-scheduler. Dual-stack: IPv4 and IPv6 comma-separated, IPv4
+	// first; every node then gets a /24 and a /64 (--node-cidr-mask-size-ipv4/-ipv6).
 	ClusterCIDR string
 }
 
@@ -119,7 +120,10 @@ func StartControlPlane(t testing.TB, cfg ControlPlaneConfig) *ControlPlane {
 		t.Fatal(err)
 	}
 	svcIP := append(net.IP{}, svc.IP.To4()...)
-	svcIP[3]++ // the kubernetes Service's ClusterIP
+	if len(svcIP) == 0 { // an IPv6-only cluster's
+		svcIP = append(net.IP{}, svc.IP.To16()...)
+	}
+	svcIP[len(svcIP)-1]++ // the kubernetes Service's ClusterIP
 	must(t, pki.Cert("apiserver", "kube-apiserver", nil,
 		[]net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(addr), svcIP},
 		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}))
@@ -227,13 +231,21 @@ func StartControlPlane(t testing.TB, cfg ControlPlaneConfig) *ControlPlane {
 		must(t, err)
 		schedKC, err := pki.Kubeconfig("scheduler", local)
 		must(t, err)
-		startProc("kube-controller-manager", kcm, "--kubeconfig="+kcmKC,
+		// One mask for a single-stack cluster; a dual-stack one takes one per family.
+		masks := []string{"--node-cidr-mask-size=24"}
+		if strings.Contains(cfg.ClusterCIDR, ":") { // IPv6-only: /64s
+			masks = []string{"--node-cidr-mask-size=64"}
+		}
+		if strings.Contains(cfg.ClusterCIDR, ",") {
+			masks = []string{"--node-cidr-mask-size-ipv4=24", "--node-cidr-mask-size-ipv6=64"}
+		}
+		startProc("kube-controller-manager", kcm, append(masks, "--kubeconfig="+kcmKC,
 			"--authentication-kubeconfig="+kcmKC, "--authorization-kubeconfig="+kcmKC,
 			"--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", ports["kcm"]), "--leader-elect=false",
 			"--use-service-account-credentials=true",
 			"--service-account-private-key-file="+pki.Path("sa.key"), "--root-ca-file="+pki.Path("ca.crt"),
-			"--allocate-node-cidrs=true", "--cluster-cidr="+cfg.ClusterCIDR, "--node-cidr-mask-size=24",
-			"--service-cluster-ip-range="+cfg.ServiceCIDR, "--profiling=false")
+			"--allocate-node-cidrs=true", "--cluster-cidr="+cfg.ClusterCIDR,
+			"--service-cluster-ip-range="+cfg.ServiceCIDR, "--profiling=false")...)
 		startProc("kube-scheduler", sched, "--kubeconfig="+schedKC,
 			"--authentication-kubeconfig="+schedKC, "--authorization-kubeconfig="+schedKC,
 			"--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", ports["sched"]), "--leader-elect=false",

@@ -10,7 +10,9 @@
 // (test/sandbox, userspace datapath) in a network namespace with a br-phy bridge holding
 // the node IP (as test/e2e's multi-node test), a private mount and PID namespace (see
 // node-init.sh) and a cgroup subtree of its own. deploy/ofsdn.yaml then runs on it as it
-// would on any cluster.
+// would on any cluster. ClusterConfig.DualStack makes the cluster dual-stack (IPv4
+// primary, ULA IPv6): two service ranges, a pod CIDR per family per node, both node IPs;
+// ClusterConfig.IPv6Only an IPv6-only one (IPv6 underlay, node IPs, pod CIDRs, services).
 //
 // Everything binds to 127.0.0.1 or to addresses inside the namespaces the test made, is
 // started with Pdeathsig and torn down by PID at t.Cleanup, and leaves no process,

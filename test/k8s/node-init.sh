@@ -6,11 +6,11 @@
 # every mount below disappears with the namespace. Nothing here changes the host: no file
 # outside NODE_DIR is written, no global sysctl is set.
 #
-# Env: NODE, NODE_IP, NODE_DIR (state: configs, logs, overlay upper dirs), K8S_BIN (kubelet,
+# Env: NODE, NODE_IP (dual-stack: IPv4,IPv6), NODE_DIR (state: configs, logs, overlay upper dirs), K8S_BIN (kubelet,
 #   kube-proxy), CONTAINERD_BIN (containerd, ctr, shims), OVS_RUNDIR (the node's sandbox
 #   OVS, seen as /var/run/openvswitch; empty on a node whose OVS is the DaemonSet's, which
 #   runs it in the node's own /var/run/openvswitch), IMAGES (directory of image tarballs to import),
-#   CLUSTER_CIDR.
+#   CLUSTER_CIDR (dual-stack: IPv4,IPv6).
 # Signals: TERM/INT stop the node (kube-proxy, kubelet, then containerd); USR1 restarts the
 #   kubelet (pods keep running).
 set -euo pipefail

@@ -25,6 +25,9 @@ type Node struct {
 	Name string
 	// IP is the node's underlay address (its InternalIP), on br-phy.
 	IP string
+	// IPv6 is a dual-stack node's IPv6 underlay address (its second InternalIP, on
+	// uplink0); "" on an IPv4-only node.
+	IPv6 string
 	// OVS is the node's Open vSwitch; OVS.Netns is the node's network namespace.
 	OVS *sandbox.OVS
 	// Dir holds the node's configs, logs and state: cni-conf and cni-bin are its
@@ -75,6 +78,33 @@ func (n *Node) Leases(t testing.TB) map[string]string {
 	out := map[string]string{}
 	for ip, l := range st.Leases {
 		out[ip] = l.ContainerID
+	}
+	return out
+}
+
+// LeaseIPv6 returns a dual-stack node's IPAM leases as IPv4 → the lease's further
+// addresses (its IPv6 one: ofsdn's lease file keeps one lease per pod, keyed by the IPv4
+// address, moreIPs holding the IPv6); none if the daemon has not written the file yet.
+func (n *Node) LeaseIPv6(t testing.TB) map[string][]string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(n.DataDir(), "ipam", "leases.json"))
+	if os.IsNotExist(err) {
+		return map[string][]string{}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Leases map[string]struct {
+			MoreIPs []string `json:"moreIPs"`
+		} `json:"leases"`
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatalf("%s: decode IP leases: %v\n%s", n.Name, err, b)
+	}
+	out := map[string][]string{}
+	for ip, l := range st.Leases {
+		out[ip] = l.MoreIPs
 	}
 	return out
 }

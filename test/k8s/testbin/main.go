@@ -5,15 +5,19 @@
 //
 //	testbin serve                  TCP 8080: writes "NAME PEER\n" (NAME = $POD_NAME or the
 //	                               host name, PEER = the client address it saw) and closes;
-//	                               UDP 8081: answers each datagram the same way;
+//	                               UDP 8081: answers each datagram the same way; both on
+//	                               IPv4 and, where the pod has IPv6, on IPv6 (dual-stack pods);
 //	                               HTTP 8082: /healthz answers 200 (readiness probes)
-//	testbin probe TARGET...        TARGET = tcp:IP:PORT or udp:IP:PORT; prints one line per
-//	                               target, "ok TARGET REPLY" or "fail TARGET ERROR", and
-//	                               exits 0 (the caller reads the lines)
-//	testbin ping [-i 10ms] [-max 5m] IP
-//	                               ICMP echo every interval until stdin closes (or max), then
-//	                               prints "lost seq N sent at HH:MM:SS.mmm" (UTC) for each
-//	                               unanswered request, then "sent N received M missing [SEQ...]"
+//	testbin probe TARGET...        TARGET = tcp:IP:PORT or udp:IP:PORT (IPv6: tcp:[IP]:PORT);
+//	                               prints one line per target, "ok TARGET REPLY" or
+//	                               "fail TARGET ERROR", and exits 0 (the caller reads the lines)
+//	testbin ping [-i 10ms] [-max 5m] [-c N] IP
+//	                               ICMP echo (ICMPv6 echo for an IPv6 address) every interval
+//	                               until stdin closes (or max; with -c, until N are sent,
+//	                               stdin ignored), waits up to 2 s for late replies (with -c
+//	                               no longer than until all are in), then prints "lost seq N
+//	                               sent at HH:MM:SS.mmm" (UTC) for each unanswered request,
+//	                               then "sent N received M missing [SEQ...]"
 //	testbin pause                  sleeps until SIGINT/SIGTERM, reaping children (PID 1 of
 //	                               a pod sandbox)
 package main
@@ -36,6 +40,7 @@ import (
 
 	"golang.org/x/net/icmp"
 	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
 )
 
 func main() {
@@ -80,26 +85,36 @@ func serve() error {
 	if err != nil {
 		return err
 	}
-	go func() {
+	serveTCP := func(l net.Listener) {
 		for {
-			c, err := tl.Accept()
+			c, err := l.Accept()
 			if err != nil {
 				return
 			}
 			fmt.Fprintf(c, "%s %s\n", name, c.RemoteAddr())
 			c.Close()
 		}
-	}()
-	go func() {
+	}
+	serveUDP := func(c net.PacketConn) {
 		buf := make([]byte, 2048)
 		for {
-			_, from, err := ul.ReadFrom(buf)
+			_, from, err := c.ReadFrom(buf)
 			if err != nil {
 				return
 			}
-			_, _ = ul.WriteTo([]byte(fmt.Sprintf("%s %s\n", name, from)), from)
+			_, _ = c.WriteTo([]byte(fmt.Sprintf("%s %s\n", name, from)), from)
 		}
-	}()
+	}
+	go serveTCP(tl)
+	go serveUDP(ul)
+	// IPv6 beside IPv4 (IPV6_V6ONLY sockets) when the pod has it: a dual-stack pod answers
+	// on both families, an IPv4-only pod (IPv6 off in its namespace) on IPv4 alone.
+	if tl6, err := net.Listen("tcp6", ":8080"); err == nil {
+		go serveTCP(tl6)
+		if ul6, err := net.ListenPacket("udp6", ":8081"); err == nil {
+			go serveUDP(ul6)
+		}
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	fmt.Println("serving tcp :8080, udp :8081, http :8082 as", name)
@@ -125,7 +140,7 @@ func probeOne(target string) (string, error) {
 	}
 	switch proto {
 	case "tcp":
-		c, err := net.DialTimeout("tcp4", addr, 3*time.Second)
+		c, err := net.DialTimeout("tcp", addr, 3*time.Second)
 		if err != nil {
 			return "", err
 		}
@@ -134,7 +149,7 @@ func probeOne(target string) (string, error) {
 		line, err := bufio.NewReader(c).ReadString('\n')
 		return strings.TrimSpace(line), err
 	case "udp":
-		c, err := net.Dial("udp4", addr)
+		c, err := net.Dial("udp", addr)
 		if err != nil {
 			return "", err
 		}
@@ -158,23 +173,34 @@ func probeOne(target string) (string, error) {
 	return "", fmt.Errorf("target %q: protocol must be tcp or udp", target)
 }
 
-// ping sends ICMP echo requests every interval until stdin reaches EOF or max passes, then
-// waits two seconds for late replies and prints the summary.
+// ping sends ICMP (ICMPv6 to an IPv6 address) echo requests every interval until stdin
+// reaches EOF, max passes or count are sent, then waits two seconds for late replies and
+// prints the summary.
 func ping(args []string) error {
 	fs := flag.NewFlagSet("ping", flag.ContinueOnError)
 	interval := fs.Duration("i", 10*time.Millisecond, "interval between echo requests")
 	maxDur := fs.Duration("max", 5*time.Minute, "stop after this long even if stdin stays open")
+	count := fs.Int("c", 0, "stop after sending this many requests (stdin ignored); 0 = until stdin closes")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
-		return errors.New("usage: testbin ping [-i 10ms] [-max 5m] IP")
+		return errors.New("usage: testbin ping [-i 10ms] [-max 5m] [-c N] IP")
 	}
-	dst := net.ParseIP(fs.Arg(0)).To4()
+	dst := net.ParseIP(fs.Arg(0))
 	if dst == nil {
-		return fmt.Errorf("ping: %q is not an IPv4 address", fs.Arg(0))
+		return fmt.Errorf("ping: %q is not an IP address", fs.Arg(0))
 	}
-	conn, err := icmp.ListenPacket("ip4:icmp", "0.0.0.0")
+	// ICMP for IPv4, ICMPv6 (whose checksum the kernel fills in on a raw socket) for IPv6.
+	network, laddr, proto := "ip4:icmp", "0.0.0.0", 1
+	var echo, reply icmp.Type = ipv4.ICMPTypeEcho, ipv4.ICMPTypeEchoReply
+	if dst.To4() != nil {
+		dst = dst.To4()
+	} else {
+		network, laddr, proto = "ip6:ipv6-icmp", "::", 58
+		echo, reply = ipv6.ICMPTypeEchoRequest, ipv6.ICMPTypeEchoReply
+	}
+	conn, err := icmp.ListenPacket(network, laddr)
 	if err != nil {
 		return err
 	}
@@ -189,8 +215,8 @@ func ping(args []string) error {
 			if err != nil {
 				return
 			}
-			m, err := icmp.ParseMessage(1, buf[:n])
-			if err != nil || m.Type != ipv4.ICMPTypeEchoReply {
+			m, err := icmp.ParseMessage(proto, buf[:n])
+			if err != nil || m.Type != reply {
 				continue
 			}
 			e, ok := m.Body.(*icmp.Echo)
@@ -203,7 +229,9 @@ func ping(args []string) error {
 		}
 	}()
 	stop := make(chan struct{})
-	go func() { _, _ = io.Copy(io.Discard, os.Stdin); close(stop) }()
+	if *count == 0 {
+		go func() { _, _ = io.Copy(io.Discard, os.Stdin); close(stop) }()
+	}
 	deadline := time.After(*maxDur)
 	tick := time.NewTicker(*interval)
 	defer tick.Stop()
@@ -217,15 +245,26 @@ loop:
 		case <-deadline:
 			break loop
 		case <-tick.C:
+			if *count > 0 && sent == *count {
+				break loop
+			}
 			sent++
 			sentAt[sent] = time.Now()
-			b, _ := (&icmp.Message{Type: ipv4.ICMPTypeEcho, Body: &icmp.Echo{ID: id, Seq: sent & 0xffff, Data: []byte("ofsdn")}}).Marshal(nil)
+			b, _ := (&icmp.Message{Type: echo, Body: &icmp.Echo{ID: id, Seq: sent & 0xffff, Data: []byte("ofsdn")}}).Marshal(nil)
 			if _, err := conn.WriteTo(b, &net.IPAddr{IP: dst}); err != nil {
 				fmt.Fprintln(os.Stderr, "send:", err)
 			}
 		}
 	}
-	time.Sleep(2 * time.Second)
+	// Late replies: two seconds, or (with -c) until every request is answered.
+	for wait := time.Now().Add(2 * time.Second); time.Now().Before(wait); time.Sleep(10 * time.Millisecond) {
+		mu.Lock()
+		all := *count > 0 && len(got) >= sent
+		mu.Unlock()
+		if all {
+			break
+		}
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	var missing []int
