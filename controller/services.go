@@ -1285,30 +1285,16 @@ func rejectFrame(in []byte) ([]byte, error) {
 	var src, dst [4]byte
 	copy(src[:], ip[12:16])
 	copy(dst[:], ip[16:20])
-	eth := make([]byte, 14)
-	copy(eth[0:6], in[6:12]) // to the client's MAC
-	copy(eth[6:12], in[0:6]) // from the MAC it sent to (the gateway's)
-	binary.BigEndian.PutUint16(eth[12:], 0x0800)
+	eth := replyEthernet(in, 0x0800)
 	var proto uint8
 	var payload []byte
 	switch ip[9] {
 	case ipProtoTCP:
-		if len(l4) < 14 {
-			return nil, errors.New("TCP header cut short")
+		t, err := tcpRSTFor(l4, func(seg []byte) uint16 { return l4Checksum(dst, src, ipProtoTCP, seg) })
+		if err != nil {
+			return nil, err
 		}
-		flags := l4[13]
-		if flags&0x02 == 0 || flags&0x14 != 0 { // SYN without RST or ACK
-			return nil, fmt.Errorf("TCP flags %#02x: not a SYN", flags)
-		}
-		proto = ipProtoTCP
-		t := make([]byte, 20)
-		copy(t[0:2], l4[2:4]) // sport = the Service port
-		copy(t[2:4], l4[0:2]) // dport = the client's
-		binary.BigEndian.PutUint32(t[8:], binary.BigEndian.Uint32(l4[4:])+1)
-		t[12] = 5 << 4
-		t[13] = 0x14 // RST, ACK
-		binary.BigEndian.PutUint16(t[16:], l4Checksum(dst, src, ipProtoTCP, t))
-		payload = t
+		proto, payload = ipProtoTCP, t
 	case ipProtoUDP:
 		proto = ipProtoICMP
 		quote := ip[:ihl+8]
@@ -1330,6 +1316,37 @@ func rejectFrame(in []byte) ([]byte, error) {
 	copy(h[16:20], src[:])
 	binary.BigEndian.PutUint16(h[10:], checksum(h, 0))
 	return append(append(eth, h...), payload...), nil
+}
+
+// replyEthernet is the Ethernet header of the answer to frame in: its addresses swapped
+// (to the client's MAC, from the MAC it sent to: the gateway's), EtherType etherType.
+func replyEthernet(in []byte, etherType uint16) []byte {
+	eth := make([]byte, 14)
+	copy(eth[0:6], in[6:12])
+	copy(eth[6:12], in[0:6])
+	binary.BigEndian.PutUint16(eth[12:], etherType)
+	return eth
+}
+
+// tcpRSTFor returns the TCP header answering the SYN whose TCP header is l4 with a
+// RST+ACK (RFC 9293 §3.10.7.1: seq 0, ack = the SYN's seq + 1, ports swapped: from the
+// Service port to the client's), its checksum by sum (over the reply's pseudo-header,
+// IPv4 or IPv6). Errors: l4 cut short, or not a SYN (a SYN with RST or ACK is not one).
+func tcpRSTFor(l4 []byte, sum func(seg []byte) uint16) ([]byte, error) {
+	if len(l4) < 14 {
+		return nil, errors.New("TCP header cut short")
+	}
+	if flags := l4[13]; flags&0x02 == 0 || flags&0x14 != 0 {
+		return nil, fmt.Errorf("TCP flags %#02x: not a SYN", flags)
+	}
+	t := make([]byte, 20)
+	copy(t[0:2], l4[2:4])
+	copy(t[2:4], l4[0:2])
+	binary.BigEndian.PutUint32(t[8:], binary.BigEndian.Uint32(l4[4:])+1)
+	t[12] = 5 << 4
+	t[13] = 0x14 // RST, ACK
+	binary.BigEndian.PutUint16(t[16:], sum(t))
+	return t, nil
 }
 
 // checksum is the Internet checksum (RFC 1071) of b, starting from sum.
@@ -1377,30 +1394,16 @@ func rejectFrameIPv6(in []byte) ([]byte, error) {
 	var src, dst [16]byte
 	copy(src[:], ip[8:24])
 	copy(dst[:], ip[24:40])
-	eth := make([]byte, 14)
-	copy(eth[0:6], in[6:12])
-	copy(eth[6:12], in[0:6])
-	binary.BigEndian.PutUint16(eth[12:], 0x86dd)
+	eth := replyEthernet(in, 0x86dd)
 	var next uint8
 	var payload []byte
 	switch ip[6] {
 	case ipProtoTCP:
-		if len(l4) < 14 {
-			return nil, errors.New("TCP header cut short")
+		t, err := tcpRSTFor(l4, func(seg []byte) uint16 { return l4ChecksumIPv6(dst, src, ipProtoTCP, seg) })
+		if err != nil {
+			return nil, err
 		}
-		flags := l4[13]
-		if flags&0x02 == 0 || flags&0x14 != 0 {
-			return nil, fmt.Errorf("TCP flags %#02x: not a SYN", flags)
-		}
-		next = ipProtoTCP
-		t := make([]byte, 20)
-		copy(t[0:2], l4[2:4])
-		copy(t[2:4], l4[0:2])
-		binary.BigEndian.PutUint32(t[8:], binary.BigEndian.Uint32(l4[4:])+1)
-		t[12] = 5 << 4
-		t[13] = 0x14 // RST, ACK
-		binary.BigEndian.PutUint16(t[16:], l4ChecksumIPv6(dst, src, ipProtoTCP, t))
-		payload = t
+		next, payload = ipProtoTCP, t
 	case ipProtoUDP:
 		next = ipProtoICMPv6
 		m := make([]byte, 8+len(ip))
