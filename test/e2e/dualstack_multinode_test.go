@@ -80,7 +80,7 @@ func startDualCluster(t *testing.T, off int, extra ...string) (string, *dualClus
 
 // TestDualStackMultiNode: two dual-stack nodes, per tunnel type (VXLAN, Geneve).
 func TestDualStackMultiNode(t *testing.T) {
-	serial(t)
+	serialIPv6(t)
 	for _, tc := range []struct {
 		tunnel string
 		off    int // address offset (startDualCluster)

@@ -270,7 +270,7 @@ func neighMAC6(t *testing.T, netnsPath string, ip net.IP) net.HardwareAddr {
 }
 
 func TestDualStack(t *testing.T) {
-	serial(t)
+	serialIPv6(t)
 	n := startDualStackNode(t)
 	a, b, w := n.addPod("ds-a"), n.addPod("ds-b"), n.addPod("ds-w")
 	for _, p := range []*testPod{a, b, w} {
@@ -524,7 +524,7 @@ func TestDualStack(t *testing.T) {
 // of losing its lease. Every pod keeps IPv4; the pods whose recorded IPv6 address no other
 // port records keep it.
 func TestDualStackLeasesLostRestoredFromPorts(t *testing.T) {
-	serial(t)
+	serialIPv6(t)
 	n := startDualStackNode(t)
 	var pods []*testPod
 	for i := 0; i < 6; i++ {

@@ -41,7 +41,7 @@ func v6TopologyYAML(self *clusterNode, peers ...*clusterNode) string {
 
 // TestIPv6OnlyMultiNode: two IPv6-only nodes on an IPv6 underlay, per tunnel type.
 func TestIPv6OnlyMultiNode(t *testing.T) {
-	serial(t)
+	serialIPv6(t)
 	for _, tc := range []struct {
 		tunnel string
 		off    int
@@ -145,7 +145,7 @@ func testIPv6OnlyMultiNode(t *testing.T, tunnel string, off int) {
 // TestIPv6OnlyNode: an IPv6-only node's ADD, CHECK and lease restore; an IPv6-first
 // dual-stack node's result order and CHECK.
 func TestIPv6OnlyNode(t *testing.T) {
-	serial(t)
+	serialIPv6(t)
 	t.Run("IPv6-only", func(t *testing.T) {
 		t.Parallel()
 		const subnet, gw = "fd00:10:153::/64", "fd00:10:153::1"

@@ -9,7 +9,11 @@ package e2e
 //     lane of its own, and TestServiceProxyNodePort (its own API server and two nodes,
 //     mostly waiting on Service syncs) in another;
 //   - every other test calls serial, and these run one at a time, as the whole package
-//     did before, in whatever order they get the lane;
+//     did before, in whatever order they get the lane; the dual-stack and IPv6 tests
+//     (their own nodes, pods and underlays, no echo counted across a replacement) call
+//     serialIPv6 instead: a second serial lane beside the first, so that the two lanes
+//     and TestNetworkPolicy take about the same time and none of them alone sets the
+//     package's;
 //   - the tests that count every echo request across a daemon replacement (no ping lost
 //     at 10 ms intervals: TestUpgradeFromPreviousRelease,
 //     TestUpgradeOverlayFromPreviousRelease, TestMultiNodeRestarts) call alone: they are
@@ -55,6 +59,18 @@ func serial(t *testing.T) {
 	t.Cleanup(serialLane.Unlock)
 }
 
+// serialIPv6Lane is held by the test running in the dual-stack and IPv6 tests' lane.
+var serialIPv6Lane sync.Mutex
+
+// serialIPv6 is serial for the dual-stack and IPv6 tests: they run one at a time in a
+// lane of their own, beside the serial lane (see the top of this file).
+func serialIPv6(t *testing.T) {
+	t.Helper()
+	t.Parallel()
+	serialIPv6Lane.Lock()
+	t.Cleanup(serialIPv6Lane.Unlock)
+}
+
 // alone marks t as one of the tests that run before the lanes, with no other test of the
 // package beside them (see the top of this file). It does nothing else: such a test is not
 // parallel, which is what keeps every lane waiting until it has returned.
@@ -92,7 +108,7 @@ func raiseParallel() {
 }
 
 // TestEveryTestHasALane: each top-level test of the package starts with serial(t),
-// beside(t) or alone(t). A test with neither would run beside the serial lane's tests without anyone
+// serialIPv6(t), beside(t) or alone(t). A test with neither would run beside the serial lane's tests without anyone
 // having checked that it shares nothing with them (see the top of this file).
 func TestEveryTestHasALane(t *testing.T) {
 	fset := token.NewFileSet()
@@ -111,7 +127,7 @@ func TestEveryTestHasALane(t *testing.T) {
 				}
 				n++
 				if !startsWithLane(fn) {
-					t.Errorf("%s (%s): its first statement must be serial(t), beside(t) or alone(t)", fn.Name.Name, fset.Position(fn.Pos()))
+					t.Errorf("%s (%s): its first statement must be serial(t), serialIPv6(t), beside(t) or alone(t)", fn.Name.Name, fset.Position(fn.Pos()))
 				}
 			}
 		}
@@ -134,5 +150,5 @@ func startsWithLane(fn *ast.FuncDecl) bool {
 		return false
 	}
 	id, ok := call.Fun.(*ast.Ident)
-	return ok && (id.Name == "serial" || id.Name == "beside" || id.Name == "alone")
+	return ok && (id.Name == "serial" || id.Name == "serialIPv6" || id.Name == "beside" || id.Name == "alone")
 }

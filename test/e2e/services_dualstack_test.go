@@ -130,7 +130,7 @@ func (u *udpClient) ask() (ep, peer string, err error) {
 }
 
 func TestServiceProxyDualStack(t *testing.T) {
-	serial(t)
+	serialIPv6(t)
 	start := time.Now()
 	api, nodes := startSvcNodesWith(t, 1, true)
 	cn := nodes[0]
