@@ -39,7 +39,7 @@ const (
 )
 
 func TestIPv6OnlyServicesPolicy(t *testing.T) {
-	serial(t)
+	serialIPv6(t)
 	start := time.Now()
 	ulPath := newNetns(t, "ofsdn-v6sp-ul")
 	ul := filepath.Base(ulPath)
