@@ -92,7 +92,8 @@ type NodeOptions struct {
 	// PodSubnetIPv6 is this node's IPv6 pod subnet on a dual-stack node (/126 or shorter;
 	// its first address, ::1 of it, is the gateway's IPv6 address), nil on an IPv4-only
 	// node. Every pod then gets one address of each (the IPv4 one first, the order of
-	// the CNI result), from one lease. NetworkPolicy is refused with it (flows.NodeConfig).
+	// the CNI result), from one lease. Without PodSubnet (an IPv6-only node) NetworkPolicy
+	// and Services in OVS handle IPv6 alone.
 	PodSubnetIPv6 *net.IPNet
 	// IPv6First lists the IPv6 pod subnet before the IPv4 one on a dual-stack node
 	// (Node.spec.podCIDRs in that order, an IPv6-first cluster): every pod's addresses,

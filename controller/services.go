@@ -366,11 +366,14 @@ func (n *Node) Services() proxy.Sink {
 
 // ServiceFamilies returns the IP families whose Services the node load-balances, one
 // proxy.Tracker (and Runner) each into Services(): IPv4, and IPv6 on a dual-stack node
-// (an IPv6 pod subnet), as kube-proxy runs one proxier per family of the node. Nil when
-// the Service proxy is off.
+// (an IPv6 pod subnet); IPv6 alone on an IPv6-only node (no IPv4 pod subnet), as
+// kube-proxy runs one proxier per family of the node. Nil when the Service proxy is off.
 func (n *Node) ServiceFamilies() []proxy.Family {
 	if n.services == nil {
 		return nil
+	}
+	if n.config().PodSubnet == nil {
+		return []proxy.Family{proxy.IPv6}
 	}
 	if n.config().PodSubnetIPv6 != nil {
 		return []proxy.Family{proxy.IPv4, proxy.IPv6}

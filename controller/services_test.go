@@ -3,6 +3,7 @@ package controller
 import (
 	"encoding/binary"
 	"fmt"
+	"net"
 	"net/netip"
 	"testing"
 
@@ -119,5 +120,28 @@ func TestStaleAffinity(t *testing.T) {
 	}
 	if got := staleAffinity(flows.ServicePort{Endpoints: old.Endpoints}, nil); got != nil {
 		t.Errorf("a port without affinity has stale affinity ids %v", got)
+	}
+}
+
+// TestServiceFamilies: the node runs one Service tracker per family of its pod subnets:
+// IPv4 alone, both on a dual-stack node, IPv6 alone on an IPv6-only node; none with the
+// Service proxy off.
+func TestServiceFamilies(t *testing.T) {
+	_, v4, _ := net.ParseCIDR("10.244.1.0/24")
+	_, v6, _ := net.ParseCIDR("fd00:10:244:1::/64")
+	for _, c := range []struct {
+		name   string
+		v4, v6 *net.IPNet
+		want   string
+	}{{"IPv4-only", v4, nil, "[IPv4]"}, {"dual-stack", v4, v6, "[IPv4 IPv6]"}, {"IPv6-only", nil, v6, "[IPv6]"}} {
+		n := &Node{services: &serviceProxy{}}
+		n.cfg.PodSubnet, n.cfg.PodSubnetIPv6 = c.v4, c.v6
+		if got := fmt.Sprint(n.ServiceFamilies()); got != c.want {
+			t.Errorf("%s node: ServiceFamilies() = %s, want %s", c.name, got, c.want)
+		}
+		n.services = nil
+		if got := n.ServiceFamilies(); got != nil {
+			t.Errorf("%s node without the Service proxy: ServiceFamilies() = %v, want none", c.name, got)
+		}
 	}
 }

@@ -130,9 +130,6 @@ func (c NodeConfig) validateIPv6() error {
 			return fmt.Errorf("node config: IPv6 cluster CIDR %v is not an IPv6 prefix (not ::/0) containing IPv6 pod subnet %v: set clusterCIDRIPv6 to the range every node's IPv6 subnet is cut from", cc, sn)
 		}
 	}
-	if (c.Policy || c.DenyLog) && c.PodSubnet == nil {
-		return fmt.Errorf("node config: NetworkPolicy is not built for IPv6-only nodes yet (issue 23; dual-stack nodes are policed in both families), and IPv6-only node (IPv6 pod subnet %v) would forward its pods' IPv6 unpoliced: turn networkPolicy off or give the node an IPv4 pod subnet too", sn)
-	}
 	return nil
 }
 

@@ -145,7 +145,6 @@ func TestIPv6OnlyValidate(t *testing.T) {
 		{"IPv4 cluster CIDR", func(c *NodeConfig) { c.ClusterCIDR = mustCIDR("10.244.0.0/16") }, "on an IPv6-only node"},
 		{"IPv4 service CIDR", func(c *NodeConfig) { c.ServiceCIDR = mustCIDR("10.96.0.0/12") }, "on an IPv6-only node"},
 		{"link-local node IP", func(c *NodeConfig) { c.NodeIP = net.ParseIP("fe80::1") }, "is not a unicast IPv4 or IPv6 address"},
-		{"policy", func(c *NodeConfig) { c.Policy = true }, "NetworkPolicy is not built for IPv6"},
 	} {
 		cfg := testIPv6OnlyConfig()
 		c.mod(&cfg)

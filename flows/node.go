@@ -95,9 +95,10 @@ func (c NodeConfig) AffinityLearnLimit() uint16 {
 // unicast 48-bit gateway MAC; an IPv4 gateway and subnet with the gateway inside it, or,
 // on an IPv6-only node, neither (then PodSubnetIPv6 is required, and the IPv4-only
 // options ClusterCIDR and ServiceCIDR are refused); on a node with an IPv6 pod subnet an
-// IPv6 subnet of /64../126 with its gateway inside it, and neither NetworkPolicy nor the
-// deny log (IPv6 policy is not built: see validateIPv6); with a tunnel port, a node IP
-// of either family (the underlay's: an IPv6 one makes tunnels run over IPv6).
+// IPv6 subnet of /64../126 with its gateway inside it (validateIPv6); with a tunnel port,
+// a node IP of either family (the underlay's: an IPv6 one makes tunnels run over IPv6).
+// NetworkPolicy and Services in OVS are built on every kind of node (an IPv6-only one's
+// policy and Services stages hold IPv6 flows only).
 func (c NodeConfig) Validate() error {
 	if c.GatewayOFPort == 0 || c.GatewayOFPort >= 0xffffff00 {
 		return fmt.Errorf("node config: gateway ofport %d is not a valid OpenFlow port (1..0xfffffeff): read it from the gateway Interface's ofport column", c.GatewayOFPort)

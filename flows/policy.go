@@ -112,6 +112,9 @@ func PolicyOwner(id uint32) Owner { return Owner{Kind: OwnerPolicy, ID: id} }
 func conntrackNode(b builder) []Flow {
 	s := b.in(StageConntrack)
 	var fs []Flow
+	if !b.cfg.IPv4() {
+		return conntrackNodeIPv6(b) // an IPv6-only node: its IPv6 flows alone
+	}
 	for _, a := range nodeAddresses(b.cfg) {
 		fs = append(fs,
 			s.flow(PipelineOwner, PriorityNodeTraffic, Match{EthType: EthTypeIPv4, Regs: []RegMark{FromGateway}, IPSrc: hostPrefix(a)}, b.goTo("remote")),
@@ -127,10 +130,11 @@ func conntrackNode(b builder) []Flow {
 	return append(fs, s.flow(PipelineOwner, PriorityPass, Match{EthType: EthTypeIPv4}, CT{Zone: ConntrackZone, Table: b.goTo(StageConntrackState).Table}))
 }
 
-// conntrackNodeIPv6: on a dual-stack node, IPv6 from the host's gateway address and to it
-// skips conntrack and the rules as IPv4 does, and the rest of IPv6 goes through conntrack
-// in the same zone, or, with Services in OVS, on to conntrack_state (service_conntrack
-// tracked IPv6 with nat as it tracks IPv4). Nothing on an IPv4-only node.
+// conntrackNodeIPv6: on a dual-stack or IPv6-only node, IPv6 from the host's gateway
+// address and to it skips conntrack and the rules as IPv4 does, and the rest of IPv6 goes
+// through conntrack in the same zone, or, with Services in OVS, on to conntrack_state
+// (service_conntrack tracked IPv6 with nat as it tracks IPv4). Nothing on an IPv4-only
+// node.
 //
 //	table=conntrack, priority=200,ipv6,reg0=0x1/0xf,ipv6_src=GW6 actions=goto_table:remote
 //	table=conntrack, priority=200,ipv6,ipv6_dst=GW6 actions=goto_table:remote
@@ -151,10 +155,13 @@ func conntrackNodeIPv6(b builder) []Flow {
 	return append(fs, s.flow(PipelineOwner, PriorityPass, Match{EthType: EthTypeIPv6}, CT{Zone: ConntrackZone, Table: b.goTo(StageConntrackState).Table}))
 }
 
-// ipFamilies are the EtherTypes the policy stages handle on node cfg: IPv4, and IPv6 on a
-// dual-stack node.
+// ipFamilies are the EtherTypes the policy and Services stages handle on node cfg: IPv4,
+// and IPv6 on a dual-stack node; IPv6 alone on an IPv6-only node.
 func ipFamilies(cfg NodeConfig) []uint16 {
-	if ipv6On(cfg) {
+	switch {
+	case !cfg.IPv4():
+		return []uint16{EthTypeIPv6}
+	case ipv6On(cfg):
 		return []uint16{EthTypeIPv4, EthTypeIPv6}
 	}
 	return []uint16{EthTypeIPv4}
@@ -168,7 +175,8 @@ func ipFamilies(cfg NodeConfig) []uint16 {
 //	table="conntrack_state", priority=200,ct_state=-new-inv+trk,ip actions=goto_table:remote
 //	table="conntrack_state", priority=190,ct_state=+inv+trk,ip actions=drop
 //
-// On a dual-stack node the same three flows for IPv6 (sctp6, ipv6).
+// On a dual-stack node the same three flows for IPv6 (sctp6, ipv6); on an IPv6-only node
+// those alone.
 func conntrackStateNode(b builder) []Flow {
 	s := b.in(StageConntrackState)
 	var fs []Flow
@@ -230,7 +238,7 @@ func nodeAddresses(cfg NodeConfig) []net.IP {
 // isolated in (owner OwnerPod, so PodCookie deletes them with the pod): egress in
 // egress_rules by nw_src, ingress in ingress_rules by reg1 (its ofport); on a dual-stack
 // node the same for IPv6 (by ipv6_src, its IPv6 address's and its link-local one's, when
-// the pod has an IPv6 address, and reg1). With
+// the pod has an IPv6 address, and reg1); on an IPv6-only node the IPv6 ones alone. With
 // cfg.DenyLog the denied packet also goes to the controller through DenyLogMeter.
 // Nothing without cfg.Policy.
 //
@@ -253,8 +261,11 @@ func PodPolicyFlows(cfg NodeConfig, pod Pod, ingress, egress bool) []Flow {
 		}
 		return f
 	}
+	v4 := cfg.IPv4()
 	if egress {
-		fs = append(fs, deny(StageEgressRules, Match{EthType: EthTypeIPv4, IPSrc: hostPrefix(pod.IPv4())}))
+		if v4 {
+			fs = append(fs, deny(StageEgressRules, Match{EthType: EthTypeIPv4, IPSrc: hostPrefix(pod.IPv4())}))
+		}
 		if ip6 := pod.IPv6(); ip6 != nil && ipv6On(cfg) {
 			fs = append(fs, deny(StageEgressRules, Match{EthType: EthTypeIPv6, IPv6Src: hostPrefix6(ip6)}))
 			// Its link-local address is no pod IP, so no rule allows it; without this flow
@@ -266,7 +277,9 @@ func PodPolicyFlows(cfg NodeConfig, pod Pod, ingress, egress bool) []Flow {
 		}
 	}
 	if ingress {
-		fs = append(fs, deny(StageIngressRules, Match{EthType: EthTypeIPv4, Regs: []RegMark{{Range: OutPortField, Value: pod.OFPort}}}))
+		if v4 {
+			fs = append(fs, deny(StageIngressRules, Match{EthType: EthTypeIPv4, Regs: []RegMark{{Range: OutPortField, Value: pod.OFPort}}}))
+		}
 		if ipv6On(cfg) {
 			fs = append(fs, deny(StageIngressRules, Match{EthType: EthTypeIPv6, Regs: []RegMark{{Range: OutPortField, Value: pod.OFPort}}}))
 		}
@@ -352,6 +365,7 @@ func NewPolicyFlowSet(cfg NodeConfig) *PolicyFlowSet {
 // CNI ADD whose rule updates cost O(pods on the node) and one whose cost is flat
 // (bench/RESULTS.md "Density").
 func (s *PolicyFlowSet) Set(r PolicyRule) []string {
+	r = s.nodePeers(r)
 	if old, ok := s.last[r.ID]; ok && !s.full && sameShape(old, r) && old.hasFlows() && r.hasFlows() && peersKnown(old) && peersKnown(r) {
 		return s.setPodsPeers(old, r)
 	}
@@ -574,7 +588,7 @@ func sameShape(a, b PolicyRule) bool {
 
 // podMatches returns the matches of local pod p's clause in a rule of direction egress,
 // one per IP family of node cfg: ingress by its ofport (reg1), egress by its address
-// (an IPv6 one only when the pod has one).
+// (an IPv6 one only when the pod has one; an IPv4 one only on a node with IPv4).
 func podMatches(cfg NodeConfig, egress bool, p Pod) []Match {
 	if !egress {
 		var ms []Match
@@ -583,7 +597,10 @@ func podMatches(cfg NodeConfig, egress bool, p Pod) []Match {
 		}
 		return ms
 	}
-	ms := []Match{{EthType: EthTypeIPv4, IPSrc: hostPrefix(p.IPv4())}}
+	var ms []Match
+	if cfg.IPv4() {
+		ms = append(ms, Match{EthType: EthTypeIPv4, IPSrc: hostPrefix(p.IPv4())})
+	}
 	if ip6 := p.IPv6(); ip6 != nil && ipv6On(cfg) {
 		ms = append(ms, Match{EthType: EthTypeIPv6, IPv6Src: hostPrefix6(ip6)})
 	}
@@ -792,6 +809,26 @@ func samePeers(a, b []*net.IPNet) bool {
 		}
 	}
 	return true
+}
+
+// nodePeers returns r with only the peers of the node's families: on an IPv6-only node
+// (no IPv4 pod subnet) its IPv4 prefixes are left out, as no IPv4 reaches its policy
+// stages (a rule whose peers are all IPv4 then has no flows, and allows nothing). On
+// other nodes r as it is (an IPv4-only node's caller leaves IPv6 peers out itself).
+func (s *PolicyFlowSet) nodePeers(r PolicyRule) PolicyRule {
+	if s.cfg.IPv4() || r.AnyPeer {
+		return r
+	}
+	var v6 []*net.IPNet
+	for _, pr := range r.Peers {
+		if pr.IP.To4() == nil {
+			v6 = append(v6, pr)
+		}
+	}
+	if len(v6) != len(r.Peers) {
+		r.Peers = v6
+	}
+	return r
 }
 
 // contributions lists rule r's flows: one per pod, peer and port (clauses) and the

@@ -809,7 +809,8 @@ func slotBlocks(start, n uint32) []RegMark {
 //
 //	table="service_conntrack", priority=105,ct_state=+rpl+trk,ip actions=load:0x1->NXM_NX_REG0[4],ct(table="service_lb",zone=65280,nat)
 //
-// On a dual-stack node IPv6 has the same two flows (ipv6), in the same zone: OVS's
+// On a dual-stack node IPv6 has the same two flows (ipv6), in the same zone (on an
+// IPv6-only node, the IPv6 ones alone): OVS's
 // conntrack keys its entries by address family too (the tuple's dl_type), so an IPv6
 // connection never meets an IPv4 one there, and the NetworkPolicy stages, which read
 // the state this lookup leaves, keep one zone for both families.
@@ -827,13 +828,8 @@ func serviceConntrackNode(b builder) []Flow {
 }
 
 // serviceFamilies are the EthTypes whose Services the node load-balances: IPv4, and
-// IPv6 on a dual-stack node.
-func (b builder) serviceFamilies() []uint16 {
-	if ipv6On(b.cfg) {
-		return []uint16{EthTypeIPv4, EthTypeIPv6}
-	}
-	return []uint16{EthTypeIPv4}
-}
+// IPv6 on a dual-stack node; IPv6 alone on an IPv6-only node (ipFamilies).
+func (b builder) serviceFamilies() []uint16 { return ipFamilies(b.cfg) }
 
 // serviceHairpinNode: a packet for HairpinSNATIP (a pod's reply to a hairpin connection)
 // through ct(nat) in HairpinZone, which turns its destination back into the pod's own
@@ -841,13 +837,16 @@ func (b builder) serviceFamilies() []uint16 {
 //
 //	table="service_hairpin", priority=110,ip,nw_dst=169.254.0.252 actions=ct(table="service_conntrack",zone=65281,nat)
 //
-// On a dual-stack node, the same for HairpinSNATIPv6:
+// On a dual-stack node, the same for HairpinSNATIPv6 (on an IPv6-only node, that alone):
 //
 //	table="service_hairpin", priority=110,ipv6,ipv6_dst=fc00::a9fe:fc actions=ct(table="service_conntrack",zone=65281,nat)
 func serviceHairpinNode(b builder) []Flow {
 	s := b.in(StageServiceHairpin)
-	fs := []Flow{s.flow(PipelineOwner, PriorityHairpin, Match{EthType: EthTypeIPv4, IPDst: hostPrefix(HairpinSNATIP)},
-		CT{Zone: HairpinZone, Table: s.next().Table, NAT: &CTNAT{}})}
+	var fs []Flow
+	if b.cfg.IPv4() {
+		fs = append(fs, s.flow(PipelineOwner, PriorityHairpin, Match{EthType: EthTypeIPv4, IPDst: hostPrefix(HairpinSNATIP)},
+			CT{Zone: HairpinZone, Table: s.next().Table, NAT: &CTNAT{}}))
+	}
 	if ipv6On(b.cfg) {
 		fs = append(fs, s.flow(PipelineOwner, PriorityHairpin, Match{EthType: EthTypeIPv6, IPv6Dst: hostPrefix6(HairpinSNATIPv6)},
 			CT{Zone: HairpinZone, Table: s.next().Table, NAT: &CTNAT{}}))

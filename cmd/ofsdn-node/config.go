@@ -363,9 +363,6 @@ func (c Config) validate() error {
 	if n == nil && (c.ClusterCIDR != "" || c.ServiceCIDR != "") {
 		return fmt.Errorf("config podSubnets %q is IPv6-only but clusterCIDR %q / serviceCIDR %q are IPv4: leave them out (clusterCIDRIPv6 is the IPv6 cluster range), or add the IPv4 pod subnet", c.PodSubnets, c.ClusterCIDR, c.ServiceCIDR)
 	}
-	if n == nil && c.policyOn() {
-		return fmt.Errorf("config podSubnets %q with networkPolicy on: NetworkPolicy is not built for IPv6-only nodes yet (issue 23; dual-stack nodes are policed in both families), and the pods' IPv6 would pass unpoliced; set networkPolicy: false, or add the IPv4 pod subnet", c.PodSubnets)
-	}
 	if n == nil {
 		// IPv6-only: checked above.
 	} else if ones, _ := n.Mask.Size(); ones > 30 {

@@ -111,6 +111,11 @@ func TestConfigPodSubnets(t *testing.T) {
 	if cfg, err := loadConfig([]string{"-pod-subnets", "10.0.0.0/24,fd00::/64", "-topology", "kubernetes", "-policy-deny-log"}); err != nil || !cfg.policyOn() {
 		t.Fatalf("dual-stack with NetworkPolicy: policy on %v, %v", err == nil && cfg.policyOn(), err)
 	}
+	// And on an IPv6-only node, with the Service proxy: IPv6 alone is policed and
+	// load-balanced (issue 23).
+	if cfg, err := loadConfig([]string{"-pod-subnets", "fd00::/64", "-topology", "kubernetes", "-policy-deny-log", "-service-proxy", "ofsdn"}); err != nil || !cfg.policyOn() || !cfg.servicesOn() {
+		t.Fatalf("IPv6-only with NetworkPolicy and the Service proxy: policy on %v, services on %v, %v", err == nil && cfg.policyOn(), err == nil && cfg.servicesOn(), err)
+	}
 	for _, c := range []struct {
 		args []string
 		want string
@@ -121,7 +126,6 @@ func TestConfigPodSubnets(t *testing.T) {
 		{[]string{"-pod-subnets", "fd00::/64", "-node-ip", "fe80::1"}, "config nodeIP"},
 		{[]string{"-pod-subnets", "10.0.0.0/24,10.1.0.0/24"}, "two IPv4 subnets"},
 		{[]string{"-pod-subnets", "10.0.0.0/24,fd00::/64,fd01::/64"}, "3 entries"},
-		{[]string{"-pod-subnets", "fd00::/64", "-topology", "kubernetes"}, "NetworkPolicy is not built for IPv6-only nodes"},
 		{[]string{"-pod-subnets", "10.0.0.0/24,fd00::/127"}, "/126 or shorter"},
 		{[]string{"-pod-subnets", "10.0.0.0/24,ff05::/64"}, "not a unicast prefix"},
 		{[]string{"-pod-subnets", "10.0.0.0/24,::/0"}, "not a unicast prefix"},

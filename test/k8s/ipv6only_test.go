@@ -4,7 +4,8 @@ package k8s_test
 // starts and passes the pod-to-pod checks): kube-apiserver advertised on an IPv6 address
 // with an IPv6 service range, kube-controller-manager cutting an IPv6 /64 per node, kubelets
 // and kube-proxy with IPv6 node IPs only, the underlay IPv6 (the tunnels run between the
-// nodes' IPv6 addresses), deploy/ofsdn.yaml through test/k8s/overlay-ipv6only.
+// nodes' IPv6 addresses), deploy/ofsdn.yaml through test/k8s/overlay-ipv6only, whose
+// nodes load-balance Services in OVS (serviceProxy: ofsdn) and police NetworkPolicy.
 
 import (
 	"context"
@@ -41,6 +42,7 @@ func TestIPv6OnlyCluster(t *testing.T) {
 		{"every node has one IPv6 pod CIDR and its IPv6 InternalIP", e.testIPv6OnlyNodes},
 		{"DaemonSet makes every node Ready; the gateway holds ::1 of the pod CIDR and no IPv4", e.testIPv6OnlyDaemonSet},
 		{"pods across nodes over IPv6", e.testIPv6OnlyPods},
+		{"an IPv6 ClusterIP in OVS and a NetworkPolicy over IPv6", e.testIPv6OnlyServicePolicy},
 	}
 	for _, s := range steps {
 		if !t.Run(s.name, s.f) {
@@ -187,4 +189,83 @@ func (e *env) testIPv6OnlyPods(t *testing.T) {
 			}
 		}
 	})
+}
+
+// ipv6OnlyServicePolicyManifest: Service echo6 over the echo pods, two client pods
+// (role ok and bad), and a NetworkPolicy admitting to the echo pods only role=ok.
+const ipv6OnlyServicePolicyManifest = `apiVersion: v1
+kind: Service
+metadata: {name: echo6, namespace: default}
+spec:
+  selector: {app: echo}
+  ports: [{name: tcp, port: 80, targetPort: 8080}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: client-ok, namespace: default, labels: {role: ok}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - {name: c, image: ofsdn.test/testbin:1, imagePullPolicy: Never, env: [{name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: client-bad, namespace: default, labels: {role: bad}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - {name: c, image: ofsdn.test/testbin:1, imagePullPolicy: Never, env: [{name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}]}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: echo-from-ok, namespace: default}
+spec:
+  podSelector: {matchLabels: {app: echo}}
+  policyTypes: [Ingress]
+  ingress: [{from: [{podSelector: {matchLabels: {role: ok}}}]}]
+`
+
+// testIPv6OnlyServicePolicy: with serviceProxy ofsdn and NetworkPolicy on, a pod reaches
+// the echo pods through an IPv6 ClusterIP, the echo pod seeing the client pod's own
+// address (the switch DNATs it; through kube-proxy on the host it would arrive
+// masqueraded to the gateway), and the policy admits that client and refuses the other,
+// over the ClusterIP and directly.
+func (e *env) testIPv6OnlyServicePolicy(t *testing.T) {
+	start := time.Now()
+	e.apply(t, ipv6OnlyServicePolicyManifest)
+	e.waitPods(t, ns, "role in (ok,bad)", 2, 120*time.Second)
+	echo := e.pods(t, ns, "app=echo")
+	vip := e.clusterIP(t, "echo6")
+	if ip := net.ParseIP(vip); ip == nil || ip.To4() != nil {
+		t.Fatalf("Service echo6 has ClusterIP %q, want an IPv6 one", vip)
+	}
+	k8s.WaitFor(t, "4 ready endpoints of Service echo6", 60*time.Second, func() error {
+		if n := e.readyEndpoints(t, "echo6"); n != 4 {
+			return fmt.Errorf("%d", n)
+		}
+		return nil
+	})
+	self := map[string]string{}
+	for _, c := range e.pods(t, ns, "role in (ok,bad)") {
+		self[c.Name] = c.Status.PodIP
+	}
+	target := "tcp:[" + vip + "]:80"
+	e.waitProbe(t, "client-ok → Service echo6 answered, seeing client-ok's own address", "client-ok", target, func(r probeResult) error {
+		if !r.ok || !sameIP(replyPeerIP(r.reply), self["client-ok"]) {
+			return fmt.Errorf("ok=%v %q, want an echo pod seeing %s", r.ok, r.reply, self["client-ok"])
+		}
+		return nil
+	})
+	direct := "tcp:[" + echo[0].Status.PodIP + "]:8080"
+	for _, r := range e.probe(t, "client-ok", target, direct) {
+		if !r.ok || !sameIP(replyPeerIP(r.reply), self["client-ok"]) {
+			t.Errorf("client-ok (role=ok) → %s: ok=%v %q, want an answer seeing %s", r.target, r.ok, r.reply, self["client-ok"])
+		}
+	}
+	for _, r := range e.probe(t, "client-bad", target, direct) {
+		if r.ok {
+			t.Errorf("client-bad (role=bad) → %s answered %q: NetworkPolicy echo-from-ok refuses it", r.target, r.reply)
+		}
+	}
+	e.timing("IPv6 ClusterIP in OVS and a NetworkPolicy over IPv6 (IPv6-only)", time.Since(start))
 }
