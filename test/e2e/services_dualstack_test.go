@@ -8,8 +8,11 @@ package e2e
 // (hairpin over IPv6, a stale UDP entry flushed, no endpoints → refused over IPv6) never
 // change what the IPv4 ClusterIP does. A dual-stack NodePort Service is reached over
 // IPv6 at this node's and a peer Node's IPv6 InternalIP (and over IPv4 at their IPv4
-// ones), following the peer's IPv6 address when it changes. No kube-proxy runs: nothing
-// but ofsdn answers either ClusterIP.
+// ones), following the peer's IPv6 address when it changes. NetworkPolicy judges IPv6
+// Service traffic after the DNAT by the client's own address: an ingress policy admitting
+// the client lets it through the IPv6 ClusterIP and NodePort, seen with its own IPv6
+// address, and refuses a pod it does not select there. No kube-proxy runs: nothing but
+// ofsdn answers either ClusterIP.
 
 import (
 	"context"
@@ -19,12 +22,14 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
@@ -33,6 +38,8 @@ import (
 
 const (
 	svcClusterIP6 = "fd00:96::100"
+	// svcNodePort6 is TestServiceProxyDualStack's dual-stack NodePort.
+	svcNodePort6 = 30086
 )
 
 // dualEcho serves TCP and UDP on port in the pod's netns on both families (one
@@ -137,9 +144,10 @@ func TestServiceProxyDualStack(t *testing.T) {
 	ctx := context.Background()
 	c := &npCluster{t: t, api: api, nodes: map[string]*clusterNode{cn.name: cn}}
 
-	// Pods: endpoints ep1, ep2 and a client, each with an IPv4 and an IPv6 address.
+	// Pods: endpoints ep1, ep2, a client and a stranger (a client no policy admits), each
+	// with an IPv4 and an IPv6 address.
 	ip4, ip6, netns := map[string]string{}, map[string]string{}, map[string]string{}
-	for _, name := range []string{"ep1", "ep2", "client"} {
+	for _, name := range []string{"ep1", "ep2", "client", "stranger"} {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: svcNamespace, Name: name, Labels: map[string]string{"app": name}},
 			Spec: corev1.PodSpec{NodeName: cn.name, Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/none:none"}}}}
 		p, err := api.Admin.CoreV1().Pods(svcNamespace).Create(ctx, pod, metav1.CreateOptions{})
@@ -166,7 +174,7 @@ func TestServiceProxyDualStack(t *testing.T) {
 		if _, err := api.Admin.CoreV1().Pods(svcNamespace).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		if name != "client" {
+		if strings.HasPrefix(name, "ep") {
 			dualEcho(t, tp.netns, name, svcEPPort)
 		}
 	}
@@ -437,7 +445,6 @@ func TestServiceProxyDualStack(t *testing.T) {
 		// changed → its NodePort flow moves (a peer update whose only change is that
 		// address). The IPv4 side stays at the nodes' IPv4 addresses.
 		began := time.Now()
-		const nodePort = 30086
 		peerName, peerIP, peerIP6, peerIP6b := "svc-node-peer", "172.30.0.99", svcNodeIP6(99), svcNodeIP6(98)
 		peer := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: peerName},
 			Spec: corev1.NodeSpec{PodCIDR: "10.244.99.0/24", PodCIDRs: []string{"10.244.99.0/24", "fd00:10:244:99::/64"}}}
@@ -452,7 +459,7 @@ func TestServiceProxyDualStack(t *testing.T) {
 		np := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: svcNamespace, Name: "np"},
 			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol},
 				IPFamilyPolicy: &policy, Ports: []corev1.ServicePort{{Protocol: corev1.ProtocolTCP, Port: svcPort,
-					TargetPort: intstr.FromInt32(svcEPPort), NodePort: nodePort}}}}
+					TargetPort: intstr.FromInt32(svcEPPort), NodePort: svcNodePort6}}}}
 		if _, err := api.Admin.CoreV1().Services(svcNamespace).Create(ctx, np, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -466,7 +473,7 @@ func TestServiceProxyDualStack(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		at := func(ip string) string { return net.JoinHostPort(ip, fmt.Sprint(nodePort)) }
+		at := func(ip string) string { return net.JoinHostPort(ip, fmt.Sprint(svcNodePort6)) }
 		own6, peer6, peer6b := at(svcNodeIP6(71)), at(peerIP6), at(peerIP6b)
 		own4, peer4 := at(cn.ip), at(peerIP)
 		waitFrontends(t, cn, []string{own6, peer6, own4, peer4}, nil, false)
@@ -493,6 +500,69 @@ func TestServiceProxyDualStack(t *testing.T) {
 		c.revalidated()
 		reach("tcp6", peer6b, ip6["client"])
 		t.Logf("NodePort over IPv6 wall time %v", time.Since(began).Round(100*time.Millisecond))
+	})
+	t.Run("NetworkPolicy judges IPv6 Service traffic by the client's own address", func(t *testing.T) {
+		// An ingress policy on the endpoints admitting app=client: through the IPv6
+		// ClusterIP (TCP, UDP) and the IPv6 NodePort the client is answered, seen with its
+		// own IPv6 address, and the stranger, answered there before the policy, is refused;
+		// the deny log names the stranger's IPv6 address and an endpoint's (judged after
+		// the DNAT). The IPv4 ClusterIP refuses the stranger too.
+		began := time.Now()
+		np6 := net.JoinHostPort(svcNodeIP6(71), fmt.Sprint(svcNodePort6))
+		for _, addr := range []string{vip6, np6} {
+			if ep, peer, err := askDual(netns["stranger"], "tcp6", addr); err != nil || peer != ip6["stranger"] {
+				t.Fatalf("stranger → %s before any policy: %q seeing %q (%v), want an answer seeing its own %s", addr, ep, peer, err, ip6["stranger"])
+			}
+		}
+		pol := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: svcNamespace, Name: "only-client"},
+			Spec: networkingv1.NetworkPolicySpec{
+				PodSelector: metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+					Key: "app", Operator: metav1.LabelSelectorOpIn, Values: []string{"ep1", "ep2"}}}},
+				PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+				Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{
+					PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "client"}}}}}}}}
+		c.createPolicy(pol)
+		for _, addr := range []string{vip6, np6} {
+			for i := 0; i < 4; i++ {
+				if ep, peer, err := askDual(netns["client"], "tcp6", addr); err != nil || peer != ip6["client"] {
+					t.Errorf("client → %s under a policy admitting it: %q seeing %q (%v), want an answer seeing its own %s", addr, ep, peer, err, ip6["client"])
+				}
+			}
+		}
+		u := dialUDP(t, netns["client"], "udp6", uvip6)
+		if ep, peer, err := u.ask(); err != nil || peer != ip6["client"] {
+			t.Errorf("client → UDP %s under a policy admitting it: %q seeing %q (%v), want its own %s", uvip6, ep, peer, err, ip6["client"])
+		}
+		// The refusals wait out their timeouts side by side.
+		var wg sync.WaitGroup
+		for _, f := range []struct{ network, addr string }{{"tcp6", vip6}, {"tcp6", np6}, {"tcp4", vip4}} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if line, err := askServiceNet(netns["stranger"], f.network, f.addr, 2*time.Second); err == nil {
+					t.Errorf("stranger (app=stranger) reached %s (%q) under a policy that admits only app=client", f.addr, line)
+				}
+			}()
+		}
+		su := dialUDP(t, netns["stranger"], "udp6", uvip6)
+		if ep, _, err := su.ask(); err == nil {
+			t.Errorf("stranger reached UDP %s (answered by %s) under a policy that admits only app=client", uvip6, ep)
+		}
+		wg.Wait()
+		waitUntil(t, "deny log line for the stranger's IPv6 connection through the ClusterIP", 30*time.Second, func() error {
+			for _, m := range denyLogLines(t, cn) {
+				if m["direction"] == "ingress" && m["src_ip"] == ip6["stranger"] && m["port"] == float64(svcEPPort) &&
+					(m["dst_ip"] == ip6["ep1"] || m["dst_ip"] == ip6["ep2"]) {
+					return nil
+				}
+			}
+			return fmt.Errorf("no deny log line from %s to an endpoint's IPv6 address at port %d", ip6["stranger"], svcEPPort)
+		})
+		if err := api.Admin.NetworkingV1().NetworkPolicies(svcNamespace).Delete(ctx, pol.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		c.waitPolicies(0)
+		t.Logf("NetworkPolicy over IPv6 Services wall time %v", time.Since(began).Round(100*time.Millisecond))
 	})
 	t.Logf("TestServiceProxyDualStack wall time %v", time.Since(start).Round(100*time.Millisecond))
 }

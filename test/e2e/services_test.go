@@ -137,10 +137,9 @@ func svcNodeIP6(last int) string { return fmt.Sprintf("fd00:172:30::%d", last) }
 const svcServiceCIDRs = "10.96.0.0/16,fd00:96::/108"
 
 // startSvcNodesWith is startSvcNodes; with dual, the nodes are dual-stack (spec.podCIDRs
-// IPv4 and svcSubnet6, InternalIPs IPv4 and svcNodeIP6, NetworkPolicy off: IPv6
-// Services through policy are not checked here, dual-stack NetworkPolicy is
-// TestNetworkPolicy's; so no deny log either)
-// and the API server has an IPv6 service range too (svcServiceCIDRs).
+// IPv4 and svcSubnet6, InternalIPs IPv4 and svcNodeIP6; NetworkPolicy and the deny log on
+// as on single-stack ones) and the API server has an IPv6 service range too
+// (svcServiceCIDRs).
 func startSvcNodesWith(t *testing.T, n int, dual bool) (*kapi.API, []*clusterNode) {
 	t.Helper()
 	ulPath := newNetns(t, "ofsdn-svc-ul")
@@ -184,13 +183,9 @@ func startSvcNodesWith(t *testing.T, n int, dual bool) (*kapi.API, []*clusterNod
 			"--service-cidr", "10.96.0.0/12", "--mtu", "0", "--add-timeout", "15s", "--service-proxy", "ofsdn",
 			"--log-format", "json",
 			// Session-affinity timeouts above 3 s are carried on by remainder flows.
-			"--service-affinity-learn-max", fmt.Sprint(svcAffinityLearnMax)}
-		if dual {
-			args = append(args, "--network-policy", "false")
-		} else {
+			"--service-affinity-learn-max", fmt.Sprint(svcAffinityLearnMax),
 			// The deny log shares the packet-in queue with the proxy's rejects (both checked).
-			args = append(args, "--policy-deny-log")
-		}
+			"--policy-deny-log"}
 		cn.StartDaemon(daemonBinary(t), 90*time.Second, args...)
 	}
 	if err := api.CreateNamespace(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: svcNamespace}}); err != nil {

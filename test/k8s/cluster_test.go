@@ -86,7 +86,7 @@ func TestCluster(t *testing.T) {
 		{"RBAC is the manifest's ClusterRole, no more", e.testRBAC},
 		{"pods across nodes", e.testPods},
 		{dualStackStep("pods across nodes over both families"), e.testDualStackPods},
-		{dualStackStep("a RequireDualStack NodePort Service over each family's ClusterIP and node addresses"), e.testDualStackService},
+		{dualStackStep("a RequireDualStack NodePort Service over each family's ClusterIP and node addresses; both ClusterIPs from each node's host"), e.testDualStackService},
 		{"services (serviceProxy: ofsdn, the default)", e.testServices},
 		{"serviceProxy: ofsdn: NetworkPolicy judges Service traffic by the client's own address", e.testPolicyThroughServices},
 		{"serviceProxy: kube-proxy: Services through the host, no Service group left, and back", e.testKubeProxyMode},
@@ -1428,6 +1428,9 @@ func (e *env) testDeletion(t *testing.T) {
 // guardedManifest: Service guarded over two pods, one per node, that a NetworkPolicy opens
 // only to pods labelled role=allowed; clients of each kind pinned to each node (%[1]s and
 // %[2]s are the node names); and a pod whose egress a second policy denies entirely.
+// Service open is over the role=allowed pods, which no ingress policy guards. Both
+// Services are PreferDualStack: an IPv4 and an IPv6 ClusterIP on the dual-stack cluster,
+// IPv4 alone on a single-stack one.
 var guardedManifest = `apiVersion: apps/v1
 kind: Deployment
 metadata: {name: guarded, namespace: default}
@@ -1451,10 +1454,19 @@ apiVersion: v1
 kind: Service
 metadata: {name: guarded, namespace: default}
 spec:
+  ipFamilyPolicy: PreferDualStack
   selector: {app: guarded}
   ports:
   - {name: tcp, port: 80, targetPort: 8080}
   - {name: udp, port: 81, targetPort: 8081, protocol: UDP}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: open, namespace: default}
+spec:
+  ipFamilyPolicy: PreferDualStack
+  selector: {role: allowed}
+  ports: [{name: tcp, port: 80, targetPort: 8080}]
 ---
 apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
@@ -1498,7 +1510,10 @@ spec:
 // endpoint sees the client pod's own address; the pods it does not select are refused;
 // a pod whose egress is denied reaches no Service. Through kube-proxy on the host all
 // three fail: the reply comes back masqueraded to the gateway, which policy lets by.
+// On the dual-stack cluster all three hold over the Services' IPv6 ClusterIPs too, the
+// endpoint seeing the client's own IPv6 address.
 func (e *env) testPolicyThroughServices(t *testing.T) {
+	start := time.Now()
 	e.apply(t, fmt.Sprintf(guardedManifest, e.c.Nodes[0].Name, e.c.Nodes[1].Name))
 	servers := e.waitPods(t, ns, "app=guarded", 2, 120*time.Second)
 	clients := map[string]*corev1.Pod{}
@@ -1507,23 +1522,40 @@ func (e *env) testPolicyThroughServices(t *testing.T) {
 			clients[p.Name] = &p
 		}
 	}
-	k8s.WaitFor(t, "2 ready endpoints of Service guarded", 60*time.Second, func() error {
-		if n := e.readyEndpoints(t, "guarded"); n != 2 {
-			return fmt.Errorf("%d", n)
-		}
-		return nil
-	})
-	guardedIP, echoIP := e.clusterIP(t, "guarded"), e.clusterIP(t, "echo")
+	dual := e.c.Config.DualStack
+	families := []string{"IPv4"}
+	if dual {
+		families = append(families, "IPv6")
+	}
+	for _, fam := range families {
+		k8s.WaitFor(t, "2 ready "+fam+" endpoints of Service guarded", 60*time.Second, func() error {
+			if n := e.readyEndpointsByFamily(t, "guarded", fam); n != 2 {
+				return fmt.Errorf("%d", n)
+			}
+			return nil
+		})
+	}
+	guardedIPs, openIPs := e.clusterIPs(t, "guarded"), e.clusterIPs(t, "open")
+	if len(guardedIPs) != len(families) || len(openIPs) != len(families) {
+		t.Fatalf("Services guarded and open have ClusterIPs %v and %v, want one per family %v", guardedIPs, openIPs, families)
+	}
+	guardedIP, echoIP := guardedIPs[0], e.clusterIP(t, "echo")
+	// (Over IPv6 the allowed clients' first answers below wait for the switch.)
 	for _, n := range e.c.Nodes {
-		k8s.WaitFor(t, n.Name+": ofsdnctl services lists default/guarded with 2 endpoints", 60*time.Second, func() error {
-			p, out := e.servicePort(t, n, "guarded", "TCP")
+		k8s.WaitFor(t, n.Name+": ofsdnctl services lists default/guarded at "+guardedIP+" with 2 endpoints", 60*time.Second, func() error {
+			p, out := e.servicePortAt(t, n, "guarded", "TCP", guardedIP)
 			if p == nil || len(p.Endpoints) != 2 {
 				return fmt.Errorf("not yet:\n%s", out)
 			}
 			return nil
 		})
 	}
-	tcp, udp := "tcp:"+guardedIP+":80", "udp:"+guardedIP+":81"
+	// The targets through Service guarded, per family.
+	tcp, udp := map[string]string{}, map[string]string{}
+	for i, fam := range families {
+		host := net.JoinHostPort(guardedIPs[i], "")
+		tcp[fam], udp[fam] = "tcp:"+host+"80", "udp:"+host+"81"
+	}
 	failed := func(r probeResult) error {
 		if r.ok {
 			return fmt.Errorf("%s answered %q, want no answer", r.target, r.reply)
@@ -1531,37 +1563,43 @@ func (e *env) testPolicyThroughServices(t *testing.T) {
 		return nil
 	}
 	// The policies are realized a moment after the API has them.
-	e.waitProbe(t, "denied-1 refused through Service guarded", "denied-1", tcp, failed)
+	e.waitProbe(t, "denied-1 refused through Service guarded", "denied-1", tcp["IPv4"], failed)
 
 	t.Run("selected pods on both nodes are answered by both endpoints, with their own address", func(t *testing.T) {
-		seen := map[string]bool{}
+		seen := map[string]map[string]bool{"IPv4": {}, "IPv6": {}}
 		for _, name := range []string{"allowed-1", "allowed-2"} {
 			c := clients[name]
-			e.waitProbe(t, name+" answered through Service guarded", name, tcp, func(r probeResult) error {
-				if !r.ok {
-					return fmt.Errorf("%s: %s", r.target, r.reply)
-				}
-				return nil
-			})
+			self := map[string]string{"IPv4": c.Status.PodIP, "IPv6": podIPv6(c)}
 			var targets []string
-			for i := 0; i < 8; i++ {
-				targets = append(targets, tcp)
+			for _, fam := range families {
+				e.waitProbe(t, name+" answered through Service guarded over "+fam, name, tcp[fam], func(r probeResult) error {
+					if !r.ok {
+						return fmt.Errorf("%s: %s", r.target, r.reply)
+					}
+					return nil
+				})
+				for i := 0; i < 8; i++ {
+					targets = append(targets, tcp[fam])
+				}
+				targets = append(targets, udp[fam])
 			}
-			targets = append(targets, udp)
-			for _, r := range e.probe(t, name, targets...) {
+			for i, r := range e.probe(t, name, targets...) {
+				fam := families[i/9]
 				if !r.ok {
 					t.Errorf("%s (%s, role=allowed) → %s: %s", name, c.Spec.NodeName, r.target, r.reply)
 					continue
 				}
-				seen[replyName(r.reply)] = true
-				if got := replyPeerIP(r.reply); got != c.Status.PodIP {
-					t.Errorf("%s → %s: the endpoint saw %s, want the client's own address %s", name, r.target, got, c.Status.PodIP)
+				seen[fam][replyName(r.reply)] = true
+				if got := replyPeerIP(r.reply); !sameIP(got, self[fam]) {
+					t.Errorf("%s → %s: the endpoint saw %s, want the client's own %s address %s", name, r.target, got, fam, self[fam])
 				}
 			}
 		}
-		for _, s := range servers {
-			if !seen[s.Name] {
-				t.Errorf("endpoint %s (%s) never answered an allowed client through the Service: %v", s.Name, s.Spec.NodeName, seen)
+		for _, fam := range families {
+			for _, s := range servers {
+				if !seen[fam][s.Name] {
+					t.Errorf("endpoint %s (%s) never answered an allowed client through the Service over %s: %v", s.Name, s.Spec.NodeName, fam, seen[fam])
+				}
 			}
 		}
 	})
@@ -1570,9 +1608,9 @@ func (e *env) testPolicyThroughServices(t *testing.T) {
 		// The count is the service_lb flow's packets: connections whose first packet hit an
 		// existing datapath flow are counted once ovs-vswitchd's revalidators push that
 		// flow's statistics to it (within about a second), not at once.
-		found, out := e.servicePort(t, node, "guarded", "TCP")
+		found, out := e.servicePortAt(t, node, "guarded", "TCP", guardedIP)
 		k8s.WaitFor(t, "default/guarded:tcp's connection count on "+node.Name+" reaching allowed-1's 8", 15*time.Second, func() error {
-			if found, out = e.servicePort(t, node, "guarded", "TCP"); found != nil && found.Connections < 8 {
+			if found, out = e.servicePortAt(t, node, "guarded", "TCP", guardedIP); found != nil && found.Connections < 8 {
 				return fmt.Errorf("%d", found.Connections)
 			}
 			return nil
@@ -1605,28 +1643,53 @@ func (e *env) testPolicyThroughServices(t *testing.T) {
 		}
 	})
 	t.Run("pods the policy does not select are refused on both nodes, TCP and UDP", func(t *testing.T) {
+		// Every refusal waits out its probe's timeout: one probe per target, side by side.
+		var wg sync.WaitGroup
 		for _, name := range []string{"denied-1", "denied-2"} {
-			for _, r := range e.probe(t, name, tcp, udp) {
-				if r.ok {
-					t.Errorf("%s (%s, role=denied) → %s answered %q: the policy admits only role=allowed", name, clients[name].Spec.NodeName, r.target, r.reply)
-				}
+			var targets []string
+			for _, fam := range families {
+				targets = append(targets, tcp[fam], udp[fam])
 			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for _, r := range e.probeApart(t, name, targets...) {
+					if r.ok {
+						t.Errorf("%s (%s, role=denied) → %s answered %q: the policy admits only role=allowed", name, clients[name].Spec.NodeName, r.target, r.reply)
+					}
+				}
+			}()
 		}
+		wg.Wait()
 	})
 	t.Run("a pod whose egress is denied reaches no Service", func(t *testing.T) {
-		for _, r := range e.probe(t, "sealed", tcp, "tcp:"+echoIP+":80") {
+		targets := []string{tcp["IPv4"], "tcp:" + echoIP + ":80"}
+		if dual {
+			// Service open's IPv6 ClusterIP, whose endpoints no ingress policy guards: a pod
+			// whose egress is not denied reaches it.
+			open6 := "tcp:" + net.JoinHostPort(openIPs[1], "80")
+			e.waitProbe(t, "denied-1 answered through Service open over IPv6", "denied-1", open6, func(r probeResult) error {
+				if !r.ok || !sameIP(replyPeerIP(r.reply), podIPv6(clients["denied-1"])) {
+					return fmt.Errorf("%s: ok=%v %q, want an answer seeing denied-1's own IPv6 address", r.target, r.ok, r.reply)
+				}
+				return nil
+			})
+			targets = append(targets, tcp["IPv6"], open6)
+		}
+		for _, r := range e.probeApart(t, "sealed", targets...) {
 			if r.ok {
 				t.Errorf("sealed (egress denied) → %s answered %q", r.target, r.reply)
 			}
 		}
 	})
-	if e.c.Config.DualStack {
+	if dual {
 		t.Run("dual-stack: the same policies over the pods' IPv6 addresses", func(t *testing.T) {
 			e.testPolicyIPv6(t, servers, clients)
 		})
 	}
+	e.timing("NetworkPolicy through Services (ClusterIPs of "+strings.Join(families, " and ")+"): admitted, refused, egress denied", time.Since(start))
 	// Leave the later steps the cluster they expect.
-	e.c.MustKubectl(t, "delete", "-n", ns, "--wait=true", "deployment/guarded", "service/guarded",
+	e.c.MustKubectl(t, "delete", "-n", ns, "--wait=true", "deployment/guarded", "service/guarded", "service/open",
 		"networkpolicy/guarded-ingress", "networkpolicy/sealed-egress",
 		"pod/allowed-1", "pod/allowed-2", "pod/denied-1", "pod/denied-2", "pod/sealed")
 }
@@ -1918,10 +1981,68 @@ func (e *env) setServiceProxy(t *testing.T, mode string) func() {
 	return func() { roll(orig) }
 }
 
+// clusterIPs returns Service svc's spec.clusterIPs (the primary family first).
+func (e *env) clusterIPs(t *testing.T, svc string) []string {
+	t.Helper()
+	s, err := e.c.CP.Client.CoreV1().Services(ns).Get(e.ctx, svc, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.Spec.ClusterIPs
+}
+
+// probeApart is probe with one `testbin probe` per target, all at once: refusals wait out
+// the probe's timeouts (3 s) side by side. A probe that could not run is an error of t
+// and comes back as an answer (ok), so that no refusal check passes on it.
+func (e *env) probeApart(t *testing.T, pod string, targets ...string) []probeResult {
+	t.Helper()
+	res := make([]probeResult, len(targets))
+	var wg sync.WaitGroup
+	for i, target := range targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out, err := e.exec(pod, "/testbin", "probe", target)
+			r := parseProbe(out)
+			if err != nil || len(r) != 1 {
+				t.Errorf("probe from %s to %s: %v\n%s", pod, target, err, out)
+				res[i] = probeResult{target: target, reply: "probe did not run", ok: true}
+				return
+			}
+			res[i] = r[0]
+		}()
+	}
+	wg.Wait()
+	return res
+}
+
+// servicePortAt is servicePort for the Service port whose frontend is at ip (one family's
+// ClusterIP of a dual-stack Service).
+func (e *env) servicePortAt(t *testing.T, n *k8s.Node, name, proto, ip string) (*ctl.ServicePort, string) {
+	t.Helper()
+	p, out := e.servicePorts(t, n, name, proto)
+	for i := range p {
+		if host, _, _ := net.SplitHostPort(p[i].Frontend); sameIP(host, ip) {
+			return &p[i], out
+		}
+	}
+	return nil, out
+}
+
 // servicePort asks the ofsdn-node pod on n for `ofsdnctl -o json services` and returns the
 // Service port of Service name (namespace default) with protocol proto, nil if not listed,
 // and the output.
 func (e *env) servicePort(t *testing.T, n *k8s.Node, name, proto string) (*ctl.ServicePort, string) {
+	t.Helper()
+	p, out := e.servicePorts(t, n, name, proto)
+	if len(p) == 0 {
+		return nil, out
+	}
+	return &p[0], out
+}
+
+// servicePorts is servicePort's every match (one per family of a dual-stack Service).
+func (e *env) servicePorts(t *testing.T, n *k8s.Node, name, proto string) ([]ctl.ServicePort, string) {
 	t.Helper()
 	var daemon string
 	for _, p := range e.pods(t, sysNS, "app=ofsdn-node") {
@@ -1937,10 +2058,11 @@ func (e *env) servicePort(t *testing.T, n *k8s.Node, name, proto string) (*ctl.S
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("ofsdnctl -o json services on %s: %v\n%s", n.Name, err, out)
 	}
-	for i, p := range rep.Ports {
+	var found []ctl.ServicePort
+	for _, p := range rep.Ports {
 		if p.Namespace == ns && p.Name == name && p.Protocol == proto {
-			return &rep.Ports[i], out
+			found = append(found, p)
 		}
 	}
-	return nil, out
+	return found, out
 }

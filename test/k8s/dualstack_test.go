@@ -7,7 +7,9 @@ package k8s_test
 // (test/k8s/overlay-dualstack). What a user checks: every pod has two podIPs, IPv4 first,
 // each in its node's pod CIDR of that family; pods on different nodes reach each other over
 // both families (TCP, UDP, ICMP and ICMPv6), each server seeing the client's own address;
-// nodes reach pods over both; NetworkPolicy holds over IPv6 as over IPv4.
+// nodes reach pods over both, and both ClusterIPs of a dual-stack Service through their
+// kube-proxy; NetworkPolicy holds over IPv6 as over IPv4, on pod IPs and through the
+// Services' IPv6 ClusterIPs (testPolicyThroughServices).
 
 import (
 	"fmt"
@@ -354,7 +356,36 @@ func (e *env) testDualStackService(t *testing.T) {
 			}
 		}
 	}
-	e.timing("RequireDualStack Service: both ClusterIPs (TCP, UDP) and the NodePort at both nodes' addresses of each family, from every pod", time.Since(start))
+	// Each node's host reaches both ClusterIPs through its kube-proxy (its DNAT to an
+	// endpoint, then the node's route of that family's cluster CIDR out of the gateway, for
+	// IPv6 too): 16 connections per family, answered by endpoints on both nodes.
+	podNode := map[string]string{}
+	for _, p := range pods {
+		podNode[p.Name] = p.Spec.NodeName
+	}
+	for _, n := range e.c.Nodes {
+		for i, fam := range []string{"IPv4", "IPv6"} {
+			addr := net.JoinHostPort(ips[i], "80")
+			// kube-proxy programs the Service a moment after the API shows it.
+			k8s.WaitFor(t, n.Name+" host → Service echo-ds at "+addr, 60*time.Second, func() error {
+				_, err := dialFromNode(n, addr)
+				return err
+			})
+			byNode := map[string]int{}
+			for j := 0; j < 16; j++ {
+				reply, err := dialFromNode(n, addr)
+				if err != nil || podNode[replyName(reply)] == "" {
+					t.Errorf("%s host → Service echo-ds at %s (%s): %q %v", n.Name, addr, fam, reply, err)
+					break
+				}
+				byNode[podNode[replyName(reply)]]++
+			}
+			if len(byNode) != 2 && !t.Failed() {
+				t.Errorf("%s host → Service echo-ds at %s: 16 connections answered by endpoints on %v, want both nodes'", n.Name, addr, byNode)
+			}
+		}
+	}
+	e.timing("RequireDualStack Service: both ClusterIPs (TCP, UDP) and the NodePort at both nodes' addresses of each family, from every pod; both ClusterIPs from each node's host", time.Since(start))
 	// Leave the later steps the Services they expect.
 	e.c.MustKubectl(t, "delete", "-n", ns, "--wait=true", "service/echo-ds")
 }
