@@ -11,14 +11,18 @@ package controller
 //
 //  1. the bridge (datapath netdev, fail mode standalone: a learning switch, the NORMAL
 //     action) is made, the NIC added to it as a port;
-//  2. podnet.MoveIPv4: every IPv4 address of the NIC is added to the bridge's internal
-//     port (a tap device), which is set up with the NIC's MTU (peer, lifetimes, flags and
-//     label kept); every IPv4 route through the NIC (any table, multipath nexthops too,
-//     not the kernel's own prefix routes) is replaced by the same route through the
-//     bridge; the addresses are deleted from the NIC, the bridge takes the NIC's
-//     arp_ignore and the NIC stops answering ARP (arp_ignore 8): the kernel still sees
-//     its frames (ovs-vswitchd reads it through a packet socket), and would otherwise
-//     answer for the node IP with the NIC's MAC.
+//  2. podnet.MoveAddresses: every IPv4 address and every IPv6 address but the
+//     link-local (and temporary) ones of the NIC is added to the bridge's internal port
+//     (a tap device), which is set up with the NIC's MTU (peer, lifetimes, flags and
+//     label kept; IPv6 ones without duplicate address detection); every IPv4 and IPv6
+//     route through the NIC (any table, multipath nexthops too, an IPv6 default route via
+//     a link-local next hop keeping it, not the kernel's own prefix routes) is replaced
+//     by the same route through the bridge; the addresses are deleted from the NIC, the
+//     bridge takes the NIC's arp_ignore and the NIC stops answering ARP (arp_ignore 8):
+//     the kernel still sees its frames (ovs-vswitchd reads it through a packet socket),
+//     and would otherwise answer for the node IP with the NIC's MAC (IPv6 neighbor
+//     discovery answers only for the link's own addresses); an unsolicited Neighbor
+//     Advertisement from the bridge gives peers its MAC for each IPv6 address.
 //
 // The bridge records the NIC (external_ids:ofsdn-underlay), so that cmd/ofsdn-ovs, which
 // runs Open vSwitch in the DaemonSet, moves the addresses back onto the NIC when it stops
@@ -49,8 +53,9 @@ import (
 )
 
 // MoveUnderlay makes sure the node IP nodeIP sits on bridge's internal port with the
-// interface that held it (the underlay NIC) a port of bridge, moving its IPv4 addresses
-// and routes as the file's comment says, in the calling thread's network namespace. It
+// interface that held it (the underlay NIC) a port of bridge, moving its IPv4 and IPv6
+// addresses and routes as the file's comment says (nodeIP IPv4, or IPv6 for an IPv6
+// underlay), in the calling thread's network namespace. It
 // returns the name of the interface that holds nodeIP afterwards (bridge, or an OVS
 // internal port that already held it: then nothing is changed). Idempotent: a second call
 // finds the node IP on the bridge and does nothing. Errors name the step, the interface
@@ -78,9 +83,12 @@ func MoveUnderlay(ctx context.Context, db *ovsdb.Client, bridge string, nodeIP n
 	if _, err := netlink.LinkByName(bridge); err != nil {
 		return "", fmt.Errorf("underlay: bridge %s's internal port (a tap device on the userspace datapath): %w", bridge, err)
 	}
-	moved, err := podnet.MoveIPv4(name, bridge)
+	moved, err := podnet.MoveAddresses(name, bridge)
 	if err != nil {
 		return "", fmt.Errorf("underlay: %w", err)
+	}
+	if moved.AnnounceErr != nil {
+		log.Warn("underlay: IPv6 addresses moved but not announced (peers find the bridge's MAC by neighbor discovery)", "bridge", bridge, "err", moved.AnnounceErr)
 	}
 	log.Info("underlay moved onto an OVS bridge (userspace datapath: tunnels leave through it)",
 		"interface", name, "bridge", bridge, "addresses", moved.Addresses, "routes", moved.Routes,
@@ -88,9 +96,9 @@ func MoveUnderlay(ctx context.Context, db *ovsdb.Client, bridge string, nodeIP n
 	return bridge, nil
 }
 
-// linkHolding returns the link that has ip as one of its IPv4 addresses.
+// linkHolding returns the link that has ip (IPv4 or IPv6) as one of its addresses.
 func linkHolding(ip net.IP) (netlink.Link, error) {
-	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
 	if err != nil {
 		return nil, fmt.Errorf("underlay: list addresses: %w", err)
 	}

@@ -45,8 +45,9 @@ type Config struct {
 	OVS string `json:"ovs"`
 	// UnderlayBridge, with the userspace datapath and a topology, is the OVS bridge the
 	// node IP is moved onto at start (e.g. br-phy): the interface holding the node IP
-	// becomes a port of that bridge, its IPv4 addresses and routes move to the bridge's
-	// internal port (controller.MoveUnderlay), as the userspace datapath's tunnels need.
+	// becomes a port of that bridge, its IPv4 and IPv6 addresses (not link-local) and
+	// routes move to the bridge's internal port (controller.MoveUnderlay), as the
+	// userspace datapath's tunnels need (node IP IPv4, or IPv6 on an IPv6 underlay).
 	// "" (default) moves nothing (the node IP must already be on an OVS bridge for
 	// tunnels with netdev). Ignored with the kernel datapath.
 	UnderlayBridge string `json:"underlayBridge"`

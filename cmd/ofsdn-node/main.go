@@ -110,9 +110,6 @@ func run(args []string) error {
 		return err
 	}
 	if cl != nil && cfg.UnderlayBridge != "" && cfg.DatapathType == controller.DatapathNetdev {
-		if cl.NodeIP.To4() == nil {
-			return fmt.Errorf("underlayBridge %s: node IP %v is IPv6, and moving the underlay's addresses onto the bridge is built for IPv4 only (issue 23): put the IPv6 node IP on %s yourself and leave underlayBridge out", cfg.UnderlayBridge, cl.NodeIP, cfg.UnderlayBridge)
-		}
 		holder, err := controller.MoveUnderlay(sctx, db, cfg.UnderlayBridge, cl.NodeIP, log)
 		if err != nil {
 			return err

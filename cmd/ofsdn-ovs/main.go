@@ -24,10 +24,10 @@
 //
 // With the userspace datapath and ofsdn-node's underlayBridge (a bridge whose
 // external_ids:ofsdn-underlay names the node's NIC, the node's addresses on it), ofsdn-ovs
-// keeps the node's IPv4 addresses and routes on the NIC whenever its ovs-vswitchd is not
-// forwarding, and on that bridge while it does: onto the bridge once ovs-vswitchd runs,
-// back onto the NIC on every exit (SIGTERM, a daemon dead, an error) and at start when a
-// crash left them on the bridge (underlay.go).
+// keeps the node's IPv4 and IPv6 addresses (not link-local) and routes on the NIC
+// whenever its ovs-vswitchd is not forwarding, and on that bridge while it does: onto the
+// bridge once ovs-vswitchd runs, back onto the NIC on every exit (SIGTERM, a daemon dead,
+// an error) and at start when a crash left them on the bridge (underlay.go).
 //
 // A restart on a database whose bridge is on the kernel datapath first sets
 // other_config:flow-restore-wait=true, as `ovs-ctl restart` does: the new ovs-vswitchd

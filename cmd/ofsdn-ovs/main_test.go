@@ -3,7 +3,8 @@ package main
 // ofsdn-ovs as the DaemonSet's ovs container runs it, in a network namespace of its own,
 // with the machine's Open vSwitch programs (the image's are the same Debian 12 build;
 // test/k8s runs the image's own): database created, probes, SIGTERM, restart on the kept
-// database, the node IP back on the NIC while no ovs-vswitchd runs and on the underlay
+// database, the node's addresses (dual-stack: IPv4, IPv6 with its default route via a
+// link-local next hop) back on the NIC while no ovs-vswitchd runs and on the underlay
 // bridge again after, flow-restore-wait only for the kernel datapath, a dead ovs-vswitchd
 // ending the container with the node IP back on the NIC, a crash-looping container (killed,
 // then its database unreadable) giving the node IP back to the NIC, and a host's
@@ -64,6 +65,11 @@ func TestOVSContainer(t *testing.T) {
 	sh(t, "ip", "-n", nsName, "addr", "add", "192.168.78.11/24", "dev", "uplink0")
 	sh(t, "ip", "-n", nsName, "link", "set", "uplink0", "up")
 	sh(t, "ip", "-n", nsName, "route", "add", "default", "via", "192.168.78.1")
+	// IPv6 beside it (ULA), the default route via the gateway's link-local address.
+	sh(t, "ip", "-n", ulName, "addr", "add", "fd00:78::1/64", "dev", "gw0", "nodad")
+	sh(t, "ip", "-n", ulName, "addr", "add", "fe80::1/64", "dev", "gw0", "nodad")
+	sh(t, "ip", "-n", nsName, "addr", "add", "fd00:78::11/64", "dev", "uplink0", "nodad")
+	sh(t, "ip", "-n", nsName, "-6", "route", "add", "default", "via", "fe80::1", "dev", "uplink0")
 
 	run := filepath.Join(dir, "run")
 	conf := filepath.Join(dir, "config.yaml")
@@ -143,30 +149,46 @@ func TestOVSContainer(t *testing.T) {
 			t.Errorf("Open vSwitch processes %v left in the namespace", pids)
 		}
 	}
-	addrs := func() string { return sh(t, "ip", "-n", nsName, "-4", "-o", "addr", "show") }
+	// addrs lists the node's IPv4 and global IPv6 addresses ("DEV    inet ...").
+	addrs := func() string {
+		return sh(t, "ip", "-n", nsName, "-4", "-o", "addr", "show") + "\n" + sh(t, "ip", "-n", nsName, "-6", "-o", "addr", "show", "scope", "global")
+	}
+	// on reports why the node's addresses and default routes are not on dev alone, if so.
+	on := func(dev, other string) error {
+		a := addrs()
+		if !strings.Contains(a, dev+"    inet 192.168.78.11/24") || !strings.Contains(a, dev+"    inet6 fd00:78::11/64") || strings.Contains(a, other+"    inet") {
+			return fmt.Errorf("addresses\n%s\nwant 192.168.78.11/24 and fd00:78::11/64 on %s alone", a, dev)
+		}
+		r := sh(t, "ip", "-n", nsName, "-4", "route", "show", "default") + "\n" + sh(t, "ip", "-n", nsName, "-6", "route", "show", "default")
+		if !strings.Contains(r, "default via 192.168.78.1 dev "+dev) || !strings.Contains(r, "default via fe80::1 dev "+dev) || strings.Contains(r, other) {
+			return fmt.Errorf("default routes\n%s\nwant both through %s (IPv6 via fe80::1)", r, dev)
+		}
+		return nil
+	}
+	pingGateway := func(count string) error {
+		sh(t, "ip", "-n", ulName, "neigh", "flush", "dev", "gw0")
+		for _, gw := range []string{"192.168.78.1", "fd00:78::1"} {
+			if b, err := exec.Command("ip", "netns", "exec", nsName, "ping", "-c"+count, "-i0.2", "-W2", gw).CombinedOutput(); err != nil {
+				return fmt.Errorf("the gateway %s does not answer: %v\n%s", gw, err, b)
+			}
+		}
+		return nil
+	}
 	onNIC := func(when string) {
 		t.Helper()
-		if a := addrs(); !strings.Contains(a, "uplink0    inet 192.168.78.11/24") || strings.Contains(a, "br-phy    inet") {
-			t.Errorf("%s: addresses\n%s\nwant 192.168.78.11/24 back on uplink0", when, a)
+		if err := on("uplink0", "br-phy"); err != nil {
+			t.Errorf("%s: %v", when, err)
 		}
-		if r := sh(t, "ip", "-n", nsName, "-4", "route", "show", "default"); !strings.Contains(r, "dev uplink0") {
-			t.Errorf("%s: default route %q, want it through uplink0", when, r)
-		}
-		sh(t, "ip", "-n", ulName, "neigh", "flush", "dev", "gw0")
-		if b, err := exec.Command("ip", "netns", "exec", nsName, "ping", "-c1", "-W2", "192.168.78.1").CombinedOutput(); err != nil {
-			t.Errorf("%s: the gateway does not answer (no OVS runs): %v\n%s", when, err, b)
+		if err := pingGateway("1"); err != nil {
+			t.Errorf("%s (no OVS runs): %v", when, err)
 		}
 	}
 	onBridge := func(when string) {
 		t.Helper()
-		waitFor(when+": node IP on br-phy", func() error {
-			if a := addrs(); !strings.Contains(a, "br-phy    inet 192.168.78.11/24") || strings.Contains(a, "uplink0    inet") {
-				return fmt.Errorf("addresses\n%s", a)
-			}
-			return nil
-		})
-		sh(t, "ip", "-n", ulName, "neigh", "flush", "dev", "gw0")
-		sh(t, "ip", "netns", "exec", nsName, "ping", "-c2", "-i0.2", "-W2", "192.168.78.1")
+		waitFor(when+": node addresses on br-phy", func() error { return on("br-phy", "uplink0") })
+		if err := pingGateway("2"); err != nil {
+			t.Errorf("%s: %v", when, err)
+		}
 	}
 	// runFailing runs ofsdn-ovs expecting it to exit on its own, and returns its exit code and log.
 	runFailing := func() (int, string) {
@@ -207,18 +229,17 @@ func TestOVSContainer(t *testing.T) {
 	vsctl("add-br", "br-phy", "--", "set", "bridge", "br-phy", "datapath_type=netdev", "fail_mode=standalone",
 		"external_ids:ofsdn-underlay=uplink0", "--", "add-port", "br-phy", "uplink0")
 	sh(t, "ip", "-n", nsName, "addr", "add", "192.168.78.11/24", "dev", "br-phy")
+	sh(t, "ip", "-n", nsName, "addr", "add", "fd00:78::11/64", "dev", "br-phy", "nodad")
 	sh(t, "ip", "-n", nsName, "link", "set", "br-phy", "up")
 	sh(t, "ip", "-n", nsName, "addr", "del", "192.168.78.11/24", "dev", "uplink0")
+	sh(t, "ip", "-n", nsName, "addr", "del", "fd00:78::11/64", "dev", "uplink0")
 	sh(t, "ip", "-n", nsName, "route", "replace", "default", "via", "192.168.78.1", "dev", "br-phy")
-	sh(t, "ip", "netns", "exec", nsName, "ping", "-c1", "-W2", "192.168.78.1")
+	sh(t, "ip", "-n", nsName, "-6", "route", "replace", "default", "via", "fe80::1", "dev", "br-phy")
+	onBridge("ofsdn-node's move")
 
-	// SIGTERM: the node IP back on the NIC, both daemons gone, exit 0.
+	// SIGTERM: the node's addresses back on the NIC, both daemons gone, exit 0.
 	stop(c, syscall.SIGTERM, 0)
-	if a := addrs(); !strings.Contains(a, "uplink0    inet 192.168.78.11/24") || strings.Contains(a, "br-phy    inet") {
-		t.Errorf("after SIGTERM: addresses\n%s\nwant 192.168.78.11/24 back on uplink0", a)
-	}
-	sh(t, "ip", "-n", ulName, "neigh", "flush", "dev", "gw0")
-	sh(t, "ip", "netns", "exec", nsName, "ping", "-c1", "-W2", "192.168.78.1") // no OVS runs
+	onNIC("after SIGTERM")
 
 	// Restart on the kept database: nothing created, the bridges kept, the node IP on
 	// br-phy again and forwarded by it; no flow-restore-wait (userspace datapath).
@@ -227,14 +248,7 @@ func TestOVSContainer(t *testing.T) {
 		t.Errorf("restart created the database again:\n%s", c.log.String())
 	}
 	waitFor("ofsdn-ovs ready after a restart", func() error { return probe("ready") })
-	waitFor("node IP on br-phy again", func() error {
-		if a := addrs(); !strings.Contains(a, "br-phy    inet 192.168.78.11/24") || strings.Contains(a, "uplink0    inet") {
-			return fmt.Errorf("addresses\n%s", a)
-		}
-		return nil
-	})
-	sh(t, "ip", "-n", ulName, "neigh", "flush", "dev", "gw0")
-	sh(t, "ip", "netns", "exec", nsName, "ping", "-c2", "-i0.2", "-W2", "192.168.78.1")
+	onBridge("restart")
 	if v := vsctl("--if-exists", "get", "Open_vSwitch", ".", "other_config:flow-restore-wait"); v != "" {
 		t.Errorf("flow-restore-wait %q on the userspace datapath, want none", v)
 	}
@@ -274,8 +288,8 @@ func TestOVSContainer(t *testing.T) {
 		}
 		return nil
 	})
-	if a := addrs(); !strings.Contains(a, "br-phy    inet 192.168.78.11/24") {
-		t.Fatalf("after the container was killed: addresses\n%s\nwant the node IP still on br-phy (what the restart must repair)", a)
+	if a := addrs(); !strings.Contains(a, "br-phy    inet 192.168.78.11/24") || !strings.Contains(a, "br-phy    inet6 fd00:78::11/64") {
+		t.Fatalf("after the container was killed: addresses\n%s\nwant the node's addresses still on br-phy (what the restart must repair)", a)
 	}
 	db := filepath.Join(dir, "db", "conf.db")
 	if err := os.Rename(db, db+".good"); err != nil {

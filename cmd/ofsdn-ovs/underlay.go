@@ -1,11 +1,11 @@
 package main
 
 // The node IP with the userspace datapath (underlayBridge, controller.MoveUnderlay): a
-// bridge whose external_ids:ofsdn-underlay names the node's NIC holds the node's IPv4
-// addresses only while this container's ovs-vswitchd forwards for it. Whenever no
-// ovs-vswitchd of this container forwards, they are on the NIC, so that the node, its
-// kubelet included, keeps its network and can fetch the pod (or the fixed image) that
-// brings OVS back:
+// bridge whose external_ids:ofsdn-underlay names the node's NIC holds the node's
+// addresses (IPv4, and IPv6 but link-local ones: podnet.MoveAddresses) only while this
+// container's ovs-vswitchd forwards for it. Whenever no ovs-vswitchd of this container
+// forwards, they are on the NIC, so that the node, its kubelet included, keeps its
+// network and can fetch the pod (or the fixed image) that brings OVS back:
 //
 //   - SIGTERM (the pod deleted or rolled): back onto the NIC before ovs-vswitchd stops;
 //   - a daemon exited (ovs-vswitchd or ovsdb-server died): back onto the NIC before the
@@ -155,14 +155,24 @@ func knownUnderlay(s settings, dbDir string) (underlay, bool) {
 	return u, ok && err == nil
 }
 
-// hasIPv4 reports whether the link name exists and holds an IPv4 address.
-func hasIPv4(name string) bool {
+// hasNodeAddresses reports whether the link name exists and holds an address that
+// podnet.MoveAddresses moves (IPv4, or IPv6 but link-local).
+func hasNodeAddresses(name string) bool {
 	l, err := netlink.LinkByName(name)
 	if err != nil {
 		return false
 	}
-	a, err := netlink.AddrList(l, netlink.FAMILY_V4)
+	a, err := podnet.NodeAddresses(l)
 	return err == nil && len(a) > 0
+}
+
+// logMoved logs a move's addresses, routes and unannounced IPv6 addresses.
+func logMoved(log *slog.Logger, msg string, m podnet.Moved, args ...any) {
+	args = append(args, "addresses", m.Addresses, "routes", m.Routes)
+	if m.AnnounceErr != nil {
+		args = append(args, "ipv6_not_announced", m.AnnounceErr.Error())
+	}
+	log.Info(msg, args...)
 }
 
 // underlayToBridge moves the node's addresses from the NIC onto the bridge once
@@ -185,31 +195,31 @@ func underlayToBridge(ctx context.Context, log *slog.Logger, u underlay) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	if !hasIPv4(u.nic) {
+	if !hasNodeAddresses(u.nic) {
 		return nil // already on the bridge, or nothing to move
 	}
 	start := time.Now()
-	m, err := podnet.MoveIPv4(u.nic, u.bridge)
+	m, err := podnet.MoveAddresses(u.nic, u.bridge)
 	if err != nil {
 		return err
 	}
-	log.Info("node addresses moved onto the underlay bridge", "from", u.nic, "to", u.bridge,
-		"addresses", m.Addresses, "routes", m.Routes, "took", time.Since(start).Round(time.Microsecond))
+	logMoved(log, "node addresses moved onto the underlay bridge", m, "from", u.nic, "to", u.bridge,
+		"took", time.Since(start).Round(time.Microsecond))
 	return nil
 }
 
 // underlayToNIC moves the node's addresses from the bridge back onto the NIC; why is
 // logged.
 func underlayToNIC(log *slog.Logger, u underlay, why string) error {
-	if !hasIPv4(u.bridge) {
+	if !hasNodeAddresses(u.bridge) {
 		return nil
 	}
 	start := time.Now()
-	m, err := podnet.MoveIPv4(u.bridge, u.nic)
+	m, err := podnet.MoveAddresses(u.bridge, u.nic)
 	if err != nil {
 		return err
 	}
-	log.Info("node addresses moved back onto the NIC", "why", why, "from", u.bridge, "to", u.nic,
-		"addresses", m.Addresses, "routes", m.Routes, "took", time.Since(start).Round(time.Microsecond))
+	logMoved(log, "node addresses moved back onto the NIC", m, "why", why, "from", u.bridge, "to", u.nic,
+		"took", time.Since(start).Round(time.Microsecond))
 	return nil
 }

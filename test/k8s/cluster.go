@@ -73,15 +73,16 @@ type ClusterConfig struct {
 	OVS string
 	// DualStack makes an IPv4-primary dual-stack cluster: two service ranges (ServiceCIDR,
 	// ServiceCIDRIPv6), a pod CIDR per family per node (ClusterCIDR /24s, ClusterCIDRIPv6
-	// /64s), every kubelet with both node IPs (IPv4, IPv6 on uplink0), kube-proxy with both
-	// cluster CIDRs, and Overlay test/k8s/overlay-dualstack (clusterCIDRIPv6). It needs OVS
-	// OVSBundled.
+	// /64s), every kubelet with both node IPs (both on uplink0, moved onto br-phy by
+	// ofsdn-node), kube-proxy with both cluster CIDRs, and Overlay
+	// test/k8s/overlay-dualstack (clusterCIDRIPv6). It needs OVS OVSBundled.
 	DualStack bool
 	// IPv6Only makes an IPv6-only cluster: the service range ServiceCIDRIPv6, node pod
-	// CIDRs /64s of ClusterCIDRIPv6, every node IP IPv6 (on br-phy), the API server
+	// CIDRs /64s of ClusterCIDRIPv6, every node IP IPv6 (on uplink0, moved onto br-phy by
+	// ofsdn-node), the API server
 	// advertised on ControlPlaneIPv6, and Overlay test/k8s/overlay-ipv6only (an IPv6
-	// underlay, networkPolicy off, serviceProxy kube-proxy). It needs OVS OVSHost: ofsdn moves
-	// only IPv4 node addresses onto br-phy, so the harness's OVS holds the IPv6 one there.
+	// underlay, NetworkPolicy on, serviceProxy ofsdn, ovs: bundled). It needs OVS
+	// OVSBundled, as that overlay runs the DaemonSet's Open vSwitch.
 	IPv6Only bool
 }
 
@@ -156,8 +157,8 @@ func StartCluster(t *testing.T, cfg ClusterConfig) *Cluster {
 	if cfg.DualStack && cfg.OVS != OVSBundled {
 		t.Fatal("ClusterConfig.DualStack needs OVS: OVSBundled (test/k8s/overlay-dualstack runs the DaemonSet's Open vSwitch)")
 	}
-	if cfg.IPv6Only && (cfg.OVS != OVSHost || cfg.DualStack) {
-		t.Fatal("ClusterConfig.IPv6Only needs OVS: OVSHost (the IPv6 node IP sits on the harness's br-phy) and no DualStack")
+	if cfg.IPv6Only && (cfg.OVS != OVSBundled || cfg.DualStack) {
+		t.Fatal("ClusterConfig.IPv6Only needs OVS: OVSBundled (test/k8s/overlay-ipv6only runs the DaemonSet's Open vSwitch) and no DualStack")
 	}
 	for _, b := range []string{"kubelet", "kube-proxy", "kubectl"} {
 		Bin(t, b)
@@ -325,8 +326,8 @@ func (c *Cluster) startNode(t *testing.T, i int, server, proxyKC, containerdBin,
 		}
 	}
 	if n.IPv6 != "" {
-		// The IPv6 node IP stays on uplink0 (ofsdn moves IPv4 only: the underlay is IPv4),
-		// where the kubelet finds it; no duplicate address detection, as on br0.
+		// The IPv6 node IP on uplink0 beside the IPv4 one (ofsdn-node moves both onto
+		// br-phy); no duplicate address detection, as on br0.
 		addrs = append(addrs, []string{"addr", "add", n.IPv6 + "/64", "dev", "uplink0", "nodad"},
 			[]string{"-6", "route", "add", "default", "via", ControlPlaneIPv6})
 	}

@@ -377,7 +377,7 @@ func (e *env) testNotReadyBeforeOfsdn(t *testing.T) {
 			if ents, err := os.ReadDir(n.OVS.Dir); err != nil || len(ents) > 0 {
 				t.Errorf("%s: the node's /run/openvswitch holds %v (%v) before ofsdn was deployed", n.Name, ents, err)
 			}
-			if out := n.OVS.Exec(t, "ip", "-4", "-o", "addr", "show", "dev", "uplink0"); !strings.Contains(out, n.IP+"/") {
+			if out := n.OVS.Exec(t, "ip", "-o", "addr", "show", "dev", "uplink0", "scope", "global"); !strings.Contains(out, n.IP+"/") {
 				t.Errorf("%s: uplink0 has %q, want the node IP %s", n.Name, out, n.IP)
 			}
 		}
@@ -453,8 +453,9 @@ func (e *env) testDaemonSet(t *testing.T) {
 }
 
 // checkBundledOVS checks a node whose Open vSwitch is the DaemonSet's: ovsdb-server and
-// ovs-vswitchd run in its ofsdn-node pod's cgroup, the node IP moved from uplink0 onto
-// br-phy's internal port, uplink0 a port of br-phy, the datapath chosen (auto: netdev here).
+// ovs-vswitchd run in its ofsdn-node pod's cgroup, the node's addresses (its IPv4 node IP,
+// its IPv6 one: dual-stack or IPv6-only) moved from uplink0 onto br-phy's internal port,
+// uplink0 a port of br-phy, the datapath chosen (auto: netdev here).
 func checkBundledOVS(t *testing.T, n *k8s.Node, ds []corev1.Pod) {
 	t.Helper()
 	var uid string
@@ -474,8 +475,22 @@ func checkBundledOVS(t *testing.T, n *k8s.Node, ds []corev1.Pod) {
 			t.Errorf("%s: OVS process %d is not in the ofsdn-node pod's cgroup (pod %s):\n%s", n.Name, pid, uid, b)
 		}
 	}
-	if out := n.OVS.Exec(t, "ip", "-4", "-o", "addr", "show"); !strings.Contains(out, "br-phy    inet "+n.IP+"/24") || strings.Contains(out, "uplink0    inet") {
-		t.Errorf("%s: addresses %s; want the node IP %s on br-phy, none on uplink0", n.Name, out, n.IP)
+	var want []string
+	for _, ip := range []string{n.IP, n.IPv6} {
+		switch {
+		case ip == "":
+		case strings.Contains(ip, ":"):
+			want = append(want, "br-phy    inet6 "+ip+"/64")
+		default:
+			want = append(want, "br-phy    inet "+ip+"/24")
+		}
+	}
+	out := n.OVS.Exec(t, "ip", "-o", "addr", "show", "scope", "global")
+	for _, w := range want {
+		if !strings.Contains(out, w) || strings.Contains(out, "uplink0    inet") {
+			t.Errorf("%s: addresses %s; want %q, none on uplink0", n.Name, out, want)
+			break
+		}
 	}
 	if ports := n.OVS.Vsctl(t, "list-ports", "br-phy"); ports != "uplink0" {
 		t.Errorf("%s: br-phy's ports %q, want uplink0", n.Name, ports)

@@ -5,7 +5,9 @@ package k8s_test
 // with an IPv6 service range, kube-controller-manager cutting an IPv6 /64 per node, kubelets
 // and kube-proxy with IPv6 node IPs only, the underlay IPv6 (the tunnels run between the
 // nodes' IPv6 addresses), deploy/ofsdn.yaml through test/k8s/overlay-ipv6only, whose
-// nodes load-balance Services in OVS (serviceProxy: ofsdn) and police NetworkPolicy.
+// nodes load-balance Services in OVS (serviceProxy: ofsdn) and police NetworkPolicy: the
+// DaemonSet's Open vSwitch (ovs: bundled), ofsdn-node moving each node's IPv6 address and
+// default route from its NIC onto br-phy (underlayBridge), as on the dual-stack cluster.
 
 import (
 	"context"
@@ -26,7 +28,7 @@ func TestIPv6OnlyCluster(t *testing.T) {
 	testenv.Privileged(t)
 	t.Parallel()
 	images, imgTime := clusterImages(t)
-	c := k8s.StartCluster(t, k8s.ClusterConfig{Nodes: 2, ImagesDir: images, OVS: k8s.OVSHost, IPv6Only: true})
+	c := k8s.StartCluster(t, k8s.ClusterConfig{Nodes: 2, ImagesDir: images, OVS: k8s.OVSBundled, IPv6Only: true})
 	e := &env{c: c, ctx: context.Background()}
 	c.Timings = append([]k8s.Timing{{Step: imagesStep(imgTime), Duration: imgTime}}, c.Timings...)
 	start := time.Now()
@@ -40,7 +42,7 @@ func TestIPv6OnlyCluster(t *testing.T) {
 	}{
 		{"before ofsdn nodes are NotReady and the CNI directories empty", e.testNotReadyBeforeOfsdn},
 		{"every node has one IPv6 pod CIDR and its IPv6 InternalIP", e.testIPv6OnlyNodes},
-		{"DaemonSet makes every node Ready; the gateway holds ::1 of the pod CIDR and no IPv4", e.testIPv6OnlyDaemonSet},
+		{"DaemonSet makes every node Ready, its IPv6 address on br-phy; the gateway holds ::1 of the pod CIDR and no IPv4", e.testIPv6OnlyDaemonSet},
 		{"pods across nodes over IPv6", e.testIPv6OnlyPods},
 		{"an IPv6 ClusterIP in OVS and a NetworkPolicy over IPv6", e.testIPv6OnlyServicePolicy},
 	}
@@ -79,7 +81,7 @@ func (e *env) testIPv6OnlyNodes(t *testing.T) {
 func (e *env) testIPv6OnlyDaemonSet(t *testing.T) {
 	start := time.Now()
 	e.c.MustKubectl(t, "apply", "-k", e.c.Config.Overlay())
-	e.waitPods(t, sysNS, "app=ofsdn-node", len(e.c.Nodes), 180*time.Second)
+	ds := e.waitPods(t, sysNS, "app=ofsdn-node", len(e.c.Nodes), 180*time.Second)
 	for _, n := range e.c.Nodes {
 		k8s.WaitFor(t, n.Name+" Ready", 120*time.Second, func() error {
 			node, err := e.c.CP.Client.CoreV1().Nodes().Get(e.ctx, n.Name, metav1.GetOptions{})
@@ -99,6 +101,9 @@ func (e *env) testIPv6OnlyDaemonSet(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, v6, _ := net.ParseCIDR(node.Spec.PodCIDR)
+		if n.Bundled {
+			checkBundledOVS(t, n, ds)
+		}
 		if out := n.OVS.Exec(t, "ip", "-6", "-o", "addr", "show", "dev", gatewayIf); !strings.Contains(out, gatewayIPv6(v6)+"/64") {
 			t.Errorf("%s: gateway %s has %q, want %s/64 from podCIDR %v", n.Name, gatewayIf, out, gatewayIPv6(v6), v6)
 		}

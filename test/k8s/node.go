@@ -26,7 +26,7 @@ type Node struct {
 	// IP is the node's underlay address (its InternalIP), on br-phy.
 	IP string
 	// IPv6 is a dual-stack node's IPv6 underlay address (its second InternalIP, on
-	// uplink0); "" on an IPv4-only node.
+	// uplink0, then on br-phy with the IPv4 one); "" on a single-stack node.
 	IPv6 string
 	// OVS is the node's Open vSwitch; OVS.Netns is the node's network namespace.
 	OVS *sandbox.OVS
