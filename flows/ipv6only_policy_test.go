@@ -8,8 +8,6 @@ package flows
 import (
 	"fmt"
 	"net"
-	"os"
-	"sort"
 	"strings"
 	"testing"
 
@@ -350,16 +348,7 @@ func docIPv6OnlyPolicyFlows() []string {
 			fs = append(fs, f)
 		}
 	}
-	sort.SliceStable(fs, func(i, j int) bool {
-		a, b := fs[i], fs[j]
-		if a.Table != b.Table {
-			return a.Table < b.Table
-		}
-		if a.Priority != b.Priority {
-			return a.Priority > b.Priority
-		}
-		return a.Cookie.Owner() < b.Cookie.Owner()
-	})
+	sortDumpOrder(fs)
 	out := lines(fs, docPorts)
 	for _, g := range gs {
 		out = append(out, g.String())
@@ -370,26 +359,6 @@ func docIPv6OnlyPolicyFlows() []string {
 // TestPipelineDocIPv6OnlyPolicy: the block of docs/pipeline.md's section "IPv6-only node
 // with NetworkPolicy and Services" is exactly docIPv6OnlyPolicyFlows.
 func TestPipelineDocIPv6OnlyPolicy(t *testing.T) {
-	data, err := os.ReadFile("../docs/pipeline.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	const title = "## IPv6-only node with NetworkPolicy and Services"
-	_, section, ok := strings.Cut(string(data), "\n"+title+"\n")
-	if !ok {
-		t.Fatalf("docs/pipeline.md has no section %q", title)
-	}
-	section, _, _ = strings.Cut(section, "\n## ")
-	var doc []string
-	inBlock := false
-	for _, l := range strings.Split(section, "\n") {
-		if strings.HasPrefix(l, "```") {
-			inBlock = !inBlock
-			continue
-		}
-		if inBlock && (strings.HasPrefix(l, " cookie=") || strings.HasPrefix(l, " group_id=")) {
-			doc = append(doc, strings.TrimPrefix(l, " "))
-		}
-	}
+	doc := docSection(t, "## IPv6-only node with NetworkPolicy and Services", true)
 	compareLines(t, "docs/pipeline.md, IPv6-only NetworkPolicy and Services section (with a leading space in the file)", doc, docIPv6OnlyPolicyFlows())
 }

@@ -3,8 +3,6 @@ package flows
 import (
 	"fmt"
 	"net"
-	"os"
-	"sort"
 	"strings"
 	"testing"
 
@@ -259,38 +257,10 @@ func TestIPv6OnlyOnSwitch(t *testing.T) {
 // IPv6 cluster CIDR), its pod A and its peer B, in the order of a dump (table, priority,
 // owner kind).
 func TestPipelineDocIPv6Only(t *testing.T) {
-	data, err := os.ReadFile("../docs/pipeline.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, ok := strings.Cut(string(data), "\n## IPv6-only node over an IPv6 underlay\n")
-	if !ok {
-		t.Fatal(`docs/pipeline.md has no section "## IPv6-only node over an IPv6 underlay"`)
-	}
-	section, _, _ = strings.Cut(section, "\n## ")
-	var doc []string
-	inBlock := false
-	for _, l := range strings.Split(section, "\n") {
-		if strings.HasPrefix(l, "```") {
-			inBlock = !inBlock
-			continue
-		}
-		if inBlock && strings.HasPrefix(l, " cookie=") {
-			doc = append(doc, strings.TrimPrefix(l, " "))
-		}
-	}
+	doc := docSection(t, "## IPv6-only node over an IPv6 underlay", false)
 	cfg := testIPv6OnlyConfig()
 	cfg.ClusterCIDRIPv6 = mustCIDR6("fd00:10:244::/56")
 	fs := append(append(PipelineFlows(cfg), PodFlows(cfg, testV6PodA())...), PeerFlows(cfg, testV6PeerB())...)
-	sort.SliceStable(fs, func(i, j int) bool {
-		a, b := fs[i], fs[j]
-		if a.Table != b.Table {
-			return a.Table < b.Table
-		}
-		if a.Priority != b.Priority {
-			return a.Priority > b.Priority
-		}
-		return a.Cookie.Owner() < b.Cookie.Owner()
-	})
+	sortDumpOrder(fs)
 	compareLines(t, "docs/pipeline.md, IPv6-only section (with a leading space in the file)", doc, lines(fs, docPorts))
 }

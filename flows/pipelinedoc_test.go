@@ -92,18 +92,18 @@ func docFlows() (NodeConfig, []Flow) {
 	return cfg, append(all, PeerFlows(cfg, testPeerB())...)
 }
 
-// TestPipelineDocDualStack: the block of docs/pipeline.md's section "Dual-stack node: the
-// IPv6 flows" is exactly the flows the dual-stack node (the doc's node with an IPv6 pod
-// subnet, its IPv6 cluster CIDR and NetworkPolicy off), its pod A and its dual-stack peer B have beyond the
-// IPv4-only node's, in the order of a dump (table, priority, owner kind).
-func TestPipelineDocDualStack(t *testing.T) {
+// docSection returns the dump lines of docs/pipeline.md's section title (its "## "
+// heading, up to the next one): the lines of its code blocks that start with " cookie=",
+// and with groups also " group_id=", without the leading space.
+func docSection(t *testing.T, title string, groups bool) []string {
+	t.Helper()
 	data, err := os.ReadFile("../docs/pipeline.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(data), "\n## Dual-stack node: the IPv6 flows\n")
+	_, section, ok := strings.Cut(string(data), "\n"+title+"\n")
 	if !ok {
-		t.Fatal(`docs/pipeline.md has no section "## Dual-stack node: the IPv6 flows"`)
+		t.Fatalf("docs/pipeline.md has no section %q", title)
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
 	var doc []string
@@ -113,10 +113,34 @@ func TestPipelineDocDualStack(t *testing.T) {
 			inBlock = !inBlock
 			continue
 		}
-		if inBlock && strings.HasPrefix(l, " cookie=") {
+		if inBlock && (strings.HasPrefix(l, " cookie=") || groups && strings.HasPrefix(l, " group_id=")) {
 			doc = append(doc, strings.TrimPrefix(l, " "))
 		}
 	}
+	return doc
+}
+
+// sortDumpOrder sorts fs as ovs-ofctl dump-flows lists them: by table, then priority
+// (highest first), then owner kind, otherwise keeping their order.
+func sortDumpOrder(fs []Flow) {
+	sort.SliceStable(fs, func(i, j int) bool {
+		a, b := fs[i], fs[j]
+		if a.Table != b.Table {
+			return a.Table < b.Table
+		}
+		if a.Priority != b.Priority {
+			return a.Priority > b.Priority
+		}
+		return a.Cookie.Owner() < b.Cookie.Owner()
+	})
+}
+
+// TestPipelineDocDualStack: the block of docs/pipeline.md's section "Dual-stack node: the
+// IPv6 flows" is exactly the flows the dual-stack node (the doc's node with an IPv6 pod
+// subnet, its IPv6 cluster CIDR and NetworkPolicy off), its pod A and its dual-stack peer B have beyond the
+// IPv4-only node's, in the order of a dump (table, priority, owner kind).
+func TestPipelineDocDualStack(t *testing.T) {
+	doc := docSection(t, "## Dual-stack node: the IPv6 flows", false)
 	v4 := testConfig()
 	old := map[string]bool{}
 	for _, f := range append(append(PipelineFlows(v4), PodFlows(v4, testPodA())...), PeerFlows(v4, testPeerB())...) {
@@ -129,16 +153,7 @@ func TestPipelineDocDualStack(t *testing.T) {
 			fs = append(fs, f)
 		}
 	}
-	sort.SliceStable(fs, func(i, j int) bool {
-		a, b := fs[i], fs[j]
-		if a.Table != b.Table {
-			return a.Table < b.Table
-		}
-		if a.Priority != b.Priority {
-			return a.Priority > b.Priority
-		}
-		return a.Cookie.Owner() < b.Cookie.Owner()
-	})
+	sortDumpOrder(fs)
 	compareLines(t, "docs/pipeline.md, dual-stack section (with a leading space in the file)", doc, lines(fs, docPorts))
 }
 
@@ -148,26 +163,7 @@ func TestPipelineDocDualStack(t *testing.T) {
 // the Services-off node does not have, then testIPv6ServicePorts' flows and groups in
 // builder order.
 func TestPipelineDocIPv6Services(t *testing.T) {
-	data, err := os.ReadFile("../docs/pipeline.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, ok := strings.Cut(string(data), "\n## IPv6 Services (Services in OVS on a dual-stack node)\n")
-	if !ok {
-		t.Fatal(`docs/pipeline.md has no section "## IPv6 Services (Services in OVS on a dual-stack node)"`)
-	}
-	section, _, _ = strings.Cut(section, "\n## ")
-	var doc []string
-	inBlock := false
-	for _, l := range strings.Split(section, "\n") {
-		if strings.HasPrefix(l, "```") {
-			inBlock = !inBlock
-			continue
-		}
-		if inBlock && (strings.HasPrefix(l, " cookie=") || strings.HasPrefix(l, " group_id=")) {
-			doc = append(doc, strings.TrimPrefix(l, " "))
-		}
-	}
+	doc := docSection(t, "## IPv6 Services (Services in OVS on a dual-stack node)", true)
 	cfg := testDualStackConfig()
 	cfg.Services = true
 	var want []string
@@ -199,27 +195,7 @@ func TestPipelineDocIPv6Services(t *testing.T) {
 // for ingress, rule 1 allowing peer B's IPv4 and IPv6 pod subnets on TCP/80; peer B) has
 // beyond the IPv4 doc node's and the dual-stack section's, in the order of a dump.
 func TestPipelineDocDualStackPolicy(t *testing.T) {
-	data, err := os.ReadFile("../docs/pipeline.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	const title = "## Dual-stack node with NetworkPolicy: the IPv6 policy flows"
-	_, section, ok := strings.Cut(string(data), "\n"+title+"\n")
-	if !ok {
-		t.Fatalf("docs/pipeline.md has no section %q", title)
-	}
-	section, _, _ = strings.Cut(section, "\n## ")
-	var doc []string
-	inBlock := false
-	for _, l := range strings.Split(section, "\n") {
-		if strings.HasPrefix(l, "```") {
-			inBlock = !inBlock
-			continue
-		}
-		if inBlock && strings.HasPrefix(l, " cookie=") {
-			doc = append(doc, strings.TrimPrefix(l, " "))
-		}
-	}
+	doc := docSection(t, "## Dual-stack node with NetworkPolicy: the IPv6 policy flows", false)
 	old := map[string]bool{}
 	_, v4 := docFlows()
 	ds := testDualStackEgressConfig()
@@ -244,15 +220,6 @@ func TestPipelineDocDualStackPolicy(t *testing.T) {
 			fs = append(fs, f)
 		}
 	}
-	sort.SliceStable(fs, func(i, j int) bool {
-		a, b := fs[i], fs[j]
-		if a.Table != b.Table {
-			return a.Table < b.Table
-		}
-		if a.Priority != b.Priority {
-			return a.Priority > b.Priority
-		}
-		return a.Cookie.Owner() < b.Cookie.Owner()
-	})
+	sortDumpOrder(fs)
 	compareLines(t, "docs/pipeline.md, dual-stack NetworkPolicy section (with a leading space in the file)", doc, lines(fs, docPorts))
 }
