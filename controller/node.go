@@ -99,7 +99,8 @@ type NodeOptions struct {
 	// (Node.spec.podCIDRs in that order, an IPv6-first cluster): every pod's addresses,
 	// its lease and the CNI result then hold the IPv6 address first.
 	IPv6First bool
-	// MTU is the pods' and the gateway's MTU in bytes (68..65535).
+	// MTU is the pods' and the gateway's MTU in bytes (68..65535; MinMTUIPv6 or more on
+	// a node with an IPv6 pod subnet).
 	MTU int
 	// OVSRunDir is Open vSwitch's run directory; the bridge's OpenFlow management socket is
 	// OVSRunDir/<Bridge>.mgmt.
@@ -213,6 +214,11 @@ const GenerationKey = "ofsdn-generation"
 // flow-restore-wait). The node removes it after every full flow sync.
 const FlowRestoreWaitKey = "flow-restore-wait"
 
+// MinMTUIPv6 is IPv6's minimum link MTU in bytes (RFC 8200 §5): Linux removes IPv6 from
+// a link whose MTU is below it, so a node with an IPv6 pod subnet refuses a smaller pod
+// MTU at start (its pods and gateway could carry no IPv6).
+const MinMTUIPv6 = 1280
+
 // StartNode ensures the bridge, the gateway port and its address (and with
 // opts.Overlay the tunnel port and the host's route for the cluster CIDR), opens the IPAM
 // store, takes a new generation, removes broken attachments, connects OpenFlow and
@@ -231,6 +237,9 @@ func StartNode(ctx context.Context, db *ovsdb.Client, opts NodeOptions) (*Node, 
 	}
 	if sn := opts.PodSubnetIPv6; sn != nil && (sn.IP.To4() != nil || len(sn.IP) != net.IPv6len) {
 		return nil, fmt.Errorf("node: IPv6 pod subnet %v is not an IPv6 CIDR (set the IPv6 entry of podSubnets in the config)", sn)
+	}
+	if opts.PodSubnetIPv6 != nil && opts.MTU < MinMTUIPv6 {
+		return nil, fmt.Errorf("node: pod MTU %d is below IPv6's minimum link MTU %d (RFC 8200 §5), and this node has an IPv6 pod subnet %v: set mtu to %d or more (with a tunnel: an underlay MTU of %d or more, %d over an IPv6 underlay), or leave IPv6 out of podSubnets", opts.MTU, MinMTUIPv6, opts.PodSubnetIPv6, MinMTUIPv6, MinMTUIPv6+50, MinMTUIPv6+70)
 	}
 	if ov := opts.Overlay; ov != nil && ov.ClusterCIDR == nil && opts.PodSubnet != nil {
 		return nil, errors.New("overlay: no cluster CIDR: set clusterCIDR in the config or the topology")

@@ -930,3 +930,22 @@ func TestAddPodIPv6Only(t *testing.T) {
 		t.Fatalf("IPv6-first CHECK expects %v, want both addresses, IPv6 first, each with its gateway", e)
 	}
 }
+
+// TestStartNodeRefusesMTUBelowIPv6Minimum: a node with an IPv6 pod subnet and a pod MTU
+// below 1280 (RFC 8200 §5; e.g. the automatic MTU of a small underlay) is refused at start
+// naming the MTU and the fix, before it touches OVS: its pods and gateway could carry no
+// IPv6 (podnet's TestSetupBelowIPv6MinimumMTU: an IPv4 pod is wired at such an MTU).
+func TestStartNodeRefusesMTUBelowIPv6Minimum(t *testing.T) {
+	_, sn4, _ := net.ParseCIDR("10.128.0.0/24")
+	_, sn6, _ := net.ParseCIDR("fd00:10:128::/64")
+	for _, opts := range []NodeOptions{
+		{PodSubnet: sn4, PodSubnetIPv6: sn6, MTU: 1279},
+		{PodSubnetIPv6: sn6, MTU: 1250},
+	} {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		_, err := StartNode(context.Background(), nil, opts)
+		if err == nil || !strings.Contains(err.Error(), "below IPv6's minimum link MTU 1280") || !strings.Contains(err.Error(), fmt.Sprintf("pod MTU %d", opts.MTU)) {
+			t.Errorf("StartNode with IPv6 pod subnet and MTU %d: %v, want the IPv6 minimum MTU refusal", opts.MTU, err)
+		}
+	}
+}

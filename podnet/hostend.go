@@ -1,7 +1,9 @@
 package podnet
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 
 	"github.com/containernetworking/plugins/pkg/utils/sysctl"
 	"github.com/vishvananda/netlink"
@@ -85,6 +87,13 @@ func isolateHostLink(index int, name string) error {
 	}
 	key := fmt.Sprintf(hostEndIPv6Sysctl, name)
 	if _, err := sysctl.Sysctl(key, "1"); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			// The link has no IPv6 at all, so the host's IPv6 stack cannot touch it: its
+			// MTU is below IPv6's minimum of 1280 (RFC 8200 §5; Linux keeps no IPv6 on
+			// such a link, and ofsdn never changes a host end's MTU), or IPv6 is off in
+			// the kernel.
+			return nil
+		}
 		return fmt.Errorf("podnet: host veth %s: set %s to 1 (keeps the host's IPv6 stack off the pod's link; the daemon needs a writable /proc/sys, e.g. a privileged container): %w", name, key, err)
 	}
 	return nil

@@ -592,3 +592,22 @@ func TestHostEndIgnoredByHostIPStack(t *testing.T) {
 		}
 	}
 }
+
+// TestSetupBelowIPv6MinimumMTU: a pod MTU below IPv6's minimum link MTU (1279; Linux keeps
+// no IPv6 on such a link, so the host end has no disable_ipv6 to write) still wires an
+// IPv4 pod, and its host end is still off the host's IPv4 stack.
+func TestSetupBelowIPv6MinimumMTU(t *testing.T) {
+	host, pod := newNS(t), newNS(t)
+	spec := testSpec(t, pod, "container-mtu1279")
+	spec.MTU = 1279
+	if _, err := setupIn(t, host, spec); err != nil {
+		t.Fatalf("Setup with MTU 1279: %v", err)
+	}
+	hostName := filepath.Base(host.Path())
+	if got := strings.TrimSpace(run(t, "ip", "netns", "exec", hostName, "sysctl", "-n", "net.ipv4.conf."+spec.HostVeth+".arp_ignore")); got != "8" {
+		t.Errorf("host end arp_ignore = %s, want 8", got)
+	}
+	if out := run(t, "ip", "-n", hostName, "link", "show", spec.HostVeth); !strings.Contains(out, "mtu 1279") {
+		t.Errorf("host end: %s, want mtu 1279", out)
+	}
+}

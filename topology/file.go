@@ -30,8 +30,8 @@ import (
 //	peers:
 //	- {name: node-b, podSubnet: 10.244.2.0/24, nodeIP: 172.16.0.2}
 //
-// A dual-stack node lists its pod subnets, IPv4 first, instead of (or beside an equal)
-// podSubnet: podSubnets: [10.244.1.0/24, fd00:10:244:1::/64]; a peer likewise (a
+// A dual-stack node lists its pod subnets, one per family in the order its pods get
+// them (IPv4 or IPv6 first), instead of (or beside an equal) podSubnet: podSubnets: [10.244.1.0/24, fd00:10:244:1::/64]; a peer likewise (a
 // dual-stack node routes its IPv6 subnet through the tunnel), and clusterCIDRIPv6:
 // fd00:10:244::/56 is the IPv6 prefix they are cut from (IPv6 egress needs it).
 // nodeIPv6: fd00:172:16::1 beside an IPv4 nodeIP (this node's and each peer's, optional)
@@ -45,7 +45,8 @@ type FileSpec struct {
 	NodeName string `json:"nodeName"`
 	// PodSubnet is this node's IPv4 pod subnet.
 	PodSubnet string `json:"podSubnet,omitempty"`
-	// PodSubnets are this node's pod subnets, one per family, IPv4 first (dual-stack);
+	// PodSubnets are this node's pod subnets, one per family, in the order pods get them
+	// (IPv4 first, IPv6 first, or IPv6 alone);
 	// empty = [PodSubnet].
 	PodSubnets []string `json:"podSubnets,omitempty"`
 	// NodeIP is this node's underlay IPv4 address (optional: the daemon's config or
@@ -66,7 +67,7 @@ type FilePeer struct {
 	Name string `json:"name"`
 	// PodSubnet is its IPv4 pod subnet.
 	PodSubnet string `json:"podSubnet,omitempty"`
-	// PodSubnets are its pod subnets, one per family, IPv4 first; empty = [PodSubnet].
+	// PodSubnets are its pod subnets, one per family (either order); empty = [PodSubnet].
 	PodSubnets []string `json:"podSubnets,omitempty"`
 	// NodeIP is its underlay IPv4 address.
 	NodeIP string `json:"nodeIP"`

@@ -216,7 +216,7 @@ func loadConfig(args []string) (Config, error) {
 	fs := flag.NewFlagSet("ofsdn-node", flag.ContinueOnError)
 	file := fs.String("config", "", "config file (YAML or JSON); flags given explicitly override it")
 	fs.StringVar(&cfg.PodSubnet, "pod-subnet", cfg.PodSubnet, "this node's pod subnet (IPv4 CIDR)")
-	fs.Func("pod-subnets", "this node's pod subnets, comma-separated, one per IP family, IPv4 first (dual-stack: 10.128.0.0/24,fd00:10:128::/64)", func(v string) error {
+	fs.Func("pod-subnets", "this node's pod subnets, comma-separated, at most one per IP family, in the order pods get their addresses (dual-stack: 10.128.0.0/24,fd00:10:128::/64; IPv6-first: the other order; IPv6-only: fd00:10:128::/64; IPv6 needs mtu >= 1280)", func(v string) error {
 		cfg.PodSubnets = strings.Split(v, ",")
 		return nil
 	})
@@ -228,7 +228,7 @@ func loadConfig(args []string) (Config, error) {
 	fs.StringVar(&cfg.OVSRunDir, "ovs-rundir", cfg.OVSRunDir, "Open vSwitch run directory (holds BRIDGE.mgmt)")
 	fs.StringVar(&cfg.Socket, "socket", cfg.Socket, "CNI server unix socket path")
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory for persistent state (IP leases)")
-	fs.IntVar(&cfg.MTU, "mtu", cfg.MTU, "pod and gateway MTU in bytes; 0 = automatic: the topology's, else underlay MTU - 50 with an overlay (VXLAN, or Geneve without options as ofsdn sends it, over IPv4), else 1450")
+	fs.IntVar(&cfg.MTU, "mtu", cfg.MTU, "pod and gateway MTU in bytes; 0 = automatic: the topology's, else underlay MTU - 50 with an overlay over IPv4 (VXLAN, or Geneve without options as ofsdn sends it), - 70 over an IPv6 underlay, else 1450")
 	fs.StringVar(&cfg.StartTimeout, "start-timeout", cfg.StartTimeout, "bound on start-up, e.g. 60s")
 	fs.StringVar(&cfg.AddTimeout, "add-timeout", cfg.AddTimeout, "bound on one CNI ADD, waits on OVS included, e.g. 60s (below the plugin's 90s)")
 	fs.StringVar(&cfg.FlowAuditInterval, "flow-audit-interval", cfg.FlowAuditInterval, "period of the flow audit that re-installs missing flows and deletes stray ones with our cookie, e.g. 30s (0 turns it off)")
@@ -241,9 +241,9 @@ func loadConfig(args []string) (Config, error) {
 	fs.StringVar(&cfg.NodeName, "node-name", cfg.NodeName, "this node's name (default $NODE_NAME, else the host name)")
 	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", cfg.Kubeconfig, "kubeconfig for -topology kubernetes (default in-cluster)")
 	fs.StringVar(&cfg.ClusterCIDR, "cluster-cidr", cfg.ClusterCIDR, "IPv4 range of all pod subnets (default from the topology)")
-	fs.StringVar(&cfg.ClusterCIDRIPv6, "cluster-cidr-ipv6", cfg.ClusterCIDRIPv6, "IPv6 range of all IPv6 pod subnets on dual-stack nodes (default from the topology)")
+	fs.StringVar(&cfg.ClusterCIDRIPv6, "cluster-cidr-ipv6", cfg.ClusterCIDRIPv6, "IPv6 range of all IPv6 pod subnets on dual-stack and IPv6-only nodes (default from the topology)")
 	fs.StringVar(&cfg.ServiceCIDR, "service-cidr", cfg.ServiceCIDR, "Kubernetes service IPv4 range, sent to the gateway")
-	fs.StringVar(&cfg.NodeIP, "node-ip", cfg.NodeIP, "this node's underlay IPv4 address (default from the topology or the default route)")
+	fs.StringVar(&cfg.NodeIP, "node-ip", cfg.NodeIP, "this node's underlay address, IPv4, or IPv6 for tunnels over an IPv6 underlay (default from the topology, else the IPv4 default route's interface address)")
 	fs.StringVar(&cfg.TunnelType, "tunnel-type", cfg.TunnelType, "vxlan or geneve")
 	fs.IntVar(&cfg.TunnelPort, "tunnel-port", cfg.TunnelPort, "tunnel UDP port (0 = the type's default)")
 	fs.Func("masquerade", "masquerade pod traffic leaving the cluster CIDR: true or false (default true)", func(v string) error {
