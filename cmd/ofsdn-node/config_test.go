@@ -204,3 +204,16 @@ func TestConfigOVSBundledAuto(t *testing.T) {
 		t.Errorf("default ovs %q (%v), want host", cfg.OVS, err)
 	}
 }
+
+// TestClusterKeysSet: the keys a node without a topology ignores (and warns of at start)
+// are exactly those of the cluster settings that the config sets.
+func TestClusterKeysSet(t *testing.T) {
+	on := true
+	if got := clusterKeysSet(Config{}); len(got) != 0 {
+		t.Errorf("no keys set: %v", got)
+	}
+	got := clusterKeysSet(Config{ClusterCIDR: "10.128.0.0/16", ClusterCIDRIPv6: "fd00:10::/32", NodeIP: "172.16.0.1", Masquerade: &on})
+	if want := "clusterCIDR,clusterCIDRIPv6,nodeIP,masquerade"; strings.Join(got, ",") != want {
+		t.Errorf("clusterKeysSet = %v, want %s", got, want)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -33,6 +34,10 @@ func prepareCluster(waitCtx, runCtx context.Context, cfg Config, log *slog.Logge
 	var src topology.Source
 	switch cfg.Topology {
 	case "":
+		if set := clusterKeysSet(cfg); len(set) > 0 {
+			log.Warn("config keys ignored without a topology (a single node: no overlay, no masquerade, no IPv6 egress): set topology to file or kubernetes to use them",
+				"keys", strings.Join(set, ", "))
+		}
 		return nil, nil
 	case "file":
 		f := topology.NewFile(cfg.TopologyFile)
@@ -78,4 +83,26 @@ func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
 	}
 	rc.UserAgent = "ofsdn-node"
 	return kubernetes.NewForConfig(rc)
+}
+
+// clusterKeysSet returns the config keys that only a topology gives effect to (the
+// overlay's and the node's cluster settings) and that cfg sets: a node without a topology
+// ignores them, and says so at start.
+func clusterKeysSet(cfg Config) []string {
+	var set []string
+	for _, k := range []struct {
+		name string
+		on   bool
+	}{
+		{"clusterCIDR", cfg.ClusterCIDR != ""},
+		{"clusterCIDRIPv6", cfg.ClusterCIDRIPv6 != ""},
+		{"serviceCIDR", cfg.ServiceCIDR != ""},
+		{"nodeIP", cfg.NodeIP != ""},
+		{"masquerade", cfg.Masquerade != nil},
+	} {
+		if k.on {
+			set = append(set, k.name)
+		}
+	}
+	return set
 }
