@@ -22,6 +22,7 @@ package controller
 // network never touches it (scope.go).
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -314,7 +315,12 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 	}
 
 	var undo []undoStep
+	var waitFlows func() error // set once the pod's flows are on their way (step 2)
 	defer func() {
+		if retErr != nil && waitFlows != nil {
+			// The undo's delete of the flows comes after their install has ended.
+			_ = waitFlows()
+		}
 		if retErr != nil && len(undo) > 0 {
 			// Runs before the deferred release of the lock above: the undo takes it over.
 			retErr = n.undoAdd(ctx, req, undo, finally, retErr)
@@ -360,13 +366,35 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 		a.Gateway6 = n.config().GatewayIPv6
 	}
 	n.fillOwnerID(a) // the id the lease was given with the address
+	// Everything the pod's flows name is known now: the ofport asked for, the addresses,
+	// the owner id and the MAC, which ofsdn derives from the address (podnet.MACFromIP)
+	// and gives the pod interface in step 2.
+	a.OFPort = uint32(ofreq)
+	a.MAC = podMAC(a)
 
-	// 2. veth pair, pod end born in the pod netns, configured with the reserved address
-	// (nothing outside the pod's netns and the host veth sees it before step 3).
+	// 2. The pod's flows go to the switch while the veth pair is made and the port added
+	// (with NetworkPolicy: its default deny and rule flows with them, in the policy
+	// runner's bundle), so an ADD waits for the switch only where its round trips take
+	// longer than the veth and the port together. Flows naming a port that does not exist
+	// yet forward nothing, and nothing else holds the address or the ofport. Their undo is
+	// registered first; it runs after the install ended (waitFlows, above) and before the
+	// port's and the veth's, as in DEL.
+	undo = append(undo, undoStep{what: "flows of pod " + a.addrString(), run: func(uctx context.Context) error {
+		if n.policy != nil {
+			n.policy.detach(a) // its rule flows too; nothing if the attach was undone already
+		}
+		return n.deletePodFlows(uctx, a)
+	}})
+	flowsDone := make(chan error, 1)
+	go func() { flowsDone <- n.installPodFlows(ctx, a) }()
+	waitFlows = sync.OnceValue(func() error { return <-flowsDone })
+
+	// The veth pair, pod end born in the pod netns, configured with the reserved address
+	// and MAC (nothing outside the pod's netns and the host veth sees it before step 3).
 	res, vethErr := n.netns.Setup(podnet.Spec{
 		Netns: req.Netns, IfName: req.IfName, HostVeth: a.HostVeth, MTU: a.MTU,
 		Addr: a.IPv4(), Gateway: a.Gateway, Addr6: a.IPv6(), Gateway6: a.Gateway6,
-		DisableTxChecksum: n.opts.DatapathType == "netdev",
+		MAC: a.MAC, DisableTxChecksum: n.opts.DatapathType == "netdev",
 	})
 	step("veth")
 	if vethErr == nil {
@@ -389,25 +417,25 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 	if leaseErr != nil {
 		return nil, stepErr("ipam", fmt.Errorf("%s: %w", req, leaseErr))
 	}
-	a.MAC = res.ContainerMAC
+	if !bytes.Equal(res.ContainerMAC, a.MAC) {
+		return nil, stepErr("veth", fmt.Errorf("%s: pod interface %s has MAC %s, not %s its flows name", req, req.IfName, res.ContainerMAC, a.MAC))
+	}
 	a.HostMAC = res.HostMAC
 	a.ContainerIfIndex = res.ContainerIfIndex
 
-	// 4. OVS port and the pod's flows at once. The ofport is chosen here
-	// (ofport_request, from the half of the range ovs-vswitchd never assigns itself:
-	// ovsdb.ReserveOFPort), so the flows go to the switch while ovs-vswitchd adds the
-	// port instead of after it: with hundreds of ports on a userspace bridge that saves a
-	// whole main-loop iteration of ovs-vswitchd (bench/RESULTS.md). Flows naming a port
-	// that does not exist yet forward nothing. ADD succeeds only once the port has the
-	// ofport asked for (or the flows were redone for the one it got) and the flows are
-	// confirmed by a barrier.
+	// 4. The OVS port, while the flows of step 2 may still be on their way. The ofport is
+	// chosen here (ofport_request, from the half of the range ovs-vswitchd never assigns
+	// itself: ovsdb.ReserveOFPort), so the flows go to the switch before ovs-vswitchd
+	// adds the port instead of after it: with hundreds of ports on a userspace bridge
+	// that saves a whole main-loop iteration of ovs-vswitchd (bench/RESULTS.md). ADD
+	// succeeds only once the port has the ofport asked for (or the flows were redone for
+	// the one it got) and the flows are confirmed by a barrier (or their bundle's commit).
 	//
-	// Both undos are registered before either step starts: a transaction that committed
-	// but whose ofport wait ran out of time (vswitchd stuck) still leaves a row to remove,
-	// and flows confirmed for a port that failed must go. The flows' undo runs first, as in
-	// DEL; its delete is queued on the OpenFlow connection behind the adds, so a switch
-	// that resumes applies both in order even when the wait for its confirmation runs out.
-	a.OFPort = uint32(ofreq)
+	// The port's undo is registered before the step starts: a transaction that committed
+	// but whose ofport wait ran out of time (vswitchd stuck) still leaves a row to remove.
+	// The flows' undo (step 2) deletes by cookie, queued on the OpenFlow connection behind
+	// the adds, so a switch that resumes applies both in order even when the wait for
+	// its confirmation runs out.
 	undo = append(undo, undoStep{what: "OVS port " + a.HostVeth + " on bridge " + n.opts.Bridge, run: func(uctx context.Context) error {
 		// A transaction whose answer the ADD gave up waiting for may still commit (a hung
 		// ovsdb-server that resumes): once an echo sent after it is answered, the cache
@@ -416,17 +444,10 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 			return err
 		}
 		return n.ports.DeletePort(uctx, n.opts.Bridge, a.HostVeth)
-	}}, undoStep{what: "flows of pod " + a.addrString(), run: func(uctx context.Context) error {
-		if n.policy != nil {
-			n.policy.detach(a) // its rule flows too; nothing if the attach was undone already
-		}
-		return n.deletePodFlows(uctx, a)
 	}})
-	flowsDone := make(chan error, 1)
-	go func() { flowsDone <- n.installPodFlows(ctx, a) }()
 	ofport, portErr := n.ports.AddPortWithOFPort(ctx, n.opts.Bridge, a.HostVeth, ofreq, a.externalIDs())
 	step("ovsdb")
-	flowsErr := <-flowsDone
+	flowsErr := waitFlows()
 	step("openflow")
 	if portErr != nil {
 		return nil, stepErr("ovsdb", fmt.Errorf("%s: add port %s to bridge %s: %w", req, a.HostVeth, n.opts.Bridge, portErr))
@@ -721,6 +742,18 @@ func (n *Node) lockCtx(ctx context.Context, key string) (func(), error) {
 		go func() { (<-got)() }()
 		return nil, ctx.Err()
 	}
+}
+
+// podMAC returns the MAC ofsdn gives a's pod interface, derived from its address (the
+// IPv4 one, else the IPv6 one), as podnet.Setup derives it when the spec names none.
+func podMAC(a *Attachment) net.HardwareAddr {
+	if ip := a.IPv4(); ip != nil {
+		return podnet.MACFromIP(ip.IP)
+	}
+	if ip := a.IPv6(); ip != nil {
+		return podnet.MACFromIPv6(ip.IP)
+	}
+	return nil
 }
 
 // stepTimer returns a function that reports the time since the previous call (or since

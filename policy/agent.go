@@ -34,6 +34,9 @@ type Agent struct {
 	vmu      sync.Mutex                 // guards versions (recorded by the gate's caller, off mu)
 	versions map[string]uint64          // kind → highest resourceVersion realized
 
+	kmu   sync.RWMutex        // guards known (taken under mu to write, alone to read)
+	known map[string]struct{} // pod keys in the model, as UpdatePod left them: WaitPod's path that takes no mu
+
 	amu       sync.Mutex   // guards apending and attaching (never held with mu waited for)
 	apending  []*attachReq // attaches waiting for the next batch (Attach)
 	attaching bool         // runAttaches is running
@@ -44,7 +47,7 @@ type Agent struct {
 func NewAgent() *Agent {
 	eng := NewEngine(nil)
 	eng.Defer()
-	return &Agent{eng: eng, synced: make(chan struct{}), waiters: map[string][]chan struct{}{}, versions: map[string]uint64{}}
+	return &Agent{eng: eng, synced: make(chan struct{}), waiters: map[string][]chan struct{}{}, known: map[string]struct{}{}, versions: map[string]uint64{}}
 }
 
 // SetRealizer sets the function that receives every later event's changes, and calls
@@ -61,11 +64,32 @@ func (a *Agent) SetRealizer(r Realizer, load func(*Engine)) {
 }
 
 // Update applies one event to the engine (fn) and hands its changes to the realizer.
-func (a *Agent) Update(fn func(*Engine) Changes) {
+func (a *Agent) Update(fn func(*Engine) Changes) { a.update(fn, "", "") }
+
+// UpdatePod is Update for an event of pod namespace/name (its add, change or delete):
+// it also records whether the pod is in the model afterwards, so that WaitPod answers
+// for a known pod without waiting for the agent's lock, which every event holds while
+// the engine computes.
+func (a *Agent) UpdatePod(namespace, name string, fn func(*Engine) Changes) {
+	a.update(fn, namespace, name)
+}
+
+// update is Update; with name set, UpdatePod's.
+func (a *Agent) update(fn func(*Engine) Changes, namespace, name string) {
 	seen := time.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	ch := fn(a.eng)
+	if name != "" {
+		has := a.eng.HasPod(namespace, name)
+		a.kmu.Lock()
+		if has {
+			a.known[nsKey(namespace, name)] = struct{}{}
+		} else {
+			delete(a.known, nsKey(namespace, name))
+		}
+		a.kmu.Unlock()
+	}
 	a.wakeLocked()
 	if a.realize != nil && !ch.Empty() {
 		a.realize(ch, seen)
@@ -180,6 +204,12 @@ func (a *Agent) WaitPod(ctx context.Context, namespace, name string) error {
 			ErrPodUnknown, namespace, name, ctx.Err())
 	}
 	k := nsKey(namespace, name)
+	a.kmu.RLock()
+	_, known := a.known[k]
+	a.kmu.RUnlock()
+	if known {
+		return nil
+	}
 	a.mu.Lock()
 	if a.eng.HasPod(namespace, name) {
 		a.mu.Unlock()

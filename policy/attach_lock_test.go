@@ -54,3 +54,41 @@ func TestAttachKnownPodOneLockHold(t *testing.T) {
 		t.Fatalf("local pods %v, want [known late]", names)
 	}
 }
+
+// TestWaitPodKnownPodWhileEventHoldsLock: WaitPod of a pod an informer event brought
+// answers while another event holds the agent's lock (an ADD does not queue behind the
+// engine's work on other pods), and once the pod is deleted it waits again and fails
+// with ErrPodUnknown.
+func TestWaitPodKnownPodWhileEventHoldsLock(t *testing.T) {
+	a := NewAgent()
+	a.Update(func(e *Engine) Changes { return e.UpsertNamespace(&Namespace{Name: "x"}) })
+	a.UpdatePod("x", "p", func(e *Engine) Changes {
+		return e.UpsertPod(&Pod{Namespace: "x", Name: "p", Labels: map[string]string{"app": "a"}, NodeName: "n1"})
+	})
+	a.MarkSynced()
+
+	held, release := make(chan struct{}), make(chan struct{})
+	go a.Update(func(*Engine) Changes { close(held); <-release; return Changes{} })
+	<-held
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res := make(chan error, 1)
+	go func() { res <- a.WaitPod(ctx, "x", "p") }()
+	select {
+	case err := <-res:
+		close(release)
+		if err != nil {
+			t.Fatalf("WaitPod of a known pod while an event holds the lock: %v", err)
+		}
+	case <-time.After(2 * time.Second):
+		close(release)
+		t.Fatal("WaitPod of a known pod waited 2 s for the lock another event holds")
+	}
+
+	a.UpdatePod("x", "p", func(e *Engine) Changes { return e.DeletePod("x", "p") })
+	short, cancelShort := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancelShort()
+	if err := a.WaitPod(short, "x", "p"); !errors.Is(err, ErrPodUnknown) {
+		t.Fatalf("WaitPod of a deleted pod = %v, want ErrPodUnknown", err)
+	}
+}

@@ -61,7 +61,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		AddFunc: func(obj any) {
 			if p, ok := obj.(*corev1.Pod); ok {
 				mp := ConvertPod(p)
-				a.Update(func(e *Engine) Changes { return e.UpsertPod(mp) })
+				a.UpdatePod(mp.Namespace, mp.Name, func(e *Engine) Changes { return e.UpsertPod(mp) })
 				a.Observed("pods", p.ResourceVersion)
 			}
 		},
@@ -73,7 +73,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 			mp := ConvertPod(p)
 			if o, ok := oldObj.(*corev1.Pod); !ok || !samePod(ConvertPod(o), mp) {
 				// (not for a status change policy does not see: conditions, container states)
-				a.Update(func(e *Engine) Changes { return e.UpsertPod(mp) })
+				a.UpdatePod(mp.Namespace, mp.Name, func(e *Engine) Changes { return e.UpsertPod(mp) })
 			}
 			a.Observed("pods", p.ResourceVersion)
 		},
@@ -82,7 +82,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 				obj = d.Obj
 			}
 			if p, ok := obj.(*corev1.Pod); ok {
-				a.Update(func(e *Engine) Changes { return e.DeletePod(p.Namespace, p.Name) })
+				a.UpdatePod(p.Namespace, p.Name, func(e *Engine) Changes { return e.DeletePod(p.Namespace, p.Name) })
 				a.Observed("pods", p.ResourceVersion)
 			}
 		},

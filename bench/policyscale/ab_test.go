@@ -33,6 +33,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -46,6 +48,7 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/plugins/pkg/ns"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -82,6 +85,9 @@ type abSample struct {
 	LoopStatus    []float64 // the same while the full report loops
 	LoopSwitch    []float64
 	LoopReports   []float64 // seconds, each full report during the loop phase
+	// AddCPU is CPU seconds (user+system) each process used during the ADD burst:
+	// "ofsdn-node", "ovs-vswitchd", "ovsdb-server" (where its pid could be read).
+	AddCPU map[string]float64
 	Errors        []string
 }
 
@@ -257,6 +263,48 @@ func (b *abBuild) wireBurst(t *testing.T, api *kapi.API, conc int, del bool) (ti
 	return wall, lat, errs
 }
 
+// cpuSeconds returns the CPU seconds (utime+stime, proc(5)) each named process has used
+// so far; processes whose stat cannot be read are left out.
+func cpuSeconds(pids map[string]int) map[string]float64 {
+	out := map[string]float64{}
+	for name, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// Fields after the command (which may hold spaces) in ")": state is field 3,
+		// utime 14, stime 15.
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		if len(f) < 13 {
+			continue
+		}
+		u, _ := strconv.ParseFloat(f[11], 64)
+		st, _ := strconv.ParseFloat(f[12], 64)
+		out[name] = (u + st) / 100 // USER_HZ is 100 on Linux
+	}
+	return out
+}
+
+// scrapeMetrics reads the daemon's /metrics (its default address, 127.0.0.1:9469) in the
+// network namespace netns.
+func scrapeMetrics(netns string) ([]byte, error) {
+	var out []byte
+	err := ns.WithNetNSPath("/var/run/netns/"+netns, func(ns.NetNS) error {
+		c, err := net.DialTimeout("tcp", "127.0.0.1:9469", 5*time.Second) // the socket is made in this namespace
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(c, "GET /metrics HTTP/1.0\r\n\r\n"); err != nil {
+			return err
+		}
+		out, err = io.ReadAll(c)
+		return err
+	})
+	return out, err
+}
+
 // session starts the build's daemon with NetworkPolicy on or off and measures.
 func (b *abBuild) session(t *testing.T, api *kapi.API, on bool, conc, labelReps int) abSample {
 	s := abSample{Build: b.name, Policy: map[bool]string{true: "on", false: "off"}[on], Round: b.round}
@@ -269,15 +317,37 @@ func (b *abBuild) session(t *testing.T, api *kapi.API, on bool, conc, labelReps 
 	// the runner's per-round timings).
 	n.StartDaemon(filepath.Join(b.dir, "ofsdn-node"), 5*time.Minute, append(args, strings.Fields(os.Getenv("POLICY_AB_DAEMON_ARGS"))...)...)
 	defer func() {
+		d := os.Getenv("POLICY_AB_LOGS")
+		if d != "" {
+			// The daemon's own figures (ADD steps, bundle times) beside its log.
+			if m, err := scrapeMetrics(n.OVS.Netns); err == nil {
+				_ = os.WriteFile(filepath.Join(d, fmt.Sprintf("%s-%s-%d.metrics", b.name, s.Policy, b.round)), m, 0o644)
+			} else {
+				t.Logf("metrics of %s: %v", b.name, err)
+			}
+		}
 		n.StopDaemon()
-		if d := os.Getenv("POLICY_AB_LOGS"); d != "" {
+		if d != "" {
 			lg, _ := os.ReadFile(n.LogPath)
 			_ = os.WriteFile(filepath.Join(d, fmt.Sprintf("%s-%s-%d.log", b.name, s.Policy, b.round)), lg, 0o644)
 		}
 	}()
 	s.StartSeconds = time.Since(start).Seconds()
+	pids := map[string]int{"ofsdn-node": n.Daemon.Process.Pid}
+	for _, name := range []string{"ovs-vswitchd", "ovsdb-server"} {
+		if b, err := os.ReadFile(filepath.Join(n.OVS.Dir, name+".pid")); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				pids[name] = pid
+			}
+		}
+	}
+	cpu0 := cpuSeconds(pids)
 	wall, lat, errs := b.wireBurst(t, api, conc, false)
 	s.AddWall, s.Add, s.Errors = wall.Seconds(), lat, append(s.Errors, errs...)
+	s.AddCPU = cpuSeconds(pids)
+	for k, v := range cpu0 {
+		s.AddCPU[k] -= v
+	}
 	wall, lat, errs = b.wireBurst(t, api, conc, true)
 	s.DelWall, s.Del, s.Errors = wall.Seconds(), lat, append(s.Errors, errs...)
 	if !on {
@@ -481,14 +551,18 @@ func TestPolicyAB(t *testing.T) {
 	type agg struct {
 		add, del, ls, lsw, lps, lpsw, rep []float64
 		pods, wall                        float64
+		cpu                               map[string]float64 // CPU seconds in the ADD bursts
 	}
 	by := map[string]*agg{}
 	for _, s := range samples {
 		k := s.Build + "/" + s.Policy
 		if by[k] == nil {
-			by[k] = &agg{}
+			by[k] = &agg{cpu: map[string]float64{}}
 		}
 		a := by[k]
+		for p, c := range s.AddCPU {
+			a.cpu[p] += c
+		}
 		a.add, a.del = append(a.add, s.Add...), append(a.del, s.Del...)
 		a.ls, a.lsw, a.lps, a.lpsw = append(a.ls, s.LabelStatus...), append(a.lsw, s.LabelSwitch...), append(a.lps, s.LoopStatus...), append(a.lpsw, s.LoopSwitch...)
 		a.rep = append(a.rep, s.LoopReports...)
@@ -496,12 +570,14 @@ func TestPolicyAB(t *testing.T) {
 		a.wall += s.AddWall
 	}
 	rate := func(k string) float64 { return by[k].pods / by[k].wall }
-	tab := []string{fmt.Sprintf("| build | NetworkPolicy | ADDs (%d rounds) | pods/s | ADD p50 ms | ADD p99 ms | ADD max ms | DEL p50 ms | DEL p99 ms |", rounds),
-		"|---|---|---:|---:|---:|---:|---:|---:|---:|"}
+	tab := []string{fmt.Sprintf("| build | NetworkPolicy | ADDs (%d rounds) | pods/s | ADD p50 ms | ADD p99 ms | ADD max ms | DEL p50 ms | DEL p99 ms | CPU ms per ADD: ofsdn-node / ovs-vswitchd / ovsdb-server |", rounds),
+		"|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"}
 	for _, k := range []string{"before/off", "after/off", "before/on", "after/on"} {
 		a := by[k]
-		tab = append(tab, fmt.Sprintf("| %s | %s | %d | %.1f | %s | %s | %s | %s | %s |", strings.Split(k, "/")[0], strings.Split(k, "/")[1], int(a.pods), rate(k),
-			ms(quantile(a.add, .5)), ms(quantile(a.add, .99)), ms(quantile(a.add, 1)), ms(quantile(a.del, .5)), ms(quantile(a.del, .99))))
+		cpu := func(p string) string { return ms(a.cpu[p] / a.pods) }
+		tab = append(tab, fmt.Sprintf("| %s | %s | %d | %.1f | %s | %s | %s | %s | %s | %s / %s / %s |", strings.Split(k, "/")[0], strings.Split(k, "/")[1], int(a.pods), rate(k),
+			ms(quantile(a.add, .5)), ms(quantile(a.add, .99)), ms(quantile(a.add, 1)), ms(quantile(a.del, .5)), ms(quantile(a.del, .99)),
+			cpu("ofsdn-node"), cpu("ovs-vswitchd"), cpu("ovsdb-server")))
 	}
 	tab = append(tab, "", fmt.Sprintf("ratios: after/before pods/s policy off %.2f, policy on %.2f; after-on / before-off %.2f; ADD p99 after/before off %.2f, on %.2f",
 		rate("after/off")/rate("before/off"), rate("after/on")/rate("before/on"), rate("after/on")/rate("before/off"),
