@@ -88,7 +88,7 @@ type abSample struct {
 	// AddCPU is CPU seconds (user+system) each process used during the ADD burst:
 	// "ofsdn-node", "ovs-vswitchd", "ovsdb-server" (where its pid could be read).
 	AddCPU map[string]float64
-	Errors        []string
+	Errors []string
 }
 
 // burstPolicy is burst policy j of ns: every burst pod takes TCP/80, TCP/8000-8099 and the
