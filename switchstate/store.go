@@ -422,10 +422,12 @@ func diffOps(ops *changeOps, owner flows.Owner, have, want *state, keys map[stri
 			groupSets = append(groupSets, groupSetOp(owner, g))
 		}
 	}
-	wantKeys, haveKeys := sortedKeys(want.flows), sortedKeys(have.flows)
+	var wantKeys, haveKeys []string
 	if keys != nil { // only these may differ: the rest was carried over unchanged
 		wantKeys = sortedKeys(keys)
 		haveKeys = wantKeys
+	} else {
+		wantKeys, haveKeys = sortedKeys(want.flows), sortedKeys(have.flows)
 	}
 	for _, k := range wantKeys {
 		f, wanted := want.flows[k]

@@ -8,6 +8,7 @@ package switchstate
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync/atomic"
 	"time"
 
@@ -82,9 +83,9 @@ func (u OwnerUpdate) apply(have *state) (*state, map[string]bool, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	fs := make(map[string]flows.Flow, len(have.flows)+len(u.Flows))
-	for k, f := range have.flows {
-		fs[k] = f
+	fs := maps.Clone(have.flows) // copies the table whole, without hashing each key again
+	if fs == nil {
+		fs = make(map[string]flows.Flow, len(u.Flows))
 	}
 	touched := make(map[string]bool, len(u.Delete)+len(u.Flows))
 	for _, k := range u.Delete {
