@@ -403,33 +403,33 @@ func (c *Client) rows(table string) map[string]model.Model {
 	return t.RowsShallow()
 }
 
-// rowByName looks a row up by its "name" index (Bridge, Port, Interface) in the cache.
+// rowByName looks a row up by its "name" column (Bridge, Port, Interface) in the cache.
+// The row is the cache's own (shared, read only: libovsdb replaces a cached row instead
+// of changing it), not a copy: libovsdb's RowByModel copies a row through JSON, which
+// for the Bridge row (its ports set, hundreds of UUIDs on a full node) cost more CPU per
+// ADD than the rest of the port's transaction.
 func rowByName[T any, PT interface {
 	*T
 	model.Model
-}](c *Client, table string, m PT) PT {
-	t := c.table(table)
-	if t == nil {
-		return nil
+}](c *Client, table, name string, nameOf func(PT) string) PT {
+	for _, m := range c.rows(table) {
+		if r, ok := m.(PT); ok && nameOf(r) == name {
+			return r
+		}
 	}
-	_, row, err := t.RowByModel(m)
-	if err != nil || row == nil {
-		return nil
-	}
-	r, _ := row.(PT)
-	return r
+	return nil
 }
 
 func (c *Client) bridgeRow(name string) *vswitchd.Bridge {
-	return rowByName(c, tableBridge, &vswitchd.Bridge{Name: name})
+	return rowByName(c, tableBridge, name, func(b *vswitchd.Bridge) string { return b.Name })
 }
 
 func (c *Client) portRow(name string) *vswitchd.Port {
-	return rowByName(c, tablePort, &vswitchd.Port{Name: name})
+	return rowByName(c, tablePort, name, func(p *vswitchd.Port) string { return p.Name })
 }
 
 func (c *Client) interfaceRow(name string) *vswitchd.Interface {
-	return rowByName(c, tableInterface, &vswitchd.Interface{Name: name})
+	return rowByName(c, tableInterface, name, func(i *vswitchd.Interface) string { return i.Name })
 }
 
 // rootRow returns the (single, maxRows 1) Open_vSwitch row, or nil if there is none.
