@@ -328,7 +328,7 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 		}
 	}()
 
-	// 1. The pod's ofport (step 4 asks for it) is chosen first, so that the lease records
+	// 1. The pod's ofport (step 5 asks for it) is chosen first, so that the lease records
 	// it: with the netns and the host veth, the lease is the attachment's record on the
 	// node's disk, from which the port is re-created if the OVS database is lost (node.go,
 	// "Restarts"). Then the IP lease, reserved in memory; ipam's flusher writes it to
@@ -368,7 +368,7 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 	n.fillOwnerID(a) // the id the lease was given with the address
 	// Everything the pod's flows name is known now: the ofport asked for, the addresses,
 	// the owner id and the MAC, which ofsdn derives from the address (podnet.MACFromIP)
-	// and gives the pod interface in step 2.
+	// and gives the pod interface in step 3.
 	a.OFPort = uint32(ofreq)
 	a.MAC = podMAC(a)
 
@@ -389,8 +389,9 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 	go func() { flowsDone <- n.installPodFlows(ctx, a) }()
 	waitFlows = sync.OnceValue(func() error { return <-flowsDone })
 
-	// The veth pair, pod end born in the pod netns, configured with the reserved address
-	// and MAC (nothing outside the pod's netns and the host veth sees it before step 3).
+	// 3. The veth pair, pod end born in the pod netns, configured with the reserved
+	// address and MAC (nothing outside the pod's netns and the host veth sees it before
+	// step 5).
 	res, vethErr := n.netns.Setup(podnet.Spec{
 		Netns: req.Netns, IfName: req.IfName, HostVeth: a.HostVeth, MTU: a.MTU,
 		Addr: a.IPv4(), Gateway: a.Gateway, Addr6: a.IPv6(), Gateway6: a.Gateway6,
@@ -403,7 +404,7 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 		}})
 	}
 
-	// 3. The lease is durable before the port is attached and before ADD can succeed; on
+	// 4. The lease is durable before the port is attached and before ADD can succeed; on
 	// every path its write has ended before the undos run. The "ipam" step is what the
 	// write still took after the veth was made.
 	leaseErr := durable()
@@ -423,7 +424,7 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 	a.HostMAC = res.HostMAC
 	a.ContainerIfIndex = res.ContainerIfIndex
 
-	// 4. The OVS port, while the flows of step 2 may still be on their way. The ofport is
+	// 5. The OVS port, while the flows of step 2 may still be on their way. The ofport is
 	// chosen here (ofport_request, from the half of the range ovs-vswitchd never assigns
 	// itself: ovsdb.ReserveOFPort), so the flows go to the switch before ovs-vswitchd
 	// adds the port instead of after it: with hundreds of ports on a userspace bridge
