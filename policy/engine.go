@@ -59,6 +59,11 @@ type Engine struct {
 	// namespace ns; global holds rules with a namespace selector (or any address).
 	scoped map[string]map[*ruleState]*policyState
 	global map[*ruleState]*policyState
+	// nsGlobal[ns] caches the rules of global that can select a pod of namespace ns
+	// (mayMatchNamespace), so that a pod event looks at those alone: a pod is a member
+	// only of rules among them. An entry is dropped when its Namespace changes; the
+	// whole cache when global does.
+	nsGlobal map[string]map[*ruleState]*policyState
 
 	// deferred: compile nothing, only mark rules (the initial informer sync); Flush
 	// compiles them.
@@ -134,7 +139,7 @@ func NewEngine(ids *ConjIDs) *Engine {
 		polByNS: map[string]map[string]*policyState{}, local: map[string]LocalPod{},
 		iso: map[string]Isolation{}, scoped: map[string]map[*ruleState]*policyState{},
 		global: map[*ruleState]*policyState{}, pending: map[*ruleState]*policyState{},
-		here: map[string]bool{},
+		nsGlobal: map[string]map[*ruleState]*policyState{}, here: map[string]bool{},
 	}
 }
 
@@ -435,9 +440,51 @@ func (e *Engine) updateMembership(k string, old, st *podState, dirty map[*ruleSt
 	for r, ps := range e.scoped[ns] {
 		visit(r, ps)
 	}
-	for r, ps := range e.global {
+	for r, ps := range e.globalFor(ns) {
 		visit(r, ps)
 	}
+}
+
+// globalFor returns the rules of e.global that can select a pod of namespace ns
+// (cached in nsGlobal).
+func (e *Engine) globalFor(ns string) map[*ruleState]*policyState {
+	if m, ok := e.nsGlobal[ns]; ok {
+		return m
+	}
+	m := map[*ruleState]*policyState{}
+	for r, ps := range e.global {
+		if e.mayMatchNamespace(ps, r, ns) {
+			m[r] = ps
+		}
+	}
+	e.nsGlobal[ns] = m
+	return m
+}
+
+// mayMatchNamespace reports whether rule r of ps can have a peer in namespace ns: false
+// means matchesPeer is false for every pod of ns whatever its labels and addresses, as
+// matchesPeer decides it from the namespace's labels now.
+func (e *Engine) mayMatchNamespace(ps *policyState, r *ruleState, ns string) bool {
+	if r.rule.AllPeers {
+		return true
+	}
+	for _, peer := range r.rule.Peers {
+		switch {
+		case peer.IsIPBlock:
+			if r.namedEgress {
+				return true
+			}
+		case peer.NamespaceSelector == nil:
+			if ns == ps.p.Namespace {
+				return true
+			}
+		default:
+			if n := e.namespaces[ns]; n != nil && peer.NamespaceSelector.Matches(labels.Set(n.Labels)) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // cutKey splits "namespace/name".
@@ -461,6 +508,7 @@ func (e *Engine) indexRule(ps *policyState, r *ruleState, add bool) {
 		} else {
 			delete(e.global, r)
 		}
+		clear(e.nsGlobal)
 		return
 	}
 	ns := ps.p.Namespace
@@ -580,6 +628,7 @@ func (e *Engine) setApplied(ps *policyState, k string, sel bool) {
 // UpsertNamespace records an added or updated Namespace.
 func (e *Engine) UpsertNamespace(n *Namespace) Changes {
 	e.namespaces[n.Name] = n
+	delete(e.nsGlobal, n.Name)
 	return e.namespaceChanged(n.Name)
 }
 
@@ -590,6 +639,7 @@ func (e *Engine) DeleteNamespace(name string) Changes {
 		return Changes{}
 	}
 	delete(e.namespaces, name)
+	delete(e.nsGlobal, name)
 	return e.namespaceChanged(name)
 }
 
