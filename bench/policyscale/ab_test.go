@@ -622,7 +622,14 @@ func TestPolicyAB(t *testing.T) {
 		t.Errorf("%d operations failed (see the round lines above)", nerr)
 	}
 	if f := os.Getenv("POLICY_AB_OUT"); f != "" {
+		if !filepath.IsAbs(f) { // relative to the repository's root, where make runs
+			f = filepath.Join("..", "..", f)
+		}
 		b, _ := json.MarshalIndent(samples, "", " ")
-		_ = os.WriteFile(f, b, 0o644)
+		if err := os.WriteFile(f, b, 0o644); err != nil {
+			t.Errorf("POLICY_AB_OUT: %v", err)
+		} else {
+			t.Logf("samples written to %s", f)
+		}
 	}
 }
