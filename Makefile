@@ -137,9 +137,12 @@ bench-policy: deps build
 # bench/RESULTS.md "NetworkPolicy off the agent's lock"): the before commit POLICY_BEFORE
 # built from git archive into POLICY_BEFORE_BIN, against the tree, on one API server with
 # 10,000 pods and 1,000 policies, interleaved: concurrency-32 ADDs with policy on and off,
-# one label change quiet and while the full policy report loops. About 10 minutes on 2
-# busy cores. POLICY_AB_OUT=FILE writes the samples as JSON; POLICY_AB_ROUNDS (2),
-# POLICY_AB_PODS (96), POLICY_AB_CONC (32), POLICY_AB_LABEL_REPS (5) size it.
+# one label change quiet and while the full policy report loops; per ADD burst also the CPU
+# of ofsdn-node, ovs-vswitchd and ovsdb-server and how busy the machine was. About 2-4
+# minutes on 2 cores. POLICY_AB_OUT=FILE writes the samples as JSON (a relative FILE is
+# under the repository's root); POLICY_AB_LOGS=DIR keeps each daemon's log and /metrics;
+# POLICY_AB_ROUNDS (2), POLICY_AB_PODS (96), POLICY_AB_CONC (32), POLICY_AB_LABEL_REPS (5)
+# size it.
 POLICY_BEFORE     ?= ce8289d
 POLICY_BEFORE_BIN ?= /tmp/ofsdn-bench-policy-before
 bench-policy-ab: deps build
