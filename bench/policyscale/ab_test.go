@@ -26,7 +26,10 @@
 //
 // Run it with `make bench-policy-ab` (it builds the before commit POLICY_BEFORE from git
 // archive). POLICY_AB_LOGS=DIR keeps each session's daemon log (BUILD-on|off-ROUND.log,
-// the node's log so far). Results: bench/RESULTS.md "NetworkPolicy off the agent's lock (issue 21)".
+// the node's log so far) and its /metrics at the session's end (BUILD-on|off-ROUND.metrics:
+// the ADD steps' histograms). Each ADD burst's CPU (ofsdn-node, ovs-vswitchd, ovsdb-server:
+// utime+stime from /proc) and the machine's busy fraction (/proc/stat) are in the table:
+// on 2 cores the burst is CPU-bound, so pods/s follows the CPU an ADD costs. Results: bench/RESULTS.md "NetworkPolicy off the agent's lock (issue 21)".
 package policyscale
 
 import (
