@@ -43,6 +43,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"sync"
 	"time"
@@ -67,7 +68,7 @@ type Store struct {
 
 	mu     sync.Mutex
 	synced Conn                   // connection made whole by the last Sync
-	owners map[flows.Owner]*state // replaced, never changed in place
+	owners map[flows.Owner]*state // replaced; see state for the one change in place
 
 	// Group commit of SetOwner/DeleteOwner batches (see apply), guarded by gmu.
 	gmu      sync.Mutex
@@ -76,11 +77,82 @@ type Store struct {
 	batches  int  // group batches sent to the switch (tests)
 }
 
-// state is one owner's desired state. Its maps are never changed once stored.
+// state is one owner's desired state. Its maps are never changed once stored, with one
+// exception: a change that names the flows it touches (OwnerUpdate without Replace)
+// makes a lazy state, base's flows with over laid on them, so that a change of a few
+// flows of an owner of thousands (the policy owner, every policy round) neither copies
+// nor hashes the thousands. The store records it by applying over to base's flow map in
+// place (settle, under mu; base is the state the store held, or the lazy state of the
+// change committed before it), and base is then no longer the store's. Every reader of a
+// stored state's flows holds mu, or excludes changes (Audit: changes; Sync: sync), or
+// reads its own owner's (SetOwner): an owner has one writer at a time, as the store's
+// differences already assume (two unchained changes of one owner would each be diffed
+// against the state before both).
 type state struct {
-	flows  map[string]flows.Flow  // MatchKey → flow
+	flows  map[string]flows.Flow  // MatchKey → flow; nil while lazy
 	groups map[uint32]flows.Group // id → group
 	meters map[uint32]flows.Meter // id → meter
+
+	base *state                 // lazy: the state this one's flows are over
+	over map[string]*flows.Flow // lazy: MatchKey → flow, nil for a flow deleted
+}
+
+// flow returns the flow of key k.
+func (st *state) flow(k string) (flows.Flow, bool) {
+	for s := st; s != nil; s = s.base {
+		if s.over == nil {
+			f, ok := s.flows[k]
+			return f, ok
+		}
+		if f, ok := s.over[k]; ok {
+			if f == nil {
+				return flows.Flow{}, false
+			}
+			return *f, true
+		}
+	}
+	return flows.Flow{}, false
+}
+
+// flowMap returns st's flows as a map: its own, or for a lazy state a new map (st and
+// its bases unchanged).
+func (st *state) flowMap() map[string]flows.Flow {
+	if st.over == nil {
+		return st.flows
+	}
+	m := maps.Clone(st.base.flowMap())
+	if m == nil {
+		m = map[string]flows.Flow{}
+	}
+	for k, f := range st.over {
+		if f == nil {
+			delete(m, k)
+		} else {
+			m[k] = *f
+		}
+	}
+	return m
+}
+
+// settle makes a lazy st whole by applying its over to its base's flow map in place
+// (its bases first), when the store records st. mu is held.
+func (st *state) settle() {
+	if st.over == nil {
+		return
+	}
+	st.base.settle()
+	m := st.base.flows
+	if m == nil {
+		m = map[string]flows.Flow{}
+	}
+	for k, f := range st.over {
+		if f == nil {
+			delete(m, k)
+		} else {
+			m[k] = *f
+		}
+	}
+	st.flows, st.base, st.over = m, nil, nil
 }
 
 // Desired is one owner's whole desired state.
@@ -427,23 +499,23 @@ func diffOps(ops *changeOps, owner flows.Owner, have, want *state, keys map[stri
 		wantKeys = sortedKeys(keys)
 		haveKeys = wantKeys
 	} else {
-		wantKeys, haveKeys = sortedKeys(want.flows), sortedKeys(have.flows)
+		wantKeys, haveKeys = sortedKeys(want.flowMap()), sortedKeys(have.flowMap())
 	}
 	for _, k := range wantKeys {
-		f, wanted := want.flows[k]
+		f, wanted := want.flow(k)
 		if !wanted {
 			continue
 		}
-		if old, ok := have.flows[k]; !ok || old.String() != f.String() {
+		if old, ok := have.flow(k); !ok || old.String() != f.String() {
 			flowAdds = append(flowAdds, flowOp(owner, f, openflow13.FC_ADD))
 		}
 	}
 	for _, k := range haveKeys {
-		old, had := have.flows[k]
+		old, had := have.flow(k)
 		if !had {
 			continue
 		}
-		if _, ok := want.flows[k]; !ok {
+		if _, ok := want.flow(k); !ok {
 			flowDels = append(flowDels, flowOp(owner, old, openflow13.FC_DELETE_STRICT))
 		}
 	}

@@ -8,7 +8,6 @@ package switchstate
 import (
 	"context"
 	"fmt"
-	"maps"
 	"sync/atomic"
 	"time"
 
@@ -83,21 +82,20 @@ func (u OwnerUpdate) apply(have *state) (*state, map[string]bool, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	fs := maps.Clone(have.flows) // copies the table whole, without hashing each key again
-	if fs == nil {
-		fs = make(map[string]flows.Flow, len(u.Flows))
-	}
+	// A lazy state over have (see state): the owner's other flows are not copied.
+	over := make(map[string]*flows.Flow, len(u.Delete)+len(u.Flows))
 	touched := make(map[string]bool, len(u.Delete)+len(u.Flows))
 	for _, k := range u.Delete {
-		delete(fs, k)
+		over[k] = nil
 		touched[k] = true
 	}
-	for _, f := range u.Flows { // later entries with the same MatchKey win
+	for i := range u.Flows { // later entries with the same MatchKey win
+		f := u.Flows[i]
 		k := f.MatchKey()
-		fs[k] = f
+		over[k] = &f
 		touched[k] = true
 	}
-	st.flows = fs
+	st.flows, st.base, st.over = nil, have, over
 	return st, touched, nil
 }
 
@@ -306,10 +304,11 @@ func (p *Prepared) Discard() {
 	p.unlock()
 }
 
-// record stores next's owners.
+// record stores next's owners, settling lazy states (see state).
 func (s *Store) record(next map[flows.Owner]*state) {
 	s.mu.Lock()
 	for o, st := range next {
+		st.settle()
 		s.owners[o] = st
 	}
 	s.mu.Unlock()

@@ -128,3 +128,98 @@ func TestUpdatePartialSendsTheSameAsAFullDiff(t *testing.T) {
 		}
 	}
 }
+
+// TestLazyChangeFailedOrChainedKeepsTheStore: a change that names its flows is recorded
+// without copying the owner's other flows (a lazy state laid over the stored one). A
+// change the switch refuses leaves the stored flows exactly as they were (nothing of it
+// applied to the map it lies over), and a change prepared over another one's uncommitted
+// state (pipelining) is recorded with both, after both commit; a chained change whose
+// predecessor failed is discarded and changes nothing.
+func TestLazyChangeFailedOrChainedKeepsTheStore(t *testing.T) {
+	cfg := storeTestConfig()
+	ctx := context.Background()
+	c := &fakeConn{}
+	s := New()
+	if err := s.Sync(ctx, c, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	o := flows.PolicyOwner(0)
+	table, _ := flows.StageTable(flows.StageIngressRules)
+	flow := func(i, variant int) flows.Flow {
+		_, ip, _ := net.ParseCIDR(net.IPv4(10, 252, 0, byte(i+1)).String() + "/32")
+		f := flows.Flow{Table: table, Priority: flows.PriorityPolicyRule, Match: flows.Match{EthType: flows.EthTypeIPv4, IPSrc: ip},
+			Actions: []flows.Action{flows.Conjunction{ID: uint32(1 + variant), Clause: 2, NClauses: 3}}}
+		f.Cookie = flows.NewCookie(cfg.Generation, o.Kind, o.ID)
+		return f
+	}
+	held := func() map[string]string {
+		fs, _ := s.Owner(o)
+		m := map[string]string{}
+		for _, f := range fs {
+			m[f.MatchKey()] = f.String()
+		}
+		return m
+	}
+	want := func(fs ...flows.Flow) map[string]string {
+		m := map[string]string{}
+		for _, f := range fs {
+			m[f.MatchKey()] = f.String()
+		}
+		return m
+	}
+	if err := s.Update(ctx, []OwnerUpdate{{Owner: o, Replace: true, Flows: []flows.Flow{flow(0, 0), flow(1, 0), flow(2, 0)}}}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Refused: flow 1 changed, flow 2 deleted, flow 3 added; the store keeps 0, 1, 2.
+	c.failOn = "bundle"
+	err := s.Update(ctx, []OwnerUpdate{{Owner: o, Flows: []flows.Flow{flow(1, 1), flow(3, 0)}, Delete: []string{flow(2, 0).MatchKey()}}})
+	if err == nil {
+		t.Fatal("Update succeeded although the switch refused its bundle")
+	}
+	if got, w := held(), want(flow(0, 0), flow(1, 0), flow(2, 0)); !reflect.DeepEqual(got, w) {
+		t.Fatalf("after a refused change the store holds %v, want %v", got, w)
+	}
+
+	// Chained: p2 over p1's uncommitted state; both commit: the store holds both.
+	p1, err := s.Prepare(ctx, []OwnerUpdate{{Owner: o, Flows: []flows.Flow{flow(1, 2)}, Delete: []string{flow(0, 0).MatchKey()}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := s.Prepare(ctx, []OwnerUpdate{{Owner: o, Flows: []flows.Flow{flow(4, 0)}, Delete: []string{flow(1, 2).MatchKey()}}}, p1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p1.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, w := held(), want(flow(1, 2), flow(2, 0)); !reflect.DeepEqual(got, w) {
+		t.Fatalf("after the first of two chained changes the store holds %v, want %v", got, w)
+	}
+	if err := p2.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, w := held(), want(flow(2, 0), flow(4, 0)); !reflect.DeepEqual(got, w) {
+		t.Fatalf("after both chained changes the store holds %v, want %v", got, w)
+	}
+
+	// Chained over a refused change: the second is discarded, the store unchanged.
+	p3, err := s.Prepare(ctx, []OwnerUpdate{{Owner: o, Flows: []flows.Flow{flow(5, 0)}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p4, err := s.Prepare(ctx, []OwnerUpdate{{Owner: o, Flows: []flows.Flow{flow(6, 0)}, Delete: []string{flow(2, 0).MatchKey()}}}, p3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.failOn = "bundle"
+	if err := p3.Commit(ctx); err == nil {
+		t.Fatal("p3 committed although the switch refused it")
+	}
+	if err := p4.Commit(ctx); err == nil {
+		t.Fatal("p4 committed although the change it was prepared over failed")
+	}
+	if got, w := held(), want(flow(2, 0), flow(4, 0)); !reflect.DeepEqual(got, w) {
+		t.Fatalf("after a refused change and the one chained over it the store holds %v, want %v", got, w)
+	}
+}
