@@ -160,8 +160,16 @@ func Prepare(waitCtx, runCtx context.Context, src Source, o ClusterOptions) (*Cl
 	}
 	if c.PodSubnet == nil {
 		// An IPv6-only node: no IPv4 cluster CIDR (nor service CIDR).
-		if c.ClusterCIDR != nil || o.ServiceCIDR != nil {
-			return nil, fmt.Errorf("this node is IPv6-only (IPv6 pod subnet %v, no IPv4 one) but clusterCIDR %v / serviceCIDR %v are IPv4: leave them out of the config (and the topology), or give the node an IPv4 pod CIDR", c.PodSubnetIPv6, c.ClusterCIDR, o.ServiceCIDR)
+		for _, k := range []struct {
+			key, where string
+			value      *net.IPNet
+		}{
+			{"clusterCIDR", "the config and the topology (file clusterCIDR, FLANNEL_NETWORK)", c.ClusterCIDR},
+			{"serviceCIDR", "the config", o.ServiceCIDR},
+		} {
+			if k.value != nil {
+				return nil, fmt.Errorf("this node is IPv6-only (IPv6 pod subnet %v, no IPv4 one) but %s %v is an IPv4 range: leave %s out of %s, or give the node an IPv4 pod subnet", c.PodSubnetIPv6, k.key, k.value, k.key, k.where)
+			}
 		}
 	} else if c.ClusterCIDR == nil {
 		return nil, errors.New("no cluster CIDR: set clusterCIDR in the config (or in the topology file / FLANNEL_NETWORK)")

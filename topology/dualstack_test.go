@@ -1,9 +1,13 @@
 package topology
 
 import (
+	"context"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -141,5 +145,34 @@ func TestPodMTUIPv6Underlay(t *testing.T) {
 	}
 	if got := (Underlay{MTU: 1500, IP: net.ParseIP("172.16.0.1")}).PodMTU(); got != 1450 {
 		t.Errorf("IPv4 underlay of MTU 1500: pod MTU %d, want 1450", got)
+	}
+}
+
+// TestPrepareIPv6OnlyRefusesIPv4Ranges: an IPv6-only node (from its topology) refuses an
+// IPv4 cluster or service range, naming the one key that is set and its value.
+func TestPrepareIPv6OnlyRefusesIPv4Ranges(t *testing.T) {
+	_, svc, _ := net.ParseCIDR("10.96.0.0/12")
+	for _, c := range []struct {
+		name, spec string
+		opts       ClusterOptions
+		want, not  string
+	}{
+		{"clusterCIDR in the file", "clusterCIDR: 10.244.0.0/16\nnodeName: a\npodSubnets: [fd00:10:244:1::/64]\nnodeIP: fd00:172:16::1\n",
+			ClusterOptions{}, "clusterCIDR 10.244.0.0/16 is an IPv4 range: leave clusterCIDR out", "serviceCIDR"},
+		{"serviceCIDR in the config", "nodeName: a\npodSubnets: [fd00:10:244:1::/64]\nnodeIP: fd00:172:16::1\n",
+			ClusterOptions{ServiceCIDR: svc}, "serviceCIDR 10.96.0.0/12 is an IPv4 range: leave serviceCIDR out of the config", "clusterCIDR"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "topology.yaml")
+			if err := os.WriteFile(path, []byte(c.spec), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err := Prepare(ctx, ctx, NewFile(path), c.opts)
+			if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), c.not) {
+				t.Fatalf("Prepare: %v; want an error saying %q and not naming %s", err, c.want, c.not)
+			}
+		})
 	}
 }

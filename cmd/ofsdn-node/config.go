@@ -356,13 +356,40 @@ func (c Config) podSubnets() (v4, v6 *net.IPNet, v6First bool, err error) {
 	return v4, v6, v6First, nil
 }
 
+// ipv6OnlyRanges refuses, on an IPv6-only node (podSubnets one IPv6 CIDR), clusterCIDR
+// and serviceCIDR, which are IPv4 ranges and have no use there. The error names the key,
+// its value, what is wrong with that value (not a CIDR, an IPv6 range given to an IPv4
+// key, or an IPv4 range on a node without IPv4) and the fix; nil when neither is set.
+func (c Config) ipv6OnlyRanges() error {
+	for _, k := range []struct{ key, value, ipv6Fix string }{
+		{"clusterCIDR", c.ClusterCIDR, "set it as clusterCIDRIPv6 (the IPv6 range every node's IPv6 pod subnet is cut from) and leave clusterCIDR out"},
+		{"serviceCIDR", c.ServiceCIDR, "leave serviceCIDR out: IPv6 ClusterIPs need no service range here (serviceProxy ofsdn load-balances them in OVS; with serviceProxy kube-proxy a pod's IPv6 for a ClusterIP goes to the host as off-cluster IPv6 does, with clusterCIDRIPv6)"},
+	} {
+		if k.value == "" {
+			continue
+		}
+		ip, _, err := net.ParseCIDR(k.value)
+		switch {
+		case err != nil:
+			return fmt.Errorf("config %s %q is not a CIDR, and this node is IPv6-only (podSubnets %q), where %s (an IPv4 range) does not apply: leave %s out", k.key, k.value, c.PodSubnets, k.key, k.key)
+		case ip.To4() == nil:
+			return fmt.Errorf("config %s %q is an IPv6 range, but %s takes only an IPv4 range and this node is IPv6-only (podSubnets %q): %s", k.key, k.value, k.key, c.PodSubnets, k.ipv6Fix)
+		default:
+			return fmt.Errorf("config %s %q is an IPv4 range, but this node is IPv6-only (podSubnets %q, no IPv4 pod subnet): leave %s out, or add an IPv4 pod subnet to podSubnets (a dual-stack node)", k.key, k.value, c.PodSubnets, k.key)
+		}
+	}
+	return nil
+}
+
 func (c Config) validate() error {
 	n, v6, _, err := c.podSubnets()
 	if err != nil {
 		return err
 	}
-	if n == nil && (c.ClusterCIDR != "" || c.ServiceCIDR != "") {
-		return fmt.Errorf("config podSubnets %q is IPv6-only but clusterCIDR %q / serviceCIDR %q are IPv4: leave them out (clusterCIDRIPv6 is the IPv6 cluster range), or add the IPv4 pod subnet", c.PodSubnets, c.ClusterCIDR, c.ServiceCIDR)
+	if n == nil {
+		if err := c.ipv6OnlyRanges(); err != nil {
+			return err
+		}
 	}
 	if n == nil {
 		// IPv6-only: checked above.
@@ -390,12 +417,15 @@ func (c Config) validate() error {
 	default:
 		return fmt.Errorf("config topology %q: want \"\", file or kubernetes", c.Topology)
 	}
-	for key, v := range map[string]string{"clusterCIDR": c.ClusterCIDR, "serviceCIDR": c.ServiceCIDR} {
-		if v == "" {
+	for _, k := range []struct{ key, value, example string }{
+		{"clusterCIDR", c.ClusterCIDR, "10.244.0.0/16 (an IPv6 cluster range goes in clusterCIDRIPv6)"},
+		{"serviceCIDR", c.ServiceCIDR, "10.96.0.0/12, the IPv4 service range (there is no key for an IPv6 one)"},
+	} {
+		if k.value == "" {
 			continue
 		}
-		if ip, _, err := net.ParseCIDR(v); err != nil || ip.To4() == nil {
-			return fmt.Errorf("config %s %q: want an IPv4 CIDR such as 10.244.0.0/16", key, v)
+		if ip, _, err := net.ParseCIDR(k.value); err != nil || ip.To4() == nil {
+			return fmt.Errorf("config %s %q: want an IPv4 CIDR such as %s", k.key, k.value, k.example)
 		}
 	}
 	if v := c.ClusterCIDRIPv6; v != "" {

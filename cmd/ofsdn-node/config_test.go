@@ -121,7 +121,7 @@ func TestConfigPodSubnets(t *testing.T) {
 		want string
 	}{
 		{[]string{"-pod-subnets", "fd00::/64,fd01::/64"}, "two IPv6 subnets"},
-		{[]string{"-pod-subnets", "fd00::/64", "-cluster-cidr", "10.0.0.0/8"}, "is IPv6-only but clusterCIDR"},
+		{[]string{"-pod-subnets", "fd00::/64", "-cluster-cidr", "10.0.0.0/8"}, `config clusterCIDR "10.0.0.0/8" is an IPv4 range, but this node is IPv6-only`},
 		{[]string{"-pod-subnets", "fd00::/64", "-pod-subnet", "10.0.0.0/24"}, "disagree"},
 		{[]string{"-pod-subnets", "fd00::/64", "-node-ip", "fe80::1"}, "config nodeIP"},
 		{[]string{"-pod-subnets", "10.0.0.0/24,10.1.0.0/24"}, "two IPv4 subnets"},
@@ -139,6 +139,43 @@ func TestConfigPodSubnets(t *testing.T) {
 		if _, err := loadConfig(c.args); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v, want an error saying %q", c.args, err, c.want)
 		}
+	}
+}
+
+// TestConfigIPv6OnlyRangesRefused: on an IPv6-only node clusterCIDR and serviceCIDR (IPv4
+// ranges) are refused with a message that names the key and the value given, says what is
+// wrong with that value (an IPv6 value is not called IPv4) and gives the fix.
+func TestConfigIPv6OnlyRangesRefused(t *testing.T) {
+	for _, c := range []struct {
+		key, flag, value string
+		want             []string
+	}{
+		{"serviceCIDR", "-service-cidr", "fd00:10:96::/112", []string{`config serviceCIDR "fd00:10:96::/112" is an IPv6 range`, "takes only an IPv4 range", "leave serviceCIDR out"}},
+		{"serviceCIDR", "-service-cidr", "10.96.0.0/12", []string{`config serviceCIDR "10.96.0.0/12" is an IPv4 range`, "IPv6-only", "leave serviceCIDR out, or add an IPv4 pod subnet"}},
+		{"serviceCIDR", "-service-cidr", "services", []string{`config serviceCIDR "services" is not a CIDR`, "leave serviceCIDR out"}},
+		{"clusterCIDR", "-cluster-cidr", "fd00:10:244::/56", []string{`config clusterCIDR "fd00:10:244::/56" is an IPv6 range`, "set it as clusterCIDRIPv6"}},
+		{"clusterCIDR", "-cluster-cidr", "10.244.0.0/16", []string{`config clusterCIDR "10.244.0.0/16" is an IPv4 range`, "leave clusterCIDR out"}},
+	} {
+		_, err := loadConfig([]string{"-pod-subnets", "fd00:10:128::/64", c.flag, c.value})
+		if err == nil {
+			t.Errorf("%s %s on an IPv6-only node: accepted", c.key, c.value)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s %s: error %q does not say %q", c.key, c.value, err, w)
+			}
+		}
+		// Only the key given is named, and an IPv6 value is never called IPv4.
+		other := map[string]string{"serviceCIDR": "clusterCIDR ", "clusterCIDR": "serviceCIDR "}[c.key]
+		if strings.Contains(err.Error(), other) || (!strings.Contains(c.value, ".") && strings.Contains(err.Error(), "is an IPv4")) {
+			t.Errorf("%s %s: error %q names the wrong key or family", c.key, c.value, err)
+		}
+	}
+	// A dual-stack node's IPv6 serviceCIDR: the key takes the IPv4 range only.
+	if _, err := loadConfig([]string{"-pod-subnets", "10.128.0.0/24,fd00:10:128::/64", "-service-cidr", "fd00:10:96::/112"}); err == nil ||
+		!strings.Contains(err.Error(), `config serviceCIDR "fd00:10:96::/112": want an IPv4 CIDR such as 10.96.0.0/12`) {
+		t.Errorf("dual-stack, IPv6 serviceCIDR: %v", err)
 	}
 }
 
