@@ -47,6 +47,23 @@ func newLogger(cfg Config) *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, opts))
 }
 
+// checkForwarding warns, naming the sysctl, when the host forwarding the node's pods
+// need is off: IPv4's (net.ipv4.ip_forward, file v4Path) on a node with an IPv4 pod subnet
+// (ipv4: IPv4-only, dual-stack or IPv6-first), IPv6's (net.ipv6.conf.all.forwarding, file
+// v6Path) on an IPv6-only node, which has no use for IPv4 forwarding. It only reads the
+// files; one it cannot read is a warning too.
+func checkForwarding(log *slog.Logger, ipv4 bool, v4Path, v6Path string) {
+	check, path, sysctl, family := masq.CheckIPForward, v4Path, "net.ipv4.ip_forward", "IPv4"
+	if !ipv4 {
+		check, path, sysctl, family = masq.CheckIPv6Forward, v6Path, "net.ipv6.conf.all.forwarding", "IPv6"
+	}
+	if warn, err := check(path); err != nil {
+		log.Warn("cannot check "+family+" forwarding", "sysctl", sysctl, "err", err)
+	} else if warn != "" {
+		log.Warn(warn, "sysctl", sysctl)
+	}
+}
+
 func run(args []string) error {
 	cfg, err := loadConfig(args)
 	if err != nil {
@@ -145,11 +162,7 @@ func run(args []string) error {
 		}
 	}
 	// After JoinCluster, which turns forwarding on: read, never written here.
-	if warn, err := masq.CheckIPForward(masq.IPForwardSysctl); err != nil {
-		log.Warn("cannot check IPv4 forwarding", "sysctl", "net.ipv4.ip_forward", "err", err)
-	} else if warn != "" {
-		log.Warn(warn, "sysctl", "net.ipv4.ip_forward")
-	}
+	checkForwarding(log, subnet != nil, masq.IPForwardSysctl, masq.IPv6ForwardSysctl)
 	if err := startServices(ctx, cfg, node, log, obs.serviceSync(cfg)); err != nil {
 		return err
 	}
