@@ -159,6 +159,10 @@ type Config struct {
 	// the daemon's remainder flows (docs/design.md "Session affinity"). Only tests lower
 	// it, to show a long timeout in seconds.
 	ServiceAffinityLearnMax int `json:"serviceAffinityLearnMax"`
+
+	// podSubnetSet records that the config file or a flag set podSubnet, even to its
+	// default value, so that podSubnets() checks it against podSubnets (loadConfig).
+	podSubnetSet bool
 }
 
 // Values of Config.ServiceProxy.
@@ -269,14 +273,23 @@ func loadConfig(args []string) (Config, error) {
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected argument %q: ofsdn-node takes only flags (see -help)", fs.Arg(0))
 	}
+	podSubnetSet := false
 	if *file != "" {
 		fromFile := defaultConfig()
+		// A value no file gives before decoding, so that a podSubnet in the file is seen
+		// even when it equals the default.
+		const unset = "\x00unset"
+		fromFile.PodSubnet = unset
 		b, err := os.ReadFile(*file)
 		if err != nil {
 			return cfg, fmt.Errorf("config file %s: %w", *file, err)
 		}
 		if err := yaml.UnmarshalStrict(b, &fromFile); err != nil {
 			return cfg, fmt.Errorf("config file %s: %w (keys are: podSubnet, podSubnets, bridge, gateway, datapathType, ovs, underlayBridge, ovsdb, ovsRunDir, socket, dataDir, mtu, startTimeout, addTimeout, flowAuditInterval, logLevel, logFormat, metricsAddress, ctlSocket, topology, topologyFile, nodeName, kubeconfig, clusterCIDR, clusterCIDRIPv6, serviceCIDR, nodeIP, tunnelType, tunnelPort, masquerade, cniBinDir, cniConfDir, pluginBinary, networkPolicy, policyDenyLog, policyDenyLogRate, serviceProxy, serviceAffinityLearnMax)", *file, err)
+		}
+		podSubnetSet = fromFile.PodSubnet != unset
+		if !podSubnetSet {
+			fromFile.PodSubnet = defaultConfig().PodSubnet
 		}
 		// The flag variables point into cfg: parsing again re-applies only the flags given
 		// explicitly, over the file's values.
@@ -285,6 +298,12 @@ func loadConfig(args []string) (Config, error) {
 			return cfg, err
 		}
 	}
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "pod-subnet" {
+			podSubnetSet = true
+		}
+	})
+	cfg.podSubnetSet = podSubnetSet
 	switch cfg.CtlSocket {
 	case "":
 		cfg.CtlSocket = filepath.Join(filepath.Dir(cfg.Socket), "ctl.sock")
@@ -348,7 +367,9 @@ func (c Config) podSubnets() (v4, v6 *net.IPNet, v6First bool, err error) {
 		v6 = n
 		v6First = i == 0 && len(c.PodSubnets) == 2
 	}
-	if c.PodSubnet != "" && c.PodSubnet != defaultConfig().PodSubnet {
+	// podSubnet given (even as its default value, podSubnetSet), or differing from the
+	// default, must be podSubnets' IPv4 entry.
+	if c.PodSubnet != "" && (c.podSubnetSet || c.PodSubnet != defaultConfig().PodSubnet) {
 		if _, p, err := net.ParseCIDR(c.PodSubnet); err != nil || v4 == nil || p.String() != v4.String() {
 			return nil, nil, false, fmt.Errorf("config podSubnet %q and podSubnets %q disagree: leave podSubnet out, or make it podSubnets' IPv4 entry", c.PodSubnet, c.PodSubnets)
 		}

@@ -142,6 +142,46 @@ func TestConfigPodSubnets(t *testing.T) {
 	}
 }
 
+// TestConfigPodSubnetAtDefaultChecked: a podSubnet given in the file or as a flag is
+// checked against podSubnets even when it equals podSubnet's default (10.128.0.0/24):
+// disagreeing, it is refused naming both keys, as any other value is; podSubnets alone
+// (podSubnet left out, at its default) is not.
+func TestConfigPodSubnetAtDefaultChecked(t *testing.T) {
+	def := defaultConfig().PodSubnet
+	file := func(body string) []string {
+		f := filepath.Join(t.TempDir(), "c.yaml")
+		if err := os.WriteFile(f, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return []string{"-config", f}
+	}
+	for _, c := range []struct {
+		name     string
+		args     []string
+		disagree bool
+	}{
+		{"file, IPv6-only podSubnets", file("podSubnet: " + def + "\npodSubnets: [fd00:10:128::/64]\n"), true},
+		{"file, other IPv4 entry", file("podSubnet: " + def + "\npodSubnets: [10.9.0.0/24, fd00:10:128::/64]\n"), true},
+		{"flag, other IPv4 entry", []string{"-pod-subnet", def, "-pod-subnets", "10.9.0.0/24,fd00:10:128::/64"}, true},
+		{"flag over a file's podSubnets", append(file("podSubnets: [fd00:10:128::/64]\n"), "-pod-subnet", def), true},
+		{"file, the IPv4 entry", file("podSubnet: " + def + "\npodSubnets: [" + def + ", fd00:10:128::/64]\n"), false},
+		{"flag, the IPv4 entry", []string{"-pod-subnet", def, "-pod-subnets", def + ",fd00:10:128::/64"}, false},
+		{"podSubnets alone", file("podSubnets: [fd00:10:128::/64]\n"), false},
+		{"podSubnet alone, the default", file("podSubnet: " + def + "\n"), false},
+	} {
+		_, err := loadConfig(c.args)
+		if !c.disagree {
+			if err != nil {
+				t.Errorf("%s: %v", c.name, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), `config podSubnet "`+def+`" and podSubnets [`) || !strings.Contains(err.Error(), "disagree") {
+			t.Errorf("%s: %v; want the disagreement refused naming podSubnet %s and podSubnets", c.name, err, def)
+		}
+	}
+}
+
 // TestConfigIPv6OnlyRangesRefused: on an IPv6-only node clusterCIDR and serviceCIDR (IPv4
 // ranges) are refused with a message that names the key and the value given, says what is
 // wrong with that value (an IPv6 value is not called IPv4) and gives the fix.
