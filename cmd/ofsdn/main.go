@@ -212,7 +212,15 @@ func forward(command string, args *skel.CmdArgs) (*cni.NetConf, []byte, error) {
 	}
 	res, err := cni.NewClient(conf.Socket, cni.DefaultTimeout).Do(context.Background(), req)
 	if err != nil {
-		logger.Warn("ofsdn-node did not carry out the CNI operation", "command", command,
+		// The runtime polls STATUS, through the daemon's start-up too (not ready, or its
+		// socket not there yet): a failed STATUS goes to stderr at debug level (below the
+		// logger's), not as a warning per poll. Its CNI error, the answer to STATUS, is
+		// printed as for any command; the daemon logs an outage itself, once.
+		lvl := slog.LevelWarn
+		if command == cni.CmdStatus {
+			lvl = slog.LevelDebug
+		}
+		logger.Log(context.Background(), lvl, "ofsdn-node did not carry out the CNI operation", "command", command,
 			"containerID", args.ContainerID, "ifName", args.IfName, "socket", conf.Socket, "err", err)
 		return conf, nil, err
 	}

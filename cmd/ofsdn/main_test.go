@@ -534,3 +534,39 @@ func TestStdinNeverClosed(t *testing.T) {
 		t.Errorf("stdin never closed: exit %d, stdout %q; want code 5 naming the 10s deadline", status, out)
 	}
 }
+
+// TestStatusPollsWhileStartingQuiet: the runtime polls STATUS, also while the daemon is
+// starting (its socket not there yet, then not ready). Each poll gets the same CNI error
+// as before (code 50 on stdout, exit status 1, the message naming the cause) and writes no
+// warning to stderr, which runtimes keep in their logs: no WARN line per poll.
+func TestStatusPollsWhileStartingQuiet(t *testing.T) {
+	_, s := startDaemon(t)
+	s.SetReady(false)
+	absent := filepath.Join(t.TempDir(), "nobody-home", "cni.sock")
+	for _, c := range []struct {
+		name, socket, msg string
+	}{
+		{"socket not there yet", absent, "ofsdn-node daemon must be running"},
+		{"daemon not ready", s.SocketPath(), "not ready"},
+	} {
+		for poll := 0; poll < 3; poll++ {
+			cmd := exec.Command(filepath.Join(binDir, "ofsdn"))
+			cmd.Env = []string{"CNI_COMMAND=STATUS", "CNI_PATH=" + binDir}
+			cmd.Stdin = strings.NewReader(fmt.Sprintf(`{"cniVersion":"1.1.0","name":"ofsdn-test","type":"ofsdn","socket":%q}`, c.socket))
+			var o, e bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &o, &e
+			err := cmd.Run()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+				t.Errorf("%s: exit %v, want status 1", c.name, err)
+			}
+			var cerr types.Error
+			if jerr := json.Unmarshal(o.Bytes(), &cerr); jerr != nil || cerr.Code != types.ErrPluginNotAvailable || !strings.Contains(cerr.Msg, c.msg) {
+				t.Errorf("%s: stdout %q, want CNI error code 50 saying %q", c.name, o.String(), c.msg)
+			}
+			if strings.Contains(e.String(), "WARN") {
+				t.Errorf("%s, poll %d: a warning on stderr per STATUS poll: %s", c.name, poll, strings.TrimSpace(e.String()))
+			}
+		}
+	}
+}

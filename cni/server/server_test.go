@@ -724,3 +724,48 @@ func FuzzDecodeRequest(f *testing.F) {
 		}
 	})
 }
+
+// lockedBuffer is a log sink safe for the server's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestNotReadyStatusPollsLoggedOnce: the runtime polls STATUS while the daemon starts;
+// every poll is answered with code 50, but only the first is logged as a warning (the
+// rest at debug), so start-up does not flood the log.
+func TestNotReadyStatusPollsLoggedOnce(t *testing.T) {
+	testenv.Privileged(t)
+	var logs lockedBuffer
+	s := New(filepath.Join(t.TempDir(), "cni.sock"), &fakeHandler{},
+		slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+	c := cni.NewClient(s.SocketPath(), 10*time.Second)
+	const polls = 5
+	for i := 0; i < polls; i++ {
+		_, err := c.Do(context.Background(), &cni.Request{Command: cni.CmdStatus, Config: []byte(netconf)})
+		wantCode(t, err, types.ErrPluginNotAvailable, "not ready")
+	}
+	out := logs.String()
+	if n := strings.Count(out, `level=WARN msg="CNI request refused" component=cni-server`); n != 1 {
+		t.Errorf("%d not-ready STATUS polls logged %d warnings, want 1:\n%s", polls, n, out)
+	}
+	if n := strings.Count(out, `level=DEBUG msg="CNI request refused"`); n != polls-1 {
+		t.Errorf("%d not-ready STATUS polls logged %d debug lines, want %d:\n%s", polls, n, polls-1, out)
+	}
+}
