@@ -55,7 +55,9 @@ type FileSpec struct {
 	// NodeIPv6 is this node's IPv6 address beside an IPv4 NodeIP (optional): pods reach
 	// IPv6 NodePorts at it.
 	NodeIPv6 string `json:"nodeIPv6,omitempty"`
-	// MTU is the pod MTU in bytes (optional; 0 = the daemon decides).
+	// MTU is the pods' and gateway's MTU in bytes (optional; 0 = the daemon decides: the
+	// underlay's MTU less the tunnel overhead). The daemon's config mtu, unless 0, wins
+	// over it; read at start (Prepare): a change takes effect when the daemon restarts.
 	MTU int `json:"mtu,omitempty"`
 	// Peers are the other nodes.
 	Peers []FilePeer `json:"peers"`
