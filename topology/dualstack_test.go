@@ -2,6 +2,7 @@ package topology
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -174,5 +175,24 @@ func TestPrepareIPv6OnlyRefusesIPv4Ranges(t *testing.T) {
 				t.Fatalf("Prepare: %v; want an error saying %q and not naming %s", err, c.want, c.not)
 			}
 		})
+	}
+}
+
+// TestFileSpecMTURange: the topology file's mtu is 0 (auto) or a link MTU, 68..65535;
+// the refusal names both.
+func TestFileSpecMTURange(t *testing.T) {
+	spec := func(mtu int) []byte {
+		return []byte(fmt.Sprintf("nodeName: a\npodSubnet: 10.244.1.0/24\nnodeIP: 172.16.0.1\nmtu: %d\n", mtu))
+	}
+	for _, mtu := range []int{0, 68, 1450, 65535} {
+		l, _, err := ParseFileSpec(spec(mtu))
+		if err != nil || l.MTU != mtu {
+			t.Errorf("mtu %d: %+v, %v; want accepted", mtu, l.MTU, err)
+		}
+	}
+	for _, mtu := range []int{-1, 1, 67, 65536} {
+		if _, _, err := ParseFileSpec(spec(mtu)); err == nil || !strings.Contains(err.Error(), "68..65535") || !strings.Contains(err.Error(), "0 (auto") {
+			t.Errorf("mtu %d: %v; want refused naming 0 (auto) and 68..65535", mtu, err)
+		}
 	}
 }

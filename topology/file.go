@@ -228,8 +228,10 @@ func ParseFileSpec(b []byte) (Local, map[string]Peer, error) {
 			return Local{}, nil, fmt.Errorf("nodeIPv6: %w", err)
 		}
 	}
-	if s.MTU < 0 || s.MTU > 65535 {
-		return Local{}, nil, fmt.Errorf("mtu %d: want 0 (auto) or 576..9000 bytes", s.MTU)
+	// 68: the least MTU of an IPv4 link (RFC 791); 65535 the most of a Linux link (as
+	// podnet.MinMTU and MaxMTU).
+	if s.MTU != 0 && (s.MTU < 68 || s.MTU > 65535) {
+		return Local{}, nil, fmt.Errorf("mtu %d: want 0 (auto: the underlay's minus the tunnel's overhead) or 68..65535 bytes", s.MTU)
 	}
 	l.MTU = s.MTU
 	peers := map[string]Peer{}
