@@ -294,3 +294,16 @@ func TestClusterKeysSet(t *testing.T) {
 		t.Errorf("clusterKeysSet = %v, want %s", got, want)
 	}
 }
+
+// TestPodSubnetKeysSet: the pod subnet keys a topology replaces are named when the config
+// sets them (podSubnet even at its default value), and only then.
+func TestPodSubnetKeysSet(t *testing.T) {
+	if got := podSubnetKeysSet(defaultConfig()); len(got) != 0 {
+		t.Errorf("defaults: %v, want none", got)
+	}
+	cfg := defaultConfig()
+	cfg.podSubnetSet, cfg.PodSubnets = true, []string{"10.128.0.0/24", "fd00:10:128::/64"}
+	if got := strings.Join(podSubnetKeysSet(cfg), ","); got != "podSubnet,podSubnets" {
+		t.Errorf("both set: %q, want podSubnet,podSubnets", got)
+	}
+}

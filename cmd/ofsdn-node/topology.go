@@ -39,6 +39,14 @@ func prepareCluster(waitCtx, runCtx context.Context, cfg Config, log *slog.Logge
 				"keys", strings.Join(set, ", "))
 		}
 		return nil, nil
+	case "file", "kubernetes":
+		if set := podSubnetKeysSet(cfg); len(set) > 0 {
+			from := map[string]string{"file": "the topology file's entry for this node", "kubernetes": "the Node's spec.podCIDRs"}[cfg.Topology]
+			log.Warn("config keys ignored with a topology: the node's pod subnets come from "+from+"; leave them out of the config",
+				"keys", strings.Join(set, ", "), "topology", cfg.Topology)
+		}
+	}
+	switch cfg.Topology {
 	case "file":
 		f := topology.NewFile(cfg.TopologyFile)
 		f.Logger = log
@@ -89,6 +97,20 @@ func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
 	rc.ContentType = "application/vnd.kubernetes.protobuf"
 	rc.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
 	return kubernetes.NewForConfig(rc)
+}
+
+// podSubnetKeysSet returns the pod subnet keys cfg sets (podSubnet given in the file or
+// by flag, even at its default value; podSubnets): a topology replaces them with the
+// node's own, and the node says so at start.
+func podSubnetKeysSet(cfg Config) []string {
+	var set []string
+	if cfg.podSubnetSet {
+		set = append(set, "podSubnet")
+	}
+	if len(cfg.PodSubnets) > 0 {
+		set = append(set, "podSubnets")
+	}
+	return set
 }
 
 // clusterKeysSet returns the config keys that only a topology gives effect to (the
