@@ -571,6 +571,15 @@ func (p *policyRealizer) round(inflight *policyRound) (*policyRound, bool) {
 	}
 	prep, err := p.n.store.Prepare(ctx, ups, after)
 	err = ovsUnavailable(err)
+	if inflight != nil && prep == nil && err == nil && !r.full {
+		// Nothing to send (an API event that changed no flow: its version gate's record):
+		// its items complete with the round in flight, whose commit is all they wait
+		// for, and the runner goes on preparing the next round instead of waiting for that
+		// commit.
+		cancel()
+		inflight.items = append(inflight.items, items...)
+		return inflight, more
+	}
 	if inflight != nil {
 		<-inflight.done
 		p.finish(inflight)

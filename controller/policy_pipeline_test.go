@@ -234,10 +234,19 @@ func TestPolicyRoundsPipelined(t *testing.T) {
 		}
 	}
 
-	// 1. Pod a's round commits; its reply is held.
+	// 1. Pod a's round commits; its reply is held. An API event that changes no flow
+	// (a Pod status write: only its version gate's record) is taken alone meanwhile: it
+	// must neither count as realized before pod a's commit is confirmed nor hold the
+	// runner from opening the next round's bundle.
 	proxy.arm()
 	errA := attach(0)
 	waitFor("pod a's commit reply held", func() bool { h, _ := proxy.state(); return h })
+	a.Observed("pods", "4242")
+	waitFor("the event's record taken by the runner", func() bool {
+		p.qmu.Lock()
+		defer p.qmu.Unlock()
+		return len(p.queue) == 0
+	})
 	errB := attach(1)
 	waitFor("pod b's bundle opened while pod a's commit is unconfirmed (rounds pipelined)", func() bool { _, o := proxy.state(); return o >= 1 })
 	time.Sleep(100 * time.Millisecond)
@@ -247,6 +256,9 @@ func TestPolicyRoundsPipelined(t *testing.T) {
 	case err := <-errB:
 		t.Fatalf("pod b's ADD returned (%v) while the round before its own was unconfirmed", err)
 	default:
+	}
+	if v := a.Versions()["pods"]; v >= 4242 {
+		t.Fatalf("pods version %d counts as realized while the round before it is unconfirmed", v)
 	}
 	proxy.unhold()
 	for i, ch := range []chan error{errA, errB} {
@@ -264,6 +276,7 @@ func TestPolicyRoundsPipelined(t *testing.T) {
 			t.Fatalf("pod %s has no flows in the store", att.PodName)
 		}
 	}
+	waitFor("the event's version realized once pod a's round is confirmed", func() bool { return a.Versions()["pods"] >= 4242 })
 	sameAsStore("after two pipelined rounds")
 
 	// 2. Pod c's commit reply is held, pod d's bundle opened behind it; the connection is
