@@ -379,11 +379,32 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 	// yet forward nothing, and nothing else holds the address or the ofport. Their undo is
 	// registered first; it runs after the install ended (waitFlows, above) and before the
 	// port's and the veth's, as in DEL.
+	//
+	// With NetworkPolicy, the attach replaces in the policy any earlier attachment of the
+	// same Pod (a sandbox whose DEL has not come yet): the rule flows then name this
+	// ADD's ofport instead of the earlier one's. The undo gives the policy back to that
+	// earlier attachment, else the Pod's live sandbox would keep its default deny and
+	// lose every rule that admits traffic to or from it.
+	var prev *Attachment
+	if n.policy != nil {
+		prev = n.policy.attachedOf(podKeyOf(a))
+	}
 	undo = append(undo, undoStep{what: "flows of pod " + a.addrString(), run: func(uctx context.Context) error {
 		if n.policy != nil {
 			n.policy.detach(a) // its rule flows too; nothing if the attach was undone already
 		}
-		return n.deletePodFlows(uctx, a)
+		if err := n.deletePodFlows(uctx, a); err != nil {
+			return err
+		}
+		if prev != nil && prev.key() != a.key() {
+			n.mu.Lock()
+			live := n.pods[prev.key()]
+			n.mu.Unlock()
+			if live != nil { // (its DEL waits for this undo: the pod's lock)
+				return n.policy.attach(uctx, live)
+			}
+		}
+		return nil
 	}})
 	flowsDone := make(chan error, 1)
 	go func() { flowsDone <- n.installPodFlows(ctx, a) }()

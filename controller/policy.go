@@ -749,6 +749,14 @@ func (p *policyRealizer) attach(ctx context.Context, a *Attachment) error {
 	})
 }
 
+// attachedOf returns the attachment the policy holds for pod key ("namespace/name"),
+// nil if none.
+func (p *policyRealizer) attachedOf(key string) *Attachment {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.attached[key]
+}
+
 // detach forgets a's pod in the agent (its rule flows go) and waits until the runner has
 // forgotten it, so that no later policy change rewrites its flows: DEL deletes them
 // next. The wait is bounded by RealizeTimeout; a failed bundle still forgets the pod (the

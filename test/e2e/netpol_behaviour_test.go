@@ -13,6 +13,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -406,6 +407,56 @@ func testUnknownPod(t *testing.T, c *npCluster) {
 	if n := len(cn.Leases(t)); n != leasesBefore {
 		t.Errorf("%d IP leases after the failed ADD, %d before", n, leasesBefore)
 	}
+}
+
+// testFailedSecondSandbox: z/a admits z/b only; an ADD of a second sandbox of z/a (a new
+// container ID, z/a's first sandbox not DELeted) fails at the veth step, after its
+// flows and its policy attach went out; then the runtime's DEL of it. z/b still reaches
+// z/a and x/a still does not, and z/a's node has the flows it had before.
+func testFailedSecondSandbox(t *testing.T, c *npCluster) {
+	created := map[string]*networkingv1.NetworkPolicy{}
+	defer c.reset(created, nil)
+	created["z/second-sandbox"] = c.createPolicy(ingress(npPolicy("z", "second-sandbox", map[string]string{"pod": "a"}),
+		networkingv1.NetworkPolicyIngressRule{From: []networkingv1.NetworkPolicyPeer{{
+			PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pod": "b"}}}}}))
+	check := func(when string) {
+		t.Helper()
+		if ok, err := probe(c.servers["z/b"], c.servers["z/a"], corev1.ProtocolTCP, 80, 3*time.Second); !ok {
+			t.Errorf("%s: z/b does not reach z/a, which admits it: %v", when, err)
+		}
+		if ok, _ := probe(c.servers["x/a"], c.servers["z/a"], corev1.ProtocolTCP, 80, 1500*time.Millisecond); ok {
+			t.Errorf("%s: x/a reaches z/a, which admits z/b only", when)
+		}
+	}
+	check("before")
+	cn := c.nodes[npNodeName("z/a")]
+	before := cn.flowSet(t)
+	sameFlows := func(when string) {
+		t.Helper()
+		var missing, extra []string
+		for end := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			if missing, extra = diffLines(before, cn.flowSet(t)); len(missing)+len(extra) == 0 || time.Now().After(end) {
+				break
+			}
+		}
+		if len(missing)+len(extra) > 0 {
+			t.Errorf("%s: flows of %s missing:\n%s\nextra:\n%s", when, cn.name, strings.Join(missing, "\n"), strings.Join(extra, "\n"))
+		}
+	}
+	netnsPath := newNetns(t, "ofsdn-np-second")
+	// The runtime's interface name is taken in the netns: the veth step fails.
+	mustRun(t, "ip", "netns", "exec", filepath.Base(netnsPath), "ip", "link", "add", "eth0", "type", "veth", "peer", "name", "taken0")
+	second := &testPod{name: "z-a-second", netns: netnsPath, containerID: fmt.Sprintf("np-z-a-second-%d", time.Now().UnixNano())}
+	if _, err := cn.addIn(second, "z", "a"); err == nil || !strings.Contains(err.Error(), "veth") {
+		t.Fatalf("ADD of a second sandbox of z/a into a netns that has eth0: %v, want the veth step's error", err)
+	}
+	sameFlows("after the failed ADD")
+	check("after the failed ADD")
+	if err := cn.delPod(second); err != nil {
+		t.Errorf("the runtime's DEL of the failed ADD: %v", err)
+	}
+	sameFlows("after its DEL")
+	check("after its DEL")
 }
 
 // denyLogLines returns the deny log lines in a node's log (JSON, one object a line).

@@ -672,6 +672,7 @@ func TestNetworkPolicy(t *testing.T) {
 		{"incremental: a label change touches only its rule's flows", testIncremental},
 		{"a pod created under deny-all is never reachable, not even right after ADD", testFirstProbe},
 		{"ADD of a pod the API does not know fails with code 11 and leaves nothing", testUnknownPod},
+		{"a failed ADD of a second sandbox of a pod leaves the first one's policy", testFailedSecondSandbox},
 		{"denied connections show in ofsdnctl and the metrics", testDeniedShown},
 		{"a restarted daemon gives each rule the conjunction ids it had", testRestartKeepsRuleIDs},
 	} {
