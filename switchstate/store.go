@@ -120,7 +120,21 @@ func (st *state) flowMap() map[string]flows.Flow {
 	if st.over == nil {
 		return st.flows
 	}
-	m := maps.Clone(st.base.flowMap())
+	return st.layOver(maps.Clone(st.base.flowMap()))
+}
+
+// settle makes a lazy st whole by applying its over to its base's flow map in place
+// (its bases first), when the store records st. mu is held.
+func (st *state) settle() {
+	if st.over == nil {
+		return
+	}
+	st.base.settle()
+	st.flows, st.base, st.over = st.layOver(st.base.flows), nil, nil
+}
+
+// layOver applies st's over to m (nil: a new map) and returns it.
+func (st *state) layOver(m map[string]flows.Flow) map[string]flows.Flow {
 	if m == nil {
 		m = map[string]flows.Flow{}
 	}
@@ -132,27 +146,6 @@ func (st *state) flowMap() map[string]flows.Flow {
 		}
 	}
 	return m
-}
-
-// settle makes a lazy st whole by applying its over to its base's flow map in place
-// (its bases first), when the store records st. mu is held.
-func (st *state) settle() {
-	if st.over == nil {
-		return
-	}
-	st.base.settle()
-	m := st.base.flows
-	if m == nil {
-		m = map[string]flows.Flow{}
-	}
-	for k, f := range st.over {
-		if f == nil {
-			delete(m, k)
-		} else {
-			m[k] = *f
-		}
-	}
-	st.flows, st.base, st.over = m, nil, nil
 }
 
 // Desired is one owner's whole desired state.
