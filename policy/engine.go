@@ -125,6 +125,13 @@ type ruleState struct {
 	namedEgress bool
 	members     map[string]bool // pod key → member
 	conjs       map[string]*Conjunction
+	// peers caches build's sorted peer prefixes of an ingress or any-port rule (the
+	// members' addresses and the ipBlocks), valid while peersOK: a change of the rule's
+	// pods alone (an ADD attaching one) reuses it. Every change of membership or of a
+	// member's addresses clears peersOK (updateMembership, namespaceChanged,
+	// scanMembers). Shared, read only, by the conjunctions built from it.
+	peers   []netip.Prefix
+	peersOK bool
 }
 
 // NewEngine returns an empty engine allocating conjunction ids from ids (nil = a new
@@ -422,6 +429,7 @@ func (e *Engine) updateMembership(k string, old, st *podState, dirty map[*ruleSt
 		if sameInputs && !(r.namedEgress && hasIPBlock(r.rule)) {
 			if was && dataChanged {
 				dirty[r] = true
+				r.peersOK = false
 			}
 			return
 		}
@@ -430,11 +438,14 @@ func (e *Engine) updateMembership(k string, old, st *podState, dirty map[*ruleSt
 		case in && !was:
 			r.members[k] = true
 			dirty[r] = true
+			r.peersOK = false
 		case !in && was:
 			delete(r.members, k)
 			dirty[r] = true
+			r.peersOK = false
 		case in && (dataChanged || blockFamiliesMatter(r, st)):
 			dirty[r] = true
+			r.peersOK = false
 		}
 	}
 	for r, ps := range e.scoped[ns] {
@@ -653,6 +664,7 @@ func (e *Engine) namespaceChanged(name string) Changes {
 			in := e.matchesPeer(ps, r, st)
 			if in && blockFamiliesMatter(r, st) {
 				dirty[r] = true // its selectors may now match it, or no longer: its families
+				r.peersOK = false
 			}
 			if in != r.members[k] {
 				if in {
@@ -661,6 +673,7 @@ func (e *Engine) namespaceChanged(name string) Changes {
 					delete(r.members, k)
 				}
 				dirty[r] = true
+				r.peersOK = false
 			}
 		}
 	}
@@ -861,6 +874,7 @@ func selectsAnyNamespace(r *ruleState) bool {
 // scanMembers fills r.members from the pods of the namespaces r's peers can select
 // (namespace selectors are evaluated against the namespaces first).
 func (e *Engine) scanMembers(ps *policyState, r *ruleState) {
+	r.peersOK = false
 	nss := map[string]bool{}
 	if r.rule.AllPeers || r.namedEgress && hasIPBlock(r.rule) {
 		for ns := range e.byNS {
@@ -1045,7 +1059,9 @@ func (e *Engine) build(ps *policyState, r *ruleState) map[string]*Conjunction {
 		pod    *podState
 	}
 	var addrs []addr
-	if !rule.AllPeers {
+	// An ingress or any-port rule needs the peers' prefixes alone: cached (r.peers).
+	cached := (r.key.Direction == Ingress || rule.AllPorts) && r.peersOK
+	if !rule.AllPeers && !cached {
 		for _, p := range rule.Peers {
 			for _, pr := range p.IPBlock {
 				addrs = append(addrs, addr{prefix: pr})
@@ -1053,7 +1069,13 @@ func (e *Engine) build(ps *policyState, r *ruleState) map[string]*Conjunction {
 		}
 	}
 	members := make([]string, 0, len(r.members))
+	if cached {
+		members = nil
+	}
 	for k := range r.members {
+		if cached {
+			break
+		}
 		members = append(members, k)
 	}
 	sort.Strings(members)
@@ -1085,11 +1107,15 @@ func (e *Engine) build(ps *policyState, r *ruleState) map[string]*Conjunction {
 
 	if r.key.Direction == Ingress || rule.AllPorts {
 		// Ports resolve against the local pods (ingress) or are not needed.
-		var peers []netip.Prefix
-		for _, a := range addrs {
-			peers = append(peers, a.prefix)
+		peers := r.peers
+		if !cached {
+			peers = nil
+			for _, a := range addrs {
+				peers = append(peers, a.prefix)
+			}
+			peers = sortPrefixes(peers)
+			r.peers, r.peersOK = peers, true
 		}
-		peers = sortPrefixes(peers)
 		if !rule.AllPeers && len(peers) == 0 {
 			return out
 		}

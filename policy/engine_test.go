@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
@@ -822,5 +823,41 @@ func TestPodByIP(t *testing.T) {
 	}
 	if p := e.PodByIP(netip.MustParseAddr("10.244.2.8")); p != nil {
 		t.Fatalf("PodByIP of an unknown address = %v", p)
+	}
+}
+
+// TestPeerChangingLabelsAndAddressAtOnce: a peer pod whose labels and address change in
+// one event while it stays a peer (its labels still match) is a peer by its new address
+// and no longer by its old one, also after another pod's attach recompiled the rule
+// (the rule's peer prefixes are reused across attaches until a peer changes).
+func TestPeerChangingLabelsAndAddressAtOnce(t *testing.T) {
+	e := NewEngine(nil)
+	e.UpsertNamespace(&Namespace{Name: "x"})
+	e.UpsertPolicy(&Policy{Namespace: "x", Name: "from-b", PodSelector: labels.SelectorFromSet(labels.Set{"app": "a"}),
+		IngressType: true, Ingress: []Rule{{AllPorts: true, Peers: []Peer{{PodSelector: labels.SelectorFromSet(labels.Set{"role": "b"})}}}}})
+	pod := func(name string, lbl map[string]string, ip string) *Pod {
+		return &Pod{Namespace: "x", Name: name, Labels: lbl, IPs: []netip.Addr{netip.MustParseAddr(ip)}, NodeName: "n1"}
+	}
+	e.UpsertPod(pod("a1", map[string]string{"app": "a"}, "10.244.1.5"))
+	e.UpsertPod(pod("a2", map[string]string{"app": "a"}, "10.244.1.6"))
+	e.UpsertPod(pod("b", map[string]string{"role": "b"}, "10.244.2.7"))
+	e.SetLocalPod(LocalPod{Namespace: "x", Name: "a1", IPs: []netip.Addr{netip.MustParseAddr("10.244.1.5")}, OFPort: 5})
+	peers := func() []string {
+		var out []string
+		for _, c := range e.Conjunctions() {
+			for _, p := range c.Peers {
+				out = append(out, p.String())
+			}
+		}
+		return out
+	}
+	if got := peers(); len(got) != 1 || got[0] != "10.244.2.7/32" {
+		t.Fatalf("peers %v, want [10.244.2.7/32]", got)
+	}
+	// Labels and address change at once; b stays a peer (role=b still matches).
+	e.UpsertPod(pod("b", map[string]string{"role": "b", "tier": "x"}, "10.244.2.9"))
+	e.SetLocalPod(LocalPod{Namespace: "x", Name: "a2", IPs: []netip.Addr{netip.MustParseAddr("10.244.1.6")}, OFPort: 6})
+	if got := peers(); len(got) != 1 || got[0] != "10.244.2.9/32" {
+		t.Fatalf("after b moved to 10.244.2.9 with new labels, then a2's attach: peers %v, want [10.244.2.9/32]", got)
 	}
 }
