@@ -370,7 +370,7 @@ func (n *Node) AddPod(ctx context.Context, req PodRequest) (_ *Attachment, retEr
 	// the owner id and the MAC, which ofsdn derives from the address (podnet.MACFromIP)
 	// and gives the pod interface in step 3.
 	a.OFPort = uint32(ofreq)
-	a.MAC = podMAC(a)
+	a.MAC = podnet.PodMAC(a.IPv4(), a.IPv6())
 
 	// 2. The pod's flows go to the switch while the veth pair is made and the port added
 	// (with NetworkPolicy: its default deny and rule flows with them, in the policy
@@ -764,18 +764,6 @@ func (n *Node) lockCtx(ctx context.Context, key string) (func(), error) {
 		go func() { (<-got)() }()
 		return nil, ctx.Err()
 	}
-}
-
-// podMAC returns the MAC ofsdn gives a's pod interface, derived from its address (the
-// IPv4 one, else the IPv6 one), as podnet.Setup derives it when the spec names none.
-func podMAC(a *Attachment) net.HardwareAddr {
-	if ip := a.IPv4(); ip != nil {
-		return podnet.MACFromIP(ip.IP)
-	}
-	if ip := a.IPv6(); ip != nil {
-		return podnet.MACFromIPv6(ip.IP)
-	}
-	return nil
 }
 
 // stepTimer returns a function that reports the time since the previous call (or since

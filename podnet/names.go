@@ -54,6 +54,20 @@ func MACFromIPv6(ip net.IP) net.HardwareAddr {
 	return net.HardwareAddr{0x0a, 0x58, ip[12], ip[13], ip[14], ip[15]}
 }
 
+// PodMAC returns the MAC ofsdn gives a pod interface: MACFromIP of its IPv4 address, or
+// on a pod without one (IPv6-only) MACFromIPv6 of its IPv6 address; nil with neither.
+// Setup uses it when the spec names no MAC, and the daemon to name the MAC in the pod's
+// flows before the interface exists.
+func PodMAC(addr, addr6 *net.IPNet) net.HardwareAddr {
+	switch {
+	case addr != nil:
+		return MACFromIP(addr.IP)
+	case addr6 != nil:
+		return MACFromIPv6(addr6.IP)
+	}
+	return nil
+}
+
 // validIfName reports whether the kernel would accept name as an interface
 // name (net/core/dev.c dev_valid_name): 1 to 15 bytes, not "." or "..", no
 // '/', ':' or white space.

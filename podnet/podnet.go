@@ -204,10 +204,8 @@ func (s *Spec) validate() (net.HardwareAddr, error) {
 		return nil, err
 	}
 	mac := s.MAC
-	if mac == nil && v6only {
-		mac = MACFromIPv6(s.Addr6.IP)
-	} else if mac == nil {
-		mac = MACFromIP(s.Addr.IP)
+	if mac == nil {
+		mac = PodMAC(s.Addr, s.Addr6) // s.Addr is nil exactly on an IPv6-only pod (v6only)
 	}
 	if len(mac) != 6 || mac[0]&1 != 0 || bytes.Equal(mac, make(net.HardwareAddr, 6)) {
 		return nil, fmt.Errorf("podnet: MAC %v is not a 6-byte unicast address", mac)

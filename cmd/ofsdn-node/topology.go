@@ -31,21 +31,19 @@ func prepareCluster(waitCtx, runCtx context.Context, cfg Config, log *slog.Logge
 	if cfg.ClusterCIDR != "" {
 		_, clusterCIDR, _ = net.ParseCIDR(cfg.ClusterCIDR) // checked by loadConfig
 	}
-	var src topology.Source
-	switch cfg.Topology {
-	case "":
+	if cfg.Topology == "" {
 		if set := clusterKeysSet(cfg); len(set) > 0 {
 			log.Warn("config keys ignored without a topology (a single node: no overlay, no masquerade, no IPv6 egress): set topology to file or kubernetes to use them",
 				"keys", strings.Join(set, ", "))
 		}
 		return nil, nil
-	case "file", "kubernetes":
-		if set := podSubnetKeysSet(cfg); len(set) > 0 {
-			from := map[string]string{"file": "the topology file's entry for this node", "kubernetes": "the Node's spec.podCIDRs"}[cfg.Topology]
-			log.Warn("config keys ignored with a topology: the node's pod subnets come from "+from+"; leave them out of the config",
-				"keys", strings.Join(set, ", "), "topology", cfg.Topology)
-		}
 	}
+	if set := podSubnetKeysSet(cfg); len(set) > 0 {
+		from := map[string]string{"file": "the topology file's entry for this node", "kubernetes": "the Node's spec.podCIDRs"}[cfg.Topology]
+		log.Warn("config keys ignored with a topology: the node's pod subnets come from "+from+"; leave them out of the config",
+			"keys", strings.Join(set, ", "), "topology", cfg.Topology)
+	}
+	var src topology.Source
 	switch cfg.Topology {
 	case "file":
 		f := topology.NewFile(cfg.TopologyFile)

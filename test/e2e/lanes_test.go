@@ -52,23 +52,22 @@ var serialLane sync.Mutex
 
 // serial makes t a parallel test that runs alone in the serial lane: it returns once no
 // other serial test is running, and t keeps the lane until it and its subtests are done.
-func serial(t *testing.T) {
-	t.Helper()
-	t.Parallel()
-	serialLane.Lock()
-	t.Cleanup(serialLane.Unlock)
-}
+func serial(t *testing.T) { inLane(t, &serialLane) }
 
 // serialIPv6Lane is held by the test running in the dual-stack and IPv6 tests' lane.
 var serialIPv6Lane sync.Mutex
 
 // serialIPv6 is serial for the dual-stack and IPv6 tests: they run one at a time in a
 // lane of their own, beside the serial lane (see the top of this file).
-func serialIPv6(t *testing.T) {
+func serialIPv6(t *testing.T) { inLane(t, &serialIPv6Lane) }
+
+// inLane makes t a parallel test that holds lane from when it is free until t and its
+// subtests are done.
+func inLane(t *testing.T, lane *sync.Mutex) {
 	t.Helper()
 	t.Parallel()
-	serialIPv6Lane.Lock()
-	t.Cleanup(serialIPv6Lane.Unlock)
+	lane.Lock()
+	t.Cleanup(lane.Unlock)
 }
 
 // alone marks t as one of the tests that run before the lanes, with no other test of the
