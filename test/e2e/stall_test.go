@@ -44,7 +44,8 @@ const (
 
 // TestAddBoundedWhileOVSStalls: for each way Open vSwitch stops answering, ADDs (new
 // pods at once, then a retry of the same container and another new pod while the first
-// ones' undo may still run) each answer within addTimeout + 1 s with CNI error 11, and
+// ones' undo may still run) each answer within addTimeout + 1 s with CNI error 11 (and
+// an ADD whose veth step fails, after its flows were sent, within the same bound), and
 // /readyz answers 503 within 5 s. When OVS answers again, /readyz returns to 200, the
 // failed ADDs leave nothing behind (the flow table is exactly what it was before), the
 // runtime's DELs of them succeed, and a new pod is wired and reaches the old one. CNI
@@ -158,6 +159,23 @@ func TestAddBoundedWhileOVSStalls(t *testing.T) {
 			retry.name += "-retry"
 			check(&retry, "retry during the fault")
 			check(n.newPodSpec("s4"), "later during the fault")
+			// An ADD whose veth step fails (its netns already holds eth0) sent its flows
+			// before the veth, to a switch that may not answer: its undo waits for them,
+			// and its answer still comes within the bound (an error of the veth step, or
+			// 11 when the flows' wait ended it).
+			vp := n.newPodSpec("s6")
+			if out, err := exec.Command("ip", "-n", filepath.Base(vp.netns), "link", "add", "eth0", "type", "veth", "peer", "name", "taken0").CombinedOutput(); err != nil {
+				t.Fatalf("eth0 in %s: %v\n%s", vp.netns, err, out)
+			}
+			took, err := n.timedAdd(vp)
+			t.Logf("veth step failing during the fault: ADD %s answered after %s: %v", vp.name, took.Round(time.Millisecond), err)
+			if err == nil {
+				t.Errorf("ADD %s succeeded into a netns that already holds eth0", vp.name)
+			}
+			if took > stallAddTimeout+stallAddMargin {
+				t.Errorf("veth step failing during the fault: ADD %s answered after %s, want within addTimeout %s + %s", vp.name, took.Round(time.Millisecond), stallAddTimeout, stallAddMargin)
+			}
+			failed = append(failed, vp)
 
 			d := <-notReadyAt
 			switch {
