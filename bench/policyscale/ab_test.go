@@ -91,7 +91,11 @@ type abSample struct {
 	// AddCPU is CPU seconds (user+system) each process used during the ADD burst:
 	// "ofsdn-node", "ovs-vswitchd", "ovsdb-server" (where its pid could be read).
 	AddCPU map[string]float64
-	Errors []string
+	// AddCPUByCommand is CPU seconds every process on the machine used during the ADD
+	// burst, by command name (proc(5) comm), its reaped children's included (the plugin's
+	// execs count to the bench's test binary, which runs the CNI library).
+	AddCPUByCommand map[string]float64
+	Errors          []string
 }
 
 // burstPolicy is burst policy j of ns: every burst pod takes TCP/80, TCP/8000-8099 and the
@@ -288,6 +292,67 @@ func cpuSeconds(pids map[string]int) map[string]float64 {
 	return out
 }
 
+// procCPU is one process's command name and CPU seconds so far: utime+stime+cutime+
+// cstime (proc(5)), so its reaped children count to it.
+type procCPU struct {
+	comm string
+	sec  float64
+}
+
+// processCPU reads every process's procCPU, by pid.
+func processCPU() map[int]procCPU {
+	out := map[int]procCPU{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		open, end := strings.IndexByte(string(b), '('), strings.LastIndexByte(string(b), ')')
+		if open < 0 || end < open {
+			continue
+		}
+		f := strings.Fields(string(b[end+1:]))
+		if len(f) < 15 {
+			continue
+		}
+		var sum float64
+		for _, i := range []int{11, 12, 13, 14} { // utime, stime, cutime, cstime
+			v, _ := strconv.ParseFloat(f[i], 64)
+			sum += v
+		}
+		out[pid] = procCPU{comm: string(b[open+1 : end]), sec: sum / 100} // USER_HZ
+	}
+	return out
+}
+
+// commandCPUDelta returns the CPU seconds used between snapshots a and b, by command
+// name. A process is told apart by its pid (a kernel worker renames itself by the work it
+// runs: all kworkers count as "kworker"); one gone by b gives back its time at a, which
+// its parent's children's time now holds.
+func commandCPUDelta(a, b map[int]procCPU) map[string]float64 {
+	name := func(c string) string {
+		if strings.HasPrefix(c, "kworker/") {
+			return "kworker"
+		}
+		return c
+	}
+	out := map[string]float64{}
+	for pid, p := range b {
+		out[name(p.comm)] += p.sec - a[pid].sec
+	}
+	for pid, p := range a {
+		if _, ok := b[pid]; !ok {
+			out[name(p.comm)] -= p.sec
+		}
+	}
+	return out
+}
+
 // machineBusy returns the machine's busy and total CPU time so far, in USER_HZ ticks
 // summed over CPUs (/proc/stat's cpu line, proc(5): busy is all but idle and iowait).
 func machineBusy() (busy, all float64) {
@@ -362,11 +427,11 @@ func (b *abBuild) session(t *testing.T, api *kapi.API, on bool, conc, labelReps 
 			}
 		}
 	}
-	cpu0 := cpuSeconds(pids)
+	cpu0, proc0 := cpuSeconds(pids), processCPU()
 	busy0, all0 := machineBusy()
 	wall, lat, errs := b.wireBurst(t, api, conc, false)
 	s.AddWall, s.Add, s.Errors = wall.Seconds(), lat, append(s.Errors, errs...)
-	s.AddCPU = cpuSeconds(pids)
+	s.AddCPU, s.AddCPUByCommand = cpuSeconds(pids), commandCPUDelta(proc0, processCPU())
 	for k, v := range cpu0 {
 		s.AddCPU[k] -= v
 	}
@@ -577,14 +642,18 @@ func TestPolicyAB(t *testing.T) {
 		add, del, ls, lsw, lps, lpsw, rep []float64
 		pods, wall                        float64
 		cpu                               map[string]float64 // CPU seconds in the ADD bursts
+		cmd                               map[string]float64 // the same by command
 	}
 	by := map[string]*agg{}
 	for _, s := range samples {
 		k := s.Build + "/" + s.Policy
 		if by[k] == nil {
-			by[k] = &agg{cpu: map[string]float64{}}
+			by[k] = &agg{cpu: map[string]float64{}, cmd: map[string]float64{}}
 		}
 		a := by[k]
+		for c, v := range s.AddCPUByCommand {
+			a.cmd[c] += v
+		}
 		for p, c := range s.AddCPU {
 			a.cpu[p] += c
 		}
@@ -608,6 +677,44 @@ func TestPolicyAB(t *testing.T) {
 	tab = append(tab, "", fmt.Sprintf("ratios: after/before pods/s policy off %.2f, policy on %.2f; after-on / before-off %.2f; ADD p99 after/before off %.2f, on %.2f",
 		rate("after/off")/rate("before/off"), rate("after/on")/rate("before/on"), rate("after/on")/rate("before/off"),
 		quantile(by["after/off"].add, .99)/quantile(by["before/off"].add, .99), quantile(by["after/on"].add, .99)/quantile(by["before/on"].add, .99)))
+	// Every command that used at least 0.05 ms per ADD in some session: where a mode's CPU
+	// goes beyond the three named processes (the API server for the status writes, the
+	// bench's CNI library and plugin execs, the kernel's threads).
+	keys4 := []string{"before/off", "after/off", "before/on", "after/on"}
+	var cmds []string
+	for c := range by["after/on"].cmd {
+		cmds = append(cmds, c)
+	}
+	for _, k := range keys4[:3] {
+		for c := range by[k].cmd {
+			if _, ok := by["after/on"].cmd[c]; !ok {
+				cmds = append(cmds, c)
+			}
+		}
+	}
+	sort.Slice(cmds, func(i, j int) bool {
+		return by["after/on"].cmd[cmds[i]] > by["after/on"].cmd[cmds[j]] || by["after/on"].cmd[cmds[i]] == by["after/on"].cmd[cmds[j]] && cmds[i] < cmds[j]
+	})
+	bycmd := []string{"| command | " + strings.Join(keys4, " | ") + " |", "|---|---:|---:|---:|---:|"}
+	totals := make([]float64, len(keys4))
+	for _, c := range cmds {
+		row, keep := "| "+c, false
+		for i, k := range keys4 {
+			v := by[k].cmd[c] / by[k].pods
+			totals[i] += v
+			keep = keep || v >= 0.00005
+			row += " | " + ms(v)
+		}
+		if keep {
+			bycmd = append(bycmd, row+" |")
+		}
+	}
+	row := "| all processes"
+	for _, v := range totals {
+		row += " | " + ms(v)
+	}
+	bycmd = append(bycmd, row+" |")
+	t.Logf("CPU ms per ADD by command (utime+stime+children's, /proc/*/stat), summed over the rounds:\n%s", strings.Join(bycmd, "\n"))
 	lab := []string{"| build | label changes | quiet: status p50 / max ms | quiet: switch p50 / max ms | report loop: status p50 / max ms | report loop: switch p50 / max ms | full reports in the loop, p50 s |",
 		"|---|---:|---:|---:|---:|---:|---:|"}
 	for _, b := range []string{"before", "after"} {
