@@ -32,6 +32,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/labels"
 )
@@ -132,6 +133,79 @@ type ruleState struct {
 	// scanMembers). Shared, read only, by the conjunctions built from it.
 	peers   []netip.Prefix
 	peersOK bool
+	// ports caches the rule's ports as build groups pods by them (rulePortsOf); the rule
+	// never changes for the life of its state.
+	ports *rulePorts
+}
+
+// rulePorts is a rule's ports as build needs them: the numeric ones, the named ones and,
+// for an ingress rule, the numeric ones sorted with their signature (the port group of
+// every pod that resolves none of the named ports).
+type rulePorts struct {
+	numeric   []PortMatch
+	named     []Port
+	numSorted []PortMatch
+	numSig    string
+}
+
+// rulePortsOf returns r's rulePorts, computing them the first time.
+func rulePortsOf(r *ruleState) *rulePorts {
+	if r.ports != nil {
+		return r.ports
+	}
+	rp := &rulePorts{}
+	for _, p := range r.rule.Ports {
+		rp.numeric = append(rp.numeric, p.numericMatches()...)
+		if p.Name != "" && !p.Invalid {
+			rp.named = append(rp.named, p)
+		}
+	}
+	if !r.rule.AllPorts && len(rp.numeric) > 0 {
+		rp.numSorted = sortPorts(append([]PortMatch(nil), rp.numeric...))
+		rp.numSig = portSig(rp.numSorted)
+	}
+	r.ports = rp
+	return rp
+}
+
+// podGroup returns the port group and ports of pod k in ingress or any-port rule r, and
+// false when the pod has none of the rule's ports. Named ports resolve against the pod's
+// container ports; a pod that resolves none of them has the numeric ports alone (sorted
+// and signed once per rule: a rule's M pods would otherwise each sort and format the same
+// set).
+// The pod, namespace/name, is looked up only when the rule has named ports.
+func (e *Engine) podGroup(r *ruleState, namespace, name string) (string, []PortMatch, bool) {
+	if r.rule.AllPorts {
+		return "*", nil, true
+	}
+	rp := rulePortsOf(r)
+	var resolved []PortMatch
+	if len(rp.named) > 0 {
+		if st := e.pods[nsKey(namespace, name)]; st != nil && st.pod != nil {
+			for _, n := range rp.named {
+				if m, ok := n.resolve(st.pod.Ports); ok {
+					resolved = append(resolved, m)
+				}
+			}
+		}
+	}
+	switch {
+	case len(resolved) == 0 && len(rp.numSorted) == 0:
+		return "", nil, false // this pod has none of the rule's ports
+	case len(resolved) == 0:
+		return rp.numSig, rp.numSorted, true
+	default:
+		ports := sortPorts(append(append([]PortMatch(nil), rp.numeric...), resolved...))
+		return portSig(ports), ports, true
+	}
+}
+
+// localPodLess orders a conjunction's pods: by addresses, then by key.
+func localPodLess(a, b LocalPod) int {
+	if c := slices.CompareFunc(a.IPs, b.IPs, netip.Addr.Compare); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Key(), b.Key())
 }
 
 // NewEngine returns an empty engine allocating conjunction ids from ids (nil = a new
@@ -324,7 +398,7 @@ func (e *Engine) SetLocalPod(lp LocalPod) Changes {
 		st.pod = old.pod
 	}
 	e.setPod(k, lp.Namespace, st)
-	dirty := map[*ruleState]bool{}
+	dirty, marks := map[*ruleState]bool{}, podMarks{}
 	e.updateMembership(k, old, st, dirty)
 	for _, ps := range e.polByNS[lp.Namespace] {
 		sel := st.pod != nil && ps.p.PodSelector.Matches(labels.Set(st.pod.Labels))
@@ -332,10 +406,10 @@ func (e *Engine) SetLocalPod(lp LocalPod) Changes {
 		// changes its rules' pod clauses.
 		if sel != ps.applied[k] || (sel && (!wasLocal || !prevLocal.Equal(lp))) {
 			e.setApplied(ps, k, sel)
-			markRules(ps, dirty)
+			marks.add(ps, k)
 		}
 	}
-	ch := e.recompile(dirty)
+	ch := e.recompileWith(dirty, marks)
 	ch.Isolation = e.isolationChanges([]string{k})
 	return ch
 }
@@ -354,7 +428,7 @@ func (e *Engine) DeleteLocalPod(namespace, name string) Changes {
 		st = &podState{pod: old.pod}
 	}
 	e.setPod(k, namespace, st)
-	dirty := map[*ruleState]bool{}
+	dirty, marks := map[*ruleState]bool{}, podMarks{}
 	e.updateMembership(k, old, st, dirty)
 	// A pod still scheduled here stays applied (its rules keep their peer and port
 	// clauses for its next ADD); its pod clauses go either way.
@@ -364,10 +438,10 @@ func (e *Engine) DeleteLocalPod(namespace, name string) Changes {
 			if !stay {
 				e.setApplied(ps, k, false)
 			}
-			markRules(ps, dirty)
+			marks.add(ps, k)
 		}
 	}
-	return e.recompile(dirty)
+	return e.recompileWith(dirty, marks)
 }
 
 // LocalPods returns the attached pods, sorted by key.
@@ -926,12 +1000,110 @@ func (e *Engine) localKeysIn(ns string) []string {
 
 // recompile compiles the dirty rules and returns their changed conjunctions.
 func (e *Engine) recompile(dirty map[*ruleState]bool) Changes {
+	return e.recompileWith(dirty, nil)
+}
+
+// podMarks maps each rule whose pod clause alone changed to the local pods whose
+// attachment changed (attached, detached, or attached anew with another address or
+// ofport): their conjunctions change by those pods only (compilePods).
+type podMarks map[*ruleState][]string
+
+// add marks local pod k in every rule of ps.
+func (m podMarks) add(ps *policyState, k string) {
+	for _, r := range ps.rules {
+		m[r] = append(m[r], k)
+	}
+}
+
+// recompileWith compiles the dirty rules, and the rules marked in marks alone by their
+// pods, and returns their changed conjunctions.
+func (e *Engine) recompileWith(dirty map[*ruleState]bool, marks podMarks) Changes {
 	var ch Changes
 	for r := range dirty {
 		ch.Conjunctions = append(ch.Conjunctions, e.compile(r.ps, r)...)
 	}
+	for r, keys := range marks {
+		if !dirty[r] {
+			ch.Conjunctions = append(ch.Conjunctions, e.compilePods(r.ps, r, keys)...)
+		}
+	}
 	sortChanges(ch.Conjunctions)
 	return ch
+}
+
+// compilePods is compile for rule r when only the attachments of local pods keys
+// changed: each is taken out of the conjunction holding it and, when attached and
+// applied, put into its port group's, in order; the rest of each conjunction (its peers,
+// its ports, its id) is kept. So an ADD costs each rule selecting the pod O(log M) and no
+// copy of its M pods when the pod sorts last (addresses are leased in order), instead of
+// a rebuild of every group.
+//
+// Only an ingress or any-port rule whose peers are cached (r.peersOK) and whose groups
+// stay the same takes this path; when a group would be made or emptied (the pod is the
+// first or the last of its group), or the rule is egress with ports (every group holds
+// every pod), it is compiled whole. The result is exactly compile's
+// (TestIncrementalEqualsFromScratch).
+func (e *Engine) compilePods(ps *policyState, r *ruleState, keys []string) []ConjChange {
+	rule := r.rule
+	if e.deferred || !(r.key.Direction == Ingress || rule.AllPorts) || rule.AllPeers && rule.AllPorts || !r.peersOK || len(r.conjs) == 0 {
+		return e.compile(ps, r)
+	}
+	next := map[string]*Conjunction{} // the groups changed, as they are now
+	cur := func(g string) *Conjunction {
+		if c, ok := next[g]; ok {
+			return c
+		}
+		return r.conjs[g]
+	}
+	for _, k := range keys {
+		ns, name, _ := cutKey(k)
+		// Out of the group holding it (detached, or attached anew).
+		for g := range r.conjs {
+			c := cur(g)
+			i := slices.IndexFunc(c.Pods, func(p LocalPod) bool { return p.Name == name && p.Namespace == ns })
+			if i < 0 {
+				continue
+			}
+			if len(c.Pods) == 1 {
+				return e.compile(ps, r) // the group may go (or stay for a pod scheduled here)
+			}
+			n := *c
+			n.Pods = slices.Concat(c.Pods[:i], c.Pods[i+1:]) // a new array: c's readers keep theirs
+			next[g] = &n
+			break
+		}
+		lp, local := e.local[k]
+		if !local || !ps.applied[k] {
+			continue
+		}
+		g, _, ok := e.podGroup(r, ns, name)
+		if !ok {
+			continue // none of the rule's ports: in no group
+		}
+		c := cur(g)
+		if c == nil {
+			return e.compile(ps, r) // a group made
+		}
+		n := *c
+		if i, _ := slices.BinarySearchFunc(c.Pods, lp, localPodLess); i == len(c.Pods) {
+			// Last: appended in place when the array has room. Every older conjunction
+			// sharing the array is shorter, so what its readers see does not change.
+			n.Pods = append(c.Pods, lp)
+		} else {
+			pods := make([]LocalPod, 0, len(c.Pods)+1)
+			n.Pods = append(append(append(pods, c.Pods[:i]...), lp), c.Pods[i:]...)
+		}
+		next[g] = &n
+	}
+	var out []ConjChange
+	for g, n := range next {
+		old := r.conjs[g]
+		if !n.Equal(old) {
+			out = append(out, ConjChange{Old: old, New: n})
+		}
+		r.conjs[g] = n
+	}
+	return out
 }
 
 func sortChanges(cs []ConjChange) {
@@ -1036,21 +1208,10 @@ func (e *Engine) build(ps *policyState, r *ruleState) map[string]*Conjunction {
 		return out // no pod, or only pod clauses (allow flows per attached pod)
 	}
 	sort.Strings(waiting)
-	sort.Slice(applied, func(i, j int) bool {
-		if c := slices.CompareFunc(applied[i].IPs, applied[j].IPs, netip.Addr.Compare); c != 0 {
-			return c < 0
-		}
-		return applied[i].Key() < applied[j].Key()
-	})
+	slices.SortFunc(applied, localPodLess)
 	rule := r.rule
-	var numeric []PortMatch
-	var named []Port
-	for _, p := range rule.Ports {
-		numeric = append(numeric, p.numericMatches()...)
-		if p.Name != "" && !p.Invalid {
-			named = append(named, p)
-		}
-	}
+	rp := rulePortsOf(r)
+	numeric, named := rp.numeric, rp.named
 	key := func(group string) ConjKey { return ConjKey{RuleKey: r.key, Group: group} }
 
 	// Peer addresses, each with the pod it belongs to (nil for ipBlocks).
@@ -1121,42 +1282,8 @@ func (e *Engine) build(ps *policyState, r *ruleState) map[string]*Conjunction {
 		}
 		groups := map[string][]LocalPod{}
 		groupPorts := map[string][]PortMatch{}
-		// The numeric ports alone, sorted and signed once: every pod that resolves none of
-		// the named ports has exactly them (a rule's M pods would otherwise each sort and
-		// format the same set).
-		var numSorted []PortMatch
-		numSig := ""
-		if !rule.AllPorts && len(numeric) > 0 {
-			numSorted = sortPorts(append([]PortMatch(nil), numeric...))
-			numSig = portSig(numSorted)
-		}
-		// group returns pod k's port group and ports; false when it has none of the rule's.
-		group := func(k string) (string, []PortMatch, bool) {
-			if rule.AllPorts {
-				return "*", nil, true
-			}
-			var resolved []PortMatch
-			if len(named) > 0 {
-				if st := e.pods[k]; st != nil && st.pod != nil {
-					for _, n := range named {
-						if m, ok := n.resolve(st.pod.Ports); ok {
-							resolved = append(resolved, m)
-						}
-					}
-				}
-			}
-			switch {
-			case len(resolved) == 0 && len(numSorted) == 0:
-				return "", nil, false // this pod has none of the rule's ports
-			case len(resolved) == 0:
-				return numSig, numSorted, true
-			default:
-				ports := sortPorts(append(append([]PortMatch(nil), numeric...), resolved...))
-				return portSig(ports), ports, true
-			}
-		}
 		for _, lp := range applied {
-			g, ports, ok := group(lp.Key())
+			g, ports, ok := e.podGroup(r, lp.Namespace, lp.Name)
 			if !ok {
 				continue
 			}
@@ -1164,7 +1291,8 @@ func (e *Engine) build(ps *policyState, r *ruleState) map[string]*Conjunction {
 			groupPorts[g] = ports
 		}
 		for _, k := range waiting {
-			g, ports, ok := group(k)
+			ns, name, _ := cutKey(k)
+			g, ports, ok := e.podGroup(r, ns, name)
 			if !ok {
 				continue
 			}
