@@ -70,6 +70,9 @@ type Engine struct {
 	// compiles them.
 	deferred bool
 	pending  map[*ruleState]*policyState
+	// pendingPods holds the rules marked meanwhile by their pods alone (compilePods),
+	// with the pods; a rule also in pending is compiled whole.
+	pendingPods podMarks
 }
 
 type podState struct {
@@ -219,7 +222,7 @@ func NewEngine(ids *ConjIDs) *Engine {
 		namespaces: map[string]*Namespace{}, policies: map[string]*policyState{},
 		polByNS: map[string]map[string]*policyState{}, local: map[string]LocalPod{},
 		iso: map[string]Isolation{}, scoped: map[string]map[*ruleState]*policyState{},
-		global: map[*ruleState]*policyState{}, pending: map[*ruleState]*policyState{},
+		global: map[*ruleState]*policyState{}, pending: map[*ruleState]*policyState{}, pendingPods: podMarks{},
 		nsGlobal: map[string]map[*ruleState]*policyState{}, here: map[string]bool{},
 	}
 }
@@ -269,7 +272,12 @@ func (e *Engine) Flush() Changes {
 	for r, ps := range e.pending {
 		ch.Conjunctions = append(ch.Conjunctions, e.compile(ps, r)...)
 	}
-	e.pending = map[*ruleState]*policyState{}
+	for r, keys := range e.pendingPods {
+		if _, whole := e.pending[r]; !whole {
+			ch.Conjunctions = append(ch.Conjunctions, e.compilePods(r.ps, r, keys)...)
+		}
+	}
+	e.pending, e.pendingPods = map[*ruleState]*policyState{}, podMarks{}
 	sortChanges(ch.Conjunctions)
 	return ch
 }
@@ -787,6 +795,7 @@ func (e *Engine) UpsertPolicy(p *Policy) Changes {
 			oldRules[r.key] = r
 			e.indexRule(old, r, false)
 			delete(e.pending, r)
+			delete(e.pendingPods, r)
 		}
 	}
 	var ch Changes
@@ -847,6 +856,7 @@ func (e *Engine) DeletePolicy(namespace, name string) Changes {
 	for _, r := range ps.rules {
 		e.indexRule(ps, r, false)
 		delete(e.pending, r)
+		delete(e.pendingPods, r)
 		ch.Conjunctions = append(ch.Conjunctions, e.dropRule(r)...)
 	}
 	ch.Isolation = e.isolationChanges(e.localKeysIn(namespace))
@@ -1044,8 +1054,12 @@ func (e *Engine) recompileWith(dirty map[*ruleState]bool, marks podMarks) Change
 // every pod), it is compiled whole. The result is exactly compile's
 // (TestIncrementalEqualsFromScratch).
 func (e *Engine) compilePods(ps *policyState, r *ruleState, keys []string) []ConjChange {
+	if e.deferred {
+		e.pendingPods[r] = append(e.pendingPods[r], keys...)
+		return nil
+	}
 	rule := r.rule
-	if e.deferred || !(r.key.Direction == Ingress || rule.AllPorts) || rule.AllPeers && rule.AllPorts || !r.peersOK || len(r.conjs) == 0 {
+	if !(r.key.Direction == Ingress || rule.AllPorts) || rule.AllPeers && rule.AllPorts || !r.peersOK || len(r.conjs) == 0 {
 		return e.compile(ps, r)
 	}
 	next := map[string]*Conjunction{} // the groups changed, as they are now

@@ -535,7 +535,7 @@ func incrementalEqualsFromScratch(t *testing.T, seed int64, dual bool) {
 		before := snapshot(e)
 		var ch Changes
 		var what string
-		switch op := r.Intn(9); op {
+		switch op := r.Intn(10); op {
 		case 0, 1: // policy add/update
 			np := randomPolicy(r, fmt.Sprintf("p%d", r.Intn(4)))
 			if dual {
@@ -616,12 +616,31 @@ func incrementalEqualsFromScratch(t *testing.T, seed int64, dual bool) {
 			local[lp.Key()] = lp
 			what = "attach " + lp.Key()
 			ch = e.SetLocalPod(lp)
-		default: // detach
+		case 8: // detach
 			p := w.pods[r.Intn(len(w.pods))]
 			delete(local, p.Namespace+"/"+p.Name)
 			delete(iso, p.Namespace+"/"+p.Name)
 			what = "detach " + p.Namespace + "/" + p.Name
 			ch = e.DeleteLocalPod(p.Namespace, p.Name)
+		default: // a batch of attaches and detaches compiled once, as the agent does
+			e.Defer()
+			what = "batch"
+			for n := 1 + r.Intn(4); n > 0; n-- {
+				p := w.pods[r.Intn(len(w.pods))]
+				k := p.Namespace + "/" + p.Name
+				if r.Intn(3) == 0 {
+					delete(local, k)
+					delete(iso, k)
+					what += " detach " + k
+					ch.Isolation = append(ch.Isolation, e.DeleteLocalPod(p.Namespace, p.Name).Isolation...)
+					continue
+				}
+				lp := LocalPod{Namespace: p.Namespace, Name: p.Name, IPs: ips(p), OFPort: uint32(3 + r.Intn(20))}
+				local[k] = lp
+				what += " attach " + k
+				ch.Isolation = append(ch.Isolation, e.SetLocalPod(lp).Isolation...)
+			}
+			ch.Conjunctions = e.Flush().Conjunctions
 		}
 		after := snapshot(e)
 
