@@ -41,6 +41,7 @@ import (
 	"net"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -97,6 +98,7 @@ type policyRealizer struct {
 	// queued changes (CPU work), never across a switch round trip; inspection reads under it.
 	mu       sync.Mutex
 	set      *flows.PolicyFlowSet
+	conv     ruleConverter // ruleOf with its conversions kept (the runner's rounds)
 	iso      map[string]policy.Isolation // pod ns/name → isolation
 	attached map[string]*Attachment      // pod ns/name → its attachment
 	dirty    bool                        // the store may lag set/iso: resynchronise
@@ -126,7 +128,7 @@ func newPolicyRealizer(n *Node, opts PolicyOptions) *policyRealizer {
 		opts.RealizeTimeout = 30 * time.Second
 	}
 	p := &policyRealizer{
-		n: n, opts: opts, set: flows.NewPolicyFlowSet(n.config()),
+		n: n, opts: opts, set: flows.NewPolicyFlowSet(n.config()), conv: newRuleConverter(),
 		iso: map[string]policy.Isolation{}, attached: map[string]*Attachment{},
 		deniedSeen: map[string]uint64{}, denied: map[string]uint64{"ingress": 0, "egress": 0},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
@@ -247,7 +249,7 @@ func (p *policyRealizer) load(restored []*Attachment) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		for _, c := range e.Conjunctions() {
-			p.set.Set(ruleOf(c, dual))
+			p.set.Set(p.conv.rule(c, dual))
 		}
 		for _, att := range restored {
 			if att.PodName == "" {
@@ -296,22 +298,94 @@ func (p *policyRealizer) podFlows(a *Attachment) []flows.Flow {
 func ruleOf(c *policy.Conjunction, dual bool) flows.PolicyRule {
 	r := flows.PolicyRule{ID: c.ID, Egress: c.Key.Direction == policy.Egress, AnyPeer: c.AnyPeer, AnyPort: c.AnyPort}
 	for _, lp := range c.Pods {
-		p := flows.Pod{OFPort: lp.OFPort}
-		for _, ip := range lp.IPs {
-			p.IPs = append(p.IPs, net.IP(ip.AsSlice()))
-		}
-		r.Pods = append(r.Pods, p)
+		r.Pods = append(r.Pods, podOf(lp))
 	}
-	for _, pr := range c.Peers {
-		if !pr.Addr().Is4() && !dual {
-			continue
+	r.Peers = peersOf(c.Peers, dual)
+	for _, pm := range c.Ports {
+		r.Ports = append(r.Ports, flows.PolicyPort{Proto: uint8(pm.Protocol), Port: pm.Value, Mask: pm.Mask})
+	}
+	return r
+}
+
+// ruleConverter is ruleOf for the runner, keeping what it converted: the pods by ofport
+// and, per conjunction id, its peers as last converted. A rule that only gained or lost a
+// pod (an ADD or a DEL) then costs no conversion of its other pods and none of its peers:
+// the engine hands every version of such a rule the same peers slice (policy's cached
+// peers), told apart here by its first element's address and its length. It is used
+// under the realizer's mu.
+type ruleConverter struct {
+	pods  map[uint32]convertedPod  // ofport → the pod as last converted
+	peers map[uint32]convertedPeers // conjunction id → its peers as last converted
+}
+
+type convertedPod struct {
+	ips []netip.Addr
+	pod flows.Pod
+}
+
+type convertedPeers struct {
+	src  *netip.Prefix // the engine's slice (first element), read only
+	n    int
+	dual bool
+	out  []*net.IPNet
+}
+
+func newRuleConverter() ruleConverter {
+	return ruleConverter{pods: map[uint32]convertedPod{}, peers: map[uint32]convertedPeers{}}
+}
+
+// rule returns ruleOf(c, dual), reusing the conversions of c's pods and peers that are
+// unchanged. The flows it returns share those conversions: they are read only.
+func (rc ruleConverter) rule(c *policy.Conjunction, dual bool) flows.PolicyRule {
+	r := flows.PolicyRule{ID: c.ID, Egress: c.Key.Direction == policy.Egress, AnyPeer: c.AnyPeer, AnyPort: c.AnyPort}
+	r.Pods = make([]flows.Pod, 0, len(c.Pods))
+	for _, lp := range c.Pods {
+		cp, ok := rc.pods[lp.OFPort]
+		if !ok || !slices.Equal(cp.ips, lp.IPs) {
+			cp = convertedPod{ips: slices.Clone(lp.IPs), pod: podOf(lp)}
+			rc.pods[lp.OFPort] = cp
 		}
-		r.Peers = append(r.Peers, &net.IPNet{IP: net.IP(pr.Addr().AsSlice()), Mask: net.CIDRMask(pr.Bits(), pr.Addr().BitLen())})
+		r.Pods = append(r.Pods, cp.pod)
+	}
+	if len(c.Peers) > 0 {
+		src := &c.Peers[0]
+		if cp, ok := rc.peers[c.ID]; ok && cp.src == src && cp.n == len(c.Peers) && cp.dual == dual {
+			r.Peers = cp.out
+		} else {
+			r.Peers = peersOf(c.Peers, dual)
+			rc.peers[c.ID] = convertedPeers{src: src, n: len(c.Peers), dual: dual, out: r.Peers}
+		}
+	} else {
+		delete(rc.peers, c.ID)
 	}
 	for _, pm := range c.Ports {
 		r.Ports = append(r.Ports, flows.PolicyPort{Proto: uint8(pm.Protocol), Port: pm.Value, Mask: pm.Mask})
 	}
 	return r
+}
+
+// forget drops what rc keeps for conjunction id (removed).
+func (rc ruleConverter) forget(id uint32) { delete(rc.peers, id) }
+
+// podOf is local pod lp in the flows' terms: its ofport and addresses.
+func podOf(lp policy.LocalPod) flows.Pod {
+	p := flows.Pod{OFPort: lp.OFPort}
+	for _, ip := range lp.IPs {
+		p.IPs = append(p.IPs, net.IP(ip.AsSlice()))
+	}
+	return p
+}
+
+// peersOf is peer prefixes ps in the flows' terms, the IPv4 ones alone unless dual.
+func peersOf(ps []netip.Prefix, dual bool) []*net.IPNet {
+	var out []*net.IPNet
+	for _, pr := range ps {
+		if !pr.Addr().Is4() && !dual {
+			continue
+		}
+		out = append(out, &net.IPNet{IP: net.IP(pr.Addr().AsSlice()), Mask: net.CIDRMask(pr.Bits(), pr.Addr().BitLen())})
+	}
+	return out
 }
 
 // policyItem is one unit of the runner's work, queued in the agent's order: an event's
@@ -390,9 +464,10 @@ func (p *policyRealizer) flushLocked(b *batch) {
 	for _, id := range b.order {
 		var keys []string
 		if c := b.conjs[id]; c != nil {
-			keys = p.set.Set(ruleOf(c, dual))
+			keys = p.set.Set(p.conv.rule(c, dual))
 		} else {
 			keys = p.set.Remove(id)
+			p.conv.forget(id)
 		}
 		for _, k := range keys {
 			b.keys[k] = true
@@ -553,6 +628,7 @@ func (p *policyRealizer) round(inflight *policyRound) (*policyRound, bool) {
 				delete(p.attached, k)
 				delete(p.iso, k)
 				delete(b.pods, k) // its own flows are DEL's to delete
+				delete(p.conv.pods, a.OFPort)
 			}
 		}
 		r.events = r.events || !it.seen.IsZero()
