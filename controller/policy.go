@@ -98,7 +98,7 @@ type policyRealizer struct {
 	// queued changes (CPU work), never across a switch round trip; inspection reads under it.
 	mu       sync.Mutex
 	set      *flows.PolicyFlowSet
-	conv     ruleConverter // ruleOf with its conversions kept (the runner's rounds)
+	conv     ruleConverter               // ruleOf with its conversions kept (the runner's rounds)
 	iso      map[string]policy.Isolation // pod ns/name → isolation
 	attached map[string]*Attachment      // pod ns/name → its attachment
 	dirty    bool                        // the store may lag set/iso: resynchronise
@@ -314,7 +314,7 @@ func ruleOf(c *policy.Conjunction, dual bool) flows.PolicyRule {
 // peers), told apart here by its first element's address and its length. It is used
 // under the realizer's mu.
 type ruleConverter struct {
-	pods  map[uint32]convertedPod  // ofport → the pod as last converted
+	pods  map[uint32]convertedPod   // ofport → the pod as last converted
 	peers map[uint32]convertedPeers // conjunction id → its peers as last converted
 }
 
