@@ -245,12 +245,23 @@ func (c *Client) createPortOps(spec PortSpec) ([]libovsdb.Operation, error) {
 		}
 		ops = append(ops, op...)
 	}
-	b := &vswitchd.Bridge{Name: spec.Bridge}
-	op, err := c.ovs.Where(b).Mutate(b, model.Mutation{Field: &b.Ports, Mutator: libovsdb.MutateOperationInsert, Value: []string{portID}})
-	if err != nil {
-		return nil, fmt.Errorf("building Bridge.ports mutate: %w", err)
+	return append(ops, bridgePortsOp(spec.Bridge, libovsdb.MutateOperationInsert, portID)), nil
+}
+
+// bridgePortsOp returns the operation that inserts port (a UUID, or a named UUID of the
+// same transaction) into bridge's ports, or deletes it from them (RFC 7047 §5.2.4
+// "mutate", where name == bridge). It is built here rather than by libovsdb's
+// Where(model).Mutate, which looks the Bridge row up in the cache and copies it (through
+// JSON) to make a _uuid condition: the row holds the bridge's whole ports set, hundreds of
+// UUIDs on a full node, and that copy was half of what a pod's ADD allocated in the
+// daemon. The name is the Bridge table's index, so the condition selects the same row.
+func bridgePortsOp(bridge string, mutator libovsdb.Mutator, port string) libovsdb.Operation {
+	return libovsdb.Operation{
+		Op:        libovsdb.OperationMutate,
+		Table:     tableBridge,
+		Where:     []libovsdb.Condition{libovsdb.NewCondition("name", libovsdb.ConditionEqual, bridge)},
+		Mutations: []libovsdb.Mutation{*libovsdb.NewMutation("ports", mutator, libovsdb.OvsSet{GoSet: []any{libovsdb.UUID{GoUUID: port}}})},
 	}
-	return append(ops, op...), nil
 }
 
 func (c *Client) updateInterfaceOps(spec PortSpec, cur *vswitchd.Interface) ([]libovsdb.Operation, error) {
@@ -365,11 +376,7 @@ func (c *Client) DeletePort(ctx context.Context, bridge, name string) error {
 }
 
 func (c *Client) deletePortOps(bridge, portUUID string) ([]libovsdb.Operation, error) {
-	b := &vswitchd.Bridge{Name: bridge}
-	ops, err := c.ovs.Where(b).Mutate(b, model.Mutation{Field: &b.Ports, Mutator: libovsdb.MutateOperationDelete, Value: []string{portUUID}})
-	if err != nil {
-		return nil, fmt.Errorf("building Bridge.ports mutate: %w", err)
-	}
+	ops := []libovsdb.Operation{bridgePortsOp(bridge, libovsdb.MutateOperationDelete, portUUID)}
 	del, err := c.ovs.Where(&vswitchd.Port{UUID: portUUID}).Delete()
 	if err != nil {
 		return nil, fmt.Errorf("building Port delete: %w", err)
