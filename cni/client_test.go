@@ -1,8 +1,11 @@
 package cni
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -104,5 +107,135 @@ func TestClientTimeout(t *testing.T) {
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("timeout took %s", d)
+	}
+}
+
+// bigResult is an ADD result of more than n bytes (padded with routes), which a net/http
+// server sends in chunked transfer coding when the handler gives no Content-Length.
+func bigResult(n int) string {
+	var b strings.Builder
+	b.WriteString(`{"result":{"cniVersion":"1.1.0","ips":[{"address":"10.0.0.2/24"}],"routes":[`)
+	for i := 0; b.Len() < n; i++ {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `{"dst":"10.%d.%d.0/24"}`, i/256%256, i%256)
+	}
+	b.WriteString(`]}}`)
+	return b.String()
+}
+
+// The daemon's net/http server sends answers of more than 2 KiB chunked, shorter ones
+// with a Content-Length; a server may also end the body by closing the connection. The
+// client reads each whole, and refuses (code 6) an answer over MaxResponseBytes.
+func TestClientAnswerFraming(t *testing.T) {
+	big := bigResult(100 << 10)
+	for _, tc := range []struct {
+		name, body string
+		flush      bool
+	}{
+		{"content-length", `{"result":{"cniVersion":"1.1.0","ips":[{"address":"10.0.0.2/24"}]}}`, false},
+		{"chunked", big, false},
+		{"chunked-flushed", big, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sock := serveUnix(t, func(w http.ResponseWriter, r *http.Request) {
+				if tc.flush { // many small chunks
+					for i := 0; i < len(tc.body); i += 1000 {
+						w.Write([]byte(tc.body[i:min(i+1000, len(tc.body))]))
+						w.(http.Flusher).Flush()
+					}
+					return
+				}
+				w.Write([]byte(tc.body))
+			})
+			res, err := NewClient(sock, 5*time.Second).Do(context.Background(), addReq)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want Response
+			if err := json.Unmarshal([]byte(tc.body), &want); err != nil {
+				t.Fatal(err)
+			}
+			if string(res) != string(want.Result) {
+				t.Errorf("result of %d bytes, want the daemon's %d bytes", len(res), len(want.Result))
+			}
+		})
+	}
+	t.Run("too-large", func(t *testing.T) {
+		sock := serveUnix(t, func(w http.ResponseWriter, r *http.Request) {
+			w.Write([]byte(bigResult(MaxResponseBytes + 10)))
+		})
+		_, err := NewClient(sock, 5*time.Second).Do(context.Background(), addReq)
+		if code, msg := cniCode(t, err); code != types.ErrDecodingFailure || !strings.Contains(msg, "exceeds 1048576 bytes") {
+			t.Errorf("code %d msg %q, want 6 saying the answer exceeds 1048576 bytes", code, msg)
+		}
+	})
+	// Raw servers: a body ended by closing the connection, and one cut short of its
+	// Content-Length (code 5: the connection failed mid-answer).
+	for _, tc := range []struct {
+		name, answer string
+		code         uint
+	}{
+		{"until-close", "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n" + `{"result":{"cniVersion":"1.1.0"}}`, 0},
+		{"interim-100", "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 33\r\n\r\n" + `{"result":{"cniVersion":"1.1.0"}}`, 0},
+		{"cut-short", "HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\n" + `{"result":{"cniVersion":"1.1.0"}}`, types.ErrIOFailure},
+		{"no-answer", "", types.ErrIOFailure},
+		{"not-http", "SSH-2.0-OpenSSH_9.2\r\n", types.ErrIOFailure},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sock := filepath.Join(t.TempDir(), "raw.sock")
+			l, err := net.Listen("unix", sock)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			go func() {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				// Read the request (header and body) before answering.
+				req, err := http.ReadRequest(bufio.NewReader(c))
+				if err == nil {
+					io.Copy(io.Discard, req.Body)
+				}
+				c.Write([]byte(tc.answer))
+			}()
+			res, err := NewClient(sock, 5*time.Second).Do(context.Background(), addReq)
+			if tc.code == 0 {
+				if err != nil || string(res) != `{"cniVersion":"1.1.0"}` {
+					t.Errorf("result %s, %v; want the daemon's", res, err)
+				}
+				return
+			}
+			if code, msg := cniCode(t, err); code != tc.code {
+				t.Errorf("code %d (%q), want %d", code, msg, tc.code)
+			}
+		})
+	}
+}
+
+// A request whose context is cancelled while the daemon has not answered ends at once
+// with code 5 (the request failed), not 11 (the daemon's timeout).
+func TestClientCancelled(t *testing.T) {
+	release := make(chan struct{})
+	sock := serveUnix(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	defer close(release)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	start := time.Now()
+	_, err := NewClient(sock, time.Minute).Do(ctx, addReq)
+	if code, msg := cniCode(t, err); code != types.ErrIOFailure {
+		t.Errorf("code %d msg %q, want 5", code, msg)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("cancelled request took %s", d)
 	}
 }

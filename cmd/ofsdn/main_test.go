@@ -570,3 +570,19 @@ func TestStatusPollsWhileStartingQuiet(t *testing.T) {
 		}
 	}
 }
+
+// TestPluginLinksNoHeavyPackages keeps out of the plugin binary the packages whose
+// start-up and size every exec pays for nothing it does (bench/RESULTS.md, "Plugin exec
+// CPU"): net/http's client and, through it, TLS, HTTP/2 and compression. The plugin
+// speaks HTTP/1.1 to the daemon through cni.Client.
+func TestPluginLinksNoHeavyPackages(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	for _, p := range strings.Fields(string(out)) {
+		if p == "net/http" || p == "crypto/tls" || p == "compress/gzip" {
+			t.Errorf("the plugin links %s: it costs every plugin exec its init and page faults; keep it out of cmd/ofsdn and the packages it imports", p)
+		}
+	}
+}
