@@ -35,11 +35,18 @@
 // process cost is on every pod's ADD and DEL. main runs the Go scheduler
 // with one P (runtime.GOMAXPROCS(1)) unless the GOMAXPROCS environment
 // variable is set: the plugin does one request and waits, so a second P buys
-// nothing, while (most likely) its goroutine hand-offs (stdin reader, HTTP
-// transport) wake threads on the other cores that, on a busy node, wait for
-// a CPU before the process can exit. Measured on a loaded 2-core node, one P
-// took 4-5 ms off the ADD p50 through libcni (bench/RESULTS.md, "Full CNI
-// path: where the hop goes").
+// nothing, while (most likely) its goroutine hand-offs (stdin reader, and
+// then net/http's transport) wake threads on the other cores that, on a busy
+// node, wait for a CPU before the process can exit. Measured on a loaded
+// 2-core node, one P took 4-5 ms off the ADD p50 through libcni
+// (bench/RESULTS.md, "Full CNI path: where the hop goes"); in CPU per exec the
+// call pays for itself (bench/RESULTS.md, "Plugin exec CPU").
+//
+// The plugin links no net/http: cni.Client speaks the little HTTP/1.1 the
+// daemon needs itself. net/http's client, and the TLS, crypto, HTTP/2 and
+// compression packages it brings, cost every exec 12-13% more CPU (package
+// inits, twice the binary, page faults; bench/RESULTS.md, "Plugin exec CPU").
+// TestPluginLinksNoHeavyPackages keeps them out.
 //
 // The plugin delegates to no other plugin (SPEC.md "Section 4: Plugin
 // Delegation"): IPAM is done inside the daemon, so there is no "ipam" key to
