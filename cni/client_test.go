@@ -90,15 +90,21 @@ func TestClientUndecodableAnswer(t *testing.T) {
 	}
 }
 
-func TestClientTimeout(t *testing.T) {
+// silentDaemon serves a daemon socket that never answers: each request waits until the
+// client goes away or the test ends.
+func silentDaemon(t *testing.T) string {
 	release := make(chan struct{})
-	sock := serveUnix(t, func(w http.ResponseWriter, r *http.Request) {
+	t.Cleanup(func() { close(release) })
+	return serveUnix(t, func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-release:
 		case <-r.Context().Done():
 		}
 	})
-	defer close(release)
+}
+
+func TestClientTimeout(t *testing.T) {
+	sock := silentDaemon(t)
 	start := time.Now()
 	_, err := NewClient(sock, 200*time.Millisecond).Do(context.Background(), addReq)
 	code, msg := cniCode(t, err)
@@ -220,14 +226,7 @@ func TestClientAnswerFraming(t *testing.T) {
 // A request whose context is cancelled while the daemon has not answered ends at once
 // with code 5 (the request failed), not 11 (the daemon's timeout).
 func TestClientCancelled(t *testing.T) {
-	release := make(chan struct{})
-	sock := serveUnix(t, func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-	})
-	defer close(release)
+	sock := silentDaemon(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(100*time.Millisecond, cancel)
 	start := time.Now()

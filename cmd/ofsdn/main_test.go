@@ -29,6 +29,7 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/ofsdn/ofsdn/cni"
+	"github.com/ofsdn/ofsdn/cni/cnitest"
 	"github.com/ofsdn/ofsdn/cni/server"
 
 	"github.com/ofsdn/ofsdn/test/testenv"
@@ -75,7 +76,7 @@ func (f *fakeHandler) Add(_ context.Context, req *cni.Request) (*current.Result,
 	if f.addErr != nil {
 		return nil, f.addErr
 	}
-	return cannedResult(req.Netns), nil
+	return cnitest.CannedResult(req.Netns), nil
 }
 func (f *fakeHandler) Del(_ context.Context, req *cni.Request) error   { f.record(req); return nil }
 func (f *fakeHandler) Check(_ context.Context, req *cni.Request) error { f.record(req); return nil }
@@ -95,25 +96,6 @@ func (f *fakeHandler) Calls(command string) []cni.Request {
 		}
 	}
 	return out
-}
-
-// cannedResult is a typical ofsdn ADD result: the pod's eth0 with one IPv4
-// address from the node's pod subnet and a default route via the gateway.
-func cannedResult(sandbox string) *current.Result {
-	_, dflt, _ := net.ParseCIDR("0.0.0.0/0")
-	return &current.Result{
-		CNIVersion: "1.1.0",
-		Interfaces: []*current.Interface{
-			{Name: "ofs1a2b3c4d5e6f", Mac: "5e:00:00:00:00:01"},
-			{Name: "eth0", Mac: "0a:58:0a:f4:01:05", Sandbox: sandbox},
-		},
-		IPs: []*current.IPConfig{{
-			Interface: current.Int(1),
-			Address:   net.IPNet{IP: net.ParseIP("10.244.1.5").To4(), Mask: net.CIDRMask(24, 32)},
-			Gateway:   net.ParseIP("10.244.1.1"),
-		}},
-		Routes: []*types.Route{{Dst: *dflt, GW: net.ParseIP("10.244.1.1")}},
-	}
 }
 
 type tWriter struct{ t *testing.T }
@@ -215,7 +197,7 @@ func TestAddForwardsRequest(t *testing.T) {
 	if !ok || r.CNIVersion != "1.1.0" {
 		t.Fatalf("result %T %+v, want a 1.1.0 result", res, res)
 	}
-	want := cannedResult(rt.NetNS)
+	want := cnitest.CannedResult(rt.NetNS)
 	gotJSON, _ := json.Marshal(r)
 	wantJSON, _ := json.Marshal(want)
 	if !bytes.Equal(gotJSON, wantJSON) {

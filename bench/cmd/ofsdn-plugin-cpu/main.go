@@ -36,7 +36,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,10 +44,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/ofsdn/ofsdn/cni"
+	"github.com/ofsdn/ofsdn/cni/cnitest"
 	"github.com/ofsdn/ofsdn/cni/server"
 )
 
@@ -56,30 +55,12 @@ import (
 type handler struct{}
 
 func (handler) Add(_ context.Context, req *cni.Request) (*current.Result, error) {
-	return cannedResult(req.Netns), nil
+	return cnitest.CannedResult(req.Netns), nil
 }
 func (handler) Del(context.Context, *cni.Request) error    { return nil }
 func (handler) Check(context.Context, *cni.Request) error  { return nil }
 func (handler) GC(context.Context, *cni.Request) error     { return nil }
 func (handler) Status(context.Context, *cni.Request) error { return nil }
-
-// cannedResult is a typical ofsdn ADD result (as cmd/ofsdn's tests use).
-func cannedResult(sandbox string) *current.Result {
-	_, dflt, _ := net.ParseCIDR("0.0.0.0/0")
-	return &current.Result{
-		CNIVersion: "1.1.0",
-		Interfaces: []*current.Interface{
-			{Name: "ofs1a2b3c4d5e6f", Mac: "5e:00:00:00:00:01"},
-			{Name: "eth0", Mac: "0a:58:0a:f4:01:05", Sandbox: sandbox},
-		},
-		IPs: []*current.IPConfig{{
-			Interface: current.Int(1),
-			Address:   net.IPNet{IP: net.ParseIP("10.244.1.5").To4(), Mask: net.CIDRMask(24, 32)},
-			Gateway:   net.ParseIP("10.244.1.1"),
-		}},
-		Routes: []*types.Route{{Dst: *dflt, GW: net.ParseIP("10.244.1.1")}},
-	}
-}
 
 type binary struct{ name, path string }
 
@@ -159,7 +140,7 @@ func main() {
 	netns := fmt.Sprintf("/proc/%d/ns/net", holder.Process.Pid)
 
 	addConf := fmt.Sprintf(`{"cniVersion":%q,"name":"ofsdn","type":"ofsdn","socket":%q}`, *cniVersion, srv.SocketPath())
-	prev, err := json.Marshal(cannedResult(netns))
+	prev, err := json.Marshal(cnitest.CannedResult(netns))
 	if err != nil {
 		fail(err)
 	}
