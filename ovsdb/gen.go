@@ -4,9 +4,15 @@ package ovsdb
 // model generator from the schema that ships with Open vSwitch; never edit them by hand.
 // From the repository root the command is
 //
-//	go tool modelgen -p vswitchd -o ovsdb/vswitchd /usr/share/openvswitch/vswitch.ovsschema
+//	go tool modelgen -extended -p vswitchd -o ovsdb/vswitchd /usr/share/openvswitch/vswitch.ovsschema
 //
 // and `go generate ./ovsdb/` runs the same thing from this folder. Regenerate when the
 // schema version of the Open vSwitch we support changes (the models embed the schema).
+//
+// -extended gives each model DeepCopy, CloneModel and EqualsModel methods. libovsdb copies
+// a row whenever its cache creates, updates or hands one out (model.Clone), and without
+// them it copies through JSON: on every port's ADD and DEL the Bridge row, whose ports set
+// holds every port of the bridge, went through json.Marshal and json.Unmarshal several
+// times (bench/RESULTS.md, "Policy-on ADD: the attach alone").
 
-//go:generate go tool modelgen -p vswitchd -o vswitchd /usr/share/openvswitch/vswitch.ovsschema
+//go:generate go tool modelgen -extended -p vswitchd -o vswitchd /usr/share/openvswitch/vswitch.ovsschema
