@@ -936,24 +936,33 @@ func sortedKeys(m map[string]bool) []string {
 // flow's match) no member of was has, and removed for each member of was whose id no
 // member of now has; members with the same id count once (the same match twice).
 func diffMembers[T any, K comparable](was, now []T, id func(T) K, added, removed func(T)) {
-	before := make(map[K]T, len(was))
-	for _, m := range was {
-		before[id(m)] = m
+	// One map, of was's ids to their first index, and a mark per member of was: half the
+	// allocation of a map per side (the runner diffs every changed rule's pods each round).
+	before := make(map[K]int, len(was))
+	for i, m := range was {
+		if _, dup := before[id(m)]; !dup {
+			before[id(m)] = i
+		}
 	}
-	after := make(map[K]bool, len(now))
+	kept := make([]bool, len(was))
+	var seenNew map[K]bool // ids of now that were not in was, when one repeats
 	for _, m := range now {
 		k := id(m)
-		if after[k] {
+		if i, ok := before[k]; ok {
+			kept[i] = true
 			continue
 		}
-		after[k] = true
-		if _, ok := before[k]; !ok {
+		if seenNew == nil {
+			seenNew = map[K]bool{}
+		}
+		if !seenNew[k] {
+			seenNew[k] = true
 			added(m)
 		}
 	}
-	for k, m := range before {
-		if !after[k] {
-			removed(m)
+	for _, i := range before {
+		if !kept[i] {
+			removed(was[i])
 		}
 	}
 }
