@@ -470,3 +470,92 @@ func envStr(name, def string) string {
 	}
 	return def
 }
+
+// TestVswitchdReconfigureCost measures what one event costs ovs-vswitchd on a bridge
+// holding VSW_FILL ports (200, made as ports-only does), with VSW_EVENTS (20) events of
+// each kind 100 ms apart, beside as many idle 100 ms pauses:
+//
+//   - db: a write to Open_vSwitch external_ids (ovs-vsctl --no-wait);
+//   - db-iface: a write to one port's Interface external_ids, as a daemon updating a pod's
+//     record would make;
+//   - link: a link appearing in the switch's namespace that never becomes a port (a veth
+//     pair added; its deletion is the next event).
+//
+// Run: go test -tags vswcpu -count=1 -v -run TestVswitchdReconfigureCost ./bench/
+func TestVswitchdReconfigureCost(t *testing.T) {
+	fill, events := envInt("VSW_FILL", 200), envInt("VSW_EVENTS", 20)
+	ctx := context.Background()
+	_, subnet, _ := net.ParseCIDR("10.120.0.0/16")
+	sb, err := StartSandbox("", fmt.Sprintf("vswrc%d", os.Getpid()%100000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := newPlainNode(ctx, sb, subnet)
+	if err != nil {
+		sb.Stop()
+		t.Fatal(err)
+	}
+	m := &portsMode{sb: sb, n: n, ip: ipPool{subnet: subnet}, ps: map[string]*net.IPNet{}}
+	defer m.Close()
+	var nsNames []string
+	defer func() {
+		for _, n := range nsNames {
+			DelNetns(n)
+		}
+	}()
+	var ps []Pod
+	for k := 0; k < fill; k++ {
+		if k%100 == 0 {
+			name := fmt.Sprintf("vswrc%d-f%d", os.Getpid()%100000, k/100)
+			if _, err := NewNetns(name); err != nil {
+				t.Fatal(err)
+			}
+			nsNames = append(nsNames, name)
+		}
+		ps = append(ps, Pod{ContainerID: fmt.Sprintf("vswrc-%06d", k), IfName: fmt.Sprintf("f%d", k%100),
+			Netns: "/var/run/netns/" + nsNames[len(nsNames)-1], Name: fmt.Sprintf("fill-%d", k)})
+	}
+	samples, _, err := runBatch(sb.NetnsPath(), len(ps), 8, func(i int) error { return m.Fill(ctx, ps[i]) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range samples {
+		if s.Err != "" {
+			t.Fatalf("fill %s: %s", ps[i].ContainerID, s.Err)
+		}
+	}
+	run := func(name string, ev func(i int) error) {
+		s0 := snap(t, sb)
+		for i := 0; i < events; i++ {
+			if err := ev(i); err != nil {
+				t.Fatalf("%s event %d: %v", name, i, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		s1 := snap(t, sb)
+		per := func(k string) float64 { return float64(s1.cov[k]-s0.cov[k]) / float64(events) }
+		t.Logf("%-5s per event: vswitchd %.2f ms CPU, bridge_reconfigure %.2f, netlink_sent %.1f, poll_create_node %.1f, nln_changed %.2f",
+			name, float64((s1.cpu-s0.cpu).Microseconds())/1000/float64(events), per("bridge_reconfigure"), per("netlink_sent"),
+			per("poll_create_node"), per("nln_changed"))
+	}
+	vsctl := &vsctlMode{sb: sb}
+	run("idle", func(int) error { return nil })
+	run("db", func(i int) error {
+		return vsctl.vsctl(ctx, "--no-wait", "set", "Open_vSwitch", ".", fmt.Sprintf("external_ids:vswrc=%d", i))
+	})
+	port := podnet.HostVethName(ps[0].ContainerID, ps[0].IfName)
+	run("db-iface", func(i int) error {
+		return vsctl.vsctl(ctx, "--no-wait", "set", "Interface", port, fmt.Sprintf("external_ids:vswrc=%d", i))
+	})
+	run("link", func(i int) error {
+		args := []string{"-n", sb.Netns, "link", "add", "vswrca", "type", "veth", "peer", "name", "vswrcb"}
+		if i%2 == 1 {
+			args = []string{"-n", sb.Netns, "link", "del", "vswrca"}
+		}
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+		return nil
+	})
+	run("idle", func(int) error { return nil })
+}
