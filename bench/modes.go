@@ -400,6 +400,8 @@ type fullMode struct {
 	exited  chan struct{} // closed when the daemon process has exited
 	cni     *libcni.CNIConfig
 	netconf *libcni.NetworkConfigList
+	// args are more ofsdn-node flags (none in make bench).
+	args []string
 }
 
 // timedExec is libcni's default plugin executor, timing each plugin execution into the
@@ -425,10 +427,10 @@ func (e *timedExec) ExecPlugin(ctx context.Context, pluginPath string, stdin []b
 }
 
 // newFull starts mode ModeFull, or ModeFullDualStack when subnet6 (the node's IPv6 pod
-// subnet) is not nil.
-func newFull(ctx context.Context, sb *Sandbox, subnet, subnet6 *net.IPNet, binDir string, log *stepLog) (*fullMode, error) {
+// subnet) is not nil. args are more ofsdn-node flags.
+func newFull(ctx context.Context, sb *Sandbox, subnet, subnet6 *net.IPNet, binDir string, log *stepLog, args ...string) (*fullMode, error) {
 	m := &fullMode{name: ModeFull, sb: sb, binDir: binDir, subnet: subnet.String(), socket: filepath.Join(sb.Dir, "cni", "cni.sock"),
-		logPath: filepath.Join(sb.Dir, "ofsdn-node.log")}
+		logPath: filepath.Join(sb.Dir, "ofsdn-node.log"), args: args}
 	if subnet6 != nil {
 		m.name, m.subnet = ModeFullDualStack, subnet.String()+","+subnet6.String()
 	}
@@ -462,6 +464,7 @@ func (m *fullMode) startDaemon(ctx context.Context) (time.Duration, error) {
 		"--ovsdb", m.sb.Endpoint(), "--ovs-rundir", m.sb.Dir, "--datapath-type", "netdev",
 		"--socket", m.socket, "--data-dir", filepath.Join(m.sb.Dir, "data"), "--pod-subnets", m.subnet,
 		"--bridge", benchBridge, "--gateway", benchGateway, "--mtu", fmt.Sprint(benchMTU), "--log-level", "info")
+	cmd.Args = append(cmd.Args, m.args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	t0 := time.Now()
 	if err := cmd.Start(); err != nil {
