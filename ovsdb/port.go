@@ -305,6 +305,15 @@ func (c *Client) waitOFPort(ctx context.Context, spec PortSpec) (int, error) {
 	seen := false
 	err := c.waitFor(wctx, []string{waitKey(tableInterface, spec.Name)}, func() (bool, error) {
 		ifc := c.interfaceRow(spec.Name)
+		if ifc == nil && !c.lost.Load() && (c.bridgeRow(spec.Bridge) == nil || seen && c.portRow(spec.Name) == nil) {
+			// The transaction committed, so the port went after it: with its bridge (an
+			// administrator's del-br, a lost database), or deleted by another client. No
+			// ofport can come; waiting would hold the caller until its deadline (a pod's
+			// ADD: addTimeout). (While the session is being re-established the cache may
+			// be empty or half refilled: lost is set until it is the new server's.)
+			return false, fmt.Errorf("ovsdb: interface %s on bridge %s: the port was removed before ovs-vswitchd gave it an ofport "+
+				"(bridge %s deleted meanwhile, or the port deleted by another client): %w", spec.Name, spec.Bridge, spec.Bridge, ErrUnavailable)
+		}
 		if ifc == nil || ifc.Type != spec.Type || !hasAll(ifc.ExternalIDs, spec.ExternalIDs) {
 			return false, nil
 		}
