@@ -74,7 +74,8 @@ func (c *Client) SocketPath() string { return c.socketPath }
 //   - the daemon's own CNI error, code and message unchanged;
 //   - 11 (ErrTryAgainLater) when the socket cannot be dialled (the message
 //     names the socket path and says the ofsdn-node daemon must be running),
-//     or when the daemon does not answer within the client's timeout;
+//     or when the daemon's whole answer (header and body) does not arrive within
+//     the client's timeout;
 //   - 5 (ErrIOFailure) when the connection fails mid-request;
 //   - 6 (ErrDecodingFailure) when the daemon's answer is not a Response;
 //   - 999 (ErrInternal) when an ADD's answer has no result. Whether the result is
@@ -108,8 +109,16 @@ func (c *Client) Do(ctx context.Context, req *Request) (json.RawMessage, error) 
 
 	data, err := resp.readBody(MaxResponseBytes + 1)
 	if err != nil {
+		err = orCtxErr(ctx, err)
+		if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
+			// The header came, the rest of the answer not within the timeout: the daemon
+			// did not answer in time, as when the header is late.
+			return nil, types.NewError(types.ErrTryAgainLater,
+				fmt.Sprintf("the ofsdn-node daemon on %s did not answer within %s", c.socketPath, c.timeout),
+				err.Error())
+		}
 		return nil, types.NewError(types.ErrIOFailure,
-			fmt.Sprintf("cannot read the answer of the ofsdn-node daemon on %s", c.socketPath), orCtxErr(ctx, err).Error())
+			fmt.Sprintf("cannot read the answer of the ofsdn-node daemon on %s", c.socketPath), err.Error())
 	}
 	if len(data) > MaxResponseBytes {
 		return nil, types.NewError(types.ErrDecodingFailure,

@@ -238,3 +238,55 @@ func TestClientCancelled(t *testing.T) {
 		t.Errorf("cancelled request took %s", d)
 	}
 }
+
+// A daemon that sends its answer's header and then nothing more within the client's
+// timeout did not answer in time either: code 11 (try again later), as when the header
+// itself is late (TestClientTimeout), not 5.
+func TestClientTimeoutInBody(t *testing.T) {
+	for _, cancelled := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cancelled=%v", cancelled), func(t *testing.T) { clientTimeoutInBody(t, cancelled) })
+	}
+}
+
+// clientTimeoutInBody: with cancelled, the caller's context is cancelled while the body
+// is late: code 5, as TestClientCancelled before the header.
+func clientTimeoutInBody(t *testing.T, cancelled bool) {
+	sock := filepath.Join(t.TempDir(), "cni.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	release := make(chan struct{})
+	defer close(release)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		if req, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
+			io.Copy(io.Discard, req.Body)
+		}
+		c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"result\":"))
+		<-release
+	}()
+	start := time.Now()
+	if cancelled {
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(100*time.Millisecond, cancel)
+		_, err = NewClient(sock, time.Minute).Do(ctx, addReq)
+		if code, msg := cniCode(t, err); code != types.ErrIOFailure {
+			t.Errorf("code %d msg %q, want 5", code, msg)
+		}
+		return
+	}
+	_, err = NewClient(sock, 300*time.Millisecond).Do(context.Background(), addReq)
+	code, msg := cniCode(t, err)
+	if code != types.ErrTryAgainLater || !strings.Contains(msg, "did not answer within 300ms") {
+		t.Errorf("code %d msg %q, want 11 saying it did not answer", code, msg)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("timeout took %s", d)
+	}
+}
