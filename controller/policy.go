@@ -296,11 +296,18 @@ func (p *policyRealizer) podFlows(a *Attachment) []flows.Flow {
 // false) takes its IPv4 peers only: other nodes' pods may have IPv6 addresses and
 // ipBlocks may be IPv6, but no IPv6 reaches its policy stages.
 func ruleOf(c *policy.Conjunction, dual bool) flows.PolicyRule {
-	r := flows.PolicyRule{ID: c.ID, Egress: c.Key.Direction == policy.Egress, AnyPeer: c.AnyPeer, AnyPort: c.AnyPort}
+	r := ruleFrame(c)
 	for _, lp := range c.Pods {
 		r.Pods = append(r.Pods, podOf(lp))
 	}
 	r.Peers = peersOf(c.Peers, dual)
+	return r
+}
+
+// ruleFrame is conjunction c in the flows' terms without its pods and peers: its id,
+// direction, "any" flags and ports.
+func ruleFrame(c *policy.Conjunction) flows.PolicyRule {
+	r := flows.PolicyRule{ID: c.ID, Egress: c.Key.Direction == policy.Egress, AnyPeer: c.AnyPeer, AnyPort: c.AnyPort}
 	for _, pm := range c.Ports {
 		r.Ports = append(r.Ports, flows.PolicyPort{Proto: uint8(pm.Protocol), Port: pm.Value, Mask: pm.Mask})
 	}
@@ -337,7 +344,7 @@ func newRuleConverter() ruleConverter {
 // rule returns ruleOf(c, dual), reusing the conversions of c's pods and peers that are
 // unchanged. The flows it returns share those conversions: they are read only.
 func (rc ruleConverter) rule(c *policy.Conjunction, dual bool) flows.PolicyRule {
-	r := flows.PolicyRule{ID: c.ID, Egress: c.Key.Direction == policy.Egress, AnyPeer: c.AnyPeer, AnyPort: c.AnyPort}
+	r := ruleFrame(c)
 	r.Pods = make([]flows.Pod, 0, len(c.Pods))
 	for _, lp := range c.Pods {
 		cp, ok := rc.pods[lp.OFPort]
@@ -357,9 +364,6 @@ func (rc ruleConverter) rule(c *policy.Conjunction, dual bool) flows.PolicyRule 
 		}
 	} else {
 		delete(rc.peers, c.ID)
-	}
-	for _, pm := range c.Ports {
-		r.Ports = append(r.Ports, flows.PolicyPort{Proto: uint8(pm.Protocol), Port: pm.Value, Mask: pm.Mask})
 	}
 	return r
 }

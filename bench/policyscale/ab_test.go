@@ -270,24 +270,43 @@ func (b *abBuild) wireBurst(t *testing.T, api *kapi.API, conc int, del bool) (ti
 	return wall, lat, errs
 }
 
+// procStat reads /proc/PID/stat (proc(5)): the command name and the fields after it
+// (state first, so utime is f[11], stime f[12], cutime f[13], cstime f[14]); false when
+// it cannot be read.
+func procStat(pid string) (comm string, f []string, ok bool) {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return "", nil, false
+	}
+	open, end := strings.IndexByte(string(b), '('), strings.LastIndexByte(string(b), ')')
+	if open < 0 || end < open {
+		return "", nil, false
+	}
+	f = strings.Fields(string(b[end+1:])) // the command may hold spaces and ')'
+	if len(f) < 15 {
+		return "", nil, false
+	}
+	return string(b[open+1 : end]), f, true
+}
+
+// ticksSeconds sums the given fields of f, in USER_HZ ticks (100 on Linux), as seconds.
+func ticksSeconds(f []string, idx ...int) float64 {
+	var sum float64
+	for _, i := range idx {
+		v, _ := strconv.ParseFloat(f[i], 64)
+		sum += v
+	}
+	return sum / 100
+}
+
 // cpuSeconds returns the CPU seconds (utime+stime, proc(5)) each named process has used
 // so far; processes whose stat cannot be read are left out.
 func cpuSeconds(pids map[string]int) map[string]float64 {
 	out := map[string]float64{}
 	for name, pid := range pids {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
+		if _, f, ok := procStat(strconv.Itoa(pid)); ok {
+			out[name] = ticksSeconds(f, 11, 12)
 		}
-		// Fields after the command (which may hold spaces) in ")": state is field 3,
-		// utime 14, stime 15.
-		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-		if len(f) < 13 {
-			continue
-		}
-		u, _ := strconv.ParseFloat(f[11], 64)
-		st, _ := strconv.ParseFloat(f[12], 64)
-		out[name] = (u + st) / 100 // USER_HZ is 100 on Linux
 	}
 	return out
 }
@@ -308,24 +327,9 @@ func processCPU() map[int]procCPU {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
+		if comm, f, ok := procStat(e.Name()); ok {
+			out[pid] = procCPU{comm: comm, sec: ticksSeconds(f, 11, 12, 13, 14)} // utime, stime, cutime, cstime
 		}
-		open, end := strings.IndexByte(string(b), '('), strings.LastIndexByte(string(b), ')')
-		if open < 0 || end < open {
-			continue
-		}
-		f := strings.Fields(string(b[end+1:]))
-		if len(f) < 15 {
-			continue
-		}
-		var sum float64
-		for _, i := range []int{11, 12, 13, 14} { // utime, stime, cutime, cstime
-			v, _ := strconv.ParseFloat(f[i], 64)
-			sum += v
-		}
-		out[pid] = procCPU{comm: string(b[open+1 : end]), sec: sum / 100} // USER_HZ
 	}
 	return out
 }
