@@ -175,32 +175,7 @@ func attachBursts(t *testing.T, seed int64) {
 			ch.Conjunctions = e.Flush().Conjunctions
 		}
 		after := snapshot(e)
-		reported := map[ConjKey]ConjChange{}
-		for _, c := range ch.Conjunctions {
-			k := changeKey(c)
-			if _, dup := reported[k]; dup {
-				t.Fatalf("step %d (%s): conjunction %v reported twice", step, what, k)
-			}
-			reported[k] = c
-		}
-		keys := map[ConjKey]bool{}
-		for k := range before {
-			keys[k] = true
-		}
-		for k := range after {
-			keys[k] = true
-		}
-		for k := range keys {
-			b, inB := before[k]
-			a, inA := after[k]
-			c, rep := reported[k]
-			if changed := inB != inA || a != b; changed != rep {
-				t.Fatalf("step %d (%s): conjunction %v changed=%v reported=%v\nbefore: %s\nafter:  %s", step, what, k, changed, rep, b, a)
-			}
-			if rep && (c.Old != nil && c.Old.String() != b || c.New != nil && c.New.String() != a) {
-				t.Fatalf("step %d (%s): change %v does not describe the states:\nold %v\nbefore %s\nnew %v\nafter %s", step, what, k, c.Old, b, c.New, a)
-			}
-		}
+		checkReported(t, fmt.Sprintf("step %d (%s)", step, what), before, after, ch.Conjunctions)
 		fresh := newEngine()
 		for _, pr := range pods {
 			if pr.present {

@@ -459,6 +459,50 @@ func TestRandomPoliciesMatchTheAPI(t *testing.T) {
 	t.Logf("%d random policy sets, %d of %d combinations allowed", iters, allowedTotal, cells*9)
 }
 
+// checkReported fails the test (at names the step) unless the changes cs an event
+// reported are exactly the difference between the conjunctions before and after it: each
+// changed conjunction reported once, with Old and New describing the two states, and its id
+// kept.
+func checkReported(t *testing.T, at string, before, after map[ConjKey]string, cs []ConjChange) {
+	t.Helper()
+	reported := map[ConjKey]ConjChange{}
+	for _, c := range cs {
+		k := changeKey(c)
+		if _, dup := reported[k]; dup {
+			t.Fatalf("%s: conjunction %v reported twice", at, k)
+		}
+		reported[k] = c
+	}
+	keys := map[ConjKey]bool{}
+	for k := range before {
+		keys[k] = true
+	}
+	for k := range after {
+		keys[k] = true
+	}
+	for k := range keys {
+		b, inB := before[k]
+		a, inA := after[k]
+		c, rep := reported[k]
+		changed := inB != inA || a != b
+		if changed != rep {
+			t.Fatalf("%s: conjunction %v changed=%v reported=%v\nbefore: %s\nafter:  %s", at, k, changed, rep, b, a)
+		}
+		if !rep {
+			continue
+		}
+		if (c.Old == nil) == inB || (c.New == nil) == inA {
+			t.Fatalf("%s: change %v has Old=%v New=%v, state before=%v after=%v", at, k, c.Old != nil, c.New != nil, inB, inA)
+		}
+		if c.Old != nil && c.Old.String() != b || c.New != nil && c.New.String() != a {
+			t.Fatalf("%s: change %v does not describe the states:\nold %v\nbefore %s\nnew %v\nafter %s", at, k, c.Old, b, c.New, a)
+		}
+		if c.Old != nil && c.New != nil && c.Old.ID != c.New.ID {
+			t.Fatalf("%s: conjunction %v changed id %d -> %d", at, k, c.Old.ID, c.New.ID)
+		}
+	}
+}
+
 // snapshot returns the engine's conjunctions by key, with their ids.
 func snapshot(e *Engine) map[ConjKey]string {
 	out := map[ConjKey]string{}
@@ -645,42 +689,7 @@ func incrementalEqualsFromScratch(t *testing.T, seed int64, dual bool) {
 		after := snapshot(e)
 
 		// (1) reported changes == actual difference.
-		reported := map[ConjKey]ConjChange{}
-		for _, c := range ch.Conjunctions {
-			k := changeKey(c)
-			if _, dup := reported[k]; dup {
-				t.Fatalf("step %d (%s): conjunction %v reported twice", step, what, k)
-			}
-			reported[k] = c
-		}
-		keys := map[ConjKey]bool{}
-		for k := range before {
-			keys[k] = true
-		}
-		for k := range after {
-			keys[k] = true
-		}
-		for k := range keys {
-			b, inB := before[k]
-			a, inA := after[k]
-			c, rep := reported[k]
-			changed := inB != inA || a != b
-			if changed != rep {
-				t.Fatalf("step %d (%s): conjunction %v changed=%v reported=%v\nbefore: %s\nafter:  %s", step, what, k, changed, rep, b, a)
-			}
-			if !rep {
-				continue
-			}
-			if (c.Old == nil) == inB || (c.New == nil) == inA {
-				t.Fatalf("step %d (%s): change %v has Old=%v New=%v, state before=%v after=%v", step, what, k, c.Old != nil, c.New != nil, inB, inA)
-			}
-			if c.Old != nil && c.Old.String() != b || c.New != nil && c.New.String() != a {
-				t.Fatalf("step %d (%s): change %v does not describe the states:\nold %v\nbefore %s\nnew %v\nafter %s", step, what, k, c.Old, b, c.New, a)
-			}
-			if c.Old != nil && c.New != nil && c.Old.ID != c.New.ID {
-				t.Fatalf("step %d (%s): conjunction %v changed id %d -> %d", step, what, k, c.Old.ID, c.New.ID)
-			}
-		}
+		checkReported(t, fmt.Sprintf("step %d (%s)", step, what), before, after, ch.Conjunctions)
 
 		// (2) same as from scratch.
 		fresh := NewEngine(nil)
